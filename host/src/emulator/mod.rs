@@ -1,0 +1,3 @@
+//! The embedded API-server emulator: a kube-apiserver stand-in for tests and first runs.
+
+pub mod cli;

@@ -1,0 +1,6 @@
+//! client-go's informer machinery: reflector → DeltaFIFO → shared informer → store + processor.
+
+pub mod delta_fifo;
+pub mod processor;
+pub mod reflector;
+pub mod store;

@@ -1,0 +1,11 @@
+//! Access to a Kubernetes API server over hyper: configuration, the HTTP client, discovery,
+//! resource paths, the watch-stream decoder, selectors and the `Status` error type.
+
+pub mod client;
+pub mod config;
+pub mod discovery;
+pub mod error;
+pub mod object;
+pub mod resource;
+pub mod selector;
+pub mod watch;

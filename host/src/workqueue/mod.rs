@@ -1,0 +1,1 @@
+//! client-go's workqueue: dedup and processing sets, delaying queue, rate limiters, metrics.
