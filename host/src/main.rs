@@ -3,7 +3,11 @@
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "host", version, about = "WebAssembly-pluggable Kubernetes controller host")]
+#[command(
+    name = "host",
+    version,
+    about = "WebAssembly-pluggable Kubernetes controller host"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -24,11 +28,15 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     match cli.command {
         Some(Command::Emulator(args)) => rt.block_on(host::emulator::cli::run(args)),
         None => {
-            anyhow::bail!("no command given; try `host emulator` (plugins arrive with the plugin runtime)")
+            anyhow::bail!(
+                "no command given; try `host emulator` (plugins arrive with the plugin runtime)"
+            )
         }
     }
 }

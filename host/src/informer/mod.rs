@@ -1,6 +1,7 @@
 //! client-go's informer machinery: reflector → DeltaFIFO → shared informer → store + processor.
 
 pub mod delta_fifo;
+pub mod lister_watcher;
 pub mod processor;
 pub mod reflector;
 pub mod store;

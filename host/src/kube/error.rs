@@ -96,10 +96,70 @@ impl Status {
     /// TooLargeResourceVersion (spec 1.10): a `ResourceVersionTooLarge` cause, or a 504 Timeout
     /// whose message contains "Too large resource version".
     pub fn is_too_large_rv(&self) -> bool {
-        let cause = self
-            .details
-            .as_ref()
-            .is_some_and(|d| d.causes.iter().any(|c| c.reason == "ResourceVersionTooLarge"));
+        let cause = self.details.as_ref().is_some_and(|d| {
+            d.causes
+                .iter()
+                .any(|c| c.reason == "ResourceVersionTooLarge")
+        });
         cause || (self.code == 504 && self.message.contains("Too large resource version"))
+    }
+}
+
+/// Every failure of an API call, classified the way the reflector and plugins branch on it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The server answered with a Status (non-2xx, or an ERROR watch event).
+    #[error("{} ({}): {}", .0.code, if .0.reason.is_empty() { "no reason" } else { .0.reason.as_str() }, .0.message)]
+    Api(Box<Status>),
+    /// Could not connect (refused, DNS, TLS handshake). The reflector retries these with backoff.
+    #[error("cannot connect to {url}: {message}")]
+    Connect { url: String, message: String },
+    /// The connection broke or the HTTP exchange failed after connecting.
+    #[error("HTTP error: {0}")]
+    Http(String),
+    /// The response body could not be decoded (malformed or truncated JSON).
+    #[error("decode error: {0}")]
+    Decode(String),
+    /// A per-request timeout elapsed.
+    #[error("request timed out after {0:?}")]
+    Timeout(std::time::Duration),
+    /// Bad configuration (kubeconfig, in-cluster environment, credentials).
+    #[error("configuration error: {0}")]
+    Config(String),
+}
+
+impl Error {
+    /// The Status, when the server sent one.
+    pub fn status(&self) -> Option<&Status> {
+        match self {
+            Error::Api(s) => Some(s),
+            _ => None,
+        }
+    }
+    /// HTTP code of the Status, when there is one.
+    pub fn code(&self) -> Option<u16> {
+        self.status().map(|s| s.code)
+    }
+    /// 410 Expired/Gone.
+    pub fn is_expired(&self) -> bool {
+        self.status().is_some_and(Status::is_expired)
+    }
+    /// TooLargeResourceVersion (spec 1.10).
+    pub fn is_too_large_rv(&self) -> bool {
+        self.status().is_some_and(Status::is_too_large_rv)
+    }
+    /// 429 TooManyRequests.
+    pub fn is_too_many_requests(&self) -> bool {
+        self.code() == Some(429)
+    }
+    /// Connection refused or similar: the server is not reachable (yet).
+    pub fn is_connect(&self) -> bool {
+        matches!(self, Error::Connect { .. })
+    }
+}
+
+impl From<Status> for Error {
+    fn from(s: Status) -> Self {
+        Error::Api(Box::new(s))
     }
 }

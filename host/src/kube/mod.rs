@@ -6,6 +6,10 @@ pub mod config;
 pub mod discovery;
 pub mod error;
 pub mod object;
+pub mod params;
 pub mod resource;
 pub mod selector;
 pub mod watch;
+
+pub use error::{Error, Status};
+pub use object::Object;

@@ -50,11 +50,17 @@ pub struct Meta {
 impl Meta {
     /// The value of label `key`, if present.
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.labels.iter().find(|(k, _)| &**k == key).map(|(_, v)| &**v)
+        self.labels
+            .iter()
+            .find(|(k, _)| &**k == key)
+            .map(|(_, v)| &**v)
     }
     /// The value of annotation `key`, if present.
     pub fn annotation(&self, key: &str) -> Option<&str> {
-        self.annotations.iter().find(|(k, _)| &**k == key).map(|(_, v)| &**v)
+        self.annotations
+            .iter()
+            .find(|(k, _)| &**k == key)
+            .map(|(_, v)| &**v)
     }
 }
 
@@ -69,7 +75,10 @@ struct Inner {
 
 impl std::fmt::Debug for Object {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Object").field("key", &self.key()).field("rv", &self.resource_version()).finish()
+        f.debug_struct("Object")
+            .field("key", &self.key())
+            .field("rv", &self.resource_version())
+            .finish()
     }
 }
 
@@ -203,7 +212,9 @@ pub fn parse_meta(raw: &[u8]) -> Result<Meta, ObjectError> {
     })
 }
 
-fn ordered_map<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<(Box<str>, Box<str>)>, D::Error> {
+fn ordered_map<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<(Box<str>, Box<str>)>, D::Error> {
     struct V;
     impl<'de> serde::de::Visitor<'de> for V {
         type Value = Vec<(Box<str>, Box<str>)>;
@@ -219,7 +230,10 @@ fn ordered_map<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<(Box<str>, 
         fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
             d.deserialize_map(self)
         }
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut a: A,
+        ) -> Result<Self::Value, A::Error> {
             let mut out = Vec::with_capacity(a.size_hint().unwrap_or(0));
             while let Some((k, v)) = a.next_entry::<Box<str>, Box<str>>()? {
                 out.push((k, v));
