@@ -1,6 +1,351 @@
 //! The embedded API-server emulator: a kube-apiserver stand-in for tests and first runs.
+//!
+//! It speaks the real wire protocol (spec section 6) over HTTP/1.1 and h2, plain or TLS, so the
+//! host's client and the real `kubectl` work against it unchanged. Start one with
+//! [`Emulator::builder`]; the returned [`EmulatorHandle`] gives the address, a kubeconfig,
+//! fault injection ([`Faults`]), counters ([`Stats`]) and direct store access for tests.
+//!
+//! Layout: [`store`] (revisioned objects and history), [`registry`] (served resources),
+//! [`server`] (listener, TLS, connections), [`router`] (paths and verbs), [`discovery`],
+//! [`list`], [`watch`], [`write`], [`faults`], [`cli`].
+//!
+//! What `kubectl` falls back on: `/openapi/v2` and `/openapi/v3` answer 404, so `kubectl`
+//! skips client-side schema validation and `explain` does not work; aggregated discovery is
+//! answered with the legacy documents (plain `application/json`), which client-go accepts as
+//! the legacy format; `get` receives a server-side Table with Name and Age columns for lists,
+//! and plain objects in watches (kubectl prints those with its default columns).
 
 pub mod cli;
+pub mod discovery;
+pub mod faults;
+pub mod list;
+mod patch_shim;
 pub mod registry;
+pub mod response;
+pub mod router;
+pub mod server;
 pub mod store;
 pub mod util;
+pub mod watch;
+pub mod write;
+
+// Replaced by `pub mod patch; pub mod fields;` once those modules are merged.
+use patch_shim as fields;
+use patch_shim as patch;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio::sync::watch as tokio_watch;
+use tokio::task::JoinHandle;
+
+pub use faults::{Faults, Stats};
+pub use registry::ResourceDef;
+
+use crate::kube::Status;
+use faults::Counters;
+use registry::Registry;
+use store::Store;
+
+/// Why the emulator could not start or seed.
+#[derive(Debug, thiserror::Error)]
+pub enum EmulatorError {
+    #[error("cannot listen on 127.0.0.1:{port}: {source}")]
+    Bind { port: u16, source: std::io::Error },
+    #[error("TLS setup failed: {0}")]
+    Tls(String),
+    #[error("cannot read seed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("seed document {index} is not valid YAML: {message}")]
+    Yaml { index: usize, message: String },
+    #[error("seed object {index} rejected: {status}")]
+    Rejected { index: usize, status: String },
+}
+
+/// State shared by every connection and the handle.
+pub(crate) struct Shared {
+    pub store: Arc<Store>,
+    pub registry: Registry,
+    pub faults: Faults,
+    pub counters: Arc<Counters>,
+    pub token: Option<String>,
+    pub addr: SocketAddr,
+    pub tls: bool,
+    pub bookmark_interval: Duration,
+    pub admin: bool,
+}
+
+/// Entry point: `Emulator::builder()…start().await`.
+pub struct Emulator;
+
+impl Emulator {
+    /// A builder with defaults: plain HTTP, no token, a random port, 10,000 events of history
+    /// per resource, bookmarks every 60 s, no admin path.
+    pub fn builder() -> EmulatorBuilder {
+        EmulatorBuilder {
+            tls: false,
+            token: None,
+            port: 0,
+            history_window: 10_000,
+            bookmark_interval: Duration::from_secs(60),
+            admin: false,
+        }
+    }
+}
+
+/// Options of a new emulator.
+#[derive(Debug, Clone)]
+pub struct EmulatorBuilder {
+    tls: bool,
+    token: Option<String>,
+    port: u16,
+    history_window: usize,
+    bookmark_interval: Duration,
+    admin: bool,
+}
+
+impl EmulatorBuilder {
+    /// Serve HTTPS with a self-signed certificate generated at start (ALPN h2 and http/1.1).
+    pub fn tls(mut self, on: bool) -> Self {
+        self.tls = on;
+        self
+    }
+    /// Require `Authorization: Bearer <token>` (401 otherwise).
+    pub fn token(mut self, token: Option<String>) -> Self {
+        self.token = token;
+        self
+    }
+    /// Port on 127.0.0.1; 0 picks a free one.
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+    /// Events kept per resource; watches and Exact lists older than this get 410.
+    pub fn history_window(mut self, events: usize) -> Self {
+        self.history_window = events;
+        self
+    }
+    /// Interval of periodic watch bookmarks (the real watch cache uses about a minute).
+    pub fn bookmark_interval(mut self, d: Duration) -> Self {
+        self.bookmark_interval = d;
+        self
+    }
+    /// Serve the `/_emulator/` admin paths (faults and stats over HTTP).
+    pub fn admin(mut self, on: bool) -> Self {
+        self.admin = on;
+        self
+    }
+
+    /// Bind, seed the default namespaces and start serving.
+    pub async fn start(self) -> Result<EmulatorHandle, EmulatorError> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .map_err(|source| EmulatorError::Bind {
+                port: self.port,
+                source,
+            })?;
+        let addr = listener.local_addr()?;
+        let (acceptor, cert_pem) = if self.tls {
+            let (a, pem) = server::tls_acceptor().map_err(EmulatorError::Tls)?;
+            (Some(a), Some(pem))
+        } else {
+            (None, None)
+        };
+        let store = Arc::new(Store::new(self.history_window));
+        let shared = Arc::new(Shared {
+            faults: Faults::new(store.clone()),
+            store,
+            registry: Registry::new(),
+            counters: Arc::new(Counters::default()),
+            token: self.token,
+            addr,
+            tls: self.tls,
+            bookmark_interval: self.bookmark_interval,
+            admin: self.admin,
+        });
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            let v = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+            write::create_value(&shared, v, "emulator").map_err(|s| EmulatorError::Rejected {
+                index: 0,
+                status: s.message,
+            })?;
+        }
+        let (stop_tx, stop_rx) = tokio_watch::channel(false);
+        let task = tokio::spawn(server::serve(listener, acceptor, shared.clone(), stop_rx));
+        tracing::info!(%addr, tls = self.tls, "emulator listening");
+        Ok(EmulatorHandle {
+            shared,
+            cert_pem,
+            stop: Arc::new(stop_tx),
+            task: Arc::new(Mutex::new(Some(task))),
+        })
+    }
+}
+
+/// A running emulator. Cheap to clone; [`EmulatorHandle::shutdown`] stops it.
+#[derive(Clone)]
+pub struct EmulatorHandle {
+    shared: Arc<Shared>,
+    cert_pem: Option<String>,
+    stop: Arc<tokio_watch::Sender<bool>>,
+    task: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl std::fmt::Debug for EmulatorHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmulatorHandle")
+            .field("addr", &self.shared.addr)
+            .finish()
+    }
+}
+
+impl EmulatorHandle {
+    /// The listening address.
+    pub fn addr(&self) -> SocketAddr {
+        self.shared.addr
+    }
+
+    /// `http://127.0.0.1:port` or `https://…`.
+    pub fn base_url(&self) -> String {
+        let scheme = if self.shared.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.shared.addr)
+    }
+
+    /// The self-signed server certificate (PEM) when TLS is on.
+    pub fn certificate_pem(&self) -> Option<&str> {
+        self.cert_pem.as_deref()
+    }
+
+    /// A kubeconfig for this emulator (TLS with insecure-skip-tls-verify, the token if any).
+    pub fn kubeconfig(&self) -> String {
+        let mut s = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {}\n",
+            self.base_url()
+        );
+        if self.shared.tls {
+            s.push_str("    insecure-skip-tls-verify: true\n");
+        }
+        s.push_str("users:\n- name: emulator\n  user:");
+        match &self.shared.token {
+            Some(t) => s.push_str(&format!("\n    token: {t:?}\n")),
+            None => s.push_str(" {}\n"),
+        }
+        s.push_str("contexts:\n- name: emulator\n  context:\n    cluster: emulator\n    user: emulator\n    namespace: default\ncurrent-context: emulator\n");
+        s
+    }
+
+    /// Write [`EmulatorHandle::kubeconfig`] to `path`.
+    pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
+        std::fs::write(path, self.kubeconfig())
+    }
+
+    /// Fault injection.
+    pub fn faults(&self) -> &Faults {
+        &self.shared.faults
+    }
+
+    /// Counters: requests by verb, open watches by resource.
+    pub fn stats(&self) -> Stats {
+        self.shared.counters.snapshot()
+    }
+
+    /// The latest resourceVersion.
+    pub fn current_resource_version(&self) -> u64 {
+        self.shared.store.current_rv()
+    }
+
+    /// Create an object (any served kind) as a POST would; returns the stored object.
+    pub fn create(&self, obj: Value) -> Result<Value, Status> {
+        write::create_value(&self.shared, obj, "emulator").and_then(to_value)
+    }
+
+    /// Replace an object as a PUT would (stale `metadata.resourceVersion` → 409).
+    pub fn update(&self, obj: Value) -> Result<Value, Status> {
+        write::update_value(&self.shared, obj, "emulator").and_then(to_value)
+    }
+
+    /// Delete an object as a DELETE without options would.
+    pub fn delete(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, Status> {
+        let def = write::def_for(&self.shared, api_version, kind)?;
+        write::delete(
+            &self.shared,
+            &def,
+            namespace,
+            name,
+            &write::DeleteOptions::default(),
+        )
+        .and_then(to_value)
+    }
+
+    /// Read an object.
+    pub fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
+        let def = write::def_for(&self.shared, api_version, kind).ok()?;
+        write::get(&self.shared, &def, namespace, name)
+            .ok()
+            .and_then(|o| o.to_value().ok())
+    }
+
+    /// Create every object of a multi-document YAML text (`kind: List` documents are unpacked).
+    /// Returns how many objects were created.
+    pub fn seed_yaml(&self, text: &str) -> Result<usize, EmulatorError> {
+        let mut n = 0;
+        for (index, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+            let v: Value =
+                serde::Deserialize::deserialize(doc).map_err(|e| EmulatorError::Yaml {
+                    index,
+                    message: e.to_string(),
+                })?;
+            if v.is_null() {
+                continue;
+            }
+            let items = match v.get("kind").and_then(Value::as_str) {
+                Some(k) if k == "List" || k.ends_with("List") && v.get("items").is_some() => v
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default(),
+                _ => vec![v],
+            };
+            for item in items {
+                write::create_value(&self.shared, item, "emulator-seed").map_err(|s| {
+                    EmulatorError::Rejected {
+                        index,
+                        status: s.message,
+                    }
+                })?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Stop accepting, close every connection and wait for the server task.
+    pub async fn shutdown(self) {
+        self.stop.send_replace(true);
+        let task = self.task.lock().take();
+        if let Some(t) = task {
+            let _ = t.await;
+        }
+    }
+}
+
+fn to_value(o: crate::kube::Object) -> Result<Value, Status> {
+    o.to_value()
+        .map_err(|e| response::internal(&format!("stored object is not JSON: {e}")))
+}

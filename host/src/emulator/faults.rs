@@ -1,0 +1,281 @@
+//! Fault injection and counters, shared by the handle (tests) and the admin HTTP path.
+//!
+//! Why faults live in the server rather than in a proxy: the failures worth testing are
+//! protocol-level (a 410 ERROR event inside a healthy stream, a watch closed after exactly N
+//! events, 429 with Retry-After), which only the server can produce precisely.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::store::Store;
+
+/// Signals every open stream and connection reacts to; each field is a generation counter.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Kicks {
+    /// Bumped to make every open watch send one ERROR 410 event and close.
+    pub expire: u64,
+    /// Bumped to drop every open connection abruptly.
+    pub drop: u64,
+}
+
+/// The next requests to fail.
+#[derive(Debug, Clone, Copy)]
+struct FailNext {
+    remaining: u64,
+    code: u16,
+    retry_after: u32,
+}
+
+/// Fault controls. Cheap to share (`Arc` inside the handle); every method takes effect at once.
+pub struct Faults {
+    close_after: AtomicU64,
+    fail: Mutex<Option<FailNext>>,
+    stall_until: Mutex<Option<Instant>>,
+    kicks: watch::Sender<Kicks>,
+    store: Arc<Store>,
+}
+
+impl std::fmt::Debug for Faults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Faults")
+            .field("close_after", &self.close_after.load(Ordering::Relaxed))
+            .field("fail", &*self.fail.lock())
+            .finish()
+    }
+}
+
+/// A request failure chosen by [`Faults::fail_next`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InjectedFailure {
+    pub code: u16,
+    pub retry_after: u32,
+}
+
+impl Faults {
+    pub(crate) fn new(store: Arc<Store>) -> Self {
+        Faults {
+            close_after: AtomicU64::new(0),
+            fail: Mutex::new(None),
+            stall_until: Mutex::new(None),
+            kicks: watch::channel(Kicks::default()).0,
+            store,
+        }
+    }
+
+    /// Every watch (open or future) ends after it has sent `n` events; 0 turns this off.
+    pub fn close_watches_after(&self, n: u64) {
+        self.close_after.store(n, Ordering::Relaxed);
+    }
+
+    /// Every open watch sends one `ERROR` event with a 410 Expired Status, then closes.
+    pub fn inject_expired(&self) {
+        self.kicks.send_modify(|k| k.expire += 1);
+    }
+
+    /// The next `n` API requests answer `code` (429 adds `Retry-After: retry_after`).
+    pub fn fail_next(&self, n: u64, code: u16, retry_after: u32) {
+        *self.fail.lock() = (n > 0).then_some(FailNext {
+            remaining: n,
+            code,
+            retry_after,
+        });
+    }
+
+    /// Open watch streams stop sending for `d` (events queue up in the history meanwhile).
+    pub fn stall_streams(&self, d: Duration) {
+        *self.stall_until.lock() = Some(Instant::now() + d);
+    }
+
+    /// Drop the history: any RV before now is too old for watches and Exact lists.
+    pub fn compact_history(&self) {
+        self.store.compact();
+    }
+
+    /// Close every client connection without a goodbye (watches end mid-stream).
+    pub fn drop_connections(&self) {
+        self.kicks.send_modify(|k| k.drop += 1);
+    }
+
+    /// Turn off every persistent fault (close-after, fail-next, stall).
+    pub fn clear(&self) {
+        self.close_watches_after(0);
+        *self.fail.lock() = None;
+        *self.stall_until.lock() = None;
+    }
+
+    pub(crate) fn close_after(&self) -> u64 {
+        self.close_after.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn take_failure(&self) -> Option<InjectedFailure> {
+        let mut f = self.fail.lock();
+        let cur = f.as_mut()?;
+        let out = InjectedFailure {
+            code: cur.code,
+            retry_after: cur.retry_after,
+        };
+        cur.remaining -= 1;
+        if cur.remaining == 0 {
+            *f = None;
+        }
+        Some(out)
+    }
+
+    pub(crate) fn stalled_until(&self) -> Option<Instant> {
+        let mut s = self.stall_until.lock();
+        match *s {
+            Some(t) if t > Instant::now() => Some(t),
+            _ => {
+                *s = None;
+                None
+            }
+        }
+    }
+
+    pub(crate) fn kicks(&self) -> watch::Receiver<Kicks> {
+        self.kicks.subscribe()
+    }
+}
+
+/// API verbs counted by [`Stats`].
+pub const VERBS: [&str; 9] = [
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+    "other",
+];
+
+/// Live counters kept by the server.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    requests: [AtomicU64; 9],
+    open_watches: Mutex<HashMap<String, u64>>,
+}
+
+impl Counters {
+    pub(crate) fn count(&self, verb: &str) {
+        let i = VERBS.iter().position(|v| *v == verb).unwrap_or(8);
+        self.requests[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn watch_opened(self: &Arc<Self>, resource: &str) -> WatchGuard {
+        *self
+            .open_watches
+            .lock()
+            .entry(resource.to_owned())
+            .or_default() += 1;
+        WatchGuard {
+            counters: self.clone(),
+            resource: resource.to_owned(),
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> Stats {
+        Stats {
+            requests: VERBS
+                .iter()
+                .zip(&self.requests)
+                .map(|(v, n)| (*v, n.load(Ordering::Relaxed)))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+            open_watches: self
+                .open_watches
+                .lock()
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(k, n)| (k.clone(), *n))
+                .collect(),
+        }
+    }
+}
+
+/// Decrements the open-watch counter when a watch stream ends.
+pub(crate) struct WatchGuard {
+    counters: Arc<Counters>,
+    resource: String,
+}
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        if let Some(n) = self.counters.open_watches.lock().get_mut(&self.resource) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
+/// A snapshot of the server's counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Requests by verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
+    /// `deletecollection`, `other`); verbs never seen are absent.
+    pub requests: HashMap<&'static str, u64>,
+    /// Open watch streams by resource (`group/plural`, `/configmaps` for core).
+    pub open_watches: HashMap<String, u64>,
+}
+
+impl Stats {
+    /// Requests seen for `verb`.
+    pub fn requests(&self, verb: &str) -> u64 {
+        self.requests.get(verb).copied().unwrap_or(0)
+    }
+    /// Open watches over all resources.
+    pub fn open_watches_total(&self) -> u64 {
+        self.open_watches.values().sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fail_next_counts_down() {
+        let f = Faults::new(Arc::new(Store::new(10)));
+        f.fail_next(2, 429, 3);
+        let want = Some(InjectedFailure {
+            code: 429,
+            retry_after: 3,
+        });
+        assert_eq!(f.take_failure(), want);
+        assert_eq!(f.take_failure(), want);
+        assert_eq!(f.take_failure(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stall_expires() {
+        let f = Faults::new(Arc::new(Store::new(10)));
+        f.stall_streams(Duration::from_secs(5));
+        assert!(f.stalled_until().is_some());
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert!(f.stalled_until().is_none());
+    }
+
+    #[test]
+    fn kicks_bump_generations_and_counters_track_watches() {
+        let f = Faults::new(Arc::new(Store::new(10)));
+        let rx = f.kicks();
+        f.inject_expired();
+        f.drop_connections();
+        assert_eq!(*rx.borrow(), Kicks { expire: 1, drop: 1 });
+        let c = Arc::new(Counters::default());
+        c.count("list");
+        c.count("bogus");
+        let g = c.watch_opened("/configmaps");
+        let s = c.snapshot();
+        assert_eq!((s.requests("list"), s.requests("other")), (1, 1));
+        assert_eq!(s.open_watches_total(), 1);
+        drop(g);
+        assert_eq!(c.snapshot().open_watches_total(), 0);
+    }
+}

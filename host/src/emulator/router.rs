@@ -1,0 +1,322 @@
+//! Request routing: authentication, injected failures, path → (resource, namespace, name,
+//! subresource) and method → verb (spec 6.1).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use percent_encoding::percent_decode_str;
+use tracing::debug;
+
+use super::registry::ResourceDef;
+use super::response::{self, Body};
+use super::{discovery, list, watch, write, Shared};
+use crate::kube::Status;
+
+/// Largest request body accepted (the real server's limit is 3 MiB).
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// Query parameters, decoded once.
+#[derive(Debug, Default)]
+pub struct Query(Vec<(String, String)>);
+
+impl Query {
+    /// Parse a raw query string.
+    pub fn parse(q: Option<&str>) -> Self {
+        Query(
+            form_urlencoded::parse(q.unwrap_or("").as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        )
+    }
+    /// The first value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+    /// A boolean parameter the way the server reads it (`1`, `true` → true).
+    pub fn flag(&self, key: &str) -> bool {
+        matches!(self.get(key), Some("1" | "true" | "True" | "TRUE"))
+    }
+    /// `watch=` present and not false (spec 6.1).
+    pub fn is_watch(&self) -> bool {
+        matches!(self.get("watch"), Some(v) if !matches!(v, "0" | "false" | "False" | "FALSE"))
+    }
+}
+
+/// A request for a resource (collection or one object).
+#[derive(Debug, Clone)]
+pub struct ResourceRequest {
+    pub def: Arc<ResourceDef>,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub subresource: Option<String>,
+}
+
+impl ResourceRequest {
+    /// Store-key prefix for the collection: `ns/` or "" (all namespaces, cluster-scoped).
+    pub fn prefix(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{ns}/"),
+            None => String::new(),
+        }
+    }
+}
+
+enum Route {
+    Version,
+    Health,
+    ApiVersions,
+    CoreResources,
+    Groups,
+    Group(String),
+    GroupResources(String, String),
+    Resource(ResourceRequest),
+    Admin(Vec<String>),
+    NotFound,
+}
+
+fn route(shared: &Shared, segs: &[String]) -> Route {
+    let s: Vec<&str> = segs.iter().map(String::as_str).collect();
+    match s.as_slice() {
+        ["version"] => Route::Version,
+        ["healthz" | "livez" | "readyz", ..] => Route::Health,
+        ["api"] => Route::ApiVersions,
+        ["api", "v1"] => Route::CoreResources,
+        ["apis"] => Route::Groups,
+        ["apis", g] => Route::Group((*g).to_owned()),
+        ["apis", g, v] => Route::GroupResources((*g).to_owned(), (*v).to_owned()),
+        ["api", "v1", rest @ ..] => resource_route(shared, "", "v1", rest),
+        ["apis", g, v, rest @ ..] => resource_route(shared, g, v, rest),
+        ["_emulator", rest @ ..] if shared.admin => {
+            Route::Admin(rest.iter().map(|x| (*x).to_owned()).collect())
+        }
+        _ => Route::NotFound,
+    }
+}
+
+fn resource_route(shared: &Shared, g: &str, v: &str, rest: &[&str]) -> Route {
+    let find = |r: &str| shared.registry.find(g, v, r);
+    let req = |def, ns: Option<&str>, name: Option<&str>, sub: Option<&str>| {
+        Route::Resource(ResourceRequest {
+            def,
+            namespace: ns.map(str::to_owned),
+            name: name.map(str::to_owned),
+            subresource: sub.map(str::to_owned),
+        })
+    };
+    if let ["namespaces", ns, res, tail @ ..] = rest {
+        if let Some(def) = find(res).filter(|d| d.namespaced) {
+            return match tail {
+                [] => req(def, Some(ns), None, None),
+                [name] => req(def, Some(ns), Some(name), None),
+                [name, "status"] if def.status => req(def, Some(ns), Some(name), Some("status")),
+                _ => Route::NotFound,
+            };
+        }
+    }
+    match rest {
+        [res] => match find(res) {
+            Some(def) => req(def, None, None, None),
+            None => Route::NotFound,
+        },
+        [res, name] => match find(res).filter(|d| !d.namespaced) {
+            Some(def) => req(def, None, Some(name), None),
+            None => Route::NotFound,
+        },
+        [res, name, "status"] => match find(res).filter(|d| !d.namespaced && d.status) {
+            Some(def) => req(def, None, Some(name), Some("status")),
+            None => Route::NotFound,
+        },
+        _ => Route::NotFound,
+    }
+}
+
+fn verb(method: &Method, r: &ResourceRequest, q: &Query) -> &'static str {
+    match (method, r.name.is_some()) {
+        (&Method::GET, true) => "get",
+        (&Method::GET, false) if q.is_watch() => "watch",
+        (&Method::GET, false) => "list",
+        (&Method::POST, false) => "create",
+        (&Method::PUT, true) => "update",
+        (&Method::PATCH, true) => "patch",
+        (&Method::DELETE, true) => "delete",
+        (&Method::DELETE, false) => "deletecollection",
+        _ => "other",
+    }
+}
+
+fn authorized(shared: &Shared, req: &Request<Incoming>) -> bool {
+    let Some(token) = &shared.token else {
+        return true;
+    };
+    req.headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| t.trim() == token)
+}
+
+/// Serve one request.
+pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let span = tracing::debug_span!("request", %method, %path);
+    let _e = span.enter();
+    if !authorized(&shared, &req) {
+        shared.counters.count("other");
+        return response::status(&response::unauthorized());
+    }
+    let segs: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| percent_decode_str(s).decode_utf8_lossy().into_owned())
+        .collect();
+    let q = Query::parse(req.uri().query());
+    let route = route(&shared, &segs);
+    if let Route::Admin(rest) = route {
+        drop(_e);
+        let body = match read_body(req).await {
+            Ok(b) => b,
+            Err(s) => return response::status(&s),
+        };
+        return super::cli::admin(&shared, &method, &rest, &body);
+    }
+    let v = match &route {
+        Route::Resource(r) => verb(&method, r, &q),
+        _ => "get",
+    };
+    shared.counters.count(v);
+    if let Some(f) = shared.faults.take_failure() {
+        debug!(code = f.code, "injected failure");
+        return response::status(&match f.code {
+            429 => response::too_many_requests(f.retry_after),
+            c => {
+                let mut s = Status::failure(
+                    c,
+                    "InternalError",
+                    "Internal error occurred: injected failure",
+                );
+                s.code = c;
+                s
+            }
+        });
+    }
+    let accept = req
+        .headers()
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let content_type = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let user_agent = req
+        .headers()
+        .get(http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    drop(_e);
+    match route {
+        Route::Version => discovery::version(),
+        Route::Health => response::text(StatusCode::OK, "ok"),
+        Route::ApiVersions => discovery::api_versions(&shared),
+        Route::CoreResources => discovery::resources(&shared, "", "v1"),
+        Route::Groups => discovery::groups(&shared),
+        Route::Group(g) => discovery::group(&shared, &g),
+        Route::GroupResources(g, v) => discovery::resources(&shared, &g, &v),
+        Route::NotFound | Route::Admin(_) => response::status(&response::no_route()),
+        Route::Resource(r) => {
+            let body = if matches!(
+                method,
+                Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+            ) {
+                match read_body(req).await {
+                    Ok(b) => b,
+                    Err(s) => return response::status(&s),
+                }
+            } else {
+                Bytes::new()
+            };
+            let manager = q
+                .get("fieldManager")
+                .map(str::to_owned)
+                .unwrap_or_else(|| default_manager(&user_agent));
+            let out = match v {
+                "list" => list::list(&shared, &r, &q, &accept),
+                "watch" => Ok(watch::watch(&shared, &r, &q)),
+                "get" => write::get(
+                    &shared,
+                    &r.def,
+                    r.namespace.as_deref(),
+                    r.name.as_deref().unwrap_or(""),
+                )
+                .map(|o| response::json(StatusCode::OK, o.raw().clone())),
+                "create" => write::create(&shared, &r, &body, &manager)
+                    .map(|o| response::json(StatusCode::CREATED, o.raw().clone())),
+                "update" => write::update(&shared, &r, &body, &manager)
+                    .map(|o| response::json(StatusCode::OK, o.raw().clone())),
+                "patch" => {
+                    write::patch(&shared, &r, &content_type, &body, &manager, q.flag("force"))
+                        .map(|(code, o)| response::json(code, o.raw().clone()))
+                }
+                "delete" => write::delete_request(&shared, &r, &q, &body)
+                    .map(|o| response::json(StatusCode::OK, o.raw().clone())),
+                "deletecollection" => write::delete_collection(&shared, &r, &q, &body),
+                _ => Err(response::method_not_allowed()),
+            };
+            out.unwrap_or_else(|s| response::status(&s))
+        }
+    }
+}
+
+/// kube-apiserver names the manager after the user agent's program name.
+fn default_manager(ua: &str) -> String {
+    let m = ua.split('/').next().unwrap_or("").trim();
+    if m.is_empty() {
+        "unknown".into()
+    } else {
+        m.into()
+    }
+}
+
+async fn read_body(req: Request<Incoming>) -> Result<Bytes, Status> {
+    match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) => Err(Status::failure(
+            413,
+            "RequestEntityTooLarge",
+            format!("cannot read request body: {e}"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_flags_and_watch_values() {
+        let q = Query::parse(Some("watch=1&allowWatchBookmarks=true&labelSelector=a%3Db"));
+        assert!(q.is_watch());
+        assert!(q.flag("allowWatchBookmarks"));
+        assert_eq!(q.get("labelSelector"), Some("a=b"));
+        assert!(!Query::parse(Some("watch=false")).is_watch());
+        assert!(!Query::parse(Some("watch=0")).is_watch());
+        assert!(!Query::parse(None).is_watch());
+    }
+
+    #[test]
+    fn manager_defaults_to_program_name() {
+        assert_eq!(default_manager("kubectl/v1.32.4 (linux/amd64)"), "kubectl");
+        assert_eq!(default_manager(""), "unknown");
+    }
+}
