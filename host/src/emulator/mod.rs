@@ -9,8 +9,11 @@
 //! [`server`] (listener, TLS, connections), [`router`] (paths and verbs), [`discovery`],
 //! [`list`], [`watch`], [`write`], [`faults`], [`cli`].
 //!
-//! What `kubectl` falls back on: `/openapi/v2` and `/openapi/v3` answer 404, so `kubectl`
-//! skips client-side schema validation and `explain` does not work; aggregated discovery is
+//! What `kubectl` falls back on: `/openapi/v3` serves only what tells kubectl that the server
+//! validates fields itself (see [`openapi`]), `/openapi/v2` answers 404, so `explain` does not
+//! work; request bodies in protobuf (kubectl ≥ 1.32's typed generators such as
+//! `kubectl create configmap`) are answered 415, while `create -f`, `apply`, `label`, `patch`
+//! and `delete` send JSON and work; aggregated discovery is
 //! answered with the legacy documents (plain `application/json`), which client-go accepts as
 //! the legacy format; `get` receives a server-side Table with Name and Age columns for lists,
 //! and plain objects in watches (kubectl prints those with its default columns).
@@ -19,6 +22,7 @@ pub mod cli;
 pub mod discovery;
 pub mod faults;
 pub mod list;
+pub mod openapi;
 mod patch_shim;
 pub mod registry;
 pub mod response;

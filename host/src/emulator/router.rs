@@ -12,7 +12,7 @@ use tracing::debug;
 
 use super::registry::ResourceDef;
 use super::response::{self, Body};
-use super::{discovery, list, watch, write, Shared};
+use super::{discovery, list, openapi, watch, write, Shared};
 use crate::kube::Status;
 
 /// Largest request body accepted (the real server's limit is 3 MiB).
@@ -77,6 +77,8 @@ enum Route {
     GroupResources(String, String),
     Resource(ResourceRequest),
     Admin(Vec<String>),
+    OpenApiRoot,
+    OpenApiGroupVersion(String, String),
     NotFound,
 }
 
@@ -90,6 +92,11 @@ fn route(shared: &Shared, segs: &[String]) -> Route {
         ["apis"] => Route::Groups,
         ["apis", g] => Route::Group((*g).to_owned()),
         ["apis", g, v] => Route::GroupResources((*g).to_owned(), (*v).to_owned()),
+        ["openapi", "v3"] => Route::OpenApiRoot,
+        ["openapi", "v3", "api", v] => Route::OpenApiGroupVersion(String::new(), (*v).to_owned()),
+        ["openapi", "v3", "apis", g, v] => {
+            Route::OpenApiGroupVersion((*g).to_owned(), (*v).to_owned())
+        }
         ["api", "v1", rest @ ..] => resource_route(shared, "", "v1", rest),
         ["apis", g, v, rest @ ..] => resource_route(shared, g, v, rest),
         ["_emulator", rest @ ..] if shared.admin => {
@@ -233,6 +240,8 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
         Route::Groups => discovery::groups(&shared),
         Route::Group(g) => discovery::group(&shared, &g),
         Route::GroupResources(g, v) => discovery::resources(&shared, &g, &v),
+        Route::OpenApiRoot => openapi::root(&shared),
+        Route::OpenApiGroupVersion(g, v) => openapi::group_version(&shared, &g, &v),
         Route::NotFound | Route::Admin(_) => response::status(&response::no_route()),
         Route::Resource(r) => {
             let body = if matches!(
@@ -246,6 +255,9 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
             } else {
                 Bytes::new()
             };
+            if matches!(method, Method::POST | Method::PUT) && !is_json_or_yaml(&content_type) {
+                return response::status(&unsupported_body(&content_type));
+            }
             let manager = q
                 .get("fieldManager")
                 .map(str::to_owned)
@@ -276,6 +288,20 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
             out.unwrap_or_else(|s| response::status(&s))
         }
     }
+}
+
+fn is_json_or_yaml(ct: &str) -> bool {
+    let mt = ct.split(';').next().unwrap_or("").trim();
+    mt.is_empty() || mt == "application/json" || mt == "application/yaml" || mt == "*/*"
+}
+
+/// 415 for a POST/PUT body the emulator cannot decode (protobuf, CBOR).
+fn unsupported_body(ct: &str) -> Status {
+    Status::failure(
+        415,
+        "UnsupportedMediaType",
+        format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {ct:?})"),
+    )
 }
 
 /// kube-apiserver names the manager after the user agent's program name.

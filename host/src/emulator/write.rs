@@ -147,10 +147,12 @@ fn meta_str<'a>(v: &'a Value, field: &str) -> Option<&'a str> {
 fn check_type(def: &ResourceDef, v: &mut Value) -> Result<(), Status> {
     let av = def.api_version();
     match v.get("kind").and_then(Value::as_str) {
-        Some(k) if k != def.kind => return Err(response::bad_request(format!(
+        Some(k) if k != def.kind => {
+            return Err(response::bad_request(format!(
             "the object provided is unrecognized: kind {k:?} does not match the {} being written",
             def.kind
-        ))),
+        )))
+        }
         Some(_) => {}
         None => v["kind"] = def.kind.clone().into(),
     }
