@@ -1,0 +1,223 @@
+//! Helpers shared by the emulator integration tests: a small hyper client and a watch-stream
+//! reader with deadlines.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+
+/// Bound for any single request in these tests.
+pub const STEP: Duration = Duration::from_secs(10);
+
+pub fn sample(name: &str) -> String {
+    let path = format!(
+        "{}/../../shared/apiserver-samples/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"))
+}
+
+pub fn sample_json(name: &str) -> Value {
+    serde_json::from_str(&sample(name)).unwrap()
+}
+
+pub struct Resp {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Resp {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+}
+
+#[derive(Clone)]
+pub struct Http {
+    client: Client<HttpConnector, Full<Bytes>>,
+    pub base: String,
+    pub token: Option<String>,
+}
+
+impl Http {
+    pub fn new(base: String) -> Self {
+        Http {
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            base,
+            token: None,
+        }
+    }
+
+    fn request(
+        &self,
+        method: Method,
+        path: &str,
+        ct: Option<&str>,
+        body: &[u8],
+    ) -> Request<Full<Bytes>> {
+        let mut b = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base))
+            .header("accept", "application/json");
+        if let Some(ct) = ct {
+            b = b.header("content-type", ct);
+        }
+        if let Some(t) = &self.token {
+            b = b.header("authorization", format!("Bearer {t}"));
+        }
+        b.body(Full::new(Bytes::copy_from_slice(body))).unwrap()
+    }
+
+    pub async fn send_req(&self, req: Request<Full<Bytes>>) -> Resp {
+        let r = tokio::time::timeout(STEP, async {
+            let r = self.client.request(req).await.expect("request failed");
+            let (parts, body) = r.into_parts();
+            let body = body.collect().await.expect("body").to_bytes();
+            Resp {
+                status: parts.status,
+                headers: parts.headers,
+                body,
+            }
+        })
+        .await;
+        r.expect("request timed out")
+    }
+
+    pub async fn send(&self, method: Method, path: &str, ct: Option<&str>, body: &[u8]) -> Resp {
+        self.send_req(self.request(method, path, ct, body)).await
+    }
+
+    pub async fn get(&self, path: &str) -> Resp {
+        self.send(Method::GET, path, None, b"").await
+    }
+
+    pub async fn get_with_accept(&self, path: &str, accept: &str) -> Resp {
+        let mut req = self.request(Method::GET, path, None, b"");
+        req.headers_mut().insert("accept", accept.parse().unwrap());
+        self.send_req(req).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Resp {
+        self.send(
+            Method::POST,
+            path,
+            Some("application/json"),
+            body.to_string().as_bytes(),
+        )
+        .await
+    }
+
+    pub async fn put(&self, path: &str, body: &Value) -> Resp {
+        self.send(
+            Method::PUT,
+            path,
+            Some("application/json"),
+            body.to_string().as_bytes(),
+        )
+        .await
+    }
+
+    pub async fn patch(&self, path: &str, ct: &str, body: &str) -> Resp {
+        self.send(Method::PATCH, path, Some(ct), body.as_bytes())
+            .await
+    }
+
+    pub async fn delete(&self, path: &str) -> Resp {
+        self.send(Method::DELETE, path, None, b"").await
+    }
+
+    /// Open a watch; the response head is returned with a reader for the events.
+    pub async fn watch(&self, path: &str) -> (StatusCode, HeaderMap, Events) {
+        let req = self.request(Method::GET, path, None, b"");
+        let r = tokio::time::timeout(STEP, self.client.request(req))
+            .await
+            .expect("watch head timed out")
+            .expect("watch failed");
+        let (parts, body) = r.into_parts();
+        (
+            parts.status,
+            parts.headers,
+            Events {
+                body,
+                buf: Vec::new(),
+                ended: false,
+            },
+        )
+    }
+}
+
+/// Newline-delimited JSON events of a watch response.
+pub struct Events {
+    body: Incoming,
+    buf: Vec<u8>,
+    ended: bool,
+}
+
+impl Events {
+    /// The next event; `None` when the stream ended. Panics when nothing arrives within `within`.
+    pub async fn next_within(&mut self, within: Duration) -> Option<Value> {
+        tokio::time::timeout(within, self.next())
+            .await
+            .expect("no watch event in time")
+    }
+
+    /// The next event, or `None` at end of stream (or on a broken connection).
+    pub async fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=pos).collect();
+                return Some(
+                    serde_json::from_slice(&line[..line.len() - 1]).expect("event is JSON"),
+                );
+            }
+            if self.ended {
+                assert!(self.buf.is_empty(), "trailing bytes without newline");
+                return None;
+            }
+            match self.body.frame().await {
+                Some(Ok(f)) => {
+                    if let Some(d) = f.data_ref() {
+                        self.buf.extend_from_slice(d);
+                    }
+                }
+                Some(Err(_)) | None => self.ended = true,
+            }
+        }
+    }
+
+    /// Whether the stream stays quiet (no event, not ended) for `d`.
+    pub async fn quiet_for(&mut self, d: Duration) -> bool {
+        tokio::time::timeout(d, self.next()).await.is_err()
+    }
+}
+
+pub fn cm(ns: &str, name: &str, labels: Value) -> Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "data": {"k": name}
+    })
+}
+
+pub fn ns(name: &str) -> Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+}
+
+/// Keys of a JSON object, sorted.
+pub fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    k.sort();
+    k
+}
