@@ -18,6 +18,10 @@
 //! the legacy format; `get` receives a server-side Table with Name and Age columns for lists,
 //! and plain objects in watches (kubectl prints those with its default columns).
 
+// Handlers return `Status` by value as their error: it is built once per failed request and
+// becomes the response body, so boxing it would only add an allocation.
+#![allow(clippy::result_large_err)]
+
 pub mod cli;
 pub mod discovery;
 pub mod faults;
@@ -263,13 +267,13 @@ impl EmulatorHandle {
     }
 
     /// Create an object (any served kind) as a POST would; returns the stored object.
-    pub fn create(&self, obj: Value) -> Result<Value, Status> {
-        write::create_value(&self.shared, obj, "emulator").and_then(to_value)
+    pub fn create(&self, obj: Value) -> Result<Value, crate::kube::Error> {
+        Ok(write::create_value(&self.shared, obj, "emulator").and_then(to_value)?)
     }
 
     /// Replace an object as a PUT would (stale `metadata.resourceVersion` → 409).
-    pub fn update(&self, obj: Value) -> Result<Value, Status> {
-        write::update_value(&self.shared, obj, "emulator").and_then(to_value)
+    pub fn update(&self, obj: Value) -> Result<Value, crate::kube::Error> {
+        Ok(write::update_value(&self.shared, obj, "emulator").and_then(to_value)?)
     }
 
     /// Delete an object as a DELETE without options would.
@@ -279,16 +283,16 @@ impl EmulatorHandle {
         kind: &str,
         namespace: Option<&str>,
         name: &str,
-    ) -> Result<Value, Status> {
+    ) -> Result<Value, crate::kube::Error> {
         let def = write::def_for(&self.shared, api_version, kind)?;
-        write::delete(
+        Ok(write::delete(
             &self.shared,
             &def,
             namespace,
             name,
             &write::DeleteOptions::default(),
         )
-        .and_then(to_value)
+        .and_then(to_value)?)
     }
 
     /// Read an object.

@@ -287,6 +287,7 @@ impl Store {
     /// One page of the objects under `prefix`, as of `at` (`None` = now), starting at key
     /// `start` (inclusive), keeping those `filter` accepts, at most `limit` of them.
     /// An `at` older than the history window → [`TooOld`].
+    #[allow(clippy::too_many_arguments)]
     pub fn list(
         &self,
         res: &str,
