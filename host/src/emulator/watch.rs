@@ -174,6 +174,14 @@ impl Watcher {
         let mut next_bookmark = Instant::now() + interval;
         let mut events: Vec<Arc<Event>> = Vec::with_capacity(BATCH);
         loop {
+            // A stalled stream sends nothing until the stall ends (events wait in the history).
+            if let Some(until) = self.shared.faults.stalled_until() {
+                tokio::select! {
+                    _ = sleep_until(until) => {}
+                    _ = self.tx.closed() => return,
+                }
+                continue;
+            }
             // Drain everything available.
             loop {
                 events.clear();
@@ -205,13 +213,6 @@ impl Watcher {
                 if !full {
                     break;
                 }
-            }
-            if let Some(until) = self.shared.faults.stalled_until() {
-                tokio::select! {
-                    _ = sleep_until(until) => {}
-                    _ = self.tx.closed() => return,
-                }
-                continue;
             }
             let bookmark_at = match (self.opts.bookmarks, final_bookmark) {
                 (true, Some(f)) if f > Instant::now() => next_bookmark.min(f),
