@@ -575,6 +575,10 @@ async fn seed_yaml_reads_multi_document_and_lists() {
     assert_eq!(h.seed_yaml(text).unwrap(), 3);
     assert!(h.get("v1", "ConfigMap", Some("s"), "b").is_some());
     assert!(h.seed_yaml("kind: [").is_err());
+    // A missing namespace is created for a seeded object.
+    let one = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: fresh}\n";
+    assert_eq!(h.seed_yaml(one).unwrap(), 1);
+    assert!(h.get("v1", "Namespace", None, "fresh").is_some());
     h.shutdown().await;
 }
 

@@ -270,16 +270,15 @@ pub(crate) fn list(
     let count = sel.is_empty();
     let store = &shared.store;
     let res = &*r.def.store_key;
-    let (page, cont_expired) = match plan {
+    let page = match plan {
         Plan::Whole { min_rv } => {
             let now = store.current_rv();
             if let Some(n) = min_rv.filter(|n| *n > now) {
                 return Err(response::too_large_rv(n, now));
             }
-            let p = store
+            store
                 .list(res, None, &prefix, "", None, &filter, false)
-                .map_err(|e| response::internal(&e.to_string()))?;
-            (p, false)
+                .map_err(|e| response::internal(&e.to_string()))?
         }
         Plan::Page {
             at,
@@ -294,7 +293,7 @@ pub(crate) fn list(
             let from_token = !start.is_empty() || inconsistent;
             let full_start = format!("{prefix}{start}");
             match store.list(res, at, &prefix, &full_start, limit, &filter, count) {
-                Ok(p) => (p, false),
+                Ok(p) => p,
                 Err(_) if from_token => {
                     let mut s = response::expired(EXPIRED_CONTINUE);
                     s.metadata.continue_ = Some(
@@ -315,7 +314,6 @@ pub(crate) fn list(
             }
         }
     };
-    let _ = cont_expired;
     let token = page.next_after.as_ref().map(|k| {
         let rel = k.strip_prefix(prefix.as_str()).unwrap_or(k);
         ContinueToken {
@@ -327,7 +325,7 @@ pub(crate) fn list(
     });
     let remaining = if count { page.remaining } else { None };
     if accept.contains("as=Table") {
-        return Ok(table(&r.def, &page.items, page.rv, token, remaining));
+        return Ok(table(&page.items, page.rv, token, remaining));
     }
     Ok(list_body(&r.def, &page.items, page.rv, token, remaining))
 }
@@ -376,6 +374,12 @@ pub fn list_body(
 }
 
 #[derive(Deserialize)]
+struct Created {
+    #[serde(rename = "creationTimestamp")]
+    ts: Option<String>,
+}
+
+#[derive(Deserialize)]
 struct MetaOnly<'a> {
     #[serde(borrow)]
     metadata: Option<&'a RawValue>,
@@ -384,7 +388,6 @@ struct MetaOnly<'a> {
 /// A `meta.k8s.io/v1` Table with Name and Age columns; rows carry PartialObjectMetadata, as
 /// the server's default table convertor does.
 fn table(
-    def: &ResourceDef,
     items: &[Object],
     rv: u64,
     token: Option<String>,
@@ -407,14 +410,10 @@ fn table(
             .and_then(|m| m.metadata)
             .map(|m| m.get())
             .unwrap_or("{}");
-        let created = o
-            .to_value()
+        let created = serde_json::from_str::<Created>(meta)
             .ok()
-            .and_then(|v| {
-                v.pointer("/metadata/creationTimestamp")
-                    .and_then(|t| t.as_str())
-                    .and_then(super::util::parse_rfc3339)
-            })
+            .and_then(|c| c.ts)
+            .and_then(|t| super::util::parse_rfc3339(&t))
             .unwrap_or(now);
         let cells = serde_json::to_string(&[o.name(), &age(now.saturating_sub(created))])
             .unwrap_or_else(|_| "[]".into());
@@ -425,7 +424,6 @@ fn table(
         b.put_slice(b"}}");
     }
     b.put_slice(b"]}");
-    let _ = def;
     response::json(StatusCode::OK, b.freeze())
 }
 

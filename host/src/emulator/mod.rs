@@ -331,16 +331,34 @@ impl EmulatorHandle {
                 _ => vec![v],
             };
             for item in items {
-                write::create_value(&self.shared, item, "emulator-seed").map_err(|s| {
-                    EmulatorError::Rejected {
-                        index,
-                        status: s.message,
-                    }
+                self.seed_one(item).map_err(|s| EmulatorError::Rejected {
+                    index,
+                    status: s.message,
                 })?;
                 n += 1;
             }
         }
         Ok(n)
+    }
+
+    /// Create one seed object, creating its namespace first when it is missing (so a seed file
+    /// need not list namespaces).
+    fn seed_one(&self, item: Value) -> Result<(), Status> {
+        match write::create_value(&self.shared, item.clone(), "emulator-seed") {
+            Err(s)
+                if s.code == 404 && s.details.as_ref().is_some_and(|d| d.kind == "namespaces") =>
+            {
+                let ns = s
+                    .details
+                    .as_ref()
+                    .map(|d| d.name.clone())
+                    .unwrap_or_default();
+                let v = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+                write::create_value(&self.shared, v, "emulator-seed")?;
+                write::create_value(&self.shared, item, "emulator-seed").map(drop)
+            }
+            r => r.map(drop),
+        }
     }
 
     /// Stop accepting, close every connection and wait for the server task.

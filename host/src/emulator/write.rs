@@ -157,18 +157,10 @@ fn check_type(def: &ResourceDef, v: &mut Value) -> Result<(), Status> {
         None => v["kind"] = def.kind.clone().into(),
     }
     match v.get("apiVersion").and_then(Value::as_str) {
-        Some(a)
-            if a != av
-                && !(def.builtin
-                    && a.ends_with(&format!("/{}", def.version))
-                    && def.group.is_empty()) =>
-        {
-            if a.split('/').next() != Some(def.group.as_str()) || def.group.is_empty() {
-                return Err(response::bad_request(format!(
-                    "the API version in the data ({a}) does not match the expected API version ({av})"
-                )));
-            }
-            v["apiVersion"] = av.into();
+        Some(a) if a != av => {
+            return Err(response::bad_request(format!(
+                "the API version in the data ({a}) does not match the expected API version ({av})"
+            )))
         }
         Some(_) => {}
         None => v["apiVersion"] = av.into(),
@@ -280,7 +272,7 @@ fn kind_defaults(def: &ResourceDef, v: &mut Value, name: &str) -> Result<(), Sta
             v["status"] = json!({"phase": "Active"});
         }
         CRDS => {
-            let defs = Registry::crd_defs(v).map_err(|e| {
+            Registry::crd_defs(v).map_err(|e| {
                 response::invalid(
                     &def.kind,
                     &def.group,
@@ -312,7 +304,6 @@ fn kind_defaults(def: &ResourceDef, v: &mut Value, name: &str) -> Result<(), Sta
                 "acceptedNames": v.pointer("/spec/names").cloned().unwrap_or(json!({})),
                 "storedVersions": stored,
             });
-            let _ = defs;
         }
         _ => {}
     }
