@@ -607,3 +607,37 @@ async fn http2_and_tls_are_served() {
     );
     h.shutdown().await;
 }
+
+#[tokio::test]
+async fn dry_run_stores_nothing() {
+    let (h, http) = start().await;
+    let rv = h.current_resource_version();
+    let r = http
+        .post(&format!("{CMS}?dryRun=All"), &default_cm("d", json!({})))
+        .await;
+    assert_eq!(r.status, 201);
+    assert_eq!(r.json()["metadata"]["name"], "d");
+    assert_eq!(http.get(&format!("{CMS}/d")).await.status, 404);
+    h.create(default_cm("d", json!({}))).unwrap();
+    let rv_after_create = h.current_resource_version();
+    assert_eq!(rv_after_create, rv + 1, "the dry run did not consume an RV");
+    let r = http
+        .patch(
+            &format!("{CMS}/d?dryRun=All"),
+            "application/merge-patch+json",
+            r#"{"data":{"k":"new"}}"#,
+        )
+        .await;
+    assert_eq!(
+        (r.status.as_u16(), r.json()["data"]["k"].as_str()),
+        (200, Some("new"))
+    );
+    assert_eq!(
+        http.delete(&format!("{CMS}/d?dryRun=All")).await.status,
+        200
+    );
+    let cur = http.get(&format!("{CMS}/d")).await.json();
+    assert_eq!(cur["data"]["k"], "d");
+    assert_eq!(h.current_resource_version(), rv_after_create);
+    h.shutdown().await;
+}

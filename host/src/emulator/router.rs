@@ -262,6 +262,10 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
                 .get("fieldManager")
                 .map(str::to_owned)
                 .unwrap_or_else(|| default_manager(&user_agent));
+            let w = write::WriteOpts {
+                manager: &manager,
+                dry_run: q.get("dryRun") == Some("All"),
+            };
             let out = match v {
                 "list" => list::list(&shared, &r, &q, &accept),
                 "watch" => Ok(watch::watch(&shared, &r, &q)),
@@ -272,14 +276,12 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
                     r.name.as_deref().unwrap_or(""),
                 )
                 .map(|o| response::json(StatusCode::OK, o.raw().clone())),
-                "create" => write::create(&shared, &r, &body, &manager)
+                "create" => write::create(&shared, &r, &body, w)
                     .map(|o| response::json(StatusCode::CREATED, o.raw().clone())),
-                "update" => write::update(&shared, &r, &body, &manager)
+                "update" => write::update(&shared, &r, &body, w)
                     .map(|o| response::json(StatusCode::OK, o.raw().clone())),
-                "patch" => {
-                    write::patch(&shared, &r, &content_type, &body, &manager, q.flag("force"))
-                        .map(|(code, o)| response::json(code, o.raw().clone()))
-                }
+                "patch" => write::patch(&shared, &r, &content_type, &body, w, q.flag("force"))
+                    .map(|(code, o)| response::json(code, o.raw().clone())),
                 "delete" => write::delete_request(&shared, &r, &q, &body)
                     .map(|o| response::json(StatusCode::OK, o.raw().clone())),
                 "deletecollection" => write::delete_collection(&shared, &r, &q, &body),

@@ -203,11 +203,40 @@ impl Store {
         key: &str,
         f: impl FnOnce(Option<&Object>) -> Result<Mutation, E>,
     ) -> Result<Outcome, E> {
+        self.mutate_with(res, key, false, f)
+    }
+
+    /// [`Store::mutate`], or with `dry_run` only what it would produce: the outcome is computed
+    /// (the object keeps its current resourceVersion) but nothing is stored and no event is sent.
+    pub fn mutate_with<E: From<StoreError>>(
+        &self,
+        res: &Arc<str>,
+        key: &str,
+        dry_run: bool,
+        f: impl FnOnce(Option<&Object>) -> Result<Mutation, E>,
+    ) -> Result<Outcome, E> {
         let window = self.window.load(Ordering::Relaxed);
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
         let current = inner.res(res).objects.get(key).cloned();
         let decision = f(current.as_ref())?;
+        if dry_run {
+            return Ok(match (decision, current) {
+                (Mutation::Put(v), cur) => {
+                    let obj = Object::from_bytes(Bytes::from(
+                        serde_json::to_vec(&v).map_err(StoreError::from)?,
+                    ))
+                    .map_err(StoreError::from)?;
+                    if cur.is_some() {
+                        Outcome::Updated(obj)
+                    } else {
+                        Outcome::Created(obj)
+                    }
+                }
+                (Mutation::Delete, Some(cur)) => Outcome::Deleted(cur),
+                (_, cur) => Outcome::Unchanged(cur),
+            });
+        }
         let rv = inner.rv + 1;
         let (ty, obj) = match (decision, &current) {
             (Mutation::Unchanged, _) | (Mutation::Delete, None) => {

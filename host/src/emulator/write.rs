@@ -47,10 +47,31 @@ pub enum Propagation {
     Orphan,
 }
 
+/// Per-request options of create, update and patch.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteOpts<'a> {
+    /// The field manager (`fieldManager`, else the user agent's program name).
+    pub manager: &'a str,
+    /// `dryRun=All`: validate and answer, store nothing.
+    pub dry_run: bool,
+}
+
+impl<'a> WriteOpts<'a> {
+    /// A real write by `manager`.
+    pub fn by(manager: &'a str) -> Self {
+        WriteOpts {
+            manager,
+            dry_run: false,
+        }
+    }
+}
+
 /// The parts of `DeleteOptions` the emulator honours.
 #[derive(Debug, Clone, Default)]
 pub struct DeleteOptions {
     pub propagation: Propagation,
+    /// `dryRun=All`.
+    pub dry_run: bool,
     pub precondition_uid: Option<String>,
     pub precondition_rv: Option<String>,
 }
@@ -315,10 +336,10 @@ pub(crate) fn create(
     shared: &Shared,
     r: &ResourceRequest,
     body: &[u8],
-    manager: &str,
+    w: WriteOpts,
 ) -> Result<Object, Status> {
     let v = parse_body(body)?;
-    create_in(shared, &r.def, r.namespace.as_deref(), v, manager)
+    create_in(shared, &r.def, r.namespace.as_deref(), v, w)
 }
 
 /// Create from a whole object (handle and seeding): the resource comes from apiVersion/kind,
@@ -331,7 +352,7 @@ pub(crate) fn create_value(shared: &Shared, v: Value, manager: &str) -> Result<O
         .filter(|s| !s.is_empty())
         .unwrap_or("default")
         .to_owned();
-    create_in(shared, &def, Some(&ns), v, manager)
+    create_in(shared, &def, Some(&ns), v, WriteOpts::by(manager))
 }
 
 fn create_in(
@@ -339,25 +360,29 @@ fn create_in(
     def: &ResourceDef,
     ns: Option<&str>,
     mut v: Value,
-    manager: &str,
+    w: WriteOpts,
 ) -> Result<Object, Status> {
     let now = now_rfc3339();
     let generated = meta_str(&v, "name").unwrap_or("").is_empty();
     let original = v.clone();
     let mut attempts = 0;
     loop {
-        let key = prepare_create(shared, def, ns, &mut v, manager, &now)?;
+        let key = prepare_create(shared, def, ns, &mut v, w.manager, &now)?;
         let name = meta_str(&v, "name").unwrap_or("").to_owned();
         let body = std::mem::take(&mut v);
-        let out = shared.store.mutate(&def.store_key, &key, |cur| {
-            if cur.is_some() {
-                return Err(response::already_exists(&def.plural, &name));
-            }
-            Ok(Mutation::Put(body))
-        });
+        let out = shared
+            .store
+            .mutate_with(&def.store_key, &key, w.dry_run, |cur| {
+                if cur.is_some() {
+                    return Err(response::already_exists(&def.plural, &name));
+                }
+                Ok(Mutation::Put(body))
+            });
         match out {
             Ok(Outcome::Created(o)) => {
-                after_write(shared, def, &o)?;
+                if !w.dry_run {
+                    after_write(shared, def, &o)?;
+                }
                 return Ok(o);
             }
             Ok(_) => return Err(response::internal("create did not create")),
@@ -388,7 +413,7 @@ pub(crate) fn update(
     shared: &Shared,
     r: &ResourceRequest,
     body: &[u8],
-    manager: &str,
+    w: WriteOpts,
 ) -> Result<Object, Status> {
     let v = parse_body(body)?;
     let name = r.name.as_deref().unwrap_or("");
@@ -399,7 +424,7 @@ pub(crate) fn update(
         name,
         r.subresource.as_deref(),
         v,
-        manager,
+        w,
     )
 }
 
@@ -410,7 +435,15 @@ pub(crate) fn update_value(shared: &Shared, v: Value, manager: &str) -> Result<O
     let def = def_for(shared, av, kind)?;
     let ns = meta_str(&v, "namespace").map(str::to_owned);
     let name = meta_str(&v, "name").unwrap_or("").to_owned();
-    update_in(shared, &def, ns.as_deref(), &name, None, v, manager)
+    update_in(
+        shared,
+        &def,
+        ns.as_deref(),
+        &name,
+        None,
+        v,
+        WriteOpts::by(manager),
+    )
 }
 
 fn update_in(
@@ -420,7 +453,7 @@ fn update_in(
     name: &str,
     sub: Option<&str>,
     mut v: Value,
-    manager: &str,
+    w: WriteOpts,
 ) -> Result<Object, Status> {
     check_type(def, &mut v)?;
     let ns = ns_of(def, ns);
@@ -441,16 +474,25 @@ fn update_in(
     }
     let now = now_rfc3339();
     let key = key_of(ns, name);
-    let out = shared.store.mutate(&def.store_key, &key, |cur| {
-        let cur = cur.ok_or_else(|| response::not_found(&def.plural, name))?;
-        let cur_v = cur.to_value().map_err(StoreError::from)?;
-        next_state(def, cur, &cur_v, v, sub, manager, "Update", &now)
-    })?;
-    finish(shared, def, out, name)
+    let out = shared
+        .store
+        .mutate_with(&def.store_key, &key, w.dry_run, |cur| {
+            let cur = cur.ok_or_else(|| response::not_found(&def.plural, name))?;
+            let cur_v = cur.to_value().map_err(StoreError::from)?;
+            next_state(def, cur, &cur_v, v, sub, w.manager, "Update", &now)
+        })?;
+    finish(shared, def, out, name, w.dry_run)
 }
 
-fn finish(shared: &Shared, def: &ResourceDef, out: Outcome, name: &str) -> Result<Object, Status> {
+fn finish(
+    shared: &Shared,
+    def: &ResourceDef,
+    out: Outcome,
+    name: &str,
+    dry_run: bool,
+) -> Result<Object, Status> {
     match out {
+        Outcome::Created(o) | Outcome::Updated(o) | Outcome::Deleted(o) if dry_run => Ok(o),
         Outcome::Created(o) | Outcome::Updated(o) => {
             after_write(shared, def, &o)?;
             Ok(o)
@@ -566,9 +608,10 @@ pub(crate) fn patch(
     r: &ResourceRequest,
     content_type: &str,
     body: &[u8],
-    manager: &str,
+    w: WriteOpts,
     force: bool,
 ) -> Result<(StatusCode, Object), Status> {
+    let manager = w.manager;
     let ty = patch::PatchType::from_content_type(content_type)
         .ok_or_else(|| response::unsupported_media(content_type))?;
     let def = &r.def;
@@ -590,21 +633,23 @@ pub(crate) fn patch(
         {
             m.insert("name".into(), name.into());
         }
-        let obj = create_in(shared, def, r.namespace.as_deref(), v, manager)?;
+        let obj = create_in(shared, def, r.namespace.as_deref(), v, w)?;
         return Ok((StatusCode::CREATED, obj));
     }
-    let out = shared.store.mutate(&def.store_key, &key, |cur| {
-        let cur = cur.ok_or_else(|| response::not_found(&def.plural, name))?;
-        let cur_v = cur.to_value().map_err(StoreError::from)?;
-        let new = if apply {
-            patch::server_side_apply(Some(&cur_v), body, manager, force, builtin, &now)
-        } else {
-            patch::apply_patch(&cur_v, ty, body, builtin)
-        }
-        .map_err(|e| e.to_status(&def.plural, name))?;
-        next_state(def, cur, &cur_v, new, sub, manager, op, &now)
-    })?;
-    Ok((StatusCode::OK, finish(shared, def, out, name)?))
+    let out = shared
+        .store
+        .mutate_with(&def.store_key, &key, w.dry_run, |cur| {
+            let cur = cur.ok_or_else(|| response::not_found(&def.plural, name))?;
+            let cur_v = cur.to_value().map_err(StoreError::from)?;
+            let new = if apply {
+                patch::server_side_apply(Some(&cur_v), body, manager, force, builtin, &now)
+            } else {
+                patch::apply_patch(&cur_v, ty, body, builtin)
+            }
+            .map_err(|e| e.to_status(&def.plural, name))?;
+            next_state(def, cur, &cur_v, new, sub, manager, op, &now)
+        })?;
+    Ok((StatusCode::OK, finish(shared, def, out, name, w.dry_run)?))
 }
 
 /// DELETE of one object, options from the body and the query.
@@ -659,6 +704,7 @@ fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, Status> {
     let pre = b.preconditions.unwrap_or_default();
     Ok(DeleteOptions {
         propagation,
+        dry_run: q.get("dryRun") == Some("All"),
         precondition_uid: pre.uid,
         precondition_rv: pre.resource_version,
     })
@@ -675,13 +721,13 @@ pub(crate) fn delete(
 ) -> Result<Object, Status> {
     let ns = ns_of(def, ns);
     let key = key_of(ns, name);
-    if opts.propagation == Propagation::Foreground {
+    if opts.propagation == Propagation::Foreground && !opts.dry_run {
         if let Some(o) = shared.store.get(&def.store_key, &key) {
             collect_dependents(shared, o.uid(), Propagation::Foreground);
         }
     }
     let now = now_rfc3339();
-    let out = shared.store.mutate(&def.store_key, &key, |cur| {
+    let out = shared.store.mutate_with(&def.store_key, &key, opts.dry_run, |cur| {
         let cur = cur.ok_or_else(|| response::not_found(&def.plural, name))?;
         if let Some(uid) = opts.precondition_uid.as_deref() {
             if uid != cur.uid() {
@@ -721,7 +767,9 @@ pub(crate) fn delete(
     })?;
     match out {
         Outcome::Deleted(o) => {
-            after_delete(shared, def, &o, opts.propagation);
+            if !opts.dry_run {
+                after_delete(shared, def, &o, opts.propagation);
+            }
             Ok(o)
         }
         Outcome::Updated(o) | Outcome::Created(o) | Outcome::Unchanged(Some(o)) => Ok(o),
