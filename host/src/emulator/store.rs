@@ -48,18 +48,24 @@ pub struct Event {
     /// The object before the change (`None` for `Added`): needed to tell selector transitions
     /// apart and to rebuild the state at an older RV.
     pub prev: Option<Object>,
-    /// `{"type":…,"object":…}\n`, serialized once and shared by every watcher.
-    pub line: Bytes,
 }
 
-/// Build one watch-stream line (spec 6.3) around raw object bytes.
-pub fn event_line(ty: &str, raw: &[u8]) -> Bytes {
-    let mut b = BytesMut::with_capacity(raw.len() + 32);
+/// Append one watch-stream line (spec 6.3), `{"type":…,"object":…}\n`, around raw object
+/// bytes. Watchers write straight into their outgoing chunk, so the stored object bytes are the
+/// only copy an event needs.
+pub fn put_event(b: &mut BytesMut, ty: &str, raw: &[u8]) {
+    b.reserve(raw.len() + 32);
     b.put_slice(b"{\"type\":\"");
     b.put_slice(ty.as_bytes());
     b.put_slice(b"\",\"object\":");
     b.put_slice(raw);
     b.put_slice(b"}\n");
+}
+
+/// One watch-stream line as its own buffer.
+pub fn event_line(ty: &str, raw: &[u8]) -> Bytes {
+    let mut b = BytesMut::new();
+    put_event(&mut b, ty, raw);
     b.freeze()
 }
 
@@ -291,14 +297,12 @@ impl Store {
         } else {
             st.objects.insert(key.to_owned(), obj.clone());
         }
-        let line = event_line(ty.as_str(), obj.raw());
         st.history.push_back(Arc::new(Event {
             rv,
             ty,
             key: key.into(),
             obj: obj.clone(),
             prev: current,
-            line,
         }));
         while st.history.len() > window {
             if let Some(e) = st.history.pop_front() {
@@ -527,8 +531,9 @@ mod tests {
             types,
             [EventType::Added, EventType::Modified, EventType::Deleted]
         );
-        assert!(ev[0].line.starts_with(b"{\"type\":\"ADDED\",\"object\":{"));
-        assert!(ev[0].line.ends_with(b"}}\n"));
+        let line = event_line(ev[0].ty.as_str(), ev[0].obj.raw());
+        assert!(line.starts_with(b"{\"type\":\"ADDED\",\"object\":{"));
+        assert!(line.ends_with(b"}}\n"));
     }
 
     #[test]

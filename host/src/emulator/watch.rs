@@ -6,6 +6,7 @@
 //! millions of events per second and many watchers share the same bytes. A cursor that falls
 //! behind the history window gets the same 410 ERROR event a late starter gets.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +22,7 @@ use super::list::Selectors;
 use super::registry::ResourceDef;
 use super::response::{self, Body, FieldError};
 use super::router::{Query, ResourceRequest};
-use super::store::{event_line, Event, EventType};
+use super::store::{event_line, put_event, Event, EventType};
 use super::Shared;
 use crate::kube::object::Object;
 use crate::kube::Status;
@@ -152,7 +153,7 @@ impl Watcher {
                 let (rv, items) = store.snapshot(&res, &self.prefix);
                 for o in &items {
                     if self.opts.sel.matches(o) {
-                        self.buf.put_slice(&event_line("ADDED", o.raw()));
+                        put_event(&mut self.buf, "ADDED", o.raw());
                         if self.buf.len() >= CHUNK && self.flush().await.is_err() {
                             return;
                         }
@@ -268,9 +269,9 @@ impl Watcher {
                 return Err(End::Done);
             }
             if plain {
-                self.buf.put_slice(&e.line);
-            } else if let Some(line) = self.filtered(e) {
-                self.buf.put_slice(&line);
+                put_event(&mut self.buf, e.ty.as_str(), e.obj.raw());
+            } else if let Some((ty, raw)) = self.filtered(e) {
+                put_event(&mut self.buf, ty, &raw);
             } else {
                 continue;
             }
@@ -295,20 +296,21 @@ impl Watcher {
     /// The line this watcher sees for `e`: objects entering the selector are ADDED, those
     /// leaving it are DELETED (carrying their previous state at the event's RV), as the
     /// server's watch cache does.
-    fn filtered(&self, e: &Event) -> Option<Bytes> {
+    fn filtered<'e>(&self, e: &'e Event) -> Option<(&'static str, Cow<'e, [u8]>)> {
         let cur = self.passes(&e.obj);
         let old = e.prev.as_ref().is_some_and(|p| self.passes(p));
+        let same = || Some((e.ty.as_str(), Cow::Borrowed(&e.obj.raw()[..])));
         match (e.ty, old, cur) {
-            (EventType::Added | EventType::Deleted, _, true) => Some(e.line.clone()),
-            (EventType::Modified, true, true) => Some(e.line.clone()),
-            (EventType::Modified, false, true) => Some(event_line("ADDED", e.obj.raw())),
+            (EventType::Added | EventType::Deleted, _, true) => same(),
+            (EventType::Modified, true, true) => same(),
+            (EventType::Modified, false, true) => Some(("ADDED", Cow::Borrowed(&e.obj.raw()[..]))),
             (EventType::Modified, true, false) => {
                 let prev = e.prev.as_ref()?;
                 let mut v = prev.to_value().ok()?;
                 if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
                     m.insert("resourceVersion".into(), Value::String(e.rv.to_string()));
                 }
-                Some(event_line("DELETED", &serde_json::to_vec(&v).ok()?))
+                Some(("DELETED", Cow::Owned(serde_json::to_vec(&v).ok()?)))
             }
             _ => None,
         }
