@@ -641,3 +641,38 @@ async fn dry_run_stores_nothing() {
     assert_eq!(h.current_resource_version(), rv_after_create);
     h.shutdown().await;
 }
+
+#[tokio::test]
+async fn non_object_bodies_are_rejected_not_panics() {
+    let (h, http) = start().await;
+    assert!(h.create(json!([1, 2])).is_err());
+    assert!(h.seed_yaml("just a string\n").is_err());
+    assert_eq!(
+        http.send(Method::POST, CMS, Some("application/json"), b"[1]")
+            .await
+            .status,
+        400
+    );
+    assert_eq!(
+        http.send(Method::POST, CMS, Some("application/json"), b"{oops")
+            .await
+            .status,
+        400
+    );
+    h.create(default_cm("x", json!({}))).unwrap();
+    let r = http
+        .patch(
+            &format!("{CMS}/x"),
+            "application/json-patch+json",
+            r#"[{"op":"replace","path":"","value":1}]"#,
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    let r = http
+        .patch(&format!("{CMS}/y"), "application/apply-patch+yaml", "3")
+        .await;
+    assert!(r.status.is_client_error(), "{}", r.status);
+    // The server still answers.
+    assert_eq!(http.get(&format!("{CMS}/x")).await.status, 200);
+    h.shutdown().await;
+}

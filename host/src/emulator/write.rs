@@ -150,13 +150,29 @@ fn parse_body(body: &[u8]) -> Result<Value, Status> {
     Ok(v)
 }
 
+/// `metadata` as a map, created when missing. Callers have checked that `v` is an object
+/// ([`object_body`]); a non-object is replaced rather than indexed (which would panic).
 fn meta_mut(v: &mut Value) -> &mut Map<String, Value> {
+    if !v.is_object() {
+        *v = Value::Object(Map::new());
+    }
     if !v.get("metadata").is_some_and(Value::is_object) {
         v["metadata"] = json!({});
     }
     match v.get_mut("metadata") {
         Some(Value::Object(m)) => m,
         _ => unreachable!("metadata was just made an object"),
+    }
+}
+
+/// Reject anything but a JSON object as an object body.
+fn object_body(v: &Value) -> Result<(), Status> {
+    if v.is_object() {
+        Ok(())
+    } else {
+        Err(response::bad_request(
+            "the body of the request must be a JSON object",
+        ))
     }
 }
 
@@ -362,6 +378,7 @@ fn create_in(
     mut v: Value,
     w: WriteOpts,
 ) -> Result<Object, Status> {
+    object_body(&v)?;
     let now = now_rfc3339();
     let generated = meta_str(&v, "name").unwrap_or("").is_empty();
     let original = v.clone();
@@ -455,6 +472,7 @@ fn update_in(
     mut v: Value,
     w: WriteOpts,
 ) -> Result<Object, Status> {
+    object_body(&v)?;
     check_type(def, &mut v)?;
     let ns = ns_of(def, ns);
     match meta_str(&v, "name") {
@@ -537,6 +555,7 @@ fn next_state(
     operation: &str,
     now: &str,
 ) -> Result<Mutation, Status> {
+    object_body(&new)?;
     if let Some(rv) = meta_str(&new, "resourceVersion").filter(|s| !s.is_empty()) {
         if rv != cur.resource_version() {
             return Err(response::conflict(&def.plural, cur.name(), response::STALE));
@@ -626,6 +645,7 @@ pub(crate) fn patch(
     if apply && sub.is_none() && shared.store.get(&def.store_key, &key).is_none() {
         let mut v = patch::server_side_apply(None, body, manager, force, builtin, &now)
             .map_err(|e| e.to_status(&def.plural, name))?;
+        object_body(&v)?;
         let m = meta_mut(&mut v);
         if m.get("name")
             .and_then(Value::as_str)
