@@ -7,16 +7,30 @@
 //!
 //! Layout: [`store`] (revisioned objects and history), [`registry`] (served resources),
 //! [`server`] (listener, TLS, connections), [`router`] (paths and verbs), [`discovery`],
-//! [`list`], [`watch`], [`write`], [`faults`], [`cli`].
+//! [`list`], [`watch`], [`write`](mod@write), [`faults`], [`cli`].
 //!
-//! What `kubectl` falls back on: `/openapi/v3` serves only what tells kubectl that the server
-//! validates fields itself (see [`openapi`]), `/openapi/v2` answers 404, so `explain` does not
-//! work; request bodies in protobuf (kubectl ≥ 1.32's typed generators such as
-//! `kubectl create configmap`) are answered 415, while `create -f`, `apply`, `label`, `patch`
-//! and `delete` send JSON and work; aggregated discovery is
-//! answered with the legacy documents (plain `application/json`), which client-go accepts as
-//! the legacy format; `get` receives a server-side Table with Name and Age columns for lists,
-//! and plain objects in watches (kubectl prints those with its default columns).
+//! What `kubectl` falls back on:
+//! - aggregated discovery is answered with the legacy documents as plain `application/json`,
+//!   which client-go accepts as the legacy format;
+//! - `/openapi/v3` serves only what tells kubectl that the server validates fields itself (see
+//!   [`openapi`]); `/openapi/v2` answers 404, so `kubectl explain` does not work;
+//! - lists asked `as=Table` get a Table with Name and Age columns; watches get plain objects,
+//!   which kubectl prints with its default columns;
+//! - request bodies in protobuf are answered 415: kubectl 1.32's typed generators
+//!   (`kubectl create configmap|secret|deployment …`) send protobuf and fail, while
+//!   `create -f`, `apply` (client- and server-side), `diff`, `label`, `patch`, `delete` and
+//!   `get` send JSON and work.
+//!
+//! Known differences from kube-apiserver (by design or not yet done):
+//! - no authorization: any request with the right token (or none configured) is allowed, so
+//!   the 403 sample has no counterpart;
+//! - `fieldValidation` is accepted and ignored (no schemas are known);
+//! - graceful deletion is immediate; garbage collection and namespace cleanup run synchronously
+//!   at the end of the DELETE that triggers them (see [`write`](mod@write));
+//! - `events.k8s.io/v1` events and core `v1` events are separate collections;
+//! - a watch or list at an RV newer than the store answers at once (504 for lists) instead of
+//!   waiting up to 3 s for it;
+//! - the history window counts events per resource, not seconds.
 
 // Handlers return `Status` by value as their error: it is built once per failed request and
 // becomes the response body, so boxing it would only add an allocation.

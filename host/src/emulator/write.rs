@@ -2,7 +2,7 @@
 //! propagation), deletecollection, the status subresource, and owner-reference garbage
 //! collection.
 //!
-//! Why every decision runs inside [`Store::mutate`]: the stale-RV check, the AlreadyExists check
+//! Why every decision runs inside [`Store::mutate`](super::store::Store::mutate): the stale-RV check, the AlreadyExists check
 //! and the commit must be one atomic step, or two concurrent writers could both win. Nothing
 //! inside those closures touches the store again (that would deadlock), so checks that read other
 //! objects (the namespace exists) happen before.
