@@ -676,3 +676,27 @@ async fn non_object_bodies_are_rejected_not_panics() {
     assert_eq!(http.get(&format!("{CMS}/x")).await.status, 200);
     h.shutdown().await;
 }
+
+#[tokio::test]
+async fn yaml_bodies_are_accepted_and_protobuf_is_415() {
+    let (h, http) = start().await;
+    let y = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: y\ndata:\n  k: v\n";
+    let r = http
+        .send(Method::POST, CMS, Some("application/yaml"), y.as_bytes())
+        .await;
+    assert_eq!(r.status, 201);
+    assert_eq!(r.json()["data"]["k"], "v");
+    let r = http
+        .send(
+            Method::POST,
+            CMS,
+            Some("application/vnd.kubernetes.protobuf"),
+            b"k8s\0",
+        )
+        .await;
+    assert_eq!(
+        (r.status.as_u16(), r.json()["reason"].as_str()),
+        (415, Some("UnsupportedMediaType"))
+    );
+    h.shutdown().await;
+}

@@ -8,7 +8,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use percent_encoding::percent_decode_str;
-use tracing::debug;
+use tracing::{debug, Instrument};
 
 use super::registry::ResourceDef;
 use super::response::{self, Body};
@@ -170,10 +170,13 @@ fn authorized(shared: &Shared, req: &Request<Incoming>) -> bool {
 
 /// Serve one request.
 pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    let span = tracing::debug_span!("request", method = %req.method(), path = %req.uri().path());
+    serve(shared, req).instrument(span).await
+}
+
+async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
-    let span = tracing::debug_span!("request", %method, %path);
-    let _e = span.enter();
     if !authorized(&shared, &req) {
         shared.counters.count("other");
         return response::status(&response::unauthorized());
@@ -186,7 +189,6 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
     let q = Query::parse(req.uri().query());
     let route = route(&shared, &segs);
     if let Route::Admin(rest) = route {
-        drop(_e);
         let body = match read_body(req).await {
             Ok(b) => b,
             Err(s) => return response::status(&s),
@@ -231,7 +233,6 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned();
-    drop(_e);
     match route {
         Route::Version => discovery::version(),
         Route::Health => response::text(StatusCode::OK, "ok"),
@@ -258,6 +259,16 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
             if matches!(method, Method::POST | Method::PUT) && !is_json_or_yaml(&content_type) {
                 return response::status(&unsupported_body(&content_type));
             }
+            let body = if matches!(method, Method::POST | Method::PUT)
+                && content_type.starts_with("application/yaml")
+            {
+                match yaml_to_json(&body) {
+                    Ok(b) => b,
+                    Err(s) => return response::status(&s),
+                }
+            } else {
+                body
+            };
             let manager = q
                 .get("fieldManager")
                 .map(str::to_owned)
@@ -295,6 +306,14 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
 fn is_json_or_yaml(ct: &str) -> bool {
     let mt = ct.split(';').next().unwrap_or("").trim();
     mt.is_empty() || mt == "application/json" || mt == "application/yaml" || mt == "*/*"
+}
+
+fn yaml_to_json(body: &[u8]) -> Result<Bytes, Status> {
+    let v: serde_json::Value =
+        serde_yaml::from_slice(body).map_err(|e| response::bad_request(format!("yaml: {e}")))?;
+    serde_json::to_vec(&v)
+        .map(Bytes::from)
+        .map_err(|e| response::bad_request(e.to_string()))
 }
 
 /// 415 for a POST/PUT body the emulator cannot decode (protobuf, CBOR).
