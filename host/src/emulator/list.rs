@@ -168,6 +168,8 @@ enum Plan {
         start: String,
         limit: Option<usize>,
         inconsistent: bool,
+        /// The latest state must be at least this new (RV=N, NotOlderThan, with a limit).
+        min_rv: Option<u64>,
     },
 }
 
@@ -218,6 +220,7 @@ fn plan(q: &Query) -> Result<Plan, Status> {
             start: t.start,
             limit,
             inconsistent: t.rv <= 0,
+            min_rv: None,
         });
     }
     match rv {
@@ -226,6 +229,7 @@ fn plan(q: &Query) -> Result<Plan, Status> {
             start: String::new(),
             limit,
             inconsistent: false,
+            min_rv: None,
         }),
         Some(r) => {
             let n = parse_rv(r)?;
@@ -243,6 +247,17 @@ fn plan(q: &Query) -> Result<Plan, Status> {
                     start: String::new(),
                     limit,
                     inconsistent: false,
+                    min_rv: None,
+                })
+            } else if limit.is_some() && n != 0 {
+                // NotOlderThan with a limit is paginated from the latest state (kube-apiserver
+                // sends it to etcd rather than the watch cache).
+                Ok(Plan::Page {
+                    at: None,
+                    start: String::new(),
+                    limit,
+                    inconsistent: false,
+                    min_rv: Some(n),
                 })
             } else {
                 Ok(Plan::Whole {
@@ -285,9 +300,10 @@ pub(crate) fn list(
             start,
             limit,
             inconsistent,
+            min_rv,
         } => {
             let now = store.current_rv();
-            if let Some(n) = at.filter(|n| *n > now) {
+            if let Some(n) = at.or(min_rv).filter(|n| *n > now) {
                 return Err(response::too_large_rv(n, now));
             }
             let from_token = !start.is_empty() || inconsistent;
@@ -471,6 +487,7 @@ mod tests {
             start: String::new(),
             limit,
             inconsistent: false,
+            min_rv: None,
         };
         assert_eq!(plan(&q("")).unwrap(), page(None, None));
         assert_eq!(plan(&q("limit=2")).unwrap(), page(None, Some(2)));
@@ -501,7 +518,21 @@ mod tests {
                 "resourceVersion=7&resourceVersionMatch=NotOlderThan&limit=2"
             ))
             .unwrap(),
-            Whole { min_rv: Some(7) }
+            Page {
+                at: None,
+                start: String::new(),
+                limit: Some(2),
+                inconsistent: false,
+                min_rv: Some(7)
+            },
+            "NotOlderThan with a limit pages the latest state"
+        );
+        assert_eq!(
+            plan(&q(
+                "resourceVersion=0&resourceVersionMatch=NotOlderThan&limit=2"
+            ))
+            .unwrap(),
+            Whole { min_rv: None }
         );
         let tok = ContinueToken {
             v: "meta.k8s.io/v1".into(),
@@ -515,7 +546,8 @@ mod tests {
                 at: Some(9),
                 start: "b\u{0}".into(),
                 limit: Some(1),
-                inconsistent: false
+                inconsistent: false,
+                min_rv: None
             }
         );
         assert_eq!(
