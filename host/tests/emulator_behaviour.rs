@@ -402,7 +402,18 @@ async fn delete_preconditions_conflict() {
         )
         .await;
     assert_eq!(r.status, 409);
-    assert_eq!(http.delete(&format!("{CMS}/p")).await.status, 200);
+    let r = http.delete(&format!("{CMS}/p")).await;
+    assert_eq!(r.status, 200);
+    // An immediate deletion of a built-in kind answers a Success Status.
+    let v = r.json();
+    assert_eq!(
+        (v["kind"].as_str(), v["status"].as_str()),
+        (Some("Status"), Some("Success"))
+    );
+    assert_eq!(
+        (v["details"]["name"].as_str(), v["details"]["kind"].as_str()),
+        (Some("p"), Some("configmaps"))
+    );
     assert_eq!(http.delete(&format!("{CMS}/p")).await.status, 404);
     h.shutdown().await;
 }

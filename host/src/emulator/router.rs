@@ -293,8 +293,7 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
                     .map(|o| response::json(StatusCode::OK, o.raw().clone())),
                 "patch" => write::patch(&shared, &r, &content_type, &body, w, q.flag("force"))
                     .map(|(code, o)| response::json(code, o.raw().clone())),
-                "delete" => write::delete_request(&shared, &r, &q, &body)
-                    .map(|o| response::json(StatusCode::OK, o.raw().clone())),
+                "delete" => write::delete_request(&shared, &r, &q, &body),
                 "deletecollection" => write::delete_collection(&shared, &r, &q, &body),
                 _ => Err(response::method_not_allowed()),
             };

@@ -672,21 +672,35 @@ pub(crate) fn patch(
     Ok((StatusCode::OK, finish(shared, def, out, name, w.dry_run)?))
 }
 
-/// DELETE of one object, options from the body and the query.
+/// DELETE of one object, options from the body and the query. Like kube-apiserver, an object
+/// removed at once is answered with a Success Status for built-in kinds (the deleted object for
+/// pods and custom resources); one kept for its finalizers is answered with its new state.
 pub(crate) fn delete_request(
     shared: &Shared,
     r: &ResourceRequest,
     q: &Query,
     body: &[u8],
-) -> Result<Object, Status> {
+) -> Result<Response<Body>, Status> {
     let opts = delete_options(q, body)?;
-    delete(
-        shared,
-        &r.def,
-        r.namespace.as_deref(),
-        r.name.as_deref().unwrap_or(""),
-        &opts,
-    )
+    let name = r.name.as_deref().unwrap_or("");
+    let (o, gone) = delete_inner(shared, &r.def, r.namespace.as_deref(), name, &opts)?;
+    if gone && r.def.builtin && r.def.plural != "pods" {
+        let mut details = json!({"name": name, "kind": r.def.plural, "uid": o.uid()});
+        if !r.def.group.is_empty() {
+            details["group"] = r.def.group.clone().into();
+        }
+        return Ok(response::value(
+            StatusCode::OK,
+            &json!({
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "details": details
+            }),
+        ));
+    }
+    Ok(response::json(StatusCode::OK, o.raw().clone()))
 }
 
 fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, Status> {
@@ -739,6 +753,17 @@ pub(crate) fn delete(
     name: &str,
     opts: &DeleteOptions,
 ) -> Result<Object, Status> {
+    delete_inner(shared, def, ns, name, opts).map(|(o, _)| o)
+}
+
+/// [`delete`], also telling whether the object is gone (rather than waiting on finalizers).
+fn delete_inner(
+    shared: &Shared,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    name: &str,
+    opts: &DeleteOptions,
+) -> Result<(Object, bool), Status> {
     let ns = ns_of(def, ns);
     let key = key_of(ns, name);
     if opts.propagation == Propagation::Foreground && !opts.dry_run {
@@ -790,9 +815,9 @@ pub(crate) fn delete(
             if !opts.dry_run {
                 after_delete(shared, def, &o, opts.propagation);
             }
-            Ok(o)
+            Ok((o, true))
         }
-        Outcome::Updated(o) | Outcome::Created(o) | Outcome::Unchanged(Some(o)) => Ok(o),
+        Outcome::Updated(o) | Outcome::Created(o) | Outcome::Unchanged(Some(o)) => Ok((o, false)),
         Outcome::Unchanged(None) => Err(response::not_found(&def.plural, name)),
     }
 }
