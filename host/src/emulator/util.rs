@@ -63,18 +63,19 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 
 /// A random version-4 UUID in its canonical text form.
 pub fn new_uid() -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut b: [u8; 16] = rand::random();
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let h = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
-    format!(
-        "{}-{}-{}-{}-{}",
-        h(0..4),
-        h(4..6),
-        h(6..8),
-        h(8..10),
-        h(10..16)
-    )
+    let mut s = String::with_capacity(36);
+    for (i, x) in b.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            s.push('-');
+        }
+        s.push(HEX[(x >> 4) as usize] as char);
+        s.push(HEX[(x & 0x0f) as usize] as char);
+    }
+    s
 }
 
 /// Five random lowercase alphanumerics, the suffix `generateName` gets.
@@ -122,7 +123,13 @@ mod tests {
     fn uid_is_v4_shaped() {
         let u = new_uid();
         assert_eq!(u.len(), 36);
+        let parts: Vec<usize> = u.split('-').map(str::len).collect();
+        assert_eq!(parts, [8, 4, 4, 4, 12]);
+        assert!(u
+            .chars()
+            .all(|c| c == '-' || c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
         assert_eq!(&u[14..15], "4");
+        assert!(matches!(&u[19..20], "8" | "9" | "a" | "b"));
         assert_ne!(u, new_uid());
     }
 

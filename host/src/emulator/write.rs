@@ -381,7 +381,8 @@ fn create_in(
     object_body(&v)?;
     let now = now_rfc3339();
     let generated = meta_str(&v, "name").unwrap_or("").is_empty();
-    let original = v.clone();
+    // Only a generated name can collide and be retried; keep the input for that case only.
+    let original = generated.then(|| v.clone());
     let mut attempts = 0;
     loop {
         let key = prepare_create(shared, def, ns, &mut v, w.manager, &now)?;
@@ -403,9 +404,9 @@ fn create_in(
                 return Ok(o);
             }
             Ok(_) => return Err(response::internal("create did not create")),
-            Err(s) if generated && s.code == 409 && attempts < 8 => {
+            Err(s) if s.code == 409 && attempts < 8 && original.is_some() => {
                 attempts += 1;
-                v = original.clone();
+                v = original.clone().unwrap_or_default();
             }
             Err(s) => return Err(s),
         }
