@@ -223,6 +223,47 @@ async fn configmaps_create_get_label_select_delete() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_generators_send_protobuf_that_is_decoded() {
+    if !kubectl_available() {
+        return;
+    }
+    let k = Kube::start(false, None).await;
+    k.ok(&["create", "namespace", "gen"]).await;
+    k.ok(&[
+        "create",
+        "configmap",
+        "c",
+        "-n",
+        "gen",
+        "--from-literal=a=b",
+    ])
+    .await;
+    k.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "s",
+        "-n",
+        "gen",
+        "--from-literal=p=q",
+    ])
+    .await;
+    k.ok(&["create", "serviceaccount", "robot", "-n", "gen"])
+        .await;
+    let cm = k.json(&["get", "cm", "c", "-n", "gen"]).await;
+    assert_eq!(cm["data"]["a"], "b");
+    let s = k.json(&["get", "secret", "s", "-n", "gen"]).await;
+    assert_eq!(s["data"]["p"], "cQ==");
+    // Kinds without a protobuf decoder are refused clearly (use create -f / apply for them).
+    let (ok, _, err) = k.run(&["create", "deployment", "d", "--image=nginx"]).await;
+    assert!(!ok && err.contains("unknown format"), "{err}");
+    k.ok(&["delete", "namespace", "gen"]).await;
+    let (ok, _, _) = k.run(&["get", "cm", "c", "-n", "gen"]).await;
+    assert!(!ok);
+    k.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_resources_and_api_versions() {
     if !kubectl_available() {
         return;

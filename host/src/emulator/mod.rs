@@ -16,10 +16,10 @@
 //!   [`openapi`]); `/openapi/v2` answers 404, so `kubectl explain` does not work;
 //! - lists asked `as=Table` get a Table with Name and Age columns; watches get plain objects,
 //!   which kubectl prints with its default columns;
-//! - request bodies in protobuf are answered 415: kubectl 1.32's typed generators
-//!   (`kubectl create configmap|secret|deployment …`) send protobuf and fail, while
-//!   `create -f`, `apply` (client- and server-side), `diff`, `label`, `patch`, `delete` and
-//!   `get` send JSON and work.
+//! - kubectl 1.32's typed generators send protobuf bodies: those for namespaces, configmaps,
+//!   secrets and serviceaccounts are decoded ([`protobuf`]); others (`kubectl create
+//!   deployment …`) are answered 415. `create -f`, `apply` (client- and server-side), `diff`,
+//!   `label`, `patch`, `delete` and `get` send JSON and work for every kind.
 //!
 //! Known differences from kube-apiserver (by design or not yet done):
 //! - no authorization: any request with the right token (or none configured) is allowed, so
@@ -42,6 +42,7 @@ pub mod faults;
 pub mod list;
 pub mod openapi;
 mod patch_shim;
+pub mod protobuf;
 pub mod registry;
 pub mod response;
 pub mod router;

@@ -256,13 +256,8 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             } else {
                 Bytes::new()
             };
-            if matches!(method, Method::POST | Method::PUT) && !is_json_or_yaml(&content_type) {
-                return response::status(&unsupported_body(&content_type));
-            }
-            let body = if matches!(method, Method::POST | Method::PUT)
-                && content_type.starts_with("application/yaml")
-            {
-                match yaml_to_json(&body) {
+            let body = if matches!(method, Method::POST | Method::PUT) {
+                match body_to_json(&content_type, body) {
                     Ok(b) => b,
                     Err(s) => return response::status(&s),
                 }
@@ -302,9 +297,21 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     }
 }
 
-fn is_json_or_yaml(ct: &str) -> bool {
-    let mt = ct.split(';').next().unwrap_or("").trim();
-    mt.is_empty() || mt == "application/json" || mt == "application/yaml" || mt == "*/*"
+/// POST/PUT bodies as JSON: JSON as is, YAML converted, the protobuf kubectl's generators send
+/// decoded where supported; anything else is 415.
+fn body_to_json(ct: &str, body: Bytes) -> Result<Bytes, Status> {
+    match ct.split(';').next().unwrap_or("").trim() {
+        "" | "application/json" | "*/*" => Ok(body),
+        "application/yaml" => yaml_to_json(&body),
+        "application/vnd.kubernetes.protobuf" => match super::protobuf::decode(&body) {
+            Ok(v) => serde_json::to_vec(&v)
+                .map(Bytes::from)
+                .map_err(|e| response::bad_request(e.to_string())),
+            Err(super::protobuf::ProtoError::Unsupported(_)) => Err(unsupported_body(ct)),
+            Err(e) => Err(response::bad_request(e.to_string())),
+        },
+        _ => Err(unsupported_body(ct)),
+    }
 }
 
 fn yaml_to_json(body: &[u8]) -> Result<Bytes, Status> {

@@ -1,0 +1,298 @@
+//! Just enough of Kubernetes' protobuf encoding to accept the request bodies kubectl's typed
+//! generators send (`kubectl create namespace|configmap|secret|serviceaccount …`).
+//!
+//! Why: kubectl 1.32 sends built-in objects from those commands as protobuf only, without a JSON
+//! fallback. The body is the `k8s\0` magic, then a `runtime.Unknown` (type meta + the raw message).
+//! Only the kinds below are decoded, and of `ObjectMeta` only what a create carries; anything else
+//! is refused with 415 by the caller.
+
+use base64::Engine;
+use serde_json::{json, Map, Value};
+
+/// Why a protobuf body could not be turned into JSON.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ProtoError {
+    #[error("not a Kubernetes protobuf envelope")]
+    NoMagic,
+    #[error("malformed protobuf: {0}")]
+    Malformed(&'static str),
+    #[error("protobuf bodies of kind {0:?} are not supported; send JSON")]
+    Unsupported(String),
+}
+
+enum Wire<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+    Fixed,
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn varint(&mut self) -> Result<u64, ProtoError> {
+        let mut v = 0u64;
+        for i in 0..10 {
+            let (&byte, rest) = self
+                .b
+                .split_first()
+                .ok_or(ProtoError::Malformed("truncated varint"))?;
+            self.b = rest;
+            v |= u64::from(byte & 0x7f) << (7 * i);
+            if byte & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(ProtoError::Malformed("varint too long"))
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], ProtoError> {
+        if n > self.b.len() {
+            return Err(ProtoError::Malformed("truncated field"));
+        }
+        let (h, t) = self.b.split_at(n);
+        self.b = t;
+        Ok(h)
+    }
+
+    fn next(&mut self) -> Result<Option<(u64, Wire<'a>)>, ProtoError> {
+        if self.b.is_empty() {
+            return Ok(None);
+        }
+        let key = self.varint()?;
+        let wire = match key & 7 {
+            0 => Wire::Varint(self.varint()?),
+            1 => {
+                self.take(8)?;
+                Wire::Fixed
+            }
+            2 => {
+                let n = usize::try_from(self.varint()?)
+                    .map_err(|_| ProtoError::Malformed("length overflow"))?;
+                Wire::Bytes(self.take(n)?)
+            }
+            5 => {
+                self.take(4)?;
+                Wire::Fixed
+            }
+            _ => return Err(ProtoError::Malformed("unsupported wire type")),
+        };
+        Ok(Some((key >> 3, wire)))
+    }
+}
+
+fn fields(b: &[u8]) -> Reader<'_> {
+    Reader { b }
+}
+
+fn string(b: &[u8]) -> Result<String, ProtoError> {
+    String::from_utf8(b.to_vec()).map_err(|_| ProtoError::Malformed("string is not UTF-8"))
+}
+
+/// One `map<string, V>` entry: key = 1, value = 2.
+fn map_entry(b: &[u8], bytes_value: bool) -> Result<(String, Value), ProtoError> {
+    let (mut k, mut v) = (String::new(), Value::String(String::new()));
+    let mut r = fields(b);
+    while let Some((f, w)) = r.next()? {
+        match (f, w) {
+            (1, Wire::Bytes(x)) => k = string(x)?,
+            (2, Wire::Bytes(x)) if bytes_value => {
+                v = Value::String(base64::engine::general_purpose::STANDARD.encode(x))
+            }
+            (2, Wire::Bytes(x)) => v = Value::String(string(x)?),
+            _ => {}
+        }
+    }
+    Ok((k, v))
+}
+
+fn insert_entry(
+    obj: &mut Map<String, Value>,
+    field: &str,
+    b: &[u8],
+    bytes_value: bool,
+) -> Result<(), ProtoError> {
+    let (k, v) = map_entry(b, bytes_value)?;
+    let m = obj.entry(field).or_insert_with(|| json!({}));
+    if let Some(m) = m.as_object_mut() {
+        m.insert(k, v);
+    }
+    Ok(())
+}
+
+fn push_string(obj: &mut Map<String, Value>, field: &str, b: &[u8]) -> Result<(), ProtoError> {
+    let s = string(b)?;
+    let a = obj.entry(field).or_insert_with(|| json!([]));
+    if let Some(a) = a.as_array_mut() {
+        a.push(Value::String(s));
+    }
+    Ok(())
+}
+
+fn object_meta(b: &[u8]) -> Result<Value, ProtoError> {
+    let mut m = Map::new();
+    let mut r = fields(b);
+    while let Some((f, w)) = r.next()? {
+        let Wire::Bytes(x) = w else { continue };
+        match f {
+            1 => {
+                m.insert("name".into(), string(x)?.into());
+            }
+            2 => {
+                m.insert("generateName".into(), string(x)?.into());
+            }
+            3 => {
+                m.insert("namespace".into(), string(x)?.into());
+            }
+            11 => insert_entry(&mut m, "labels", x, false)?,
+            12 => insert_entry(&mut m, "annotations", x, false)?,
+            14 => push_string(&mut m, "finalizers", x)?,
+            _ => {}
+        }
+    }
+    Ok(Value::Object(m))
+}
+
+/// Decode a protobuf request body into the JSON object it stands for.
+pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
+    let rest = body.strip_prefix(b"k8s\0").ok_or(ProtoError::NoMagic)?;
+    let (mut api_version, mut kind, mut raw) = (String::new(), String::new(), &[][..]);
+    let mut r = fields(rest);
+    while let Some((f, w)) = r.next()? {
+        match (f, w) {
+            (1, Wire::Bytes(tm)) => {
+                let mut t = fields(tm);
+                while let Some((tf, tw)) = t.next()? {
+                    match (tf, tw) {
+                        (1, Wire::Bytes(x)) => api_version = string(x)?,
+                        (2, Wire::Bytes(x)) => kind = string(x)?,
+                        _ => {}
+                    }
+                }
+            }
+            (2, Wire::Bytes(x)) => raw = x,
+            _ => {}
+        }
+    }
+    let mut obj = Map::new();
+    obj.insert("apiVersion".into(), api_version.clone().into());
+    obj.insert("kind".into(), kind.clone().into());
+    if api_version != "v1" {
+        return Err(ProtoError::Unsupported(kind));
+    }
+    let mut r = fields(raw);
+    while let Some((f, w)) = r.next()? {
+        match (kind.as_str(), f, w) {
+            (_, 1, Wire::Bytes(x)) => {
+                obj.insert("metadata".into(), object_meta(x)?);
+            }
+            ("ConfigMap", 2, Wire::Bytes(x)) => insert_entry(&mut obj, "data", x, false)?,
+            ("ConfigMap", 3, Wire::Bytes(x)) => insert_entry(&mut obj, "binaryData", x, true)?,
+            ("ConfigMap", 4, Wire::Varint(v)) | ("Secret", 5, Wire::Varint(v)) => {
+                obj.insert("immutable".into(), (v != 0).into());
+            }
+            ("Secret", 2, Wire::Bytes(x)) => insert_entry(&mut obj, "data", x, true)?,
+            ("Secret", 3, Wire::Bytes(x)) => {
+                obj.insert("type".into(), string(x)?.into());
+            }
+            ("Secret", 4, Wire::Bytes(x)) => insert_entry(&mut obj, "stringData", x, false)?,
+            ("Namespace", 2, Wire::Bytes(x)) => {
+                let mut spec = Map::new();
+                let mut s = fields(x);
+                while let Some((sf, sw)) = s.next()? {
+                    if let (1, Wire::Bytes(y)) = (sf, sw) {
+                        push_string(&mut spec, "finalizers", y)?;
+                    }
+                }
+                obj.insert("spec".into(), Value::Object(spec));
+            }
+            ("ConfigMap" | "Secret" | "Namespace" | "ServiceAccount", _, _) => {}
+            _ => return Err(ProtoError::Unsupported(kind)),
+        }
+    }
+    if !matches!(
+        kind.as_str(),
+        "ConfigMap" | "Secret" | "Namespace" | "ServiceAccount"
+    ) {
+        return Err(ProtoError::Unsupported(kind));
+    }
+    Ok(Value::Object(obj))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ld(field: u8, b: &[u8]) -> Vec<u8> {
+        let mut v = vec![(field << 3) | 2, b.len() as u8];
+        v.extend_from_slice(b);
+        v
+    }
+
+    fn entry(k: &str, v: &[u8]) -> Vec<u8> {
+        [ld(1, k.as_bytes()), ld(2, v)].concat()
+    }
+
+    fn envelope(kind: &str, raw: &[u8]) -> Vec<u8> {
+        let tm = [ld(1, b"v1"), ld(2, kind.as_bytes())].concat();
+        [
+            b"k8s\0".to_vec(),
+            ld(1, &tm),
+            ld(2, raw),
+            ld(4, b"application/vnd.kubernetes.protobuf"),
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn decodes_a_configmap_like_kubectl_sends() {
+        let meta = [
+            ld(1, b"foo"),
+            ld(3, b"default"),
+            ld(11, &entry("app", b"web")),
+        ]
+        .concat();
+        let raw = [
+            ld(1, &meta),
+            ld(2, &entry("a", b"b")),
+            ld(3, &entry("bin", &[0, 1])),
+        ]
+        .concat();
+        let v = decode(&envelope("ConfigMap", &raw)).unwrap();
+        assert_eq!(
+            v,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "foo", "namespace": "default", "labels": {"app": "web"}},
+                "data": {"a": "b"}, "binaryData": {"bin": "AAE="}})
+        );
+    }
+
+    #[test]
+    fn decodes_namespace_and_secret() {
+        let ns = decode(&envelope("Namespace", &ld(1, &ld(1, b"tmp")))).unwrap();
+        assert_eq!(ns["metadata"]["name"], "tmp");
+        let raw = [
+            ld(1, &ld(1, b"s")),
+            ld(2, &entry("k", b"v")),
+            ld(3, b"Opaque"),
+        ]
+        .concat();
+        let s = decode(&envelope("Secret", &raw)).unwrap();
+        assert_eq!(
+            (s["data"]["k"].as_str(), s["type"].as_str()),
+            (Some("dg=="), Some("Opaque"))
+        );
+    }
+
+    #[test]
+    fn rejects_other_kinds_and_garbage() {
+        assert_eq!(
+            decode(&envelope("Pod", &ld(1, &ld(1, b"p")))),
+            Err(ProtoError::Unsupported("Pod".into()))
+        );
+        assert_eq!(decode(b"{}"), Err(ProtoError::NoMagic));
+        assert!(decode(b"k8s\0\x0a\x05ab").is_err(), "truncated");
+        assert!(decode(b"k8s\0\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff").is_err());
+    }
+}
