@@ -711,3 +711,33 @@ async fn yaml_bodies_are_accepted_and_protobuf_is_415() {
     );
     h.shutdown().await;
 }
+
+#[tokio::test]
+async fn send_initial_events_with_an_rv_still_lists_then_bookmarks() {
+    let (h, http) = start().await;
+    h.create(default_cm("a", json!({}))).unwrap();
+    h.create(default_cm("b", json!({}))).unwrap();
+    let rv = h.current_resource_version();
+    let (_, _, mut ev) = http
+        .watch(&format!("{CMS}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=5"))
+        .await;
+    for _ in 0..2 {
+        assert_eq!(ev.next_within(STEP).await.unwrap()["type"], "ADDED");
+    }
+    let b = ev.next_within(STEP).await.unwrap();
+    assert_eq!(
+        b["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    // sendInitialEvents=false without an RV: only changes.
+    drop(ev);
+    wait_for(|| h.stats().open_watches_total() == 0, "first watch closed").await;
+    let (_, _, mut ev) = http
+        .watch(&format!("{CMS}?watch=1&sendInitialEvents=false&resourceVersionMatch=NotOlderThan&timeoutSeconds=5"))
+        .await;
+    wait_for(|| h.stats().open_watches_total() == 1, "watch open").await;
+    h.create(default_cm("c", json!({}))).unwrap();
+    let e = ev.next_within(STEP).await.unwrap();
+    assert_eq!(e["object"]["metadata"]["name"], "c");
+    h.shutdown().await;
+}

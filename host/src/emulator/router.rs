@@ -271,6 +271,7 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             let w = write::WriteOpts {
                 manager: &manager,
                 dry_run: q.get("dryRun") == Some("All"),
+                apply: false,
             };
             let out = match v {
                 "list" => list::list(&shared, &r, &q, &accept),

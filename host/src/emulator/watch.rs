@@ -45,6 +45,8 @@ enum Start {
 struct Options {
     start: Start,
     initial_events: bool,
+    /// `sendInitialEvents` was given (true or false).
+    send_initial_given: bool,
     bookmarks: bool,
     timeout: Duration,
     sel: Selectors,
@@ -95,6 +97,7 @@ fn validate(def: &ResourceDef, q: &Query) -> Result<Options, Status> {
     Ok(Options {
         start,
         initial_events: q.flag("sendInitialEvents"),
+        send_initial_given: send_initial.is_some(),
         bookmarks: q.flag("allowWatchBookmarks"),
         timeout,
         sel: Selectors::from_query(def, q)?,
@@ -148,7 +151,18 @@ impl Watcher {
         let mut kicks = self.shared.faults.kicks();
         let expire_gen = kicks.borrow_and_update().expire;
         let deadline = Instant::now() + self.opts.timeout;
-        let mut cursor = match self.opts.start {
+        // spec 1.12: with sendInitialEvents=true the current state is sent whatever the RV
+        // (NotOlderThan); with sendInitialEvents=false and no RV, only changes from now.
+        let start = match (
+            self.opts.initial_events,
+            self.opts.send_initial_given,
+            self.opts.start,
+        ) {
+            (true, _, _) => Start::Now,
+            (false, true, Start::Now) => Start::After(store.current_rv()),
+            (_, _, s) => s,
+        };
+        let mut cursor = match start {
             Start::Now => {
                 let (rv, items) = store.snapshot(&res, &self.prefix);
                 for o in &items {

@@ -54,6 +54,8 @@ pub struct WriteOpts<'a> {
     pub manager: &'a str,
     /// `dryRun=All`: validate and answer, store nothing.
     pub dry_run: bool,
+    /// The write is a server-side apply (managedFields record an `Apply` operation).
+    pub apply: bool,
 }
 
 impl<'a> WriteOpts<'a> {
@@ -62,6 +64,7 @@ impl<'a> WriteOpts<'a> {
         WriteOpts {
             manager,
             dry_run: false,
+            apply: false,
         }
     }
 }
@@ -213,6 +216,7 @@ fn prepare_create(
     url_ns: Option<&str>,
     v: &mut Value,
     manager: &str,
+    apply: bool,
     now: &str,
 ) -> Result<String, Status> {
     check_type(def, v)?;
@@ -292,7 +296,8 @@ fn prepare_create(
         }
     }
     kind_defaults(def, v, &name)?;
-    fields::record_update(None, v, manager, "Update", None, now);
+    let operation = if apply { "Apply" } else { "Update" };
+    fields::record_update(None, v, manager, operation, None, now);
     Ok(key_of(ns.as_deref(), &name))
 }
 
@@ -385,7 +390,7 @@ fn create_in(
     let original = generated.then(|| v.clone());
     let mut attempts = 0;
     loop {
-        let key = prepare_create(shared, def, ns, &mut v, w.manager, &now)?;
+        let key = prepare_create(shared, def, ns, &mut v, w.manager, w.apply, &now)?;
         let name = meta_str(&v, "name").unwrap_or("").to_owned();
         let body = std::mem::take(&mut v);
         let out = shared
@@ -654,7 +659,13 @@ pub(crate) fn patch(
         {
             m.insert("name".into(), name.into());
         }
-        let obj = create_in(shared, def, r.namespace.as_deref(), v, w)?;
+        let obj = create_in(
+            shared,
+            def,
+            r.namespace.as_deref(),
+            v,
+            WriteOpts { apply: true, ..w },
+        )?;
         return Ok((StatusCode::CREATED, obj));
     }
     let out = shared
