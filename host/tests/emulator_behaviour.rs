@@ -741,3 +741,51 @@ async fn send_initial_events_with_an_rv_still_lists_then_bookmarks() {
     assert_eq!(e["object"]["metadata"]["name"], "c");
     h.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_updates_with_one_rv_have_exactly_one_winner() {
+    let (h, http) = start().await;
+    let cur = h.create(default_cm("race", json!({}))).unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let http = http.clone();
+        let mut v = cur.clone();
+        v["data"]["k"] = format!("w{i}").into();
+        tasks.push(tokio::spawn(async move {
+            http.put(&format!("{CMS}/race"), &v).await.status.as_u16()
+        }));
+    }
+    let mut codes = Vec::new();
+    for t in tasks {
+        codes.push(tokio::time::timeout(STEP, t).await.unwrap().unwrap());
+    }
+    assert_eq!(codes.iter().filter(|c| **c == 200).count(), 1, "{codes:?}");
+    assert_eq!(codes.iter().filter(|c| **c == 409).count(), 15, "{codes:?}");
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_watchers_see_the_same_events_in_order() {
+    let (h, http) = start().await;
+    let mut watchers = Vec::new();
+    for _ in 0..20 {
+        watchers.push(
+            http.watch(&format!(
+                "{CMS}?watch=1&resourceVersion=1&timeoutSeconds=30"
+            ))
+            .await
+            .2,
+        );
+    }
+    for i in 0..50 {
+        h.create(default_cm(&format!("c{i:02}"), json!({})))
+            .unwrap();
+    }
+    for ev in &mut watchers {
+        for i in 0..50 {
+            let e = ev.next_within(STEP).await.unwrap();
+            assert_eq!(e["object"]["metadata"]["name"], format!("c{i:02}"));
+        }
+    }
+    h.shutdown().await;
+}
