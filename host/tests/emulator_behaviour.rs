@@ -789,3 +789,22 @@ async fn many_watchers_see_the_same_events_in_order() {
     }
     h.shutdown().await;
 }
+
+#[tokio::test]
+async fn deprecated_watch_path_prefix_is_served() {
+    let (h, http) = start().await;
+    let (status, _, mut ev) = http
+        .watch("/api/v1/watch/namespaces/default/configmaps?timeoutSeconds=5")
+        .await;
+    assert_eq!(status, 200);
+    wait_for(|| h.stats().open_watches_total() == 1, "watch open").await;
+    h.create(default_cm("a", json!({}))).unwrap();
+    assert_eq!(ev.next_within(STEP).await.unwrap()["type"], "ADDED");
+    assert_eq!(
+        http.get("/api/v1/watch/namespaces/default/configmaps/a")
+            .await
+            .status,
+        404
+    );
+    h.shutdown().await;
+}

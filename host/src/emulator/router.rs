@@ -55,6 +55,8 @@ pub struct ResourceRequest {
     pub namespace: Option<String>,
     pub name: Option<String>,
     pub subresource: Option<String>,
+    /// Reached through the deprecated `/watch/` path prefix (a watch without `watch=1`).
+    pub watch_path: bool,
 }
 
 impl ResourceRequest {
@@ -107,6 +109,15 @@ fn route(shared: &Shared, segs: &[String]) -> Route {
 }
 
 fn resource_route(shared: &Shared, g: &str, v: &str, rest: &[&str]) -> Route {
+    if let ["watch", tail @ ..] = rest {
+        return match resource_route(shared, g, v, tail) {
+            Route::Resource(r) if r.name.is_none() => Route::Resource(ResourceRequest {
+                watch_path: true,
+                ..r
+            }),
+            _ => Route::NotFound,
+        };
+    }
     let find = |r: &str| shared.registry.find(g, v, r);
     let req = |def, ns: Option<&str>, name: Option<&str>, sub: Option<&str>| {
         Route::Resource(ResourceRequest {
@@ -114,6 +125,7 @@ fn resource_route(shared: &Shared, g: &str, v: &str, rest: &[&str]) -> Route {
             namespace: ns.map(str::to_owned),
             name: name.map(str::to_owned),
             subresource: sub.map(str::to_owned),
+            watch_path: false,
         })
     };
     if let ["namespaces", ns, res, tail @ ..] = rest {
@@ -146,7 +158,7 @@ fn resource_route(shared: &Shared, g: &str, v: &str, rest: &[&str]) -> Route {
 fn verb(method: &Method, r: &ResourceRequest, q: &Query) -> &'static str {
     match (method, r.name.is_some()) {
         (&Method::GET, true) => "get",
-        (&Method::GET, false) if q.is_watch() => "watch",
+        (&Method::GET, false) if q.is_watch() || r.watch_path => "watch",
         (&Method::GET, false) => "list",
         (&Method::POST, false) => "create",
         (&Method::PUT, true) => "update",
