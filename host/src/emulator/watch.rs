@@ -71,6 +71,12 @@ fn validate(def: &ResourceDef, q: &Query) -> Result<Options, Status> {
             "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
         ));
     }
+    if matches!(send_initial, Some("true" | "1")) && !q.flag("allowWatchBookmarks") {
+        errs.push(FieldError::forbidden(
+            "allowWatchBookmarks",
+            "sendInitialEvents requires setting allowWatchBookmarks=true",
+        ));
+    }
     if let Some(m) = rv_match {
         if send_initial.is_none() {
             errs.push(FieldError::forbidden(
@@ -388,10 +394,19 @@ mod tests {
         assert!(validate(
             &def(),
             &Query::parse(Some(
-                "sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+                "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
             ))
         )
         .is_ok());
+        let e = validate(
+            &def(),
+            &Query::parse(Some(
+                "sendInitialEvents=true&resourceVersionMatch=NotOlderThan",
+            )),
+        )
+        .err()
+        .unwrap();
+        assert!(e.message.contains("allowWatchBookmarks"), "{}", e.message);
     }
 
     #[test]
