@@ -261,6 +261,14 @@ async fn stats_count_requests_by_verb() {
     for v in ["create", "list", "get", "patch", "delete"] {
         assert_eq!(s.requests(v), 1, "{v}");
     }
+    assert!(
+        !h.wait_for_open_watches("/configmaps", 1, Duration::from_millis(50))
+            .await
+    );
+    assert!(
+        h.wait_for_open_watches("/configmaps", 0, Duration::from_millis(50))
+            .await
+    );
     h.shutdown().await;
 }
 

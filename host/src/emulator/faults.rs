@@ -161,6 +161,8 @@ pub const VERBS: [&str; 9] = [
 pub(crate) struct Counters {
     requests: [AtomicU64; 9],
     open_watches: Mutex<HashMap<String, u64>>,
+    /// Woken whenever a watch opens or closes.
+    pub(crate) watches_changed: tokio::sync::Notify,
 }
 
 impl Counters {
@@ -175,6 +177,7 @@ impl Counters {
             .lock()
             .entry(resource.to_owned())
             .or_default() += 1;
+        self.watches_changed.notify_waiters();
         WatchGuard {
             counters: self.clone(),
             resource: resource.to_owned(),
@@ -211,6 +214,7 @@ impl Drop for WatchGuard {
         if let Some(n) = self.counters.open_watches.lock().get_mut(&self.resource) {
             *n = n.saturating_sub(1);
         }
+        self.counters.watches_changed.notify_waiters();
     }
 }
 

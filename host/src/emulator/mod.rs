@@ -276,6 +276,32 @@ impl EmulatorHandle {
         self.shared.counters.snapshot()
     }
 
+    /// Wait until exactly `n` watches are open on `resource` (`group/plural`, e.g.
+    /// `/configmaps` or `apps/deployments`); false when `timeout` passes first. Lets a test
+    /// write only after its client's watch is established, without sleeping.
+    pub async fn wait_for_open_watches(&self, resource: &str, n: u64, timeout: Duration) -> bool {
+        let counters = &self.shared.counters;
+        tokio::time::timeout(timeout, async {
+            loop {
+                let changed = counters.watches_changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                let open = counters
+                    .snapshot()
+                    .open_watches
+                    .get(resource)
+                    .copied()
+                    .unwrap_or(0);
+                if open == n {
+                    return;
+                }
+                changed.await;
+            }
+        })
+        .await
+        .is_ok()
+    }
+
     /// The latest resourceVersion.
     pub fn current_resource_version(&self) -> u64 {
         self.shared.store.current_rv()
