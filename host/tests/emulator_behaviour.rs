@@ -592,6 +592,14 @@ async fn seed_yaml_reads_multi_document_and_lists() {
     let (h, _http) = start().await;
     let text = "apiVersion: v1\nkind: Namespace\nmetadata: {name: s}\n---\napiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: a, namespace: s}\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: b, namespace: s}\n";
     assert_eq!(h.seed_yaml(text).unwrap(), 3);
+    let names: Vec<_> = h
+        .list("v1", "ConfigMap", Some("s"))
+        .iter()
+        .map(|o| o["metadata"]["name"].clone())
+        .collect();
+    assert_eq!(names, [json!("a"), json!("b")]);
+    assert!(h.list("v1", "ConfigMap", Some("nope")).is_empty());
+    assert!(h.list("v9", "Nothing", None).is_empty());
     assert!(h.get("v1", "ConfigMap", Some("s"), "b").is_some());
     assert!(h.seed_yaml("kind: [").is_err());
     // A missing namespace is created for a seeded object.

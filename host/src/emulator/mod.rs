@@ -350,6 +350,19 @@ impl EmulatorHandle {
             .and_then(|o| o.to_value().ok())
     }
 
+    /// Every object of a kind, in one namespace or all (`None`), ordered by namespace and name.
+    pub fn list(&self, api_version: &str, kind: &str, namespace: Option<&str>) -> Vec<Value> {
+        let Ok(def) = write::def_for(&self.shared, api_version, kind) else {
+            return Vec::new();
+        };
+        let prefix = match namespace {
+            Some(ns) if def.namespaced => format!("{ns}/"),
+            _ => String::new(),
+        };
+        let (_, items) = self.shared.store.snapshot(&def.store_key, &prefix);
+        items.iter().filter_map(|o| o.to_value().ok()).collect()
+    }
+
     /// Create every object of a multi-document YAML text (`kind: List` documents are unpacked).
     /// Returns how many objects were created.
     pub fn seed_yaml(&self, text: &str) -> Result<usize, EmulatorError> {
