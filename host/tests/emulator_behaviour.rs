@@ -824,3 +824,21 @@ async fn deprecated_watch_path_prefix_is_served() {
     );
     h.shutdown().await;
 }
+
+#[tokio::test]
+async fn watch_as_table_sends_one_row_tables() {
+    let (h, http) = start().await;
+    h.create(default_cm("t", json!({}))).unwrap();
+    let (_, _, mut ev) = http
+        .watch_with_accept(
+            &format!("{CMS}?watch=1&timeoutSeconds=5"),
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+        )
+        .await;
+    let e = ev.next_within(STEP).await.unwrap();
+    assert_eq!(e["type"], "ADDED");
+    assert_eq!(e["object"]["kind"], "Table");
+    assert_eq!(e["object"]["rows"][0]["cells"][0], "t");
+    assert_eq!(e["object"]["rows"][0]["object"]["metadata"]["name"], "t");
+    h.shutdown().await;
+}

@@ -409,6 +409,17 @@ fn table(
     token: Option<String>,
     remaining: Option<usize>,
 ) -> Response<Body> {
+    response::json(StatusCode::OK, table_json(items, rv, token, remaining))
+}
+
+/// The Table document for `items` (also the object of each watch event when a watch asks for
+/// Tables).
+pub(crate) fn table_json(
+    items: &[Object],
+    rv: u64,
+    token: Option<String>,
+    remaining: Option<usize>,
+) -> bytes::Bytes {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -440,7 +451,7 @@ fn table(
         b.put_slice(b"}}");
     }
     b.put_slice(b"]}");
-    response::json(StatusCode::OK, b.freeze())
+    b.freeze()
 }
 
 /// kubectl's short age format: `45s`, `3m12s`, `5h`, `2d`.

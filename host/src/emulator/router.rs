@@ -287,7 +287,7 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             };
             let out = match v {
                 "list" => list::list(&shared, &r, &q, &accept),
-                "watch" => Ok(watch::watch(&shared, &r, &q)),
+                "watch" => Ok(watch::watch(&shared, &r, &q, &accept)),
                 "get" => write::get(
                     &shared,
                     &r.def,

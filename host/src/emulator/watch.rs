@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 use tracing::{debug, Instrument};
 
-use super::list::Selectors;
+use super::list::{table_json, Selectors};
 use super::registry::ResourceDef;
 use super::response::{self, Body, FieldError};
 use super::router::{Query, ResourceRequest};
@@ -48,11 +48,13 @@ struct Options {
     /// `sendInitialEvents` was given (true or false).
     send_initial_given: bool,
     bookmarks: bool,
+    /// The client asked for `as=Table`: each event's object is a one-row Table.
+    table: bool,
     timeout: Duration,
     sel: Selectors,
 }
 
-fn validate(def: &ResourceDef, q: &Query) -> Result<Options, Status> {
+fn validate(def: &ResourceDef, q: &Query, accept: &str) -> Result<Options, Status> {
     let rv = q.get("resourceVersion").filter(|s| !s.is_empty());
     let start = match rv {
         None | Some("0") => Start::Now,
@@ -105,6 +107,7 @@ fn validate(def: &ResourceDef, q: &Query) -> Result<Options, Status> {
         initial_events: q.flag("sendInitialEvents"),
         send_initial_given: send_initial.is_some(),
         bookmarks: q.flag("allowWatchBookmarks"),
+        table: accept.contains("as=Table"),
         timeout,
         sel: Selectors::from_query(def, q)?,
     })
@@ -112,8 +115,13 @@ fn validate(def: &ResourceDef, q: &Query) -> Result<Options, Status> {
 
 /// Start a watch: errors in the options answer with their Status; everything after the
 /// options are accepted (including 410) travels inside the 200 stream.
-pub(crate) fn watch(shared: &Arc<Shared>, r: &ResourceRequest, q: &Query) -> Response<Body> {
-    let opts = match validate(&r.def, q) {
+pub(crate) fn watch(
+    shared: &Arc<Shared>,
+    r: &ResourceRequest,
+    q: &Query,
+    accept: &str,
+) -> Response<Body> {
+    let opts = match validate(&r.def, q, accept) {
         Ok(o) => o,
         Err(s) => return response::status(&s),
     };
@@ -173,7 +181,7 @@ impl Watcher {
                 let (rv, items) = store.snapshot(&res, &self.prefix);
                 for o in &items {
                     if self.opts.sel.matches(o) {
-                        put_event(&mut self.buf, "ADDED", o.raw());
+                        self.put("ADDED", o.raw(), rv_of(o));
                         if self.buf.len() >= CHUNK && self.flush().await.is_err() {
                             return;
                         }
@@ -288,10 +296,12 @@ impl Watcher {
             if limit > 0 && self.sent >= limit {
                 return Err(End::Done);
             }
-            if plain {
+            if plain && !self.opts.table {
                 put_event(&mut self.buf, e.ty.as_str(), e.obj.raw());
+            } else if plain {
+                self.put(e.ty.as_str(), e.obj.raw(), e.rv);
             } else if let Some((ty, raw)) = self.filtered(e) {
-                put_event(&mut self.buf, ty, &raw);
+                self.put(ty, &raw, e.rv);
             } else {
                 continue;
             }
@@ -305,6 +315,21 @@ impl Watcher {
             return Err(End::Done);
         }
         Ok(())
+    }
+
+    /// Append one event, as a one-row Table when the client asked for Tables.
+    fn put(&mut self, ty: &str, raw: &[u8], rv: u64) {
+        if !self.opts.table {
+            put_event(&mut self.buf, ty, raw);
+            return;
+        }
+        match Object::from_bytes(Bytes::copy_from_slice(raw)) {
+            Ok(o) => {
+                let t = table_json(std::slice::from_ref(&o), rv, None, None);
+                put_event(&mut self.buf, ty, &t);
+            }
+            Err(_) => put_event(&mut self.buf, ty, raw),
+        }
     }
 
     fn passes(&self, o: &Object) -> bool {
@@ -366,6 +391,10 @@ impl Watcher {
     }
 }
 
+fn rv_of(o: &Object) -> u64 {
+    o.resource_version().parse().unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,7 +411,9 @@ mod tests {
             "sendInitialEvents=true",
             "sendInitialEvents=true&resourceVersionMatch=Exact",
         ] {
-            let e = validate(&def(), &Query::parse(Some(bad))).err().unwrap();
+            let e = validate(&def(), &Query::parse(Some(bad)), "")
+                .err()
+                .unwrap();
             assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"), "{bad}");
             assert!(
                 e.message
@@ -395,7 +426,8 @@ mod tests {
             &def(),
             &Query::parse(Some(
                 "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
-            ))
+            )),
+            "",
         )
         .is_ok());
         let e = validate(
@@ -403,6 +435,7 @@ mod tests {
             &Query::parse(Some(
                 "sendInitialEvents=true&resourceVersionMatch=NotOlderThan",
             )),
+            "",
         )
         .err()
         .unwrap();
@@ -411,9 +444,13 @@ mod tests {
 
     #[test]
     fn non_numeric_rv_is_500_like_the_sample() {
-        let e = validate(&def(), &Query::parse(Some("resourceVersion=notanumber")))
-            .err()
-            .unwrap();
+        let e = validate(
+            &def(),
+            &Query::parse(Some("resourceVersion=notanumber")),
+            "",
+        )
+        .err()
+        .unwrap();
         assert_eq!(e.code, 500);
         assert_eq!(e.message, "resourceVersion: Invalid value: \"notanumber\": strconv.ParseUint: parsing \"notanumber\": invalid syntax");
         assert!(e.reason.is_empty());
@@ -421,7 +458,7 @@ mod tests {
 
     #[test]
     fn default_timeout_is_between_30_and_60_minutes() {
-        let o = validate(&def(), &Query::parse(None)).ok().unwrap();
+        let o = validate(&def(), &Query::parse(None), "").ok().unwrap();
         assert!(o.timeout >= Duration::from_secs(1800) && o.timeout < Duration::from_secs(3600));
         assert_eq!(o.start, Start::Now);
     }

@@ -137,7 +137,16 @@ impl Http {
 
     /// Open a watch; the response head is returned with a reader for the events.
     pub async fn watch(&self, path: &str) -> (StatusCode, HeaderMap, Events) {
-        let req = self.request(Method::GET, path, None, b"");
+        self.watch_with_accept(path, "application/json").await
+    }
+
+    pub async fn watch_with_accept(
+        &self,
+        path: &str,
+        accept: &str,
+    ) -> (StatusCode, HeaderMap, Events) {
+        let mut req = self.request(Method::GET, path, None, b"");
+        req.headers_mut().insert("accept", accept.parse().unwrap());
         let r = tokio::time::timeout(STEP, self.client.request(req))
             .await
             .expect("watch head timed out")
