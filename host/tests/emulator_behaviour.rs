@@ -842,3 +842,23 @@ async fn watch_as_table_sends_one_row_tables() {
     assert_eq!(e["object"]["rows"][0]["object"]["metadata"]["name"], "t");
     h.shutdown().await;
 }
+
+#[tokio::test]
+async fn get_as_table_is_a_one_row_table() {
+    let (h, http) = start().await;
+    h.create(default_cm("g", json!({}))).unwrap();
+    let r = http
+        .get_with_accept(
+            &format!("{CMS}/g"),
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+        )
+        .await
+        .json();
+    assert_eq!(
+        (r["kind"].as_str(), r["rows"][0]["cells"][0].as_str()),
+        (Some("Table"), Some("g"))
+    );
+    let plain = http.get(&format!("{CMS}/g")).await.json();
+    assert_eq!(plain["kind"], "ConfigMap");
+    h.shutdown().await;
+}

@@ -14,8 +14,8 @@
 //!   which client-go accepts as the legacy format;
 //! - `/openapi/v3` serves only what tells kubectl that the server validates fields itself (see
 //!   [`openapi`]); `/openapi/v2` answers 404, so `kubectl explain` does not work;
-//! - lists asked `as=Table` get a Table with Name and Age columns; watches get plain objects,
-//!   which kubectl prints with its default columns;
+//! - requests asked `as=Table` (list, get, watch) get Tables with Name and Age columns and
+//!   PartialObjectMetadata rows (kind-specific and CRD printer columns are not rendered);
 //! - kubectl 1.32's typed generators send protobuf bodies: those for namespaces, configmaps,
 //!   secrets and serviceaccounts are decoded ([`protobuf`]); others (`kubectl create
 //!   deployment …`) are answered 415. `create -f`, `apply` (client- and server-side), `diff`,

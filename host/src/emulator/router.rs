@@ -294,7 +294,15 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
                     r.namespace.as_deref(),
                     r.name.as_deref().unwrap_or(""),
                 )
-                .map(|o| response::json(StatusCode::OK, o.raw().clone())),
+                .map(|o| {
+                    if accept.contains("as=Table") {
+                        let rv = o.resource_version().parse().unwrap_or(0);
+                        let t = list::table_json(std::slice::from_ref(&o), rv, None, None);
+                        response::json(StatusCode::OK, t)
+                    } else {
+                        response::json(StatusCode::OK, o.raw().clone())
+                    }
+                }),
                 "create" => write::create(&shared, &r, &body, w)
                     .map(|o| response::json(StatusCode::CREATED, o.raw().clone())),
                 "update" => write::update(&shared, &r, &body, w)
