@@ -862,3 +862,25 @@ async fn get_as_table_is_a_one_row_table() {
     assert_eq!(plain["kind"], "ConfigMap");
     h.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_watches_share_one_h2_connection() {
+    let (h, _) = start().await;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let mut bodies = Vec::new();
+    for _ in 0..300 {
+        let uri = format!("{}{CMS}?watch=1&timeoutSeconds=30", h.base_url());
+        let r = tokio::time::timeout(STEP, client.get(uri.parse().unwrap()))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.version(), http::Version::HTTP_2);
+        bodies.push(r.into_body());
+    }
+    assert!(h.wait_for_open_watches("/configmaps", 300, STEP).await);
+    drop(bodies);
+    assert!(h.wait_for_open_watches("/configmaps", 0, STEP).await);
+    h.shutdown().await;
+}

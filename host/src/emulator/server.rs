@@ -91,7 +91,10 @@ where
         let s = svc_shared.clone();
         async move { Ok::<_, Infallible>(router::handle(s, req).await) }
     });
-    let builder = Builder::new(TokioExecutor::new());
+    let mut builder = Builder::new(TokioExecutor::new());
+    // client-go multiplexes every watch of a process over one h2 connection; allow as many
+    // concurrent streams as kube-apiserver does.
+    builder.http2().max_concurrent_streams(1000);
     let conn = builder.serve_connection(io, svc);
     let dropped = async {
         loop {
