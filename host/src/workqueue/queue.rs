@@ -155,6 +155,10 @@ impl<T: Key> Queue<T> {
     ///
     /// Cancel-safe: dropping the future never loses an item or a wake-up.
     pub async fn get(&self) -> Option<T> {
+        // Fast path: an item is ready, no need to register as a waiter.
+        if let Some(taken) = self.try_get() {
+            return taken;
+        }
         loop {
             let notified = self.shared.item_ready.notified();
             tokio::pin!(notified);
@@ -201,7 +205,9 @@ impl<T: Key> Queue<T> {
         if requeued {
             st.queue.push_back(item.clone());
         }
-        let idle = st.processing.is_empty();
+        // Only drain waiters listen for idleness, and they set `drain` under this lock before
+        // checking `processing`, so skipping the broadcast when it is unset loses nothing.
+        let idle = st.drain && st.processing.is_empty();
         drop(st);
         if let (Some(m), Some(started)) = (&self.shared.metrics, started) {
             m.work_duration.observe(started.elapsed().as_secs_f64());

@@ -367,3 +367,54 @@ async fn an_add_during_processing_is_processed_after_it() {
     q.done(&k);
     assert_eq!(within("second get", second).await.expect("task"), Some("k"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_wakeup_is_lost_between_producers_and_waiting_workers() {
+    // Without a shutdown to wake everyone at the end, a lost notification would leave an item
+    // queued while a worker sleeps; the deadline turns that into a failure.
+    const ITEMS: usize = 20_000;
+    const WORKERS: usize = 4;
+    const PRODUCERS: usize = 4;
+    let q: Queue<usize> = Queue::new();
+    let handled = Arc::new(AtomicUsize::new(0));
+    let all_handled = Arc::new(tokio::sync::Notify::new());
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            let (q, handled, all_handled) = (q.clone(), handled.clone(), all_handled.clone());
+            tokio::spawn(async move {
+                while let Some(k) = q.get().await {
+                    q.done(&k);
+                    if handled.fetch_add(1, Ordering::SeqCst) + 1 == ITEMS {
+                        all_handled.notify_one();
+                    }
+                }
+            })
+        })
+        .collect();
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            let q = q.clone();
+            tokio::spawn(async move {
+                for i in (p..ITEMS).step_by(PRODUCERS) {
+                    q.add(i); // distinct items: every add must be handled exactly once
+                    if i % 16 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            })
+        })
+        .collect();
+    for p in producers {
+        within("producer", p).await.expect("producer");
+    }
+    within(
+        "all items handled before any shutdown",
+        all_handled.notified(),
+    )
+    .await;
+    assert_eq!(handled.load(Ordering::SeqCst), ITEMS);
+    q.shutdown();
+    for w in workers {
+        within("worker", w).await.expect("worker");
+    }
+}
