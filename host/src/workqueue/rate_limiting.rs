@@ -13,7 +13,22 @@ use super::Key;
 /// `add`, `add_after` and the shutdowns are available directly. Cloning yields another handle.
 ///
 /// The worker contract, as in client-go: on failure `add_rate_limited(key)`, on success
-/// `forget(&key)`, and in both cases `done(&key)`.
+/// `forget(&key)`, and in both cases `done(&key)`:
+/// ```
+/// use host::workqueue::{default_controller_rate_limiter, RateLimitingQueue};
+/// # async fn reconcile(_key: &str) -> Result<(), ()> { Ok(()) }
+/// # async fn worker() {
+/// let q = RateLimitingQueue::new(default_controller_rate_limiter::<String>());
+/// q.add("default/web".to_owned());
+/// while let Some(key) = q.get().await {
+///     match reconcile(&key).await {
+///         Ok(()) => q.forget(&key),
+///         Err(()) => q.add_rate_limited(key.clone()),
+///     }
+///     q.done(&key);
+/// }
+/// # }
+/// ```
 pub struct RateLimitingQueue<T: Key> {
     queue: DelayingQueue<T>,
     limiter: Arc<dyn RateLimiter<T>>,
