@@ -163,12 +163,13 @@ impl Registry {
     }
 
     fn live(&self) -> Vec<Live> {
-        let mut live: Vec<Live> = self
-            .entries
-            .lock()
+        let mut entries = self.entries.lock();
+        entries.retain(|e| e.source.strong_count() > 0);
+        let mut live: Vec<Live> = entries
             .iter()
             .filter_map(|e| Some((Arc::clone(&e.metrics), e.source.upgrade()?)))
             .collect();
+        drop(entries);
         live.sort_by(|a, b| a.0.name().cmp(b.0.name()));
         live
     }
