@@ -1,0 +1,579 @@
+//! `metadata.managedFields`: which field manager owns which fields, kept like kube-apiserver.
+//!
+//! Why: clients read managedFields (kubectl shows them, server-side apply depends on them), and
+//! an apply conflict is only as right as the ownership record behind it.
+//!
+//! # What is recorded
+//! Paths use the FieldsV1 element encoding directly (`f:name`, `k:{"name":"x"}`, `v:"x"`,
+//! `i:3`), so a field set is a set of encoded paths and (de)serialising FieldsV1 is a tree walk.
+//! A field set holds:
+//! - every scalar, `null`, empty object, atomic list and atomic struct (a workload's label
+//!   selector) as a leaf;
+//! - every free-form map (labels, annotations, data, … on built-in kinds; every object of a
+//!   custom resource except `metadata`) and every non-atomic list as a member in its own right,
+//!   shown as `".": {}` next to its children;
+//! - struct nodes only through their children (`f:metadata` never has a `"."`);
+//! - items of keyed lists by their key (`k:{"containerPort":80,"protocol":"TCP"}`), items of
+//!   set lists by value (`v:"example.com/f"`).
+//!
+//! Which lists are keyed comes from the table in `patch::schema`; custom-resource lists are
+//! atomic (a CRD's `x-kubernetes-list-type` is not read). `apiVersion`, `kind` and the
+//! server-set metadata (name, namespace, uid, resourceVersion, generation, creationTimestamp,
+//! managedFields, selfLink, deletionTimestamp, deletionGracePeriodSeconds) are never owned.
+//!
+//! # Update semantics (non-apply writes)
+//! The writer takes every field it added or changed (a leaf with a new value, a member that was
+//! absent) away from all other managers; fields that disappeared leave every set. One entry is
+//! kept per (manager, operation, subresource, apiVersion for Update); its `time` moves when the
+//! write changed fields. Entries with empty sets are dropped. A request that carries a
+//! non-empty `managedFields` replaces the record (`[{}]` clears it), one that omits it or sends
+//! `[]` keeps the stored one, and an unreadable record is reset rather than failing the
+//! write — all as the real server does. Entries are sorted like the server's: Apply before
+//! Update, then by time, manager and subresource.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Map, Value};
+
+use super::patch::schema::{self, ListKind};
+
+/// One path through an object, each element FieldsV1-encoded (`f:spec`, `k:{"name":"a"}`).
+pub type Path = Vec<String>;
+
+/// A set of owned paths.
+pub type FieldSet = BTreeSet<Path>;
+
+/// Every member path of an object with, for leaves, the value there (non-leaf members map to
+/// `None`). Comparing two of these finds added, changed and removed fields in one pass.
+pub(crate) type FieldValues<'a> = BTreeMap<Path, Option<&'a Value>>;
+
+/// Metadata fields the server sets or strips; nobody owns them.
+const UNOWNED_METADATA: &[&str] = &[
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "managedFields",
+    "selfLink",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+];
+
+/// Whether an `apiVersion` belongs to a built-in kind (core or a Kubernetes API group), whose
+/// lists and maps follow the built-in schema table.
+pub fn is_builtin_api_version(api_version: &str) -> bool {
+    match api_version.split_once('/') {
+        None => true,
+        Some((group, _)) => {
+            matches!(
+                group,
+                "apps" | "batch" | "policy" | "autoscaling" | "extensions"
+            ) || group.ends_with(".k8s.io")
+        }
+    }
+}
+
+pub(crate) fn field_elem(name: &str) -> String {
+    format!("f:{name}")
+}
+
+pub(crate) fn value_elem(v: &Value) -> String {
+    format!("v:{}", compact(v))
+}
+
+/// `k:{...}` with the key fields sorted by name, compact, as the server writes them.
+pub(crate) fn key_elem(key: &[(&'static str, Value)]) -> String {
+    let mut sorted: Vec<&(&str, Value)> = key.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    let mut s = String::from("k:{");
+    for (i, (name, v)) in sorted.into_iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(&compact(&Value::String((*name).to_owned())));
+        s.push(':');
+        s.push_str(&compact(v));
+    }
+    s.push('}');
+    s
+}
+
+fn compact(v: &Value) -> String {
+    // Serialising a Value cannot fail (its map keys are strings).
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+/// The member paths of `obj` (see the module docs for what counts), with leaf values.
+pub(crate) fn object_fields(obj: &Value, builtin: bool) -> FieldValues<'_> {
+    let mut out = BTreeMap::new();
+    let mut path = Vec::new();
+    if let Value::Object(top) = obj {
+        for (k, v) in top {
+            if k == "apiVersion" || k == "kind" {
+                continue;
+            }
+            path.push(field_elem(k));
+            match (k.as_str(), v) {
+                ("metadata", Value::Object(meta)) => {
+                    for (mk, mv) in meta {
+                        if UNOWNED_METADATA.contains(&mk.as_str()) {
+                            continue;
+                        }
+                        path.push(field_elem(mk));
+                        walk(mv, &mut path, Some(mk), true, &mut out);
+                        path.pop();
+                    }
+                }
+                _ => walk(v, &mut path, Some(k), builtin, &mut out),
+            }
+            path.pop();
+        }
+    }
+    out
+}
+
+fn walk<'a>(
+    v: &'a Value,
+    path: &mut Path,
+    field: Option<&str>,
+    builtin: bool,
+    out: &mut FieldValues<'a>,
+) {
+    match v {
+        Value::Object(m) => {
+            if m.is_empty() || (builtin && schema::is_atomic_struct(field, m)) {
+                out.insert(path.clone(), Some(v));
+                return;
+            }
+            if !builtin || schema::is_free_form_map(field, m) {
+                out.insert(path.clone(), None);
+            }
+            for (k, c) in m {
+                path.push(field_elem(k));
+                walk(c, path, Some(k), builtin, out);
+                path.pop();
+            }
+        }
+        Value::Array(items) if !items.is_empty() => {
+            match schema::list_kind(builtin, field, items) {
+                ListKind::Atomic => {
+                    out.insert(path.clone(), Some(v));
+                }
+                ListKind::Set => {
+                    out.insert(path.clone(), None);
+                    for item in items {
+                        path.push(value_elem(item));
+                        out.insert(path.clone(), Some(item));
+                        path.pop();
+                    }
+                }
+                ListKind::Keyed(keys) => {
+                    let item_keys: Option<Vec<_>> =
+                        items.iter().map(|i| schema::item_key(keys, i)).collect();
+                    // An item without its key cannot be addressed: own the list as one value.
+                    let Some(item_keys) = item_keys else {
+                        out.insert(path.clone(), Some(v));
+                        return;
+                    };
+                    out.insert(path.clone(), None);
+                    for (item, k) in items.iter().zip(item_keys) {
+                        path.push(key_elem(&k));
+                        out.insert(path.clone(), None);
+                        if let Value::Object(im) = item {
+                            for (f, c) in im {
+                                path.push(field_elem(f));
+                                walk(c, path, Some(f), builtin, out);
+                                path.pop();
+                            }
+                        }
+                        path.pop();
+                    }
+                }
+            }
+        }
+        _ => {
+            out.insert(path.clone(), Some(v));
+        }
+    }
+}
+
+/// Keeps the paths a write to `subresource` can own: the status subresource owns only
+/// `status`.
+pub(crate) fn restrict_to_subresource(set: &mut FieldSet, subresource: Option<&str>) {
+    if subresource == Some("status") {
+        set.retain(|p| p.first().is_some_and(|e| e == "f:status"));
+    }
+}
+
+/// Encodes a field set as a FieldsV1 object.
+pub fn to_fields_v1(set: &FieldSet) -> Value {
+    #[derive(Default)]
+    struct Node {
+        member: bool,
+        children: BTreeMap<String, Node>,
+    }
+    fn encode(node: &Node) -> Value {
+        let mut m = Map::new();
+        if node.member && !node.children.is_empty() {
+            m.insert(".".into(), Value::Object(Map::new()));
+        }
+        for (k, c) in &node.children {
+            m.insert(k.clone(), encode(c));
+        }
+        Value::Object(m)
+    }
+    let mut root = Node::default();
+    for path in set {
+        let mut node = &mut root;
+        for e in path {
+            node = node.children.entry(e.clone()).or_default();
+        }
+        node.member = true;
+    }
+    encode(&root)
+}
+
+/// Decodes a FieldsV1 object into a field set.
+pub fn from_fields_v1(v: &Value) -> Result<FieldSet, String> {
+    fn decode(v: &Value, path: &mut Path, out: &mut FieldSet) -> Result<(), String> {
+        let m = v
+            .as_object()
+            .ok_or_else(|| format!("FieldsV1 node at {path:?} is not an object"))?;
+        if m.is_empty() && !path.is_empty() {
+            out.insert(path.clone());
+        }
+        for (k, c) in m {
+            if k == "." {
+                if !path.is_empty() {
+                    out.insert(path.clone());
+                }
+                continue;
+            }
+            if !(k.starts_with("f:")
+                || k.starts_with("k:")
+                || k.starts_with("v:")
+                || k.starts_with("i:"))
+            {
+                return Err(format!("invalid FieldsV1 path element {k:?}"));
+            }
+            path.push(k.clone());
+            decode(c, path, out)?;
+            path.pop();
+        }
+        Ok(())
+    }
+    let mut out = BTreeSet::new();
+    decode(v, &mut Vec::new(), &mut out)?;
+    Ok(out)
+}
+
+/// Renders a path the way apply conflicts name fields: `.spec.containers[name="a"].image`.
+pub fn render_path(path: &[String]) -> String {
+    let mut s = String::new();
+    for e in path {
+        if let Some(f) = e.strip_prefix("f:") {
+            s.push('.');
+            s.push_str(f);
+        } else if let Some(k) = e.strip_prefix("k:") {
+            s.push('[');
+            match serde_json::from_str::<Map<String, Value>>(k) {
+                Ok(m) => {
+                    let parts: Vec<String> =
+                        m.iter().map(|(n, v)| format!("{n}={}", compact(v))).collect();
+                    s.push_str(&parts.join(","));
+                }
+                Err(_) => s.push_str(k),
+            }
+            s.push(']');
+        } else if let Some(v) = e.strip_prefix("v:") {
+            s.push_str("[=");
+            s.push_str(v);
+            s.push(']');
+        } else if let Some(i) = e.strip_prefix("i:") {
+            s.push('[');
+            s.push_str(i);
+            s.push(']');
+        }
+    }
+    s
+}
+
+/// Finds the list item a `k:`/`v:`/`i:` element addresses.
+fn find_item(items: &[Value], elem: &str) -> Option<usize> {
+    if let Some(k) = elem.strip_prefix("k:") {
+        let want: Map<String, Value> = serde_json::from_str(k).ok()?;
+        items.iter().position(|item| {
+            item.as_object().is_some_and(|m| {
+                want.iter().all(|(name, v)| match m.get(name) {
+                    Some(have) if !have.is_null() => have == v,
+                    _ => schema::key_default(name).is_some_and(|d| *v == d),
+                })
+            })
+        })
+    } else if let Some(v) = elem.strip_prefix("v:") {
+        let want: Value = serde_json::from_str(v).ok()?;
+        items.iter().position(|item| *item == want)
+    } else if let Some(i) = elem.strip_prefix("i:") {
+        i.parse::<usize>().ok().filter(|i| *i < items.len())
+    } else {
+        None
+    }
+}
+
+/// The value at `path`, if present.
+pub fn get_path<'a>(v: &'a Value, path: &[String]) -> Option<&'a Value> {
+    let mut cur = v;
+    for e in path {
+        cur = match cur {
+            Value::Object(m) => m.get(e.strip_prefix("f:")?)?,
+            Value::Array(items) => &items[find_item(items, e)?],
+            _ => return None,
+        };
+    }
+    Some(cur)
+}
+
+/// Removes the value at `path`; true when something was removed.
+pub fn remove_path(v: &mut Value, path: &[String]) -> bool {
+    let Some((last, parent)) = path.split_last() else {
+        return false;
+    };
+    let mut cur = v;
+    for e in parent {
+        cur = match cur {
+            Value::Object(m) => match e.strip_prefix("f:").and_then(|f| m.get_mut(f)) {
+                Some(c) => c,
+                None => return false,
+            },
+            Value::Array(items) => match find_item(items, e) {
+                Some(i) => &mut items[i],
+                None => return false,
+            },
+            _ => return false,
+        };
+    }
+    match cur {
+        Value::Object(m) => last
+            .strip_prefix("f:")
+            .is_some_and(|f| m.remove(f).is_some()),
+        Value::Array(items) => match find_item(items, last) {
+            Some(i) => {
+                items.remove(i);
+                true
+            }
+            None => false,
+        },
+        _ => false,
+    }
+}
+
+/// One `managedFields` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManagedEntry {
+    pub manager: String,
+    pub operation: String,
+    pub api_version: String,
+    pub time: Option<String>,
+    pub subresource: Option<String>,
+    pub fields: FieldSet,
+}
+
+impl ManagedEntry {
+    /// Whether this entry is the one a write by (manager, operation, subresource, apiVersion)
+    /// records into. Appliers keep one entry across apiVersions; updaters one per apiVersion.
+    pub fn is_for(
+        &self,
+        manager: &str,
+        operation: &str,
+        subresource: Option<&str>,
+        api_version: &str,
+    ) -> bool {
+        self.manager == manager
+            && self.operation == operation
+            && self.subresource.as_deref() == subresource
+            && (operation == "Apply" || self.api_version == api_version)
+    }
+
+    /// How apply conflicts name this manager: `"m"`, `"m" using v1`,
+    /// `"m" with subresource "status" using v1`.
+    pub fn describe(&self) -> String {
+        let mut s = format!("{:?}", self.manager);
+        if let Some(sub) = &self.subresource {
+            s.push_str(&format!(" with subresource {sub:?}"));
+        }
+        if self.operation == "Update" {
+            s.push_str(&format!(" using {}", self.api_version));
+        }
+        s
+    }
+
+    fn to_value(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("manager".into(), Value::String(self.manager.clone()));
+        m.insert("operation".into(), Value::String(self.operation.clone()));
+        m.insert("apiVersion".into(), Value::String(self.api_version.clone()));
+        if let Some(t) = &self.time {
+            m.insert("time".into(), Value::String(t.clone()));
+        }
+        m.insert("fieldsType".into(), Value::String("FieldsV1".into()));
+        m.insert("fieldsV1".into(), to_fields_v1(&self.fields));
+        if let Some(s) = &self.subresource {
+            m.insert("subresource".into(), Value::String(s.clone()));
+        }
+        Value::Object(m)
+    }
+
+    fn from_value(v: &Value) -> Result<Self, String> {
+        let m = v.as_object().ok_or("managedFields entry is not an object")?;
+        let s = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_owned);
+        let manager = s("manager").ok_or("managedFields entry without manager")?;
+        if let Some(ft) = m.get("fieldsType") {
+            if ft.as_str() != Some("FieldsV1") {
+                return Err(format!("unsupported fieldsType {ft}"));
+            }
+        }
+        let fields = match m.get("fieldsV1") {
+            Some(f) => from_fields_v1(f)?,
+            None => BTreeSet::new(),
+        };
+        Ok(ManagedEntry {
+            manager,
+            operation: s("operation").unwrap_or_else(|| "Update".into()),
+            api_version: s("apiVersion").unwrap_or_default(),
+            time: s("time"),
+            subresource: s("subresource").filter(|s| !s.is_empty()),
+            fields,
+        })
+    }
+}
+
+/// Reads `metadata.managedFields`. `Ok(None)` when absent or `[]`; an error when unreadable.
+pub fn read_managed(obj: &Value) -> Result<Option<Vec<ManagedEntry>>, String> {
+    match obj.pointer("/metadata/managedFields") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(a)) if a.is_empty() => Ok(None),
+        Some(Value::Array(a)) => {
+            // `[{}]` is the documented way to clear the record.
+            if a.len() == 1 && a[0].as_object().is_some_and(Map::is_empty) {
+                return Ok(Some(Vec::new()));
+            }
+            a.iter().map(ManagedEntry::from_value).collect::<Result<_, _>>().map(Some)
+        }
+        Some(_) => Err("metadata.managedFields is not a list".into()),
+    }
+}
+
+/// Writes entries (dropping empty ones, in the server's order) into `metadata.managedFields`;
+/// removes the key when nothing is left.
+pub fn write_managed(obj: &mut Value, mut entries: Vec<ManagedEntry>) {
+    entries.retain(|e| !e.fields.is_empty());
+    entries.sort_by(|a, b| {
+        a.operation
+            .cmp(&b.operation)
+            .then_with(|| a.time.cmp(&b.time))
+            .then_with(|| a.manager.cmp(&b.manager))
+            .then_with(|| a.subresource.cmp(&b.subresource))
+    });
+    let Some(obj) = obj.as_object_mut() else {
+        return;
+    };
+    let meta = obj
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Some(meta) = meta.as_object_mut() else {
+        return;
+    };
+    if entries.is_empty() {
+        meta.remove("managedFields");
+    } else {
+        meta.insert(
+            "managedFields".into(),
+            Value::Array(entries.iter().map(ManagedEntry::to_value).collect()),
+        );
+    }
+}
+
+/// The stored record to start a write from: the request's own managedFields when it sends a
+/// non-empty list, else the old object's; unreadable records start empty.
+pub(crate) fn base_entries(old: Option<&Value>, new: &Value) -> Vec<ManagedEntry> {
+    let from_new = read_managed(new);
+    match from_new {
+        Ok(Some(entries)) => entries,
+        Err(e) => {
+            tracing::debug!(error = %e, "ignoring unreadable managedFields in request");
+            Vec::new()
+        }
+        Ok(None) => old
+            .map(read_managed)
+            .and_then(|r| r.ok().flatten())
+            .unwrap_or_default(),
+    }
+}
+
+/// Updates `new`'s managedFields for a non-apply write (create, update, patch) by `manager`:
+/// the writer takes the fields it added or changed relative to `old` (from every other
+/// manager), and removed fields leave every entry. See the module docs.
+pub fn record_update(
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    operation: &str,
+    subresource: Option<&str>,
+    now: &str,
+) {
+    let mut entries = base_entries(old, new);
+    let api_version = new
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let builtin = is_builtin_api_version(&api_version);
+
+    let (mut changed, removed) = {
+        let new_fields = object_fields(new, builtin);
+        let old_fields = old.map(|o| object_fields(o, builtin)).unwrap_or_default();
+        let changed: FieldSet = new_fields
+            .iter()
+            .filter(|(p, v)| old_fields.get(*p) != Some(*v))
+            .map(|(p, _)| p.clone())
+            .collect();
+        let removed: FieldSet = old_fields
+            .keys()
+            .filter(|p| !new_fields.contains_key(*p))
+            .cloned()
+            .collect();
+        (changed, removed)
+    };
+    restrict_to_subresource(&mut changed, subresource);
+
+    for e in &mut entries {
+        e.fields.retain(|p| !removed.contains(p));
+        if !e.is_for(manager, operation, subresource, &api_version) {
+            e.fields.retain(|p| !changed.contains(p));
+        }
+    }
+    if !changed.is_empty() {
+        match entries
+            .iter_mut()
+            .find(|e| e.is_for(manager, operation, subresource, &api_version))
+        {
+            Some(e) => {
+                e.fields.extend(changed);
+                e.time = Some(now.to_owned());
+                e.api_version = api_version;
+            }
+            None => entries.push(ManagedEntry {
+                manager: manager.to_owned(),
+                operation: operation.to_owned(),
+                api_version,
+                time: Some(now.to_owned()),
+                subresource: subresource.map(str::to_owned),
+                fields: changed,
+            }),
+        }
+    }
+    write_managed(new, entries);
+}
+

@@ -1,0 +1,282 @@
+//! Server-side apply (`application/apply-patch+yaml`).
+//!
+//! The applied configuration (YAML or JSON) is merged onto the current object — maps by key,
+//! keyed lists of built-in kinds item by item, `finalizers` as a set, every other list and
+//! every custom-resource list replaced — and the applier's `managedFields` entry (operation
+//! Apply) becomes exactly the field set of what it applied (see `fields` for what a field set
+//! holds). Then, as in the real server:
+//! - a leaf the configuration sets to a value different from the object's, and which another
+//!   entry owns (another manager, or the same manager's Update entry), is a conflict: 409
+//!   unless `force`, which moves the field to the applier;
+//! - setting a field to the value it already has shares its ownership, without conflict;
+//! - fields the applier owned before but omits now are removed from the object unless another
+//!   entry owns them (or something under them);
+//! - `metadata.managedFields` in the configuration is refused (400), and a
+//!   `metadata.resourceVersion` in it is a precondition (409 when stale).
+//!
+//! Gaps: ownership follows the schema table, so a custom resource's lists are owned as whole
+//! values and its objects as maps; a conflict is only reported for a leaf (replacing a
+//! granular list or map wholesale through an atomic value does not conflict with owners of its
+//! children); the name and kind of the configuration are not checked against the URL here (the
+//! caller does); defaulting does not run between merge and ownership.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Map, Value};
+
+use super::schema::{self, ListKind};
+use super::{Conflict, PatchError};
+use crate::emulator::fields::{self, ManagedEntry};
+
+/// Applies `body` for `field_manager` to the main resource. `current` is `None` when the object
+/// does not exist yet (apply creates it). `now` is the RFC 3339 time recorded in the entry.
+pub fn server_side_apply(
+    current: Option<&Value>,
+    body: &[u8],
+    field_manager: &str,
+    force: bool,
+    builtin: Option<(&str, &str)>,
+    now: &str,
+) -> Result<Value, PatchError> {
+    server_side_apply_subresource(current, body, field_manager, force, builtin, now, None)
+}
+
+/// [`server_side_apply`] to a subresource: for `Some("status")` only the configuration's
+/// `status` is merged and owned.
+pub fn server_side_apply_subresource(
+    current: Option<&Value>,
+    body: &[u8],
+    field_manager: &str,
+    force: bool,
+    builtin: Option<(&str, &str)>,
+    now: &str,
+    subresource: Option<&str>,
+) -> Result<Value, PatchError> {
+    let _span = tracing::debug_span!("server_side_apply", field_manager, force).entered();
+    if field_manager.is_empty() {
+        return Err(PatchError::BadRequest(
+            "fieldManager is required for apply requests".into(),
+        ));
+    }
+    let applied = parse_configuration(body)?;
+    if let (Some(cur), Some(rv)) = (
+        current,
+        applied.pointer("/metadata/resourceVersion").and_then(Value::as_str),
+    ) {
+        if cur.pointer("/metadata/resourceVersion").and_then(Value::as_str) != Some(rv) {
+            return Err(PatchError::StaleResourceVersion);
+        }
+    }
+    let api_version = applied
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let is_builtin = builtin.is_some();
+
+    // What this apply may touch: only status on the status subresource.
+    let applied = match subresource {
+        Some("status") => {
+            let mut m = Map::new();
+            if let Some(s) = applied.get("status") {
+                m.insert("status".into(), s.clone());
+            }
+            Value::Object(m)
+        }
+        _ => applied,
+    };
+
+    let empty = Value::Object(Map::new());
+    let base = current.unwrap_or(&empty);
+    let mut entries = match fields::read_managed(base) {
+        Ok(e) => e.unwrap_or_default(),
+        Err(e) => {
+            tracing::debug!(error = %e, "resetting unreadable managedFields");
+            Vec::new()
+        }
+    };
+    let is_self = |e: &ManagedEntry| e.is_for(field_manager, "Apply", subresource, &api_version);
+    let previous: fields::FieldSet = entries
+        .iter()
+        .find(|e| is_self(e))
+        .map(|e| e.fields.clone())
+        .unwrap_or_default();
+
+    let applied_fields = fields::object_fields(&applied, is_builtin);
+    let mut applied_set: fields::FieldSet = applied_fields.keys().cloned().collect();
+    fields::restrict_to_subresource(&mut applied_set, subresource);
+
+    // Conflicts: leaves the configuration changes that someone else owns.
+    let conflicts: Vec<(usize, fields::Path)> = {
+        let current_fields = fields::object_fields(base, is_builtin);
+        let mut out = Vec::new();
+        for (path, value) in &applied_fields {
+            let Some(value) = value else { continue };
+            if current_fields.get(path) == Some(&Some(*value)) {
+                continue;
+            }
+            for (i, e) in entries.iter().enumerate() {
+                if !is_self(e) && e.fields.contains(path) {
+                    out.push((i, path.clone()));
+                }
+            }
+        }
+        out
+    };
+    if !conflicts.is_empty() {
+        if !force {
+            return Err(PatchError::Conflicts(
+                conflicts
+                    .iter()
+                    .map(|(i, p)| Conflict {
+                        manager: entries[*i].describe(),
+                        field: fields::render_path(p),
+                    })
+                    .collect(),
+            ));
+        }
+        for (i, p) in &conflicts {
+            entries[*i].fields.remove(p);
+        }
+    }
+
+    let mut merged = base.clone();
+    merge_top(&mut merged, &applied, is_builtin);
+
+    // Fields this manager no longer applies go, unless someone else still owns them. Reverse
+    // order visits descendants before their ancestors.
+    let dropped: Vec<&fields::Path> = previous.difference(&applied_set).collect();
+    for path in dropped.into_iter().rev() {
+        let owned_elsewhere = entries.iter().any(|e| {
+            !is_self(e)
+                && e.fields
+                    .range(path.clone()..)
+                    .next()
+                    .is_some_and(|p| p.starts_with(path))
+        });
+        if !owned_elsewhere {
+            fields::remove_path(&mut merged, path);
+        }
+    }
+
+    // Ownership only of what exists now.
+    let present: BTreeSet<fields::Path> = fields::object_fields(&merged, is_builtin)
+        .into_keys()
+        .collect();
+    entries.retain(|e| !is_self(e));
+    for e in &mut entries {
+        e.fields.retain(|p| present.contains(p));
+    }
+    entries.push(ManagedEntry {
+        manager: field_manager.to_owned(),
+        operation: "Apply".into(),
+        api_version,
+        time: Some(now.to_owned()),
+        subresource: subresource.map(str::to_owned),
+        fields: applied_set.intersection(&present).cloned().collect(),
+    });
+    fields::write_managed(&mut merged, entries);
+    Ok(merged)
+}
+
+/// Parses an applied configuration: YAML (JSON is YAML) holding one object with apiVersion and
+/// kind and without managedFields.
+fn parse_configuration(body: &[u8]) -> Result<Value, PatchError> {
+    let v: Value = serde_yaml::from_slice(body).map_err(|e| {
+        PatchError::BadRequest(format!("error decoding YAML of the applied configuration: {e}"))
+    })?;
+    let Value::Object(m) = &v else {
+        return Err(PatchError::BadRequest(
+            "the applied configuration must be an object".into(),
+        ));
+    };
+    for (field, label) in [("kind", "Kind"), ("apiVersion", "apiVersion")] {
+        if !m.get(field).and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
+            return Err(PatchError::BadRequest(format!(
+                "Object '{label}' is missing in the applied configuration"
+            )));
+        }
+    }
+    match m.get("metadata") {
+        None => {}
+        Some(Value::Object(meta)) => {
+            if meta.get("managedFields").is_some_and(|f| !f.is_null()) {
+                return Err(PatchError::BadRequest(
+                    "metadata.managedFields must be nil".into(),
+                ));
+            }
+        }
+        Some(_) => {
+            return Err(PatchError::BadRequest(
+                "metadata of the applied configuration must be an object".into(),
+            ))
+        }
+    }
+    Ok(v)
+}
+
+fn merge_top(base: &mut Value, applied: &Value, builtin: bool) {
+    let (Value::Object(bm), Value::Object(am)) = (&mut *base, applied) else {
+        *base = applied.clone();
+        return;
+    };
+    for (k, v) in am {
+        let builtin = builtin || k == "metadata";
+        merge_field(bm, k, v, builtin);
+    }
+}
+
+fn merge_field(base: &mut Map<String, Value>, key: &str, v: &Value, builtin: bool) {
+    if v.is_null() {
+        base.remove(key);
+        return;
+    }
+    match base.get_mut(key) {
+        Some(existing) => merge_value(existing, v, Some(key), builtin),
+        None => {
+            base.insert(key.to_owned(), v.clone());
+        }
+    }
+}
+
+fn merge_value(base: &mut Value, applied: &Value, field: Option<&str>, builtin: bool) {
+    match (&mut *base, applied) {
+        (Value::Object(bm), Value::Object(am)) => {
+            if builtin && schema::is_atomic_struct(field, am) {
+                *base = applied.clone();
+                return;
+            }
+            for (k, v) in am {
+                merge_field(bm, k, v, builtin);
+            }
+        }
+        (Value::Array(bl), Value::Array(al)) => {
+            match schema::list_kind(builtin, field, bl.iter().chain(al)) {
+                ListKind::Atomic => *base = applied.clone(),
+                ListKind::Set => {
+                    for v in al {
+                        if !bl.contains(v) {
+                            bl.push(v.clone());
+                        }
+                    }
+                }
+                ListKind::Keyed(keys) => {
+                    if al.iter().any(|i| schema::item_key(keys, i).is_none()) {
+                        *base = applied.clone();
+                        return;
+                    }
+                    for item in al {
+                        let Some(id) = schema::item_key(keys, item) else {
+                            continue;
+                        };
+                        match bl.iter_mut().find(|b| schema::item_matches(keys, b, &id)) {
+                            Some(b) => merge_value(b, item, field, builtin),
+                            None => bl.push(item.clone()),
+                        }
+                    }
+                }
+            }
+        }
+        _ => *base = applied.clone(),
+    }
+}

@@ -1,0 +1,261 @@
+//! Strategic merge patch (`application/strategic-merge-patch+json`) for built-in kinds.
+//!
+//! Merge-patch semantics, except that lists with a merge key merge item by item, `finalizers`
+//! merges as a set, and these directives are honoured (and never stored):
+//! - `$patch: replace` (a map or keyed list is replaced by the patch's content),
+//!   `$patch: delete` (the map, or the keyed-list item, is removed), `$patch: merge`;
+//! - `$retainKeys: [..]` (keys not listed are cleared after merging; the patch itself may
+//!   only set listed keys, else 422);
+//! - `$deleteFromPrimitiveList/<field>: [..]` (values removed from a primitive list);
+//! - `$setElementOrder/<field>: [..]` (what `kubectl apply` sends: the final order of the
+//!   list, by value or by merge key).
+//!
+//! Gaps: merge keys come from the table in `schema` (containers, env, volumes, volumeMounts,
+//! ports, imagePullSecrets, ownerReferences, conditions and a few more), not from the full
+//! OpenAPI schema; every other list is replaced, which is also the real behaviour for lists
+//! without a `patchStrategy` (tolerations, args, command, envFrom…). With `$setElementOrder`,
+//! items the order does not mention go after the ordered ones instead of keeping their
+//! relative server-side position. Lists of lists are not rejected.
+
+use serde_json::{Map, Value};
+
+use super::schema::{self, ListKind};
+use super::PatchError;
+
+const PATCH: &str = "$patch";
+const RETAIN_KEYS: &str = "$retainKeys";
+const DELETE_FROM_PRIMITIVE_LIST: &str = "$deleteFromPrimitiveList/";
+const SET_ELEMENT_ORDER: &str = "$setElementOrder/";
+
+/// Applies a strategic merge patch to `doc` in place.
+pub(super) fn merge(doc: &mut Value, patch: &Value) -> Result<(), PatchError> {
+    let Value::Object(pm) = patch else {
+        return Err(PatchError::BadRequest(
+            "the strategic merge patch must be a JSON object".into(),
+        ));
+    };
+    if !doc.is_object() {
+        *doc = Value::Object(Map::new());
+    }
+    if let Value::Object(om) = doc {
+        if merge_map(om, pm)? {
+            om.clear();
+        }
+    }
+    Ok(())
+}
+
+/// Merges `patch` into `orig`; true when the patch asks to delete the whole map.
+fn merge_map(orig: &mut Map<String, Value>, patch: &Map<String, Value>) -> Result<bool, PatchError> {
+    match patch.get(PATCH) {
+        None => {}
+        Some(Value::String(s)) if s == "merge" => {}
+        Some(Value::String(s)) if s == "replace" => {
+            let mut rest = patch.clone();
+            rest.remove(PATCH);
+            let mut fresh = Map::new();
+            merge_map(&mut fresh, &rest)?;
+            *orig = fresh;
+            return Ok(false);
+        }
+        Some(Value::String(s)) if s == "delete" => return Ok(true),
+        Some(other) => {
+            return Err(PatchError::BadRequest(format!(
+                "unknown patch type {other} in the {PATCH} directive"
+            )))
+        }
+    }
+
+    let retain = match patch.get(RETAIN_KEYS) {
+        None => None,
+        Some(Value::Array(keys)) => {
+            let keys: Option<Vec<&str>> = keys.iter().map(Value::as_str).collect();
+            let keys = keys.ok_or_else(|| {
+                PatchError::BadRequest(format!("{RETAIN_KEYS} must be a list of strings"))
+            })?;
+            if let Some(k) = patch
+                .keys()
+                .find(|k| !k.starts_with('$') && !keys.contains(&k.as_str()))
+            {
+                return Err(PatchError::Unprocessable(format!(
+                    "doesn't match: the patch sets {k:?}, which {RETAIN_KEYS} does not list"
+                )));
+            }
+            Some(keys)
+        }
+        Some(_) => {
+            return Err(PatchError::BadRequest(format!(
+                "{RETAIN_KEYS} must be a list of strings"
+            )))
+        }
+    };
+
+    for (k, v) in patch {
+        if let Some(field) = k.strip_prefix(DELETE_FROM_PRIMITIVE_LIST) {
+            let Value::Array(remove) = v else {
+                return Err(PatchError::BadRequest(format!("{k} must be a list")));
+            };
+            if let Some(Value::Array(list)) = orig.get_mut(field) {
+                list.retain(|x| !remove.contains(x));
+            }
+        }
+    }
+
+    for (k, v) in patch {
+        if !k.starts_with('$') {
+            merge_field(orig, k, v)?;
+        }
+    }
+
+    for (k, v) in patch {
+        if let Some(field) = k.strip_prefix(SET_ELEMENT_ORDER) {
+            let Value::Array(order) = v else {
+                return Err(PatchError::BadRequest(format!("{k} must be a list")));
+            };
+            if let Some(Value::Array(list)) = orig.get_mut(field) {
+                reorder(list, order, field);
+            }
+        }
+    }
+
+    if let Some(keys) = retain {
+        orig.retain(|k, _| keys.contains(&k.as_str()));
+    }
+    Ok(false)
+}
+
+fn merge_field(orig: &mut Map<String, Value>, key: &str, pv: &Value) -> Result<(), PatchError> {
+    match pv {
+        Value::Null => {
+            orig.remove(key);
+        }
+        Value::Object(pm) => {
+            let delete = match orig.get_mut(key) {
+                Some(Value::Object(om)) => merge_map(om, pm)?,
+                _ => {
+                    let mut fresh = Map::new();
+                    let delete = merge_map(&mut fresh, pm)?;
+                    orig.insert(key.to_owned(), Value::Object(fresh));
+                    delete
+                }
+            };
+            if delete {
+                orig.remove(key);
+            }
+        }
+        Value::Array(pa) => {
+            let existing = orig.get(key).and_then(Value::as_array);
+            let kind = schema::list_kind(true, Some(key), existing.into_iter().flatten().chain(pa));
+            match orig.get_mut(key) {
+                Some(Value::Array(oa)) => merge_list(oa, pa, kind)?,
+                _ => {
+                    let mut fresh = Vec::new();
+                    merge_list(&mut fresh, pa, kind)?;
+                    orig.insert(key.to_owned(), Value::Array(fresh));
+                }
+            }
+        }
+        scalar => {
+            orig.insert(key.to_owned(), scalar.clone());
+        }
+    }
+    Ok(())
+}
+
+fn directive<'a>(item: &'a Value) -> Option<&'a str> {
+    item.get(PATCH).and_then(Value::as_str)
+}
+
+fn merge_list(orig: &mut Vec<Value>, patch: &[Value], kind: ListKind) -> Result<(), PatchError> {
+    let replace = patch.iter().any(|i| directive(i) == Some("replace"));
+    match kind {
+        ListKind::Atomic => {
+            *orig = patch.to_vec();
+        }
+        ListKind::Set => {
+            if replace {
+                orig.clear();
+            }
+            for v in patch.iter().filter(|v| directive(v).is_none()) {
+                if !orig.contains(v) {
+                    orig.push(v.clone());
+                }
+            }
+        }
+        ListKind::Keyed(keys) => {
+            // The strategic merge key is the first key field (`patchMergeKey`).
+            let merge_key = &keys[..1];
+            if replace {
+                orig.clear();
+            }
+            for item in patch {
+                if directive(item) == Some("replace") {
+                    continue;
+                }
+                let Value::Object(pm) = item else {
+                    return Err(PatchError::Internal(format!(
+                        "unable to merge the list item {item}: a list with merge key {:?} holds only maps",
+                        merge_key[0].name
+                    )));
+                };
+                let id = schema::item_key(merge_key, item).ok_or_else(|| {
+                    PatchError::Internal(format!(
+                        "map: {item} does not contain declared merge key: {}",
+                        merge_key[0].name
+                    ))
+                })?;
+                let pos = orig
+                    .iter()
+                    .position(|o| schema::item_matches(merge_key, o, &id));
+                if directive(item) == Some("delete") {
+                    orig.retain(|o| !schema::item_matches(merge_key, o, &id));
+                    continue;
+                }
+                match pos {
+                    Some(i) => {
+                        let delete = match &mut orig[i] {
+                            Value::Object(om) => merge_map(om, pm)?,
+                            other => {
+                                let mut fresh = Map::new();
+                                let delete = merge_map(&mut fresh, pm)?;
+                                *other = Value::Object(fresh);
+                                delete
+                            }
+                        };
+                        if delete {
+                            orig.remove(i);
+                        }
+                    }
+                    None => {
+                        let mut fresh = Map::new();
+                        if !merge_map(&mut fresh, pm)? {
+                            orig.push(Value::Object(fresh));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Puts the items `order` names first, in its order; the rest follow in their current order.
+fn reorder(list: &mut Vec<Value>, order: &[Value], field: &str) {
+    let kind = schema::list_kind(true, Some(field), list.iter().chain(order));
+    let rank = |item: &Value| -> Option<usize> {
+        match kind {
+            ListKind::Keyed(keys) => {
+                let id = schema::item_key(&keys[..1], item)?;
+                order
+                    .iter()
+                    .position(|o| schema::item_matches(&keys[..1], o, &id))
+            }
+            _ => order.iter().position(|o| o == item),
+        }
+    };
+    let mut ranked: Vec<(Option<usize>, Value)> =
+        list.drain(..).map(|v| (rank(&v), v)).collect();
+    // Stable: unranked items keep their relative order after the ranked ones.
+    ranked.sort_by_key(|(r, _)| r.unwrap_or(usize::MAX));
+    list.extend(ranked.into_iter().map(|(_, v)| v));
+}
