@@ -577,3 +577,310 @@ pub fn record_update(
     write_managed(new, entries);
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const WATCH_SAMPLE: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/apiserver-samples/watch-stream.jsonl"
+    );
+
+    /// The ADDED and the first MODIFIED event of one object in the real watch sample.
+    fn sample_pair() -> (Value, Value) {
+        let text = std::fs::read_to_string(WATCH_SAMPLE).expect("sample file");
+        let events: Vec<Value> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).expect("sample line"))
+            .collect();
+        let name = |e: &Value| e.pointer("/object/metadata/name").cloned();
+        let modified = events
+            .iter()
+            .find(|e| e["type"] == "MODIFIED")
+            .expect("a MODIFIED event");
+        let added = events
+            .iter()
+            .find(|e| e["type"] == "ADDED" && name(e) == name(modified))
+            .expect("its ADDED event");
+        (added["object"].clone(), modified["object"].clone())
+    }
+
+    fn without_managed(obj: &Value) -> Value {
+        let mut o = obj.clone();
+        o["metadata"]
+            .as_object_mut()
+            .expect("metadata")
+            .remove("managedFields");
+        o
+    }
+
+    #[test]
+    fn create_records_the_same_managed_fields_as_the_real_server() {
+        let (added, _) = sample_pair();
+        let mut created = without_managed(&added);
+        let time = added["metadata"]["managedFields"][0]["time"]
+            .as_str()
+            .expect("time")
+            .to_owned();
+        record_update(None, &mut created, "curl", "Update", None, &time);
+        assert_eq!(
+            created["metadata"]["managedFields"],
+            added["metadata"]["managedFields"]
+        );
+    }
+
+    #[test]
+    fn update_by_the_same_manager_moves_the_time_like_the_real_server() {
+        let (added, modified) = sample_pair();
+        // The request carries the stored managedFields back unchanged, as curl's PUT did.
+        let mut new = without_managed(&modified);
+        new["metadata"]["managedFields"] = added["metadata"]["managedFields"].clone();
+        let time = modified["metadata"]["managedFields"][0]["time"]
+            .as_str()
+            .expect("time")
+            .to_owned();
+        record_update(Some(&added), &mut new, "curl", "Update", None, &time);
+        assert_eq!(
+            new["metadata"]["managedFields"],
+            modified["metadata"]["managedFields"]
+        );
+    }
+
+    fn cm(data: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "c", "namespace": "n", "resourceVersion": "5"},
+               "data": data})
+    }
+
+    fn entries(obj: &Value) -> Vec<ManagedEntry> {
+        read_managed(obj).expect("readable").unwrap_or_default()
+    }
+
+    fn owned(obj: &Value, manager: &str) -> Vec<String> {
+        entries(obj)
+            .into_iter()
+            .filter(|e| e.manager == manager)
+            .flat_map(|e| e.fields.into_iter().map(|p| render_path(&p)))
+            .collect()
+    }
+
+    #[test]
+    fn another_writer_takes_the_fields_it_changes_and_removed_fields_leave() {
+        let mut v1 = cm(json!({"a": "1", "b": "2"}));
+        record_update(None, &mut v1, "alice", "Update", None, "t1");
+        let mut v2 = cm(json!({"a": "changed", "b": "2"}));
+        record_update(Some(&v1), &mut v2, "bob", "Update", None, "t2");
+        assert_eq!(owned(&v2, "alice"), vec![".data", ".data.b"]);
+        assert_eq!(owned(&v2, "bob"), vec![".data.a"]);
+
+        // Removing b and changing a again: alice's last field goes, so her entry goes.
+        let mut v3 = cm(json!({"a": "again"}));
+        record_update(Some(&v2), &mut v3, "bob", "Update", None, "t3");
+        assert_eq!(owned(&v3, "alice"), vec![".data"]);
+        let mut v4 = without_managed(&v3);
+        v4["data"] = json!(null);
+        v4.as_object_mut().expect("object").remove("data");
+        v4["metadata"]["managedFields"] = v3["metadata"]["managedFields"].clone();
+        record_update(Some(&v3), &mut v4, "bob", "Update", None, "t4");
+        assert!(v4["metadata"].get("managedFields").is_none(), "{v4}");
+    }
+
+    #[test]
+    fn a_write_that_changes_nothing_keeps_the_entry_time() {
+        let mut v1 = cm(json!({"a": "1"}));
+        record_update(None, &mut v1, "alice", "Update", None, "t1");
+        let mut v2 = v1.clone();
+        record_update(Some(&v1), &mut v2, "alice", "Update", None, "t2");
+        assert_eq!(entries(&v2)[0].time.as_deref(), Some("t1"));
+        // Another manager that changes nothing gets no entry.
+        let mut v3 = v1.clone();
+        record_update(Some(&v1), &mut v3, "bob", "Update", None, "t3");
+        assert_eq!(entries(&v3).len(), 1);
+    }
+
+    #[test]
+    fn request_managed_fields_replace_keep_or_clear_the_record() {
+        let mut v1 = cm(json!({"a": "1"}));
+        record_update(None, &mut v1, "alice", "Update", None, "t1");
+        // `[]` keeps the stored record.
+        let mut keep = v1.clone();
+        keep["metadata"]["managedFields"] = json!([]);
+        record_update(Some(&v1), &mut keep, "bob", "Update", None, "t2");
+        assert_eq!(owned(&keep, "alice"), vec![".data", ".data.a"]);
+        // `[{}]` clears it.
+        let mut clear = v1.clone();
+        clear["metadata"]["managedFields"] = json!([{}]);
+        record_update(Some(&v1), &mut clear, "bob", "Update", None, "t2");
+        assert!(clear["metadata"].get("managedFields").is_none());
+        // An unreadable record is reset, not an error.
+        let mut broken = cm(json!({"a": "2"}));
+        broken["metadata"]["managedFields"] = json!([{"manager": "x", "fieldsV1": {"bogus": {}}}]);
+        record_update(Some(&v1), &mut broken, "bob", "Update", None, "t2");
+        assert_eq!(owned(&broken, "bob"), vec![".data.a"]);
+        assert_eq!(entries(&broken).len(), 1);
+    }
+
+    #[test]
+    fn deployment_field_set_uses_list_keys_and_struct_rules() {
+        let mut d = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "labels": {"app": "x"}, "finalizers": ["example.com/f"]},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "x"}},
+                "template": {
+                    "metadata": {"labels": {"app": "x"}},
+                    "spec": {
+                        "containers": [{"name": "web", "image": "nginx",
+                                        "ports": [{"containerPort": 80}],
+                                        "args": ["-v"]}],
+                        "tolerations": [{"key": "k", "operator": "Exists"}]
+                    }
+                }
+            }
+        });
+        record_update(None, &mut d, "kubectl", "Update", None, "t");
+        let expected = json!({
+            "f:metadata": {
+                "f:finalizers": {".": {}, "v:\"example.com/f\"": {}},
+                "f:labels": {".": {}, "f:app": {}}
+            },
+            "f:spec": {
+                "f:replicas": {},
+                "f:selector": {},
+                "f:template": {
+                    "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+                    "f:spec": {
+                        "f:containers": {
+                            ".": {},
+                            "k:{\"name\":\"web\"}": {
+                                ".": {},
+                                "f:args": {},
+                                "f:image": {},
+                                "f:name": {},
+                                "f:ports": {
+                                    ".": {},
+                                    "k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {
+                                        ".": {},
+                                        "f:containerPort": {}
+                                    }
+                                }
+                            }
+                        },
+                        "f:tolerations": {}
+                    }
+                }
+            }
+        });
+        assert_eq!(d["metadata"]["managedFields"][0]["fieldsV1"], expected);
+        assert_eq!(d["metadata"]["managedFields"][0]["apiVersion"], "apps/v1");
+        assert_eq!(d["metadata"]["managedFields"][0]["fieldsType"], "FieldsV1");
+    }
+
+    #[test]
+    fn custom_resource_objects_are_maps_and_lists_atomic() {
+        let mut o = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                           "metadata": {"name": "w", "labels": {"a": "b"}},
+                           "spec": {"size": 1, "items": [{"name": "x"}]}});
+        record_update(None, &mut o, "m", "Update", None, "t");
+        assert_eq!(
+            o["metadata"]["managedFields"][0]["fieldsV1"],
+            json!({"f:metadata": {"f:labels": {".": {}, "f:a": {}}},
+                   "f:spec": {".": {}, "f:items": {}, "f:size": {}}})
+        );
+    }
+
+    #[test]
+    fn status_subresource_writes_own_only_status() {
+        let old = json!({"apiVersion": "example.com/v1", "kind": "W", "metadata": {"name": "w"},
+                         "spec": {"a": 1}});
+        let mut new = json!({"apiVersion": "example.com/v1", "kind": "W", "metadata": {"name": "w"},
+                             "spec": {"a": 2}, "status": {"ready": true}});
+        record_update(Some(&old), &mut new, "ctl", "Update", Some("status"), "t");
+        let e = entries(&new);
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].subresource.as_deref(), Some("status"));
+        assert_eq!(
+            owned(&new, "ctl"),
+            vec![".status", ".status.ready"],
+            "spec changes are not the status writer's"
+        );
+        assert_eq!(new["metadata"]["managedFields"][0]["subresource"], "status");
+    }
+
+    #[test]
+    fn fields_v1_round_trips_and_rejects_unknown_elements() {
+        let v = json!({"f:data": {".": {}, "f:k": {}},
+                       "f:spec": {"f:c": {"k:{\"name\":\"a\"}": {".": {}, "f:x": {}}},
+                                  "f:l": {"v:\"q\"": {}}}});
+        let set = from_fields_v1(&v).expect("valid");
+        assert_eq!(set.len(), 5);
+        assert_eq!(to_fields_v1(&set), v);
+        assert!(from_fields_v1(&json!({"x:bad": {}})).is_err());
+        assert!(from_fields_v1(&json!({"f:a": 3})).is_err());
+    }
+
+    #[test]
+    fn paths_render_and_navigate_like_apply_conflicts_name_them() {
+        let p: Path = vec![
+            "f:spec".into(),
+            "f:containers".into(),
+            "k:{\"name\":\"web\"}".into(),
+            "f:image".into(),
+        ];
+        assert_eq!(render_path(&p), ".spec.containers[name=\"web\"].image");
+        assert_eq!(
+            render_path(&["f:metadata".into(), "f:finalizers".into(), "v:\"x\"".into()]),
+            ".metadata.finalizers[=\"x\"]"
+        );
+        let mut obj = json!({"spec": {"containers": [{"name": "web", "image": "i"},
+                                                      {"name": "side", "image": "j",
+                                                       "ports": [{"containerPort": 8}]}]}});
+        assert_eq!(get_path(&obj, &p), Some(&json!("i")));
+        let port: Path = vec![
+            "f:spec".into(),
+            "f:containers".into(),
+            "k:{\"name\":\"side\"}".into(),
+            "f:ports".into(),
+            "k:{\"containerPort\":8,\"protocol\":\"TCP\"}".into(),
+        ];
+        assert_eq!(get_path(&obj, &port), Some(&json!({"containerPort": 8})));
+        assert!(remove_path(&mut obj, &p[..3]));
+        assert_eq!(obj["spec"]["containers"].as_array().map(Vec::len), Some(1));
+        assert!(!remove_path(&mut obj, &p[..3]));
+    }
+
+    #[test]
+    fn entries_sort_apply_first_then_by_time() {
+        let mut obj = cm(json!({"a": "1", "b": "2", "c": "3"}));
+        let entry = |m: &str, op: &str, t: &str, f: &str| ManagedEntry {
+            manager: m.into(),
+            operation: op.into(),
+            api_version: "v1".into(),
+            time: Some(t.into()),
+            subresource: None,
+            fields: [vec!["f:data".to_owned(), format!("f:{f}")]].into_iter().collect(),
+        };
+        write_managed(
+            &mut obj,
+            vec![
+                entry("z", "Update", "2020-01-01T00:00:02Z", "a"),
+                entry("y", "Update", "2020-01-01T00:00:01Z", "b"),
+                entry("x", "Apply", "2020-01-01T00:00:09Z", "c"),
+            ],
+        );
+        let managers: Vec<String> = entries(&obj).into_iter().map(|e| e.manager).collect();
+        assert_eq!(managers, vec!["x", "y", "z"]);
+    }
+
+    #[test]
+    fn builtin_api_versions() {
+        assert!(is_builtin_api_version("v1"));
+        assert!(is_builtin_api_version("apps/v1"));
+        assert!(is_builtin_api_version("rbac.authorization.k8s.io/v1"));
+        assert!(!is_builtin_api_version("example.com/v1"));
+    }
+}
