@@ -143,10 +143,15 @@ pub fn server_side_apply_subresource(
     let mut merged = base.clone();
     merge_top(&mut merged, &applied, is_builtin);
 
-    // Fields this manager no longer applies go, unless someone else still owns them. Reverse
-    // order visits descendants before their ancestors.
-    let dropped: Vec<&fields::Path> = previous.difference(&applied_set).collect();
-    for path in dropped.into_iter().rev() {
+    // Fields this manager no longer applies go, unless someone else still owns them (or
+    // something under them). Ancestors come first in path order, so a removed list item or
+    // map takes its children with it; the key fields of a surviving list item stay, or the
+    // item could no longer be addressed.
+    let mut removed: Vec<&fields::Path> = Vec::new();
+    for path in previous.difference(&applied_set) {
+        if removed.iter().any(|r| path.starts_with(r)) || is_item_key_field(path) {
+            continue;
+        }
         let owned_elsewhere = entries.iter().any(|e| {
             !is_self(e)
                 && e.fields
@@ -154,8 +159,8 @@ pub fn server_side_apply_subresource(
                     .next()
                     .is_some_and(|p| p.starts_with(path))
         });
-        if !owned_elsewhere {
-            fields::remove_path(&mut merged, path);
+        if !owned_elsewhere && fields::remove_path(&mut merged, path) {
+            removed.push(path);
         }
     }
 
@@ -177,6 +182,17 @@ pub fn server_side_apply_subresource(
     });
     fields::write_managed(&mut merged, entries);
     Ok(merged)
+}
+
+/// Whether `path` ends in one of the key fields of the list item it sits in.
+fn is_item_key_field(path: &[String]) -> bool {
+    let [.., item, field] = path else {
+        return false;
+    };
+    let (Some(key), Some(name)) = (item.strip_prefix("k:"), field.strip_prefix("f:")) else {
+        return false;
+    };
+    serde_json::from_str::<Map<String, Value>>(key).is_ok_and(|k| k.contains_key(name))
 }
 
 /// Parses an applied configuration: YAML (JSON is YAML) holding one object with apiVersion and

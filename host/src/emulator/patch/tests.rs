@@ -1,0 +1,681 @@
+//! Tests of the PATCH engines (spec 6.11).
+
+use serde_json::{json, Value};
+
+use super::*;
+
+const DEPLOYMENT: Option<(&str, &str)> = Some(("apps", "Deployment"));
+const CONFIGMAP: Option<(&str, &str)> = Some(("", "ConfigMap"));
+const NOW: &str = "2026-11-22T03:04:17Z";
+
+fn patch(current: &Value, ty: PatchType, body: Value, builtin: Option<(&str, &str)>) -> Value {
+    apply_patch(current, ty, body.to_string().as_bytes(), builtin).expect("patch applies")
+}
+
+fn deployment() -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "d", "namespace": "n", "finalizers": ["a.io/x"],
+                     "ownerReferences": [{"uid": "u1", "name": "o1", "kind": "K", "apiVersion": "v1"}]},
+        "spec": {
+            "replicas": 1,
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}},
+            "template": {"spec": {
+                "containers": [
+                    {"name": "web", "image": "nginx:1",
+                     "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+                     "ports": [{"containerPort": 80}, {"containerPort": 443}],
+                     "volumeMounts": [{"mountPath": "/a", "name": "va"}],
+                     "args": ["-x", "-y"]},
+                    {"name": "side", "image": "busybox"}
+                ],
+                "volumes": [{"name": "va", "emptyDir": {}}],
+                "tolerations": [{"key": "k1", "operator": "Exists"}],
+                "imagePullSecrets": [{"name": "s1"}]
+            }}
+        }
+    })
+}
+
+fn containers(d: &Value) -> &Vec<Value> {
+    d["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .expect("containers")
+}
+
+// ---- content types (spec 6.11) ----
+
+#[test]
+fn content_types_spec_6_11() {
+    use PatchType::*;
+    assert_eq!(PatchType::from_content_type("application/json-patch+json"), Some(Json));
+    assert_eq!(PatchType::from_content_type("application/merge-patch+json; charset=utf-8"), Some(Merge));
+    assert_eq!(
+        PatchType::from_content_type("Application/Strategic-Merge-Patch+JSON"),
+        Some(StrategicMerge)
+    );
+    assert_eq!(PatchType::from_content_type("application/apply-patch+yaml"), Some(Apply));
+    assert_eq!(PatchType::from_content_type("application/json"), None);
+    assert_eq!(PatchType::from_content_type(""), None);
+    for ty in [Json, Merge, StrategicMerge, Apply] {
+        assert_eq!(PatchType::from_content_type(ty.content_type()), Some(ty));
+    }
+}
+
+#[test]
+fn strategic_merge_on_a_custom_resource_is_415_spec_6_11() {
+    let cr = json!({"apiVersion": "example.com/v1", "kind": "W", "spec": {"a": 1}});
+    let err = apply_patch(&cr, PatchType::StrategicMerge, b"{\"spec\":{\"a\":2}}", None)
+        .expect_err("refused");
+    assert_eq!(err, PatchError::UnsupportedMediaType { builtin: false });
+    let st = err.to_status("widgets", "w");
+    assert_eq!((st.code, st.reason.as_str(), st.status.as_str()), (415, "UnsupportedMediaType", "Failure"));
+    assert_eq!(
+        st.message,
+        "the body of the request was in an unknown format - accepted media types include: \
+         application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+    );
+    // The same patch works as a merge patch.
+    let merged = patch(&cr, PatchType::Merge, json!({"spec": {"a": 2}}), None);
+    assert_eq!(merged["spec"]["a"], 2);
+}
+
+// ---- JSON patch ----
+
+#[test]
+fn json_patch_applies_operations_in_order() {
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "1", "b": "2"}});
+    let out = patch(
+        &cm,
+        PatchType::Json,
+        json!([
+            {"op": "test", "path": "/data/a", "value": "1"},
+            {"op": "replace", "path": "/data/a", "value": "x"},
+            {"op": "remove", "path": "/data/b"},
+            {"op": "add", "path": "/metadata", "value": {"labels": {"l": "v"}}},
+            {"op": "copy", "from": "/data/a", "path": "/data/c"}
+        ]),
+        CONFIGMAP,
+    );
+    assert_eq!(out["data"], json!({"a": "x", "c": "x"}));
+    assert_eq!(out["metadata"]["labels"]["l"], "v");
+}
+
+#[test]
+fn json_patch_that_cannot_apply_is_422_and_changes_nothing() {
+    let cm = json!({"data": {"a": "1"}});
+    for ops in [
+        json!([{"op": "test", "path": "/data/a", "value": "2"}]),
+        json!([{"op": "remove", "path": "/data/missing"}]),
+        json!([{"op": "replace", "path": "/nope/x", "value": 1}]),
+    ] {
+        let err = apply_patch(&cm, PatchType::Json, ops.to_string().as_bytes(), CONFIGMAP)
+            .expect_err("fails");
+        let st = err.to_status("configmaps", "c");
+        assert_eq!((st.code, st.reason.as_str()), (422, "Invalid"), "{ops}");
+        let causes = st.details.expect("details").causes;
+        assert_eq!(causes.len(), 1);
+        assert!(!causes[0].message.is_empty());
+    }
+}
+
+#[test]
+fn malformed_bodies_are_400_never_panics() {
+    let cm = json!({"data": {}});
+    let bodies: [&[u8]; 4] = [b"", b"{", b"not json", b"\xff\xfe"];
+    for body in bodies {
+        for ty in [PatchType::Json, PatchType::Merge, PatchType::StrategicMerge] {
+            let err = apply_patch(&cm, ty, body, CONFIGMAP).expect_err("malformed");
+            assert_eq!(err.code(), 400, "{ty:?} {body:?}: {err}");
+            let st = err.to_status("configmaps", "c");
+            assert_eq!(st.reason, "BadRequest");
+            assert!(!st.message.is_empty());
+        }
+        let err = server_side_apply(None, body, "m", false, CONFIGMAP, NOW).expect_err("malformed");
+        assert_eq!(err.code(), 400, "apply {body:?}: {err}");
+    }
+    for ops in [&br#"[{"op":"jump","path":"/a"}]"#[..], br#"{"op":1}"#, br#"[{"op":"add"}]"#] {
+        let err = apply_patch(&cm, PatchType::Json, ops, CONFIGMAP).expect_err("malformed");
+        assert_eq!(err.code(), 400, "{err}");
+    }
+    // A patch that leaves something other than an object is refused too.
+    let err = apply_patch(&cm, PatchType::Merge, b"[1]", CONFIGMAP).expect_err("not an object");
+    assert_eq!(err.code(), 400);
+    let err = apply_patch(&cm, PatchType::StrategicMerge, b"[1]", CONFIGMAP).expect_err("array");
+    assert_eq!(err.code(), 400);
+}
+
+#[test]
+fn apply_through_apply_patch_needs_a_field_manager() {
+    let err = apply_patch(&json!({}), PatchType::Apply, b"{}", CONFIGMAP).expect_err("refused");
+    assert_eq!(err.code(), 400);
+    let err = server_side_apply(None, b"{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\"}", "", false, CONFIGMAP, NOW)
+        .expect_err("no manager");
+    assert_eq!(err.to_string(), "fieldManager is required for apply requests");
+}
+
+// ---- JSON merge patch ----
+
+#[test]
+fn merge_patch_rfc7396() {
+    let d = deployment();
+    let out = patch(
+        &d,
+        PatchType::Merge,
+        json!({"metadata": {"labels": {"x": "y"}, "finalizers": null},
+               "spec": {"replicas": 3, "template": {"spec": {"containers": [{"name": "only"}]}}}}),
+        DEPLOYMENT,
+    );
+    assert_eq!(out["spec"]["replicas"], 3);
+    assert_eq!(out["metadata"]["labels"]["x"], "y");
+    assert!(out["metadata"].get("finalizers").is_none());
+    // Lists are replaced, even keyed ones.
+    assert_eq!(containers(&out), &vec![json!({"name": "only"})]);
+    // Untouched fields stay.
+    assert_eq!(out["spec"]["strategy"], d["spec"]["strategy"]);
+}
+
+// ---- strategic merge patch ----
+
+#[test]
+fn strategic_merge_merges_keyed_lists_by_their_keys() {
+    let d = deployment();
+    let out = patch(
+        &d,
+        PatchType::StrategicMerge,
+        json!({"spec": {"template": {"spec": {
+            "containers": [
+                {"name": "web", "image": "nginx:2",
+                 "env": [{"name": "B", "value": "two"}, {"name": "C", "value": "3"}],
+                 "ports": [{"containerPort": 443, "name": "https"}, {"containerPort": 8080}],
+                 "volumeMounts": [{"mountPath": "/b", "name": "vb"}],
+                 "args": ["-z"]},
+                {"name": "new", "image": "alpine"}
+            ],
+            "volumes": [{"name": "vb", "emptyDir": {}}],
+            "tolerations": [{"key": "k2", "operator": "Exists"}],
+            "imagePullSecrets": [{"name": "s2"}]
+        }}}}),
+        DEPLOYMENT,
+    );
+    let cs = containers(&out);
+    assert_eq!(cs.len(), 3);
+    assert_eq!(cs[0]["name"], "web");
+    assert_eq!(cs[0]["image"], "nginx:2");
+    assert_eq!(cs[1], json!({"name": "side", "image": "busybox"}));
+    assert_eq!(cs[2]["name"], "new");
+    assert_eq!(
+        cs[0]["env"],
+        json!([{"name": "A", "value": "1"}, {"name": "B", "value": "two"}, {"name": "C", "value": "3"}])
+    );
+    assert_eq!(
+        cs[0]["ports"],
+        json!([{"containerPort": 80}, {"containerPort": 443, "name": "https"}, {"containerPort": 8080}])
+    );
+    assert_eq!(
+        cs[0]["volumeMounts"],
+        json!([{"mountPath": "/a", "name": "va"}, {"mountPath": "/b", "name": "vb"}])
+    );
+    // Lists without a merge strategy are replaced.
+    assert_eq!(cs[0]["args"], json!(["-z"]));
+    let spec = &out["spec"]["template"]["spec"];
+    assert_eq!(spec["tolerations"], json!([{"key": "k2", "operator": "Exists"}]));
+    assert_eq!(spec["volumes"].as_array().map(Vec::len), Some(2));
+    assert_eq!(spec["imagePullSecrets"], json!([{"name": "s1"}, {"name": "s2"}]));
+}
+
+#[test]
+fn strategic_merge_metadata_lists() {
+    let d = deployment();
+    let out = patch(
+        &d,
+        PatchType::StrategicMerge,
+        json!({"metadata": {
+            "finalizers": ["b.io/y", "a.io/x"],
+            "ownerReferences": [{"uid": "u1", "name": "renamed"},
+                                {"uid": "u2", "name": "o2", "kind": "K", "apiVersion": "v1"}]
+        }}),
+        DEPLOYMENT,
+    );
+    assert_eq!(out["metadata"]["finalizers"], json!(["a.io/x", "b.io/y"]));
+    let owners = out["metadata"]["ownerReferences"].as_array().expect("owners");
+    assert_eq!(owners.len(), 2);
+    assert_eq!(owners[0]["name"], "renamed");
+    assert_eq!(owners[0]["kind"], "K");
+}
+
+#[test]
+fn strategic_merge_service_ports_key_on_port() {
+    let svc = json!({"apiVersion": "v1", "kind": "Service",
+                     "spec": {"selector": {"app": "a"},
+                              "ports": [{"port": 80, "targetPort": 8080}, {"port": 443}]}});
+    let out = patch(
+        &svc,
+        PatchType::StrategicMerge,
+        json!({"spec": {"selector": {"tier": "web"}, "ports": [{"port": 80, "targetPort": 9090}]}}),
+        Some(("", "Service")),
+    );
+    assert_eq!(out["spec"]["ports"], json!([{"port": 80, "targetPort": 9090}, {"port": 443}]));
+    assert_eq!(out["spec"]["selector"], json!({"app": "a", "tier": "web"}));
+}
+
+#[test]
+fn strategic_merge_patch_directives() {
+    let d = deployment();
+    let out = patch(
+        &d,
+        PatchType::StrategicMerge,
+        json!({
+            "metadata": {"$deleteFromPrimitiveList/finalizers": ["a.io/x"]},
+            "spec": {
+                "strategy": {"$retainKeys": ["type"], "type": "Recreate"},
+                "template": {"spec": {
+                    "containers": [
+                        {"name": "side", "$patch": "delete"},
+                        {"name": "web", "env": [{"name": "A", "$patch": "delete"}],
+                         "resources": {"$patch": "replace", "limits": {"cpu": "1"}}}
+                    ],
+                    "volumes": [{"$patch": "replace"}, {"name": "only", "emptyDir": {}}]
+                }}
+            }
+        }),
+        DEPLOYMENT,
+    );
+    assert_eq!(out["metadata"]["finalizers"], json!([]));
+    assert_eq!(out["spec"]["strategy"], json!({"type": "Recreate"}));
+    let cs = containers(&out);
+    assert_eq!(cs.len(), 1);
+    assert_eq!(cs[0]["env"], json!([{"name": "B", "value": "2"}]));
+    assert_eq!(cs[0]["resources"], json!({"limits": {"cpu": "1"}}));
+    assert_eq!(out["spec"]["template"]["spec"]["volumes"], json!([{"name": "only", "emptyDir": {}}]));
+    // No directive is ever stored.
+    assert!(!out.to_string().contains('$'), "{out}");
+
+    // `$patch: replace` on a map, `$patch: delete` of a map, null deletes a field.
+    let out = patch(
+        &d,
+        PatchType::StrategicMerge,
+        json!({"spec": {"strategy": {"$patch": "delete"}, "replicas": null,
+                        "template": {"$patch": "replace", "metadata": {"labels": {"a": "b"}}}}}),
+        DEPLOYMENT,
+    );
+    assert!(out["spec"].get("strategy").is_none());
+    assert!(out["spec"].get("replicas").is_none());
+    assert_eq!(out["spec"]["template"], json!({"metadata": {"labels": {"a": "b"}}}));
+}
+
+#[test]
+fn strategic_merge_set_element_order_as_kubectl_apply_sends_it() {
+    let d = deployment();
+    // The shape of a client-side `kubectl apply` patch: the last-applied annotation, the
+    // final order of the containers, and only the changed container.
+    let out = patch(
+        &d,
+        PatchType::StrategicMerge,
+        json!({
+            "metadata": {"annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}\n"},
+                         "$setElementOrder/finalizers": ["a.io/x"]},
+            "spec": {"template": {"spec": {
+                "$setElementOrder/containers": [{"name": "side"}, {"name": "web"}],
+                "containers": [{"name": "side", "image": "busybox:2"}]
+            }}}
+        }),
+        DEPLOYMENT,
+    );
+    let names: Vec<&str> = containers(&out).iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, vec!["side", "web"]);
+    assert_eq!(containers(&out)[0]["image"], "busybox:2");
+    assert_eq!(
+        out["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"],
+        "{}\n"
+    );
+    assert!(!out.to_string().contains("$setElementOrder"));
+
+    // Primitive lists are ordered by value.
+    let out = patch(
+        &out,
+        PatchType::StrategicMerge,
+        json!({"metadata": {"$setElementOrder/finalizers": ["c.io/z", "a.io/x"],
+                            "finalizers": ["c.io/z"]}}),
+        DEPLOYMENT,
+    );
+    assert_eq!(out["metadata"]["finalizers"], json!(["c.io/z", "a.io/x"]));
+}
+
+#[test]
+fn strategic_merge_errors_look_like_the_servers() {
+    let d = deployment();
+    // An item of a keyed list without its merge key: the real server answers 500, no reason.
+    let err = apply_patch(
+        &d,
+        PatchType::StrategicMerge,
+        br#"{"spec":{"template":{"spec":{"containers":[{"image":"x"}]}}}}"#,
+        DEPLOYMENT,
+    )
+    .expect_err("missing merge key");
+    let st = err.to_status("deployments", "d");
+    assert_eq!(st.code, 500);
+    assert!(st.message.contains("does not contain declared merge key: name"), "{}", st.message);
+
+    // The patch sets a key `$retainKeys` does not list: 422.
+    let err = apply_patch(
+        &d,
+        PatchType::StrategicMerge,
+        br#"{"spec":{"strategy":{"$retainKeys":["type"],"type":"Recreate","rollingUpdate":null}}}"#,
+        DEPLOYMENT,
+    )
+    .expect_err("retainKeys mismatch");
+    assert_eq!(err.code(), 422);
+
+    // Unknown `$patch` values and malformed directives: 400.
+    for body in [
+        r#"{"spec":{"$patch":"explode"}}"#,
+        r#"{"spec":{"$retainKeys":"type"}}"#,
+        r#"{"metadata":{"$deleteFromPrimitiveList/finalizers":"a"}}"#,
+        r#"{"spec":{"$setElementOrder/containers":{}}}"#,
+    ] {
+        let err = apply_patch(&d, PatchType::StrategicMerge, body.as_bytes(), DEPLOYMENT)
+            .expect_err(body);
+        assert_eq!(err.code(), 400, "{body}: {err}");
+    }
+}
+
+// ---- server-side apply ----
+
+fn ssa(
+    current: Option<&Value>,
+    body: &str,
+    manager: &str,
+    force: bool,
+) -> Result<Value, PatchError> {
+    server_side_apply(current, body.as_bytes(), manager, force, CONFIGMAP, NOW)
+}
+
+fn managers(obj: &Value) -> Vec<(String, String)> {
+    obj["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            (
+                e["manager"].as_str().unwrap_or("").to_owned(),
+                e["operation"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+const CM_YAML: &str = "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: c
+  namespace: n
+  labels:
+    app: demo
+data:
+  a: '1'
+  b: '2'
+";
+
+#[test]
+fn apply_creates_the_object_with_an_apply_entry() {
+    let out = ssa(None, CM_YAML, "kubectl", false).expect("created");
+    assert_eq!(out["data"], json!({"a": "1", "b": "2"}));
+    assert_eq!(out["metadata"]["name"], "c");
+    assert_eq!(
+        out["metadata"]["managedFields"],
+        json!([{
+            "manager": "kubectl", "operation": "Apply", "apiVersion": "v1", "time": NOW,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:data": {".": {}, "f:a": {}, "f:b": {}},
+                         "f:metadata": {"f:labels": {".": {}, "f:app": {}}}}
+        }])
+    );
+}
+
+#[test]
+fn apply_accepts_json_bodies() {
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+                      "data": {"k": "v"}})
+    .to_string();
+    let out = ssa(None, &body, "m", false).expect("created");
+    assert_eq!(out["data"]["k"], "v");
+}
+
+#[test]
+fn reapply_updates_values_and_removes_fields_it_no_longer_applies() {
+    let v1 = ssa(None, CM_YAML, "kubectl", false).expect("created");
+    let v2 = ssa(
+        Some(&v1),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  a: changed\n",
+        "kubectl",
+        false,
+    )
+    .expect("re-applied");
+    assert_eq!(v2["data"], json!({"a": "changed"}), "b and the label are dropped");
+    assert!(v2["metadata"].get("labels").is_none_or(|l| l.as_object().is_some_and(|m| m.is_empty())));
+    assert_eq!(
+        v2["metadata"]["managedFields"][0]["fieldsV1"],
+        json!({"f:data": {".": {}, "f:a": {}}})
+    );
+}
+
+#[test]
+fn omitted_fields_stay_when_another_manager_owns_them() {
+    let v1 = ssa(None, CM_YAML, "kubectl", false).expect("created");
+    // Another applier sets b to the same value: shared ownership, no conflict.
+    let v2 = ssa(
+        Some(&v1),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  b: '2'\n",
+        "other",
+        false,
+    )
+    .expect("shared");
+    let v3 = ssa(
+        Some(&v2),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  a: '1'\n",
+        "kubectl",
+        false,
+    )
+    .expect("re-applied");
+    assert_eq!(v3["data"], json!({"a": "1", "b": "2"}));
+    assert!(v3["metadata"].get("labels").is_none());
+    assert_eq!(
+        managers(&v3),
+        vec![("kubectl".into(), "Apply".into()), ("other".into(), "Apply".into())]
+    );
+}
+
+#[test]
+fn apply_conflicts_with_another_managers_field_is_409() {
+    let mut v1 = ssa(None, CM_YAML, "kubectl", false).expect("created");
+    // A controller changes `a` with an ordinary update and so takes it over.
+    let old = v1.clone();
+    v1["data"]["a"] = json!("controller");
+    crate::emulator::fields::record_update(Some(&old), &mut v1, "ctrl", "Update", None, NOW);
+
+    let err = ssa(Some(&v1), CM_YAML, "kubectl", false).expect_err("conflict");
+    assert_eq!(
+        err,
+        PatchError::Conflicts(vec![Conflict {
+            manager: "\"ctrl\" using v1".into(),
+            field: ".data.a".into()
+        }])
+    );
+    let st = err.to_status("configmaps", "c");
+    assert_eq!((st.code, st.reason.as_str(), st.status.as_str()), (409, "Conflict", "Failure"));
+    assert_eq!(
+        st.message,
+        "Apply failed with 1 conflict: conflict with \"ctrl\" using v1: .data.a"
+    );
+    let causes = st.details.clone().expect("details").causes;
+    assert_eq!(causes.len(), 1);
+    assert_eq!(causes[0].reason, "FieldManagerConflict");
+    assert_eq!(causes[0].message, "conflict with \"ctrl\" using v1");
+    assert_eq!(causes[0].field, ".data.a");
+    // The serialised Status has the server's shape.
+    let wire = serde_json::to_value(&st).expect("serialises");
+    assert_eq!(
+        wire["details"],
+        json!({"causes": [{"reason": "FieldManagerConflict",
+                           "message": "conflict with \"ctrl\" using v1",
+                           "field": ".data.a"}]})
+    );
+
+    // Applying the value the controller set is not a conflict.
+    let same = CM_YAML.replace("a: '1'", "a: controller");
+    assert!(ssa(Some(&v1), &same, "kubectl", false).is_ok());
+}
+
+#[test]
+fn several_conflicts_are_listed_per_manager() {
+    let v1 = ssa(None, CM_YAML, "one", false).expect("created");
+    let err = ssa(
+        Some(&v1),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  a: x\n  b: y\n",
+        "two",
+        false,
+    )
+    .expect_err("conflicts");
+    assert_eq!(
+        err.to_string(),
+        "Apply failed with 2 conflicts: conflicts with \"one\":\n- .data.a\n- .data.b"
+    );
+    let st = err.to_status("configmaps", "c");
+    assert_eq!(st.details.expect("details").causes.len(), 2);
+}
+
+#[test]
+fn forced_apply_moves_ownership() {
+    let v1 = ssa(None, CM_YAML, "one", false).expect("created");
+    let v2 = ssa(
+        Some(&v1),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  a: forced\n",
+        "two",
+        true,
+    )
+    .expect("forced");
+    assert_eq!(v2["data"], json!({"a": "forced", "b": "2"}));
+    let mf = v2["metadata"]["managedFields"].as_array().expect("entries");
+    let fields_of = |m: &str| {
+        mf.iter()
+            .find(|e| e["manager"] == m)
+            .map(|e| e["fieldsV1"].clone())
+            .expect("entry")
+    };
+    assert_eq!(fields_of("two"), json!({"f:data": {".": {}, "f:a": {}}}));
+    assert_eq!(
+        fields_of("one"),
+        json!({"f:data": {".": {}, "f:b": {}}, "f:metadata": {"f:labels": {".": {}, "f:app": {}}}})
+    );
+    // Now "one" re-applying its old value conflicts with "two".
+    let err = ssa(Some(&v2), CM_YAML, "one", false).expect_err("conflict");
+    assert_eq!(err.code(), 409);
+}
+
+#[test]
+fn apply_merges_keyed_lists_and_removes_dropped_items() {
+    let dep = |containers: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d\nspec:\n  replicas: 2\n  template:\n    spec:\n      containers:\n{containers}"
+        )
+    };
+    let two = dep("      - name: web\n        image: nginx\n      - name: side\n        image: busybox\n");
+    let v1 = server_side_apply(None, two.as_bytes(), "mgr", false, DEPLOYMENT, NOW).expect("created");
+    // Another manager adds a container through an update.
+    let mut v2 = v1.clone();
+    v2["spec"]["template"]["spec"]["containers"]
+        .as_array_mut()
+        .expect("list")
+        .push(json!({"name": "injected", "image": "proxy"}));
+    crate::emulator::fields::record_update(Some(&v1), &mut v2, "webhook", "Update", None, NOW);
+
+    let one = dep("      - name: web\n        image: nginx:2\n");
+    let v3 = server_side_apply(Some(&v2), one.as_bytes(), "mgr", false, DEPLOYMENT, NOW).expect("applied");
+    let names: Vec<&str> = containers(&v3).iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, vec!["web", "injected"], "side is dropped, the webhook's stays");
+    assert_eq!(containers(&v3)[0]["image"], "nginx:2");
+    let mgr = v3["metadata"]["managedFields"]
+        .as_array()
+        .and_then(|a| a.iter().find(|e| e["manager"] == "mgr"))
+        .expect("mgr entry");
+    assert_eq!(
+        mgr["fieldsV1"]["f:spec"]["f:template"]["f:spec"]["f:containers"],
+        json!({".": {}, "k:{\"name\":\"web\"}": {".": {}, "f:image": {}, "f:name": {}}})
+    );
+}
+
+#[test]
+fn apply_preconditions_and_refusals() {
+    let v1 = ssa(None, CM_YAML, "m", false).expect("created");
+    let mut cur = v1.clone();
+    cur["metadata"]["resourceVersion"] = json!("7");
+    let stale = CM_YAML.replace("  namespace: n\n", "  namespace: n\n  resourceVersion: '6'\n");
+    let err = ssa(Some(&cur), &stale, "m", false).expect_err("stale");
+    let st = err.to_status("configmaps", "c");
+    assert_eq!((st.code, st.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        st.message,
+        "Operation cannot be fulfilled on configmaps \"c\": the object has been modified; please apply your changes to the latest version and try again"
+    );
+    let fresh = CM_YAML.replace("  namespace: n\n", "  namespace: n\n  resourceVersion: '7'\n");
+    assert!(ssa(Some(&cur), &fresh, "m", false).is_ok());
+
+    for body in [
+        "kind: ConfigMap\nmetadata:\n  name: c\n",
+        "apiVersion: v1\nmetadata:\n  name: c\n",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  managedFields: []\n",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: 3\n",
+        "- a\n- b\n",
+        "a: 1\n---\nb: 2\n",
+        "apiVersion: v1\nkind: ConfigMap\ndata: {a: [unclosed\n",
+    ] {
+        let err = ssa(None, body, "m", false).expect_err(body);
+        assert_eq!(err.code(), 400, "{body}: {err}");
+    }
+}
+
+#[test]
+fn apply_to_the_status_subresource_changes_only_status() {
+    let cur = json!({"apiVersion": "example.com/v1", "kind": "W", "metadata": {"name": "w"},
+                     "spec": {"size": 1}});
+    let out = server_side_apply_subresource(
+        Some(&cur),
+        b"apiVersion: example.com/v1\nkind: W\nmetadata:\n  name: w\nspec:\n  size: 9\nstatus:\n  ready: true\n",
+        "ctl",
+        false,
+        None,
+        NOW,
+        Some("status"),
+    )
+    .expect("applied");
+    assert_eq!(out["spec"]["size"], 1);
+    assert_eq!(out["status"]["ready"], true);
+    assert_eq!(out["metadata"]["managedFields"][0]["subresource"], "status");
+    assert_eq!(
+        out["metadata"]["managedFields"][0]["fieldsV1"],
+        json!({"f:status": {".": {}, "f:ready": {}}})
+    );
+}
+
+#[test]
+fn every_error_maps_to_its_status_code() {
+    let cases = [
+        (PatchError::UnsupportedMediaType { builtin: true }, 415, "UnsupportedMediaType"),
+        (PatchError::BadRequest("x".into()), 400, "BadRequest"),
+        (PatchError::Unprocessable("x".into()), 422, "Invalid"),
+        (PatchError::Internal("x".into()), 500, ""),
+        (PatchError::Conflicts(vec![]), 409, "Conflict"),
+        (PatchError::StaleResourceVersion, 409, "Conflict"),
+    ];
+    for (err, code, reason) in cases {
+        let st = err.to_status("configmaps", "c");
+        assert_eq!((st.code, st.reason.as_str()), (code, reason), "{err:?}");
+        assert_eq!(err.code(), code);
+        assert_eq!(st.kind, "Status");
+        assert_eq!(st.status, "Failure");
+    }
+    assert!(PatchError::UnsupportedMediaType { builtin: true }
+        .to_string()
+        .contains("application/strategic-merge-patch+json"));
+}
