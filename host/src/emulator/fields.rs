@@ -280,8 +280,10 @@ pub fn render_path(path: &[String]) -> String {
             s.push('[');
             match serde_json::from_str::<Map<String, Value>>(k) {
                 Ok(m) => {
-                    let parts: Vec<String> =
-                        m.iter().map(|(n, v)| format!("{n}={}", compact(v))).collect();
+                    let parts: Vec<String> = m
+                        .iter()
+                        .map(|(n, v)| format!("{n}={}", compact(v)))
+                        .collect();
                     s.push_str(&parts.join(","));
                 }
                 Err(_) => s.push_str(k),
@@ -426,7 +428,9 @@ impl ManagedEntry {
     }
 
     fn from_value(v: &Value) -> Result<Self, String> {
-        let m = v.as_object().ok_or("managedFields entry is not an object")?;
+        let m = v
+            .as_object()
+            .ok_or("managedFields entry is not an object")?;
         let s = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_owned);
         let manager = s("manager").ok_or("managedFields entry without manager")?;
         if let Some(ft) = m.get("fieldsType") {
@@ -459,7 +463,10 @@ pub fn read_managed(obj: &Value) -> Result<Option<Vec<ManagedEntry>>, String> {
             if a.len() == 1 && a[0].as_object().is_some_and(Map::is_empty) {
                 return Ok(Some(Vec::new()));
             }
-            a.iter().map(ManagedEntry::from_value).collect::<Result<_, _>>().map(Some)
+            a.iter()
+                .map(ManagedEntry::from_value)
+                .collect::<Result<_, _>>()
+                .map(Some)
         }
         Some(_) => Err("metadata.managedFields is not a list".into()),
     }
@@ -576,7 +583,6 @@ pub fn record_update(
     }
     write_managed(new, entries);
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -862,7 +868,9 @@ mod tests {
             api_version: "v1".into(),
             time: Some(t.into()),
             subresource: None,
-            fields: [vec!["f:data".to_owned(), format!("f:{f}")]].into_iter().collect(),
+            fields: [vec!["f:data".to_owned(), format!("f:{f}")]]
+                .into_iter()
+                .collect(),
         };
         write_managed(
             &mut obj,

@@ -43,7 +43,10 @@ impl PatchType {
         let ty = [
             ("application/json-patch+json", PatchType::Json),
             ("application/merge-patch+json", PatchType::Merge),
-            ("application/strategic-merge-patch+json", PatchType::StrategicMerge),
+            (
+                "application/strategic-merge-patch+json",
+                PatchType::StrategicMerge,
+            ),
             ("application/apply-patch+yaml", PatchType::Apply),
         ]
         .into_iter()
@@ -212,9 +215,8 @@ pub fn apply_patch(
     let mut doc = current.clone();
     match ty {
         PatchType::Json => {
-            let ops: json_patch::Patch = serde_json::from_slice(body).map_err(|e| {
-                PatchError::BadRequest(format!("the JSON patch is malformed: {e}"))
-            })?;
+            let ops: json_patch::Patch = serde_json::from_slice(body)
+                .map_err(|e| PatchError::BadRequest(format!("the JSON patch is malformed: {e}")))?;
             // The document is a private copy, dropped on error, so no undo log is needed.
             json_patch::patch_unsafe(&mut doc, &ops.0)
                 .map_err(|e| PatchError::Unprocessable(e.to_string()))?;

@@ -61,9 +61,15 @@ pub fn server_side_apply_subresource(
     let applied = parse_configuration(body)?;
     if let (Some(cur), Some(rv)) = (
         current,
-        applied.pointer("/metadata/resourceVersion").and_then(Value::as_str),
+        applied
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str),
     ) {
-        if cur.pointer("/metadata/resourceVersion").and_then(Value::as_str) != Some(rv) {
+        if cur
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            != Some(rv)
+        {
             return Err(PatchError::StaleResourceVersion);
         }
     }
@@ -199,7 +205,9 @@ fn is_item_key_field(path: &[String]) -> bool {
 /// kind and without managedFields.
 fn parse_configuration(body: &[u8]) -> Result<Value, PatchError> {
     let v: Value = serde_yaml::from_slice(body).map_err(|e| {
-        PatchError::BadRequest(format!("error decoding YAML of the applied configuration: {e}"))
+        PatchError::BadRequest(format!(
+            "error decoding YAML of the applied configuration: {e}"
+        ))
     })?;
     let Value::Object(m) = &v else {
         return Err(PatchError::BadRequest(
@@ -207,7 +215,10 @@ fn parse_configuration(body: &[u8]) -> Result<Value, PatchError> {
         ));
     };
     for (field, label) in [("kind", "Kind"), ("apiVersion", "apiVersion")] {
-        if !m.get(field).and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
+        if m.get(field)
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
             return Err(PatchError::BadRequest(format!(
                 "Object '{label}' is missing in the applied configuration"
             )));
@@ -215,13 +226,12 @@ fn parse_configuration(body: &[u8]) -> Result<Value, PatchError> {
     }
     match m.get("metadata") {
         None => {}
-        Some(Value::Object(meta)) => {
-            if meta.get("managedFields").is_some_and(|f| !f.is_null()) {
-                return Err(PatchError::BadRequest(
-                    "metadata.managedFields must be nil".into(),
-                ));
-            }
+        Some(Value::Object(meta)) if meta.get("managedFields").is_some_and(|f| !f.is_null()) => {
+            return Err(PatchError::BadRequest(
+                "metadata.managedFields must be nil".into(),
+            ));
         }
+        Some(Value::Object(_)) => {}
         Some(_) => {
             return Err(PatchError::BadRequest(
                 "metadata of the applied configuration must be an object".into(),

@@ -73,10 +73,15 @@ pub(crate) fn list_kind<'a>(
         return ListKind::Atomic;
     }
     match field.unwrap_or("") {
-        "containers" | "initContainers" | "ephemeralContainers" | "env" | "volumes"
-        | "imagePullSecrets" | "secrets" | "schedulingGates" | "resourceClaims" => {
-            ListKind::Keyed(NAME)
-        }
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "env"
+        | "volumes"
+        | "imagePullSecrets"
+        | "secrets"
+        | "schedulingGates"
+        | "resourceClaims" => ListKind::Keyed(NAME),
         "volumeMounts" => ListKind::Keyed(MOUNT_PATH),
         "volumeDevices" => ListKind::Keyed(DEVICE_PATH),
         "ownerReferences" => ListKind::Keyed(UID),
@@ -103,7 +108,10 @@ pub(crate) fn list_kind<'a>(
 /// Whether the object stored under `field` of a built-in kind is a free-form string map
 /// (`map[string]string` and friends) rather than a struct. Map nodes are members of a field
 /// set in their own right (the `"."` entry of FieldsV1); struct nodes are not.
-pub(crate) fn is_free_form_map(field: Option<&str>, value: &serde_json::Map<String, Value>) -> bool {
+pub(crate) fn is_free_form_map(
+    field: Option<&str>,
+    value: &serde_json::Map<String, Value>,
+) -> bool {
     match field.unwrap_or("") {
         "labels" | "annotations" | "data" | "binaryData" | "stringData" | "matchLabels"
         | "nodeSelector" | "limits" | "requests" | "capacity" | "allocatable" | "parameters"
@@ -116,7 +124,10 @@ pub(crate) fn is_free_form_map(field: Option<&str>, value: &serde_json::Map<Stri
 
 /// Whether the object under `field` is an atomic struct: owned and replaced as one value
 /// (`structType=atomic`, e.g. a workload's LabelSelector).
-pub(crate) fn is_atomic_struct(field: Option<&str>, value: &serde_json::Map<String, Value>) -> bool {
+pub(crate) fn is_atomic_struct(
+    field: Option<&str>,
+    value: &serde_json::Map<String, Value>,
+) -> bool {
     field == Some("selector") && is_label_selector(value)
 }
 
@@ -138,7 +149,11 @@ pub(crate) fn item_key(keys: &[KeyField], item: &Value) -> Option<Vec<(&'static 
 }
 
 /// Whether `item` has the given identity.
-pub(crate) fn item_matches(keys: &[KeyField], item: &Value, want: &[(&'static str, Value)]) -> bool {
+pub(crate) fn item_matches(
+    keys: &[KeyField],
+    item: &Value,
+    want: &[(&'static str, Value)],
+) -> bool {
     item_key(keys, item).is_some_and(|k| k == want)
 }
 

@@ -46,7 +46,10 @@ pub(super) fn merge(doc: &mut Value, patch: &Value) -> Result<(), PatchError> {
 }
 
 /// Merges `patch` into `orig`; true when the patch asks to delete the whole map.
-fn merge_map(orig: &mut Map<String, Value>, patch: &Map<String, Value>) -> Result<bool, PatchError> {
+fn merge_map(
+    orig: &mut Map<String, Value>,
+    patch: &Map<String, Value>,
+) -> Result<bool, PatchError> {
     match patch.get(PATCH) {
         None => {}
         Some(Value::String(s)) if s == "merge" => {}
@@ -162,7 +165,7 @@ fn merge_field(orig: &mut Map<String, Value>, key: &str, pv: &Value) -> Result<(
     Ok(())
 }
 
-fn directive<'a>(item: &'a Value) -> Option<&'a str> {
+fn directive(item: &Value) -> Option<&str> {
     item.get(PATCH).and_then(Value::as_str)
 }
 
@@ -253,8 +256,7 @@ fn reorder(list: &mut Vec<Value>, order: &[Value], field: &str) {
             _ => order.iter().position(|o| o == item),
         }
     };
-    let mut ranked: Vec<(Option<usize>, Value)> =
-        list.drain(..).map(|v| (rank(&v), v)).collect();
+    let mut ranked: Vec<(Option<usize>, Value)> = list.drain(..).map(|v| (rank(&v), v)).collect();
     // Stable: unranked items keep their relative order after the ranked ones.
     ranked.sort_by_key(|(r, _)| r.unwrap_or(usize::MAX));
     list.extend(ranked.into_iter().map(|(_, v)| v));

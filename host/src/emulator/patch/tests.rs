@@ -48,13 +48,22 @@ fn containers(d: &Value) -> &Vec<Value> {
 #[test]
 fn content_types_spec_6_11() {
     use PatchType::*;
-    assert_eq!(PatchType::from_content_type("application/json-patch+json"), Some(Json));
-    assert_eq!(PatchType::from_content_type("application/merge-patch+json; charset=utf-8"), Some(Merge));
+    assert_eq!(
+        PatchType::from_content_type("application/json-patch+json"),
+        Some(Json)
+    );
+    assert_eq!(
+        PatchType::from_content_type("application/merge-patch+json; charset=utf-8"),
+        Some(Merge)
+    );
     assert_eq!(
         PatchType::from_content_type("Application/Strategic-Merge-Patch+JSON"),
         Some(StrategicMerge)
     );
-    assert_eq!(PatchType::from_content_type("application/apply-patch+yaml"), Some(Apply));
+    assert_eq!(
+        PatchType::from_content_type("application/apply-patch+yaml"),
+        Some(Apply)
+    );
     assert_eq!(PatchType::from_content_type("application/json"), None);
     assert_eq!(PatchType::from_content_type(""), None);
     for ty in [Json, Merge, StrategicMerge, Apply] {
@@ -65,11 +74,19 @@ fn content_types_spec_6_11() {
 #[test]
 fn strategic_merge_on_a_custom_resource_is_415_spec_6_11() {
     let cr = json!({"apiVersion": "example.com/v1", "kind": "W", "spec": {"a": 1}});
-    let err = apply_patch(&cr, PatchType::StrategicMerge, b"{\"spec\":{\"a\":2}}", None)
-        .expect_err("refused");
+    let err = apply_patch(
+        &cr,
+        PatchType::StrategicMerge,
+        b"{\"spec\":{\"a\":2}}",
+        None,
+    )
+    .expect_err("refused");
     assert_eq!(err, PatchError::UnsupportedMediaType { builtin: false });
     let st = err.to_status("widgets", "w");
-    assert_eq!((st.code, st.reason.as_str(), st.status.as_str()), (415, "UnsupportedMediaType", "Failure"));
+    assert_eq!(
+        (st.code, st.reason.as_str(), st.status.as_str()),
+        (415, "UnsupportedMediaType", "Failure")
+    );
     assert_eq!(
         st.message,
         "the body of the request was in an unknown format - accepted media types include: \
@@ -134,7 +151,11 @@ fn malformed_bodies_are_400_never_panics() {
         let err = server_side_apply(None, body, "m", false, CONFIGMAP, NOW).expect_err("malformed");
         assert_eq!(err.code(), 400, "apply {body:?}: {err}");
     }
-    for ops in [&br#"[{"op":"jump","path":"/a"}]"#[..], br#"{"op":1}"#, br#"[{"op":"add"}]"#] {
+    for ops in [
+        &br#"[{"op":"jump","path":"/a"}]"#[..],
+        br#"{"op":1}"#,
+        br#"[{"op":"add"}]"#,
+    ] {
         let err = apply_patch(&cm, PatchType::Json, ops, CONFIGMAP).expect_err("malformed");
         assert_eq!(err.code(), 400, "{err}");
     }
@@ -149,9 +170,19 @@ fn malformed_bodies_are_400_never_panics() {
 fn apply_through_apply_patch_needs_a_field_manager() {
     let err = apply_patch(&json!({}), PatchType::Apply, b"{}", CONFIGMAP).expect_err("refused");
     assert_eq!(err.code(), 400);
-    let err = server_side_apply(None, b"{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\"}", "", false, CONFIGMAP, NOW)
-        .expect_err("no manager");
-    assert_eq!(err.to_string(), "fieldManager is required for apply requests");
+    let err = server_side_apply(
+        None,
+        b"{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\"}",
+        "",
+        false,
+        CONFIGMAP,
+        NOW,
+    )
+    .expect_err("no manager");
+    assert_eq!(
+        err.to_string(),
+        "fieldManager is required for apply requests"
+    );
 }
 
 // ---- JSON merge patch ----
@@ -219,9 +250,15 @@ fn strategic_merge_merges_keyed_lists_by_their_keys() {
     // Lists without a merge strategy are replaced.
     assert_eq!(cs[0]["args"], json!(["-z"]));
     let spec = &out["spec"]["template"]["spec"];
-    assert_eq!(spec["tolerations"], json!([{"key": "k2", "operator": "Exists"}]));
+    assert_eq!(
+        spec["tolerations"],
+        json!([{"key": "k2", "operator": "Exists"}])
+    );
     assert_eq!(spec["volumes"].as_array().map(Vec::len), Some(2));
-    assert_eq!(spec["imagePullSecrets"], json!([{"name": "s1"}, {"name": "s2"}]));
+    assert_eq!(
+        spec["imagePullSecrets"],
+        json!([{"name": "s1"}, {"name": "s2"}])
+    );
 }
 
 #[test]
@@ -238,7 +275,9 @@ fn strategic_merge_metadata_lists() {
         DEPLOYMENT,
     );
     assert_eq!(out["metadata"]["finalizers"], json!(["a.io/x", "b.io/y"]));
-    let owners = out["metadata"]["ownerReferences"].as_array().expect("owners");
+    let owners = out["metadata"]["ownerReferences"]
+        .as_array()
+        .expect("owners");
     assert_eq!(owners.len(), 2);
     assert_eq!(owners[0]["name"], "renamed");
     assert_eq!(owners[0]["kind"], "K");
@@ -255,7 +294,10 @@ fn strategic_merge_service_ports_key_on_port() {
         json!({"spec": {"selector": {"tier": "web"}, "ports": [{"port": 80, "targetPort": 9090}]}}),
         Some(("", "Service")),
     );
-    assert_eq!(out["spec"]["ports"], json!([{"port": 80, "targetPort": 9090}, {"port": 443}]));
+    assert_eq!(
+        out["spec"]["ports"],
+        json!([{"port": 80, "targetPort": 9090}, {"port": 443}])
+    );
     assert_eq!(out["spec"]["selector"], json!({"app": "a", "tier": "web"}));
 }
 
@@ -287,7 +329,10 @@ fn strategic_merge_patch_directives() {
     assert_eq!(cs.len(), 1);
     assert_eq!(cs[0]["env"], json!([{"name": "B", "value": "2"}]));
     assert_eq!(cs[0]["resources"], json!({"limits": {"cpu": "1"}}));
-    assert_eq!(out["spec"]["template"]["spec"]["volumes"], json!([{"name": "only", "emptyDir": {}}]));
+    assert_eq!(
+        out["spec"]["template"]["spec"]["volumes"],
+        json!([{"name": "only", "emptyDir": {}}])
+    );
     // No directive is ever stored.
     assert!(!out.to_string().contains('$'), "{out}");
 
@@ -301,7 +346,10 @@ fn strategic_merge_patch_directives() {
     );
     assert!(out["spec"].get("strategy").is_none());
     assert!(out["spec"].get("replicas").is_none());
-    assert_eq!(out["spec"]["template"], json!({"metadata": {"labels": {"a": "b"}}}));
+    assert_eq!(
+        out["spec"]["template"],
+        json!({"metadata": {"labels": {"a": "b"}}})
+    );
 }
 
 #[test]
@@ -322,7 +370,10 @@ fn strategic_merge_set_element_order_as_kubectl_apply_sends_it() {
         }),
         DEPLOYMENT,
     );
-    let names: Vec<&str> = containers(&out).iter().filter_map(|c| c["name"].as_str()).collect();
+    let names: Vec<&str> = containers(&out)
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
     assert_eq!(names, vec!["side", "web"]);
     assert_eq!(containers(&out)[0]["image"], "busybox:2");
     assert_eq!(
@@ -355,7 +406,12 @@ fn strategic_merge_errors_look_like_the_servers() {
     .expect_err("missing merge key");
     let st = err.to_status("deployments", "d");
     assert_eq!(st.code, 500);
-    assert!(st.message.contains("does not contain declared merge key: name"), "{}", st.message);
+    assert!(
+        st.message
+            .contains("does not contain declared merge key: name"),
+        "{}",
+        st.message
+    );
 
     // The patch sets a key `$retainKeys` does not list: 422.
     let err = apply_patch(
@@ -452,8 +508,14 @@ fn reapply_updates_values_and_removes_fields_it_no_longer_applies() {
         false,
     )
     .expect("re-applied");
-    assert_eq!(v2["data"], json!({"a": "changed"}), "b and the label are dropped");
-    assert!(v2["metadata"].get("labels").is_none_or(|l| l.as_object().is_some_and(|m| m.is_empty())));
+    assert_eq!(
+        v2["data"],
+        json!({"a": "changed"}),
+        "b and the label are dropped"
+    );
+    assert!(v2["metadata"]
+        .get("labels")
+        .is_none_or(|l| l.as_object().is_some_and(|m| m.is_empty())));
     assert_eq!(
         v2["metadata"]["managedFields"][0]["fieldsV1"],
         json!({"f:data": {".": {}, "f:a": {}}})
@@ -482,7 +544,10 @@ fn omitted_fields_stay_when_another_manager_owns_them() {
     assert!(v3["metadata"].get("labels").is_none());
     assert_eq!(
         managers(&v3),
-        vec![("kubectl".into(), "Apply".into()), ("other".into(), "Apply".into())]
+        vec![
+            ("kubectl".into(), "Apply".into()),
+            ("other".into(), "Apply".into())
+        ]
     );
 }
 
@@ -503,7 +568,10 @@ fn apply_conflicts_with_another_managers_field_is_409() {
         }])
     );
     let st = err.to_status("configmaps", "c");
-    assert_eq!((st.code, st.reason.as_str(), st.status.as_str()), (409, "Conflict", "Failure"));
+    assert_eq!(
+        (st.code, st.reason.as_str(), st.status.as_str()),
+        (409, "Conflict", "Failure")
+    );
     assert_eq!(
         st.message,
         "Apply failed with 1 conflict: conflict with \"ctrl\" using v1: .data.a"
@@ -580,8 +648,11 @@ fn apply_merges_keyed_lists_and_removes_dropped_items() {
             "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d\nspec:\n  replicas: 2\n  template:\n    spec:\n      containers:\n{containers}"
         )
     };
-    let two = dep("      - name: web\n        image: nginx\n      - name: side\n        image: busybox\n");
-    let v1 = server_side_apply(None, two.as_bytes(), "mgr", false, DEPLOYMENT, NOW).expect("created");
+    let two = dep(
+        "      - name: web\n        image: nginx\n      - name: side\n        image: busybox\n",
+    );
+    let v1 =
+        server_side_apply(None, two.as_bytes(), "mgr", false, DEPLOYMENT, NOW).expect("created");
     // Another manager adds a container through an update.
     let mut v2 = v1.clone();
     v2["spec"]["template"]["spec"]["containers"]
@@ -591,9 +662,17 @@ fn apply_merges_keyed_lists_and_removes_dropped_items() {
     crate::emulator::fields::record_update(Some(&v1), &mut v2, "webhook", "Update", None, NOW);
 
     let one = dep("      - name: web\n        image: nginx:2\n");
-    let v3 = server_side_apply(Some(&v2), one.as_bytes(), "mgr", false, DEPLOYMENT, NOW).expect("applied");
-    let names: Vec<&str> = containers(&v3).iter().filter_map(|c| c["name"].as_str()).collect();
-    assert_eq!(names, vec!["web", "injected"], "side is dropped, the webhook's stays");
+    let v3 = server_side_apply(Some(&v2), one.as_bytes(), "mgr", false, DEPLOYMENT, NOW)
+        .expect("applied");
+    let names: Vec<&str> = containers(&v3)
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["web", "injected"],
+        "side is dropped, the webhook's stays"
+    );
     assert_eq!(containers(&v3)[0]["image"], "nginx:2");
     let mgr = v3["metadata"]["managedFields"]
         .as_array()
@@ -610,7 +689,10 @@ fn apply_preconditions_and_refusals() {
     let v1 = ssa(None, CM_YAML, "m", false).expect("created");
     let mut cur = v1.clone();
     cur["metadata"]["resourceVersion"] = json!("7");
-    let stale = CM_YAML.replace("  namespace: n\n", "  namespace: n\n  resourceVersion: '6'\n");
+    let stale = CM_YAML.replace(
+        "  namespace: n\n",
+        "  namespace: n\n  resourceVersion: '6'\n",
+    );
     let err = ssa(Some(&cur), &stale, "m", false).expect_err("stale");
     let st = err.to_status("configmaps", "c");
     assert_eq!((st.code, st.reason.as_str()), (409, "Conflict"));
@@ -618,7 +700,10 @@ fn apply_preconditions_and_refusals() {
         st.message,
         "Operation cannot be fulfilled on configmaps \"c\": the object has been modified; please apply your changes to the latest version and try again"
     );
-    let fresh = CM_YAML.replace("  namespace: n\n", "  namespace: n\n  resourceVersion: '7'\n");
+    let fresh = CM_YAML.replace(
+        "  namespace: n\n",
+        "  namespace: n\n  resourceVersion: '7'\n",
+    );
     assert!(ssa(Some(&cur), &fresh, "m", false).is_ok());
 
     for body in [
@@ -661,7 +746,11 @@ fn apply_to_the_status_subresource_changes_only_status() {
 #[test]
 fn every_error_maps_to_its_status_code() {
     let cases = [
-        (PatchError::UnsupportedMediaType { builtin: true }, 415, "UnsupportedMediaType"),
+        (
+            PatchError::UnsupportedMediaType { builtin: true },
+            415,
+            "UnsupportedMediaType",
+        ),
         (PatchError::BadRequest("x".into()), 400, "BadRequest"),
         (PatchError::Unprocessable("x".into()), 422, "Invalid"),
         (PatchError::Internal("x".into()), 500, ""),
