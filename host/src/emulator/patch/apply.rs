@@ -8,6 +8,8 @@
 //! - a leaf the configuration sets to a value different from the object's, and which another
 //!   entry owns (another manager, or the same manager's Update entry), is a conflict: 409
 //!   unless `force`, which moves the field to the applier;
+//! - an existing object without managedFields gets a `before-first-apply` Update entry
+//!   owning all its fields first, so its first apply conflicts where it changes them;
 //! - setting a field to the value it already has shares its ownership, without conflict;
 //! - fields the applier owned before but omits now are removed from the object unless another
 //!   entry owns them (or something under them);
@@ -27,6 +29,9 @@ use serde_json::{Map, Value};
 use super::schema::{self, ListKind};
 use super::{Conflict, PatchError};
 use crate::emulator::fields::{self, ManagedEntry};
+
+/// The manager that owns the fields of an object without managedFields at its first apply.
+pub const BEFORE_FIRST_APPLY: &str = "before-first-apply";
 
 /// Applies `body` for `field_manager` to the main resource. `current` is `None` when the object
 /// does not exist yet (apply creates it). `now` is the RFC 3339 time recorded in the entry.
@@ -95,7 +100,25 @@ pub fn server_side_apply_subresource(
     let empty = Value::Object(Map::new());
     let base = current.unwrap_or(&empty);
     let mut entries = match fields::read_managed(base) {
-        Ok(e) => e.unwrap_or_default(),
+        Ok(Some(e)) => e,
+        // An existing object nobody is recorded for (seeded, or written before tracking):
+        // like the real server, its fields belong to `before-first-apply` so the first apply
+        // cannot silently overwrite them.
+        Ok(None) => match current {
+            Some(cur) => vec![ManagedEntry {
+                manager: BEFORE_FIRST_APPLY.into(),
+                operation: "Update".into(),
+                api_version: cur
+                    .get("apiVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned(),
+                time: Some(now.to_owned()),
+                subresource: None,
+                fields: fields::object_fields(cur, is_builtin).into_keys().collect(),
+            }],
+            None => Vec::new(),
+        },
         Err(e) => {
             tracing::debug!(error = %e, "resetting unreadable managedFields");
             Vec::new()

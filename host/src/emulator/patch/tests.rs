@@ -768,3 +768,24 @@ fn every_error_maps_to_its_status_code() {
         .to_string()
         .contains("application/strategic-merge-patch+json"));
 }
+
+#[test]
+fn first_apply_to_an_untracked_object_conflicts_with_before_first_apply() {
+    let seeded = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "c", "namespace": "n"},
+                        "data": {"a": "seeded", "b": "2"}});
+    let err = ssa(Some(&seeded), CM_YAML, "kubectl", false).expect_err("conflict");
+    assert_eq!(
+        err.to_string(),
+        "Apply failed with 1 conflict: conflict with \"before-first-apply\" using v1: .data.a"
+    );
+    let out = ssa(Some(&seeded), CM_YAML, "kubectl", true).expect("forced");
+    assert_eq!(out["data"], json!({"a": "1", "b": "2"}));
+    assert_eq!(
+        managers(&out),
+        vec![
+            ("kubectl".into(), "Apply".into()),
+            (BEFORE_FIRST_APPLY.into(), "Update".into())
+        ]
+    );
+}
