@@ -110,7 +110,12 @@ pub enum PatchError {
 }
 
 fn conflict_message(conflicts: &[Conflict]) -> String {
-    let n = conflicts.len();
+    if let [one] = conflicts {
+        return format!(
+            "Apply failed with 1 conflict: conflict with {}: {}",
+            one.manager, one.field
+        );
+    }
     let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
     for c in conflicts {
         match groups.iter_mut().find(|(m, _)| *m == c.manager) {
@@ -118,20 +123,17 @@ fn conflict_message(conflicts: &[Conflict]) -> String {
             None => groups.push((&c.manager, vec![&c.field])),
         }
     }
-    let body: Vec<String> = groups
-        .iter()
-        .map(|(m, fields)| match fields.as_slice() {
-            [one] => format!("conflict with {m}: {one}"),
-            many => {
-                let list: Vec<String> = many.iter().map(|f| format!("- {f}")).collect();
-                format!("conflicts with {m}:\n{}", list.join("\n"))
-            }
-        })
-        .collect();
+    // The server lists managers in sorted order.
+    groups.sort_by(|a, b| a.0.cmp(b.0));
+    let mut lines = Vec::new();
+    for (manager, fields) in groups {
+        lines.push(format!("conflicts with {manager}:"));
+        lines.extend(fields.into_iter().map(|f| format!("- {f}")));
+    }
     format!(
-        "Apply failed with {n} conflict{}: {}",
-        if n == 1 { "" } else { "s" },
-        body.join("\n")
+        "Apply failed with {} conflicts: {}",
+        conflicts.len(),
+        lines.join("\n")
     )
 }
 

@@ -789,3 +789,27 @@ fn first_apply_to_an_untracked_object_conflicts_with_before_first_apply() {
         ]
     );
 }
+
+#[test]
+fn conflicts_with_several_managers_are_grouped_and_sorted() {
+    let c = |m: &str, f: &str| Conflict {
+        manager: m.into(),
+        field: f.into(),
+    };
+    let err = PatchError::Conflicts(vec![
+        c("\"zed\"", ".data.a"),
+        c("\"amy\" using v1", ".data.b"),
+        c("\"zed\"", ".data.c"),
+    ]);
+    assert_eq!(
+        err.to_string(),
+        "Apply failed with 3 conflicts: conflicts with \"amy\" using v1:\n- .data.b\nconflicts with \"zed\":\n- .data.a\n- .data.c"
+    );
+    let causes = err
+        .to_status("configmaps", "c")
+        .details
+        .expect("details")
+        .causes;
+    assert_eq!(causes.len(), 3);
+    assert_eq!(causes[1].message, "conflict with \"amy\" using v1");
+}
