@@ -65,6 +65,10 @@ impl PatchType {
     }
 }
 
+/// The most operations one JSON patch may carry, as on the real server (bounds the work one
+/// request can cause).
+pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
+
 /// The media types a PATCH to a built-in kind (or a custom resource) accepts, in the order the
 /// server lists them in its 415 message.
 pub fn accepted_patch_types(builtin: bool) -> &'static str {
@@ -101,6 +105,11 @@ pub enum PatchError {
     /// the real server reports these as a 500 without reason.
     #[error("{0}")]
     Internal(String),
+    /// A JSON patch with more operations than the server allows: 413.
+    #[error(
+        "The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {0}"
+    )]
+    TooManyOperations(usize),
     /// Server-side apply would change fields other managers own: 409.
     #[error("{}", conflict_message(.0))]
     Conflicts(Vec<Conflict>),
@@ -162,6 +171,9 @@ impl PatchError {
                 )
             },
             PatchError::Internal(m) => Status::failure(500, "", m.clone()),
+            PatchError::TooManyOperations(_) => {
+                Status::failure(413, "RequestEntityTooLarge", self.to_string())
+            }
             PatchError::Conflicts(conflicts) => Status {
                 details: Some(StatusDetails {
                     causes: conflicts
@@ -198,6 +210,7 @@ impl PatchError {
             PatchError::BadRequest(_) => 400,
             PatchError::Unprocessable(_) => 422,
             PatchError::Internal(_) => 500,
+            PatchError::TooManyOperations(_) => 413,
             PatchError::Conflicts(_) | PatchError::StaleResourceVersion => 409,
         }
     }
@@ -219,6 +232,9 @@ pub fn apply_patch(
         PatchType::Json => {
             let ops: json_patch::Patch = serde_json::from_slice(body)
                 .map_err(|e| PatchError::BadRequest(format!("the JSON patch is malformed: {e}")))?;
+            if ops.0.len() > MAX_JSON_PATCH_OPERATIONS {
+                return Err(PatchError::TooManyOperations(ops.0.len()));
+            }
             // The document is a private copy, dropped on error, so no undo log is needed.
             json_patch::patch_unsafe(&mut doc, &ops.0)
                 .map_err(|e| PatchError::Unprocessable(e.to_string()))?;

@@ -754,6 +754,11 @@ fn every_error_maps_to_its_status_code() {
         (PatchError::BadRequest("x".into()), 400, "BadRequest"),
         (PatchError::Unprocessable("x".into()), 422, "Invalid"),
         (PatchError::Internal("x".into()), 500, ""),
+        (
+            PatchError::TooManyOperations(10_001),
+            413,
+            "RequestEntityTooLarge",
+        ),
         (PatchError::Conflicts(vec![]), 409, "Conflict"),
         (PatchError::StaleResourceVersion, 409, "Conflict"),
     ];
@@ -812,4 +817,30 @@ fn conflicts_with_several_managers_are_grouped_and_sorted() {
         .causes;
     assert_eq!(causes.len(), 3);
     assert_eq!(causes[1].message, "conflict with \"amy\" using v1");
+}
+
+#[test]
+fn json_patch_operation_count_is_bounded() {
+    let cm = json!({"data": {}});
+    let ops: Vec<Value> = (0..=MAX_JSON_PATCH_OPERATIONS)
+        .map(|i| json!({"op": "add", "path": format!("/data/k{i}"), "value": "v"}))
+        .collect();
+    let body = serde_json::to_vec(&ops).expect("serialises");
+    let err = apply_patch(&cm, PatchType::Json, &body, CONFIGMAP).expect_err("too many");
+    assert_eq!(
+        err,
+        PatchError::TooManyOperations(MAX_JSON_PATCH_OPERATIONS + 1)
+    );
+    assert_eq!(
+        err.to_status("configmaps", "c").message,
+        "The allowed maximum operations in a JSON patch is 10000, got 10001"
+    );
+    let out = apply_patch(
+        &cm,
+        PatchType::Json,
+        &serde_json::to_vec(&ops[..3]).expect("ok"),
+        CONFIGMAP,
+    )
+    .expect("within the bound");
+    assert_eq!(out["data"].as_object().map(|m| m.len()), Some(3));
 }
