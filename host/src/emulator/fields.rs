@@ -75,6 +75,20 @@ pub fn is_builtin_api_version(api_version: &str) -> bool {
     }
 }
 
+/// The manager a write is recorded under: the `fieldManager` parameter, else the User-Agent
+/// up to its first `/` (`kubectl/v1.26.1 (linux/amd64)` → `kubectl`), as the server does.
+pub fn manager_or_user_agent(field_manager: Option<&str>, user_agent: Option<&str>) -> String {
+    match field_manager {
+        Some(m) if !m.is_empty() => m.to_owned(),
+        _ => user_agent
+            .unwrap_or("")
+            .split('/')
+            .next()
+            .unwrap_or("")
+            .to_owned(),
+    }
+}
+
 pub(crate) fn field_elem(name: &str) -> String {
     format!("f:{name}")
 }
@@ -882,6 +896,23 @@ mod tests {
         );
         let managers: Vec<String> = entries(&obj).into_iter().map(|e| e.manager).collect();
         assert_eq!(managers, vec!["x", "y", "z"]);
+    }
+
+    #[test]
+    fn manager_defaults_to_the_user_agent_prefix() {
+        assert_eq!(
+            manager_or_user_agent(Some("mine"), Some("kubectl/v1")),
+            "mine"
+        );
+        assert_eq!(
+            manager_or_user_agent(
+                None,
+                Some("kubectl/v1.26.1 (linux/amd64) kubernetes/8f94681")
+            ),
+            "kubectl"
+        );
+        assert_eq!(manager_or_user_agent(Some(""), Some("curl/8.5.0")), "curl");
+        assert_eq!(manager_or_user_agent(None, None), "");
     }
 
     #[test]

@@ -88,6 +88,80 @@ pub struct Conflict {
     pub field: String,
 }
 
+/// One invalid PATCH query option (`fieldManager`, `force`), reported as a 422 on
+/// `PatchOptions` like the server's option validation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OptionError {
+    /// The cause type: `FieldValueRequired`, `FieldValueTooLong`, `FieldValueInvalid`,
+    /// `FieldValueForbidden`.
+    pub reason: &'static str,
+    /// The option: `fieldManager` or `force`.
+    pub field: &'static str,
+    /// What is wrong, e.g. `Required value: is required for apply patch`.
+    pub detail: String,
+}
+
+/// The longest field manager name the server accepts.
+pub const FIELD_MANAGER_MAX_LENGTH: usize = 128;
+
+/// Checks PATCH query options like the server does before it reads the body: apply needs a
+/// field manager, only apply may force, and a field manager is at most 128 bytes of printable
+/// characters. `force` is whether the request carried a `force` parameter at all.
+pub fn validate_patch_options(
+    ty: PatchType,
+    field_manager: Option<&str>,
+    force: bool,
+) -> Result<(), PatchError> {
+    let mut errs = Vec::new();
+    let manager = field_manager.unwrap_or("");
+    if ty == PatchType::Apply {
+        if manager.is_empty() {
+            errs.push(OptionError {
+                reason: "FieldValueRequired",
+                field: "fieldManager",
+                detail: "Required value: is required for apply patch".into(),
+            });
+        }
+    } else if force {
+        errs.push(OptionError {
+            reason: "FieldValueForbidden",
+            field: "force",
+            detail: "Forbidden: may not be specified for non-apply patch".into(),
+        });
+    }
+    errs.extend(field_manager_errors(manager));
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(PatchError::InvalidOptions(errs))
+    }
+}
+
+fn field_manager_errors(manager: &str) -> Vec<OptionError> {
+    let mut errs = Vec::new();
+    if manager.len() > FIELD_MANAGER_MAX_LENGTH {
+        errs.push(OptionError {
+            reason: "FieldValueTooLong",
+            field: "fieldManager",
+            detail: format!("Too long: must have at most {FIELD_MANAGER_MAX_LENGTH} bytes"),
+        });
+    }
+    for (i, c) in manager.char_indices() {
+        // Printable as Go defines it: no control characters and no space other than U+0020.
+        if c.is_control() || (c.is_whitespace() && c != ' ') {
+            errs.push(OptionError {
+                reason: "FieldValueInvalid",
+                field: "fieldManager",
+                detail: format!(
+                    "Invalid value: {manager:?}: invalid character U+{:04X} (at position {i})",
+                    c as u32
+                ),
+            });
+        }
+    }
+    errs
+}
+
 /// Why a patch could not be applied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PatchError {
@@ -105,6 +179,9 @@ pub enum PatchError {
     /// the real server reports these as a 500 without reason.
     #[error("{0}")]
     Internal(String),
+    /// Invalid query options (see [`validate_patch_options`]): 422 on `PatchOptions`.
+    #[error("PatchOptions.meta.k8s.io \"\" is invalid: {}", option_errors_message(.0))]
+    InvalidOptions(Vec<OptionError>),
     /// A JSON patch with more operations than the server allows: 413.
     #[error(
         "The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {0}"
@@ -116,6 +193,17 @@ pub enum PatchError {
     /// The applied configuration names a resourceVersion the object no longer has: 409.
     #[error("the object has been modified; please apply your changes to the latest version and try again")]
     StaleResourceVersion,
+}
+
+fn option_errors_message(errs: &[OptionError]) -> String {
+    let each: Vec<String> = errs
+        .iter()
+        .map(|e| format!("{}: {}", e.field, e.detail))
+        .collect();
+    match each.as_slice() {
+        [one] => one.clone(),
+        _ => format!("[{}]", each.join(", ")),
+    }
 }
 
 fn conflict_message(conflicts: &[Conflict]) -> String {
@@ -171,6 +259,22 @@ impl PatchError {
                 )
             },
             PatchError::Internal(m) => Status::failure(500, "", m.clone()),
+            PatchError::InvalidOptions(errs) => Status {
+                details: Some(StatusDetails {
+                    group: "meta.k8s.io".into(),
+                    kind: "PatchOptions".into(),
+                    causes: errs
+                        .iter()
+                        .map(|e| StatusCause {
+                            reason: e.reason.into(),
+                            message: e.detail.clone(),
+                            field: e.field.into(),
+                        })
+                        .collect(),
+                    ..Default::default()
+                }),
+                ..Status::failure(422, "Invalid", self.to_string())
+            },
             PatchError::TooManyOperations(_) => {
                 Status::failure(413, "RequestEntityTooLarge", self.to_string())
             }
@@ -211,6 +315,7 @@ impl PatchError {
             PatchError::Unprocessable(_) => 422,
             PatchError::Internal(_) => 500,
             PatchError::TooManyOperations(_) => 413,
+            PatchError::InvalidOptions(_) => 422,
             PatchError::Conflicts(_) | PatchError::StaleResourceVersion => 409,
         }
     }
@@ -255,9 +360,7 @@ pub fn apply_patch(
             strategic::merge(&mut doc, &patch)?;
         }
         PatchType::Apply => {
-            return Err(PatchError::BadRequest(
-                "fieldManager is required for apply requests".into(),
-            ))
+            return validate_patch_options(PatchType::Apply, None, false).map(|()| doc)
         }
     }
     if !doc.is_object() {

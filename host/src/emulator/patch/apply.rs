@@ -58,11 +58,7 @@ pub fn server_side_apply_subresource(
     subresource: Option<&str>,
 ) -> Result<Value, PatchError> {
     let _span = tracing::debug_span!("server_side_apply", field_manager, force).entered();
-    if field_manager.is_empty() {
-        return Err(PatchError::BadRequest(
-            "fieldManager is required for apply requests".into(),
-        ));
-    }
+    super::validate_patch_options(super::PatchType::Apply, Some(field_manager), force)?;
     let applied = parse_configuration(body)?;
     if let (Some(cur), Some(rv)) = (
         current,

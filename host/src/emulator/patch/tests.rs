@@ -167,9 +167,9 @@ fn malformed_bodies_are_400_never_panics() {
 }
 
 #[test]
-fn apply_through_apply_patch_needs_a_field_manager() {
+fn apply_needs_a_field_manager_422_on_patch_options() {
     let err = apply_patch(&json!({}), PatchType::Apply, b"{}", CONFIGMAP).expect_err("refused");
-    assert_eq!(err.code(), 400);
+    assert_eq!(err.code(), 422);
     let err = server_side_apply(
         None,
         b"{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\"}",
@@ -179,10 +179,47 @@ fn apply_through_apply_patch_needs_a_field_manager() {
         NOW,
     )
     .expect_err("no manager");
+    let st = err.to_status("configmaps", "c");
+    assert_eq!((st.code, st.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        st.message,
+        "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
+    );
+    let wire = serde_json::to_value(&st).expect("serialises");
+    assert_eq!(
+        wire["details"],
+        json!({"group": "meta.k8s.io", "kind": "PatchOptions",
+               "causes": [{"reason": "FieldValueRequired",
+                           "message": "Required value: is required for apply patch",
+                           "field": "fieldManager"}]})
+    );
+}
+
+#[test]
+fn patch_options_are_validated_like_the_server() {
+    assert!(validate_patch_options(PatchType::Merge, None, false).is_ok());
+    assert!(validate_patch_options(PatchType::Apply, Some("kubectl"), true).is_ok());
+    let err = validate_patch_options(PatchType::Merge, Some("m"), true).expect_err("force");
     assert_eq!(
         err.to_string(),
-        "fieldManager is required for apply requests"
+        "PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch"
     );
+    let long = "m".repeat(FIELD_MANAGER_MAX_LENGTH + 1);
+    let err = validate_patch_options(PatchType::Json, Some(&long), false).expect_err("long");
+    assert_eq!(err.code(), 422);
+    assert!(err
+        .to_string()
+        .contains("Too long: must have at most 128 bytes"));
+    let err =
+        validate_patch_options(PatchType::Apply, Some("a\u{0}b"), false).expect_err("control");
+    assert!(
+        err.to_string()
+            .contains("invalid character U+0000 (at position 1)"),
+        "{err}"
+    );
+    // Several problems are listed together.
+    let err = validate_patch_options(PatchType::Merge, Some(&long), true).expect_err("two");
+    assert!(err.to_string().contains(": [force: Forbidden"), "{err}");
 }
 
 // ---- JSON merge patch ----
