@@ -223,11 +223,21 @@ fn is_item_key_field(path: &[String]) -> bool {
 /// Parses an applied configuration: YAML (JSON is YAML) holding one object with apiVersion and
 /// kind and without managedFields.
 fn parse_configuration(body: &[u8]) -> Result<Value, PatchError> {
-    let v: Value = serde_yaml::from_slice(body).map_err(|e| {
-        PatchError::BadRequest(format!(
-            "error decoding YAML of the applied configuration: {e}"
-        ))
-    })?;
+    // kubectl sends JSON; parse that directly (faster, and free of YAML's limits such as
+    // 1024-character implicit keys), and read everything else as YAML.
+    let as_json = body
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .filter(|b| **b == b'{')
+        .and_then(|_| serde_json::from_slice::<Value>(body).ok());
+    let v: Value = match as_json {
+        Some(v) => v,
+        None => serde_yaml::from_slice(body).map_err(|e| {
+            PatchError::BadRequest(format!(
+                "error decoding YAML of the applied configuration: {e}"
+            ))
+        })?,
+    };
     let Value::Object(m) = &v else {
         return Err(PatchError::BadRequest(
             "the applied configuration must be an object".into(),

@@ -533,6 +533,22 @@ fn apply_accepts_json_bodies() {
     .to_string();
     let out = ssa(None, &body, "m", false).expect("created");
     assert_eq!(out["data"]["k"], "v");
+    // JSON with tabs and a key longer than YAML's 1024-character implicit-key limit.
+    let long_key = "k".repeat(2000);
+    let body = format!(
+        "{{\t\"apiVersion\":\"v1\",\t\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"c\"}},\"data\":{{\"{long_key}\":\"v\"}}}}"
+    );
+    let out = ssa(None, &body, "m", false).expect("created from JSON");
+    assert_eq!(out["data"][long_key.as_str()], "v");
+    // Flow-style YAML that is not JSON still parses.
+    let out = ssa(
+        None,
+        "{apiVersion: v1, kind: ConfigMap, data: {k: v}}",
+        "m",
+        false,
+    )
+    .expect("flow YAML");
+    assert_eq!(out["data"]["k"], "v");
 }
 
 #[test]
