@@ -3,7 +3,8 @@
 //! Merge-patch semantics, except that lists with a merge key merge item by item, `finalizers`
 //! merges as a set, and these directives are honoured (and never stored):
 //! - `$patch: replace` (a map or keyed list is replaced by the patch's content),
-//!   `$patch: delete` (the map, or the keyed-list item, is removed), `$patch: merge`;
+//!   `$patch: delete` (a map is emptied, a keyed-list item removed), `$patch: merge`; a map
+//!   with a `$patch` directive under a key the object lacks is dropped, as the server does;
 //! - `$retainKeys: [..]` (keys not listed are cleared after merging; the patch itself may
 //!   only set listed keys, else 422);
 //! - `$deleteFromPrimitiveList/<field>: [..]` (values removed from a primitive list);
@@ -104,19 +105,34 @@ fn merge_map(
         }
     }
 
+    // `$setElementOrder` orders a list relative to its state before this patch.
+    let mut orders = Vec::new();
+    for (k, v) in patch {
+        if let Some(field) = k.strip_prefix(SET_ELEMENT_ORDER) {
+            let Value::Array(order) = v else {
+                return Err(PatchError::BadRequest(format!("{k} must be a list")));
+            };
+            let before = orig
+                .get(field)
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            orders.push((field, order, before));
+        }
+    }
+
     for (k, v) in patch {
         if !k.starts_with('$') {
             merge_field(orig, k, v)?;
         }
     }
 
-    for (k, v) in patch {
-        if let Some(field) = k.strip_prefix(SET_ELEMENT_ORDER) {
-            let Value::Array(order) = v else {
-                return Err(PatchError::BadRequest(format!("{k} must be a list")));
-            };
-            if let Some(Value::Array(list)) = orig.get_mut(field) {
-                reorder(list, order, field);
+    for (field, order, before) in orders {
+        if let Some(Value::Array(list)) = orig.get_mut(field) {
+            let kind = schema::list_kind(true, Some(field), before.iter().chain(order));
+            if kind != ListKind::Atomic {
+                let merged = std::mem::take(list);
+                *list = enforce_order(merged, order, &before, kind)?;
             }
         }
     }
@@ -132,20 +148,25 @@ fn merge_field(orig: &mut Map<String, Value>, key: &str, pv: &Value) -> Result<(
         Value::Null => {
             orig.remove(key);
         }
-        Value::Object(pm) => {
-            let delete = match orig.get_mut(key) {
-                Some(Value::Object(om)) => merge_map(om, pm)?,
-                _ => {
-                    let mut fresh = Map::new();
-                    let delete = merge_map(&mut fresh, pm)?;
-                    orig.insert(key.to_owned(), Value::Object(fresh));
-                    delete
+        Value::Object(pm) => match orig.get_mut(key) {
+            Some(Value::Object(om)) => {
+                // `$patch: delete` of a map field leaves it empty, as the server does.
+                if merge_map(om, pm)? {
+                    om.clear();
                 }
-            };
-            if delete {
-                orig.remove(key);
             }
-        }
+            // The server's implementation drops a map carrying a `$patch` directive when the
+            // object has nothing under that key yet (kubectl's patch code, the same library,
+            // shows it); keep that.
+            None if pm.contains_key(PATCH) => {}
+            _ => {
+                let mut fresh = Map::new();
+                if merge_map(&mut fresh, pm)? {
+                    fresh.clear();
+                }
+                orig.insert(key.to_owned(), Value::Object(fresh));
+            }
+        },
         Value::Array(pa) => {
             let existing = orig.get(key).and_then(Value::as_array);
             let kind = schema::list_kind(true, Some(key), existing.into_iter().flatten().chain(pa));
@@ -179,11 +200,19 @@ fn merge_list(orig: &mut Vec<Value>, patch: &[Value], kind: ListKind) -> Result<
             if replace {
                 orig.clear();
             }
-            for v in patch.iter().filter(|v| directive(v).is_none()) {
-                if !orig.contains(v) {
-                    orig.push(v.clone());
+            let items: Vec<Value> = patch
+                .iter()
+                .filter(|v| directive(v).is_none())
+                .cloned()
+                .collect();
+            let before = std::mem::take(orig);
+            let mut merged = before.clone();
+            for v in &items {
+                if !merged.contains(v) {
+                    merged.push(v.clone());
                 }
             }
+            *orig = enforce_order(merged, &items, &before, kind)?;
         }
         ListKind::Keyed(keys) => {
             // The strategic merge key is the first key field (`patchMergeKey`).
@@ -191,6 +220,7 @@ fn merge_list(orig: &mut Vec<Value>, patch: &[Value], kind: ListKind) -> Result<
             if replace {
                 orig.clear();
             }
+            let mut items = Vec::with_capacity(patch.len());
             for item in patch {
                 if directive(item) == Some("replace") {
                     continue;
@@ -201,20 +231,19 @@ fn merge_list(orig: &mut Vec<Value>, patch: &[Value], kind: ListKind) -> Result<
                         merge_key[0].name
                     )));
                 };
-                let id = schema::item_key(merge_key, item).ok_or_else(|| {
-                    PatchError::Internal(format!(
-                        "map: {item} does not contain declared merge key: {}",
-                        merge_key[0].name
-                    ))
-                })?;
-                let pos = orig
-                    .iter()
-                    .position(|o| schema::item_matches(merge_key, o, &id));
+                let id = merge_key_of(merge_key, item)?;
                 if directive(item) == Some("delete") {
                     orig.retain(|o| !schema::item_matches(merge_key, o, &id));
-                    continue;
+                } else {
+                    items.push((id, pm));
                 }
-                match pos {
+            }
+            let before = orig.clone();
+            for (id, pm) in &items {
+                match orig
+                    .iter()
+                    .position(|o| schema::item_matches(merge_key, o, id))
+                {
                     Some(i) => {
                         let delete = match &mut orig[i] {
                             Value::Object(om) => merge_map(om, pm)?,
@@ -237,27 +266,76 @@ fn merge_list(orig: &mut Vec<Value>, patch: &[Value], kind: ListKind) -> Result<
                     }
                 }
             }
+            let patch_order: Vec<Value> = items
+                .iter()
+                .map(|(_, pm)| Value::Object((*pm).clone()))
+                .collect();
+            let merged = std::mem::take(orig);
+            *orig = enforce_order(merged, &patch_order, &before, kind)?;
         }
     }
     Ok(())
 }
 
-/// Puts the items `order` names first, in its order; the rest follow in their current order.
-fn reorder(list: &mut Vec<Value>, order: &[Value], field: &str) {
-    let kind = schema::list_kind(true, Some(field), list.iter().chain(order));
-    let rank = |item: &Value| -> Option<usize> {
-        match kind {
-            ListKind::Keyed(keys) => {
-                let id = schema::item_key(&keys[..1], item)?;
-                order
-                    .iter()
-                    .position(|o| schema::item_matches(&keys[..1], o, &id))
+fn merge_key_of(
+    merge_key: &[schema::KeyField],
+    item: &Value,
+) -> Result<Vec<(&'static str, Value)>, PatchError> {
+    schema::item_key(merge_key, item).ok_or_else(|| {
+        PatchError::Internal(format!(
+            "map: {item} does not contain declared merge key: {}",
+            merge_key[0].name
+        ))
+    })
+}
+
+/// Orders a merged list the way the server does: the items `order` names (the patch's items,
+/// or a `$setElementOrder` list) in that order, the other items in their order in `before`
+/// (the list as it was), interleaved so that an item that came before a named item in
+/// `before` still does.
+fn enforce_order(
+    merged: Vec<Value>,
+    order: &[Value],
+    before: &[Value],
+    kind: ListKind,
+) -> Result<Vec<Value>, PatchError> {
+    let merge_key = match kind {
+        ListKind::Keyed(keys) => Some(&keys[..1]),
+        _ => None,
+    };
+    let position = |list: &[Value], item: &Value| -> Option<usize> {
+        match merge_key {
+            Some(k) => {
+                let id = schema::item_key(k, item)?;
+                list.iter().position(|o| schema::item_matches(k, o, &id))
             }
-            _ => order.iter().position(|o| o == item),
+            None => list.iter().position(|o| o == item),
         }
     };
-    let mut ranked: Vec<(Option<usize>, Value)> = list.drain(..).map(|v| (rank(&v), v)).collect();
-    // Stable: unranked items keep their relative order after the ranked ones.
-    ranked.sort_by_key(|(r, _)| r.unwrap_or(usize::MAX));
-    list.extend(ranked.into_iter().map(|(_, v)| v));
+    if let Some(k) = merge_key {
+        for item in order {
+            merge_key_of(k, item)?;
+        }
+    }
+    let (mut named, mut rest): (Vec<Value>, Vec<Value>) = merged
+        .into_iter()
+        .partition(|item| position(order, item).is_some());
+    named.sort_by_key(|item| position(order, item));
+    rest.sort_by_key(|item| position(before, item).unwrap_or(usize::MAX));
+
+    let mut out = Vec::with_capacity(named.len() + rest.len());
+    let mut rest = rest.into_iter().peekable();
+    for item in named {
+        // Server-only items that preceded this item before go first.
+        let here = position(before, &item);
+        while let Some(r) = rest.peek() {
+            match (position(before, r), here) {
+                (Some(ri), Some(hi)) if ri < hi => out.extend(rest.next()),
+                _ => break,
+            }
+        }
+        out.push(item);
+    }
+    out.extend(rest);
+    Ok(out)
 }

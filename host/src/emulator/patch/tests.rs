@@ -266,12 +266,13 @@ fn strategic_merge_merges_keyed_lists_by_their_keys() {
         }}}}),
         DEPLOYMENT,
     );
+    // Patch items keep the patch's order; server-only items keep their place relative to them.
     let cs = containers(&out);
     assert_eq!(cs.len(), 3);
     assert_eq!(cs[0]["name"], "web");
     assert_eq!(cs[0]["image"], "nginx:2");
-    assert_eq!(cs[1], json!({"name": "side", "image": "busybox"}));
-    assert_eq!(cs[2]["name"], "new");
+    assert_eq!(cs[1]["name"], "new");
+    assert_eq!(cs[2], json!({"name": "side", "image": "busybox"}));
     assert_eq!(
         cs[0]["env"],
         json!([{"name": "A", "value": "1"}, {"name": "B", "value": "two"}, {"name": "C", "value": "3"}])
@@ -282,7 +283,7 @@ fn strategic_merge_merges_keyed_lists_by_their_keys() {
     );
     assert_eq!(
         cs[0]["volumeMounts"],
-        json!([{"mountPath": "/a", "name": "va"}, {"mountPath": "/b", "name": "vb"}])
+        json!([{"mountPath": "/b", "name": "vb"}, {"mountPath": "/a", "name": "va"}])
     );
     // Lists without a merge strategy are replaced.
     assert_eq!(cs[0]["args"], json!(["-z"]));
@@ -294,7 +295,7 @@ fn strategic_merge_merges_keyed_lists_by_their_keys() {
     assert_eq!(spec["volumes"].as_array().map(Vec::len), Some(2));
     assert_eq!(
         spec["imagePullSecrets"],
-        json!([{"name": "s1"}, {"name": "s2"}])
+        json!([{"name": "s2"}, {"name": "s1"}])
     );
 }
 
@@ -311,7 +312,7 @@ fn strategic_merge_metadata_lists() {
         }}),
         DEPLOYMENT,
     );
-    assert_eq!(out["metadata"]["finalizers"], json!(["a.io/x", "b.io/y"]));
+    assert_eq!(out["metadata"]["finalizers"], json!(["b.io/y", "a.io/x"]));
     let owners = out["metadata"]["ownerReferences"]
         .as_array()
         .expect("owners");
@@ -365,7 +366,8 @@ fn strategic_merge_patch_directives() {
     let cs = containers(&out);
     assert_eq!(cs.len(), 1);
     assert_eq!(cs[0]["env"], json!([{"name": "B", "value": "2"}]));
-    assert_eq!(cs[0]["resources"], json!({"limits": {"cpu": "1"}}));
+    // A `$patch` map under a key the object lacks is dropped, as the server does.
+    assert!(cs[0].get("resources").is_none());
     assert_eq!(
         out["spec"]["template"]["spec"]["volumes"],
         json!([{"name": "only", "emptyDir": {}}])
@@ -381,7 +383,11 @@ fn strategic_merge_patch_directives() {
                         "template": {"$patch": "replace", "metadata": {"labels": {"a": "b"}}}}}),
         DEPLOYMENT,
     );
-    assert!(out["spec"].get("strategy").is_none());
+    assert_eq!(
+        out["spec"]["strategy"],
+        json!({}),
+        "delete empties a map field"
+    );
     assert!(out["spec"].get("replicas").is_none());
     assert_eq!(
         out["spec"]["template"],
@@ -896,4 +902,205 @@ fn json_patch_operation_count_is_bounded() {
     )
     .expect("within the bound");
     assert_eq!(out["data"].as_object().map(|m| m.len()), Some(3));
+}
+
+// ---- differential tests against kubectl's own patch code ----
+
+/// Runs `kubectl patch --local`, which applies a patch with the same library the API server
+/// uses, and returns its result; `None` (with a message) when kubectl is not installed.
+fn kubectl_patch(obj: &Value, ty: &str, patch: &Value) -> Option<Result<Value, String>> {
+    use std::io::Write;
+    let dir = std::env::temp_dir().join(format!(
+        "patch-oracle-{}-{}",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    std::fs::create_dir_all(&dir).ok()?;
+    let file = dir.join("obj.json");
+    std::fs::File::create(&file)
+        .and_then(|mut f| f.write_all(obj.to_string().as_bytes()))
+        .ok()?;
+    let mut cmd = std::process::Command::new("kubectl");
+    cmd.env("KUBECONFIG", dir.join("none"))
+        .arg("patch")
+        .arg("-f")
+        .arg(&file)
+        .args(["--local", "-o", "json", "--type", ty, "-p"])
+        .arg(patch.to_string());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(cmd.output());
+    });
+    let out = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("kubectl patch --local finishes within 60 s");
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = match out {
+        Ok(o) => o,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("SKIPPED: kubectl is not installed; differential patch tests need it");
+            return None;
+        }
+        Err(e) => return Some(Err(e.to_string())),
+    };
+    if !out.status.success() {
+        return Some(Err(String::from_utf8_lossy(&out.stderr).into_owned()));
+    }
+    Some(serde_json::from_slice(&out.stdout).map_err(|e| e.to_string()))
+}
+
+fn strategic_cases() -> Vec<(&'static str, Value, Value)> {
+    let d = deployment();
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+                     "spec": {"selector": {"app": "a"},
+                              "ports": [{"port": 80, "targetPort": 8080}, {"port": 443}]}});
+    let abc = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                     "spec": {"containers": [{"name": "a", "image": "1"},
+                                             {"name": "b", "image": "2"},
+                                             {"name": "c", "image": "3"}]}});
+    vec![
+        (
+            "keyed lists merge",
+            d.clone(),
+            json!({"spec": {"template": {"spec": {
+            "containers": [{"name": "web", "image": "nginx:2",
+                            "env": [{"name": "B", "value": "two"}, {"name": "C", "value": "3"}],
+                            "ports": [{"containerPort": 443, "name": "https"}, {"containerPort": 8080}],
+                            "volumeMounts": [{"mountPath": "/b", "name": "vb"}],
+                            "args": ["-z"]},
+                           {"name": "new", "image": "alpine", "resources": null}],
+            "volumes": [{"name": "vb", "emptyDir": {}}],
+            "tolerations": [{"key": "k2", "operator": "Exists"}],
+            "imagePullSecrets": [{"name": "s2"}]}}}}),
+        ),
+        (
+            "metadata lists",
+            d.clone(),
+            json!({"metadata": {
+            "finalizers": ["b.io/y", "a.io/x"],
+            "ownerReferences": [{"uid": "u1", "name": "renamed"},
+                                {"uid": "u2", "name": "o2", "kind": "K", "apiVersion": "v1"}]}}),
+        ),
+        (
+            "directives",
+            d.clone(),
+            json!({
+            "metadata": {"$deleteFromPrimitiveList/finalizers": ["a.io/x"]},
+            "spec": {"strategy": {"$retainKeys": ["type"], "type": "Recreate"},
+                     "template": {"spec": {
+                         "containers": [{"name": "side", "$patch": "delete"},
+                                        {"name": "web", "env": [{"name": "A", "$patch": "delete"}],
+                                         "resources": {"$patch": "replace", "limits": {"cpu": "1"}}}],
+                         "volumes": [{"$patch": "replace"}, {"name": "only", "emptyDir": {}}]}}}}),
+        ),
+        (
+            "map delete and replace",
+            d.clone(),
+            json!({"spec": {
+            "strategy": {"$patch": "delete"}, "replicas": null,
+            "template": {"$patch": "replace", "metadata": {"labels": {"a": "b"}}}}}),
+        ),
+        (
+            "kubectl apply shape",
+            d.clone(),
+            json!({
+            "metadata": {"annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}\n"}},
+            "spec": {"template": {"spec": {
+                "$setElementOrder/containers": [{"name": "side"}, {"name": "web"}],
+                "containers": [{"name": "side", "image": "busybox:2"}]}}}}),
+        ),
+        (
+            "primitive order",
+            d.clone(),
+            json!({"metadata": {
+            "$setElementOrder/finalizers": ["c.io/z", "a.io/x"], "finalizers": ["c.io/z"]}}),
+        ),
+        (
+            "service ports",
+            svc,
+            json!({"spec": {"selector": {"tier": "web"},
+                                               "ports": [{"port": 80, "targetPort": 9090}]}}),
+        ),
+        (
+            "order with server-only items",
+            abc.clone(),
+            json!({"spec": {
+            "$setElementOrder/containers": [{"name": "c"}, {"name": "a"}],
+            "containers": [{"name": "a", "image": "1b"}]}}),
+        ),
+        (
+            "new items and order",
+            abc,
+            json!({"spec": {
+            "$setElementOrder/containers": [{"name": "n"}, {"name": "b"}, {"name": "a"}, {"name": "c"}],
+            "containers": [{"name": "n", "image": "9"}]}}),
+        ),
+        (
+            "volume retainKeys",
+            d,
+            json!({"spec": {"template": {"spec": {
+            "volumes": [{"$retainKeys": ["configMap", "name"], "name": "va",
+                         "configMap": {"name": "cm"}}]}}}}),
+        ),
+    ]
+}
+
+fn drop_nulls(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, c| !c.is_null());
+            m.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
+}
+
+/// Strategic merge agrees with kubectl's implementation of it, list order included
+/// (spec 6.11).
+#[test]
+fn strategic_merge_matches_kubectl() {
+    for (name, obj, p) in strategic_cases() {
+        let Some(expected) = kubectl_patch(&obj, "strategic", &p) else {
+            return;
+        };
+        let mut expected = expected.unwrap_or_else(|e| panic!("{name}: kubectl failed: {e}"));
+        // kubectl keeps a new list item verbatim, nulls included; the server's typed decode
+        // then drops those nulls, which is what the emulator stores.
+        drop_nulls(&mut expected);
+        let ours = patch(&obj, PatchType::StrategicMerge, p.clone(), DEPLOYMENT);
+        assert!(
+            ours == expected,
+            "case {name:?}, patch {p}\nours:    {ours:#}\nkubectl: {expected:#}"
+        );
+    }
+}
+
+#[test]
+fn merge_and_json_patch_match_kubectl() {
+    let d = deployment();
+    let cases = [
+        (
+            "merge",
+            PatchType::Merge,
+            json!({"metadata": {"labels": {"x": "y"}, "finalizers": null},
+                                            "spec": {"replicas": 3, "template": {"spec": {"containers": [{"name": "only"}]}}}}),
+        ),
+        (
+            "json",
+            PatchType::Json,
+            json!([
+            {"op": "replace", "path": "/spec/replicas", "value": 5},
+            {"op": "add", "path": "/spec/template/spec/containers/-", "value": {"name": "x", "image": "y"}},
+            {"op": "remove", "path": "/metadata/finalizers/0"},
+            {"op": "move", "from": "/spec/strategy", "path": "/spec/oldStrategy"}]),
+        ),
+    ];
+    for (ty_name, ty, p) in cases {
+        let Some(expected) = kubectl_patch(&d, ty_name, &p) else {
+            return;
+        };
+        let expected = expected.unwrap_or_else(|e| panic!("{ty_name}: kubectl failed: {e}"));
+        assert_eq!(patch(&d, ty, p.clone(), DEPLOYMENT), expected, "{ty_name}");
+    }
 }
