@@ -11,12 +11,18 @@
 //! - `$setElementOrder/<field>: [..]` (what `kubectl apply` sends: the final order of the
 //!   list, by value or by merge key).
 //!
+//! Merged lists are ordered as the server orders them: the patch's items (or the
+//! `$setElementOrder` list) in their order, the object's other items in theirs, interleaved
+//! so that an item that preceded a patched item still does. A new list item is stored as the
+//! patch gives it minus nulls and `$` keys, which is what the server's typed decode keeps.
+//! The differential tests run the same patches through kubectl's copy of the server's
+//! implementation and compare results, order included.
+//!
 //! Gaps: merge keys come from the table in `schema` (containers, env, volumes, volumeMounts,
 //! ports, imagePullSecrets, ownerReferences, conditions and a few more), not from the full
 //! OpenAPI schema; every other list is replaced, which is also the real behaviour for lists
-//! without a `patchStrategy` (tolerations, args, command, envFrom…). With `$setElementOrder`,
-//! items the order does not mention go after the ordered ones instead of keeping their
-//! relative server-side position. Lists of lists are not rejected.
+//! without a `patchStrategy` (tolerations, args, command, envFrom…). Fields unknown to the
+//! kind are kept (the server's decode would drop them). Lists of lists are not rejected.
 
 use serde_json::{Map, Value};
 
@@ -258,12 +264,7 @@ fn merge_list(orig: &mut Vec<Value>, patch: &[Value], kind: ListKind) -> Result<
                             orig.remove(i);
                         }
                     }
-                    None => {
-                        let mut fresh = Map::new();
-                        if !merge_map(&mut fresh, pm)? {
-                            orig.push(Value::Object(fresh));
-                        }
-                    }
+                    None => orig.push(as_decoded(Value::Object((*pm).clone()))),
                 }
             }
             let patch_order: Vec<Value> = items
@@ -275,6 +276,23 @@ fn merge_list(orig: &mut Vec<Value>, patch: &[Value], kind: ListKind) -> Result<
         }
     }
     Ok(())
+}
+
+/// A new list item is appended as the patch gives it, and the server's typed decode then drops
+/// its nulls and unknown (`$`-prefixed) keys; this does the same in one step. (So a
+/// `{"name": "x", "$patch": "delete"}` for an item that does not exist adds `{"name": "x"}`,
+/// exactly as on a real server.)
+fn as_decoded(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .filter(|(k, v)| !k.starts_with('$') && !v.is_null())
+                .map(|(k, v)| (k, as_decoded(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.into_iter().map(as_decoded).collect()),
+        other => other,
+    }
 }
 
 fn merge_key_of(

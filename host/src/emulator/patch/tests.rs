@@ -1036,6 +1036,45 @@ fn strategic_cases() -> Vec<(&'static str, Value, Value)> {
             "containers": [{"name": "n", "image": "9"}]}}),
         ),
         (
+            "primitive delete and add",
+            d.clone(),
+            json!({"metadata": {
+            "$deleteFromPrimitiveList/finalizers": ["a.io/x"], "finalizers": ["n.io/1", "n.io/2"]}}),
+        ),
+        (
+            "order with deletions",
+            d.clone(),
+            json!({"spec": {"template": {"spec": {
+            "$setElementOrder/containers": [{"name": "web"}],
+            "containers": [{"name": "side", "$patch": "delete"}]}}}}),
+        ),
+        (
+            "replace emptying a list",
+            d.clone(),
+            json!({"spec": {"template": {"spec": {
+            "volumes": [{"$patch": "replace"}], "tolerations": null}}}}),
+        ),
+        (
+            "new item with nested directives",
+            d.clone(),
+            json!({"spec": {"template": {"spec": {
+            "containers": [{"name": "x", "image": "i", "env": [{"name": "Q", "$patch": "delete"}, {"name": "R", "value": "r"}]}]}}}}),
+        ),
+        (
+            "pod status conditions",
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "status": {"conditions": [{"type": "Ready", "status": "False"},
+                                      {"type": "Initialized", "status": "True"}]}}),
+            json!({"status": {"conditions": [{"type": "Ready", "status": "True"},
+                                          {"type": "PodScheduled", "status": "True"}]}}),
+        ),
+        (
+            "selector key deletion",
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+            "spec": {"selector": {"app": "a", "tier": "t"}}}),
+            json!({"spec": {"selector": {"app": null, "new": "n"}}}),
+        ),
+        (
             "volume retainKeys",
             d,
             json!({"spec": {"template": {"spec": {
@@ -1045,13 +1084,13 @@ fn strategic_cases() -> Vec<(&'static str, Value, Value)> {
     ]
 }
 
-fn drop_nulls(v: &mut Value) {
+fn as_server_decodes(v: &mut Value) {
     match v {
         Value::Object(m) => {
-            m.retain(|_, c| !c.is_null());
-            m.values_mut().for_each(drop_nulls);
+            m.retain(|k, c| !c.is_null() && !k.starts_with('$'));
+            m.values_mut().for_each(as_server_decodes);
         }
-        Value::Array(a) => a.iter_mut().for_each(drop_nulls),
+        Value::Array(a) => a.iter_mut().for_each(as_server_decodes),
         _ => {}
     }
 }
@@ -1065,9 +1104,9 @@ fn strategic_merge_matches_kubectl() {
             return;
         };
         let mut expected = expected.unwrap_or_else(|e| panic!("{name}: kubectl failed: {e}"));
-        // kubectl keeps a new list item verbatim, nulls included; the server's typed decode
-        // then drops those nulls, which is what the emulator stores.
-        drop_nulls(&mut expected);
+        // kubectl keeps a new list item verbatim; the server's typed decode then drops its
+        // nulls and `$` keys, which is what the emulator stores.
+        as_server_decodes(&mut expected);
         let ours = patch(&obj, PatchType::StrategicMerge, p.clone(), DEPLOYMENT);
         assert!(
             ours == expected,
