@@ -335,13 +335,28 @@ pub fn apply_patch(
     let mut doc = current.clone();
     match ty {
         PatchType::Json => {
-            let ops: json_patch::Patch = serde_json::from_slice(body)
-                .map_err(|e| PatchError::BadRequest(format!("the JSON patch is malformed: {e}")))?;
-            if ops.0.len() > MAX_JSON_PATCH_OPERATIONS {
-                return Err(PatchError::TooManyOperations(ops.0.len()));
+            // Like the server: the body must be a list of objects (else 400); an operation
+            // that is malformed within (unknown op, missing path) fails when applied (422).
+            let raw: Vec<serde_json::Map<String, serde_json::Value>> = serde_json::from_slice(body)
+                .map_err(|e| {
+                    PatchError::BadRequest(format!(
+                        "the JSON patch must be a list of operations: {e}"
+                    ))
+                })?;
+            if raw.len() > MAX_JSON_PATCH_OPERATIONS {
+                return Err(PatchError::TooManyOperations(raw.len()));
             }
+            let ops = raw
+                .into_iter()
+                .enumerate()
+                .map(|(i, op)| {
+                    serde_json::from_value::<json_patch::PatchOperation>(op.into()).map_err(|e| {
+                        PatchError::Unprocessable(format!("operation {i} is invalid: {e}"))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
             // The document is a private copy, dropped on error, so no undo log is needed.
-            json_patch::patch_unsafe(&mut doc, &ops.0)
+            json_patch::patch_unsafe(&mut doc, &ops)
                 .map_err(|e| PatchError::Unprocessable(e.to_string()))?;
         }
         PatchType::Merge => {

@@ -36,6 +36,10 @@ const SET_ELEMENT_ORDER: &str = "$setElementOrder/";
 
 /// Applies a strategic merge patch to `doc` in place.
 pub(super) fn merge(doc: &mut Value, patch: &Value) -> Result<(), PatchError> {
+    if patch.is_null() {
+        // The server's implementation treats a `null` patch as empty.
+        return Ok(());
+    }
     let Value::Object(pm) = patch else {
         return Err(PatchError::BadRequest(
             "the strategic merge patch must be a JSON object".into(),

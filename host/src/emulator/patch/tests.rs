@@ -151,14 +151,21 @@ fn malformed_bodies_are_400_never_panics() {
         let err = server_side_apply(None, body, "m", false, CONFIGMAP, NOW).expect_err("malformed");
         assert_eq!(err.code(), 400, "apply {body:?}: {err}");
     }
-    for ops in [
-        &br#"[{"op":"jump","path":"/a"}]"#[..],
-        br#"{"op":1}"#,
-        br#"[{"op":"add"}]"#,
-    ] {
+    // Not a list of operations: 400. A list holding a malformed operation: 422, as the
+    // server only finds those while applying.
+    for ops in [&br#"{"op":1}"#[..], br#"[1]"#, br#"null"#] {
         let err = apply_patch(&cm, PatchType::Json, ops, CONFIGMAP).expect_err("malformed");
         assert_eq!(err.code(), 400, "{err}");
     }
+    for ops in [&br#"[{"op":"jump","path":"/a"}]"#[..], br#"[{"op":"add"}]"#] {
+        let err = apply_patch(&cm, PatchType::Json, ops, CONFIGMAP).expect_err("invalid op");
+        assert_eq!(err.code(), 422, "{err}");
+    }
+    // A null strategic merge patch changes nothing.
+    assert_eq!(
+        apply_patch(&cm, PatchType::StrategicMerge, b"null", CONFIGMAP).expect("no-op"),
+        cm
+    );
     // A patch that leaves something other than an object is refused too.
     let err = apply_patch(&cm, PatchType::Merge, b"[1]", CONFIGMAP).expect_err("not an object");
     assert_eq!(err.code(), 400);
