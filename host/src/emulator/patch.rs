@@ -337,12 +337,14 @@ pub fn apply_patch(
         PatchType::Json => {
             // Like the server: the body must be a list of objects (else 400); an operation
             // that is malformed within (unknown op, missing path) fails when applied (422).
-            let raw: Vec<serde_json::Map<String, serde_json::Value>> = serde_json::from_slice(body)
-                .map_err(|e| {
+            // `null` is an empty patch, as on the server.
+            let raw: Option<Vec<serde_json::Map<String, serde_json::Value>>> =
+                serde_json::from_slice(body).map_err(|e| {
                     PatchError::BadRequest(format!(
                         "the JSON patch must be a list of operations: {e}"
                     ))
                 })?;
+            let raw = raw.unwrap_or_default();
             if raw.len() > MAX_JSON_PATCH_OPERATIONS {
                 return Err(PatchError::TooManyOperations(raw.len()));
             }

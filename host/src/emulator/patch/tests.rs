@@ -153,7 +153,7 @@ fn malformed_bodies_are_400_never_panics() {
     }
     // Not a list of operations: 400. A list holding a malformed operation: 422, as the
     // server only finds those while applying.
-    for ops in [&br#"{"op":1}"#[..], br#"[1]"#, br#"null"#] {
+    for ops in [&br#"{"op":1}"#[..], br#"[1]"#, br#"[null]"#] {
         let err = apply_patch(&cm, PatchType::Json, ops, CONFIGMAP).expect_err("malformed");
         assert_eq!(err.code(), 400, "{err}");
     }
@@ -161,7 +161,11 @@ fn malformed_bodies_are_400_never_panics() {
         let err = apply_patch(&cm, PatchType::Json, ops, CONFIGMAP).expect_err("invalid op");
         assert_eq!(err.code(), 422, "{err}");
     }
-    // A null strategic merge patch changes nothing.
+    // A null strategic merge or JSON patch changes nothing.
+    assert_eq!(
+        apply_patch(&cm, PatchType::Json, b"null", CONFIGMAP).expect("no-op"),
+        cm
+    );
     assert_eq!(
         apply_patch(&cm, PatchType::StrategicMerge, b"null", CONFIGMAP).expect("no-op"),
         cm
