@@ -60,6 +60,7 @@ pub fn server_side_apply_subresource(
     let _span = tracing::debug_span!("server_side_apply", field_manager, force).entered();
     super::validate_patch_options(super::PatchType::Apply, Some(field_manager), force)?;
     let applied = parse_configuration(body)?;
+    check_list_keys(&applied, builtin.is_some())?;
     if let (Some(cur), Some(rv)) = (
         current,
         applied
@@ -268,6 +269,87 @@ fn parse_configuration(body: &[u8]) -> Result<Value, PatchError> {
         }
     }
     Ok(v)
+}
+
+/// Refuses a configuration whose keyed-list items lack a key (or repeat one): ownership of such
+/// an item cannot be recorded. The real server reports this as a 500 naming the object.
+fn check_list_keys(applied: &Value, builtin: bool) -> Result<(), PatchError> {
+    fn walk(
+        v: &Value,
+        path: &mut String,
+        field: Option<&str>,
+        builtin: bool,
+        errs: &mut Vec<String>,
+    ) {
+        match v {
+            Value::Object(m) => {
+                for (k, c) in m {
+                    let len = path.len();
+                    path.push('.');
+                    path.push_str(k);
+                    let builtin = builtin || (len == 0 && k == "metadata");
+                    walk(c, path, Some(k), builtin, errs);
+                    path.truncate(len);
+                }
+            }
+            Value::Array(items) => {
+                let ListKind::Keyed(keys) = schema::list_kind(builtin, field, items) else {
+                    return;
+                };
+                let mut seen = Vec::new();
+                for (i, item) in items.iter().enumerate() {
+                    let Some(id) = schema::item_key(keys, item) else {
+                        let missing = keys
+                            .iter()
+                            .find(|k| {
+                                k.default.is_none() && item.get(k.name).is_none_or(Value::is_null)
+                            })
+                            .map_or("", |k| k.name);
+                        errs.push(format!(
+                            "{path}: element {i}: associative list with keys has an element that omits key field {missing:?} (and doesn't have default value)"
+                        ));
+                        continue;
+                    };
+                    let rendered: Vec<String> =
+                        id.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    let rendered = format!("[{}]", rendered.join(","));
+                    if seen.contains(&id) {
+                        errs.push(format!("{path}: duplicate entries for key {rendered}"));
+                        continue;
+                    }
+                    seen.push(id);
+                    let len = path.len();
+                    path.push_str(&rendered);
+                    if let Value::Object(m) = item {
+                        for (k, c) in m {
+                            let inner = path.len();
+                            path.push('.');
+                            path.push_str(k);
+                            walk(c, path, Some(k), builtin, errs);
+                            path.truncate(inner);
+                        }
+                    }
+                    path.truncate(len);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut errs = Vec::new();
+    walk(applied, &mut String::new(), None, builtin, &mut errs);
+    if errs.is_empty() {
+        return Ok(());
+    }
+    let s = |p: &str| applied.pointer(p).and_then(Value::as_str).unwrap_or("");
+    let api_version = s("/apiVersion");
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    Err(PatchError::Internal(format!(
+        "failed to create typed patch object ({}/{}; {group}/{version}, Kind={}): {}",
+        s("/metadata/namespace"),
+        s("/metadata/name"),
+        s("/kind"),
+        errs.join("\n")
+    )))
 }
 
 fn merge_top(base: &mut Value, applied: &Value, builtin: bool) {

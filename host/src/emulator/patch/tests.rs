@@ -1154,3 +1154,31 @@ fn merge_and_json_patch_match_kubectl() {
         assert_eq!(patch(&d, ty, p.clone(), DEPLOYMENT), expected, "{ty_name}");
     }
 }
+
+#[test]
+fn apply_refuses_keyed_list_items_without_their_key() {
+    let body = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d\n  namespace: n\nspec:\n  template:\n    spec:\n      containers:\n      - name: web\n        ports:\n        - containerPort: 80\n      - image: nameless\n";
+    let err = server_side_apply(None, body.as_bytes(), "m", false, DEPLOYMENT, NOW)
+        .expect_err("missing key");
+    let st = err.to_status("deployments", "d");
+    assert_eq!(st.code, 500);
+    assert_eq!(
+        st.message,
+        "failed to create typed patch object (n/d; apps/v1, Kind=Deployment): .spec.template.spec.containers: element 1: associative list with keys has an element that omits key field \"name\" (and doesn't have default value)"
+    );
+    // A port without protocol is fine: protocol defaults to TCP.
+    let ok = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d\nspec:\n  template:\n    spec:\n      containers:\n      - name: web\n        ports:\n        - containerPort: 80\n";
+    assert!(server_side_apply(None, ok.as_bytes(), "m", false, DEPLOYMENT, NOW).is_ok());
+    // Repeated keys are refused too.
+    let dup = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: a\n  - name: a\n";
+    let err = server_side_apply(None, dup.as_bytes(), "m", false, Some(("", "Pod")), NOW)
+        .expect_err("duplicate");
+    assert!(
+        err.to_string()
+            .ends_with(".spec.containers: duplicate entries for key [name=\"a\"]"),
+        "{err}"
+    );
+    // Custom resources have no keyed lists.
+    let cr = "apiVersion: example.com/v1\nkind: W\nmetadata:\n  name: w\nspec:\n  containers:\n  - image: x\n";
+    assert!(server_side_apply(None, cr.as_bytes(), "m", false, None, NOW).is_ok());
+}
