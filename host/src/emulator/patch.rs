@@ -18,7 +18,10 @@ mod strategic;
 #[cfg(test)]
 mod tests;
 
-pub use apply::{server_side_apply, server_side_apply_subresource, BEFORE_FIRST_APPLY};
+pub use apply::{
+    server_side_apply, server_side_apply_subresource, server_side_apply_with, ApplyRequest,
+    BEFORE_FIRST_APPLY,
+};
 
 use crate::kube::error::{Status, StatusCause, StatusDetails};
 

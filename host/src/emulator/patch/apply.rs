@@ -43,7 +43,16 @@ pub fn server_side_apply(
     builtin: Option<(&str, &str)>,
     now: &str,
 ) -> Result<Value, PatchError> {
-    server_side_apply_subresource(current, body, field_manager, force, builtin, now, None)
+    server_side_apply_with(&ApplyRequest {
+        current,
+        body,
+        field_manager,
+        force,
+        builtin,
+        now,
+        subresource: None,
+        ignore_status: false,
+    })
 }
 
 /// [`server_side_apply`] to a subresource: for `Some("status")` only the configuration's
@@ -57,6 +66,52 @@ pub fn server_side_apply_subresource(
     now: &str,
     subresource: Option<&str>,
 ) -> Result<Value, PatchError> {
+    server_side_apply_with(&ApplyRequest {
+        current,
+        body,
+        field_manager,
+        force,
+        builtin,
+        now,
+        subresource,
+        ignore_status: false,
+    })
+}
+
+/// Everything one apply needs.
+#[derive(Debug, Clone, Copy)]
+pub struct ApplyRequest<'a> {
+    /// The stored object, `None` when apply creates it.
+    pub current: Option<&'a Value>,
+    /// The applied configuration, YAML or JSON.
+    pub body: &'a [u8],
+    /// The `fieldManager` query parameter.
+    pub field_manager: &'a str,
+    /// The `force` query parameter.
+    pub force: bool,
+    /// `Some((group, kind))` for built-in kinds, `None` for custom resources.
+    pub builtin: Option<(&'a str, &'a str)>,
+    /// RFC 3339 time for the entry.
+    pub now: &'a str,
+    /// `Some("status")` for the status subresource.
+    pub subresource: Option<&'a str>,
+    /// The kind has a status subresource, so an apply to the main resource neither changes
+    /// nor owns `status` (the server resets it, spec 6.12).
+    pub ignore_status: bool,
+}
+
+/// Server-side apply with every option; see the module docs.
+pub fn server_side_apply_with(req: &ApplyRequest<'_>) -> Result<Value, PatchError> {
+    let &ApplyRequest {
+        current,
+        body,
+        field_manager,
+        force,
+        builtin,
+        now,
+        subresource,
+        ignore_status,
+    } = req;
     let _span = tracing::debug_span!("server_side_apply", field_manager, force).entered();
     super::validate_patch_options(super::PatchType::Apply, Some(field_manager), force)?;
     let applied = parse_configuration(body)?;
@@ -82,7 +137,8 @@ pub fn server_side_apply_subresource(
         .to_owned();
     let is_builtin = builtin.is_some();
 
-    // What this apply may touch: only status on the status subresource.
+    // What this apply may touch: only status on the status subresource, everything but
+    // status on the main resource of a kind with a status subresource.
     let applied = match subresource {
         Some("status") => {
             let mut m = Map::new();
@@ -90,6 +146,13 @@ pub fn server_side_apply_subresource(
                 m.insert("status".into(), s.clone());
             }
             Value::Object(m)
+        }
+        _ if ignore_status => {
+            let mut applied = applied;
+            if let Some(m) = applied.as_object_mut() {
+                m.remove("status");
+            }
+            applied
         }
         _ => applied,
     };

@@ -1182,3 +1182,37 @@ fn apply_refuses_keyed_list_items_without_their_key() {
     let cr = "apiVersion: example.com/v1\nkind: W\nmetadata:\n  name: w\nspec:\n  containers:\n  - image: x\n";
     assert!(server_side_apply(None, cr.as_bytes(), "m", false, None, NOW).is_ok());
 }
+
+#[test]
+fn main_resource_apply_ignores_status_when_the_kind_has_a_status_subresource_spec_6_12() {
+    let cur = json!({"apiVersion": "example.com/v1", "kind": "W", "metadata": {"name": "w"},
+                     "spec": {"size": 1}, "status": {"ready": false}});
+    let body = b"apiVersion: example.com/v1\nkind: W\nmetadata:\n  name: w\nspec:\n  size: 2\nstatus:\n  ready: true\n";
+    let req = ApplyRequest {
+        current: Some(&cur),
+        body,
+        field_manager: "m",
+        // The object has no managedFields: it belongs to before-first-apply.
+        force: true,
+        builtin: None,
+        now: NOW,
+        subresource: None,
+        ignore_status: true,
+    };
+    let out = server_side_apply_with(&req).expect("applied");
+    assert_eq!(out["spec"]["size"], 2);
+    assert_eq!(out["status"]["ready"], false);
+    let owned = &out["metadata"]["managedFields"];
+    let mine = owned
+        .as_array()
+        .and_then(|a| a.iter().find(|e| e["manager"] == "m"))
+        .expect("entry");
+    assert!(mine["fieldsV1"].get("f:status").is_none(), "{mine}");
+    // Without the flag, status is applied like any field.
+    let out = server_side_apply_with(&ApplyRequest {
+        ignore_status: false,
+        ..req
+    })
+    .expect("applied");
+    assert_eq!(out["status"]["ready"], true);
+}
