@@ -1216,3 +1216,34 @@ fn main_resource_apply_ignores_status_when_the_kind_has_a_status_subresource_spe
     .expect("applied");
     assert_eq!(out["status"]["ready"], true);
 }
+
+#[test]
+fn tricky_json_patch_operations_fail_cleanly() {
+    let doc = json!({"a": [], "b": {"c": 1}, "d": [1, 2]});
+    for op in [
+        json!({"op": "remove", "path": "/a/-"}),
+        json!({"op": "remove", "path": "/d/-"}),
+        json!({"op": "move", "from": "/a/-", "path": "/x"}),
+        json!({"op": "move", "from": "/b", "path": "/b/c/d"}),
+        json!({"op": "copy", "from": "/nope", "path": "/x"}),
+        json!({"op": "replace", "path": "/d/99", "value": 1}),
+        json!({"op": "add", "path": "/d/-1", "value": 1}),
+        json!({"op": "add", "path": "/d/01", "value": 1}),
+        json!({"op": "test", "path": "/b/c/~2", "value": 1}),
+        json!({"op": "add", "path": "no-slash", "value": 1}),
+        json!({"op": "remove", "path": ""}),
+    ] {
+        let body = serde_json::to_vec(&[&op]).expect("serialises");
+        let err = apply_patch(&doc, PatchType::Json, &body, CONFIGMAP).expect_err("fails");
+        assert!(matches!(err.code(), 400 | 422), "{op}: {err}");
+    }
+    // Replacing the whole document with a non-object is refused.
+    let err = apply_patch(
+        &doc,
+        PatchType::Json,
+        br#"[{"op":"replace","path":"","value":3}]"#,
+        CONFIGMAP,
+    )
+    .expect_err("not an object");
+    assert_eq!(err.code(), 400);
+}
