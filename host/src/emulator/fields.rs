@@ -16,6 +16,10 @@
 //! - items of keyed lists by their key (`k:{"containerPort":80,"protocol":"TCP"}`), items of
 //!   set lists by value (`v:"example.com/f"`).
 //!
+//! That is the set an updater takes when it creates those nodes (the sample's
+//! `"f:data": {".": {}, "f:k": {}}`); an applier owns only the leaves and list items of its
+//! configuration (`"f:data": {"f:k": {}}`), see `patch::apply`.
+//!
 //! Which lists are keyed comes from the table in `patch::schema`; custom-resource lists are
 //! atomic (a CRD's `x-kubernetes-list-type` is not read). `apiVersion`, `kind` and the
 //! server-set metadata (name, namespace, uid, resourceVersion, generation, creationTimestamp,

@@ -4,7 +4,8 @@
 //! keyed lists of built-in kinds item by item, `finalizers` as a set, every other list and
 //! every custom-resource list replaced — and the applier's `managedFields` entry (operation
 //! Apply) becomes exactly the field set of what it applied (see `fields` for what a field set
-//! holds). Then, as in the real server:
+//! holds; an applier owns leaves and list items, not the maps and lists around them, so
+//! dropping the last label leaves `labels: {}`). Then, as in the real server:
 //! - a leaf the configuration sets to a value different from the object's, and which another
 //!   entry owns (another manager, or the same manager's Update entry), is a conflict: 409
 //!   unless `force`, which moves the field to the applier;
@@ -192,7 +193,18 @@ pub fn server_side_apply_with(req: &ApplyRequest<'_>) -> Result<Value, PatchErro
         .unwrap_or_default();
 
     let applied_fields = fields::object_fields(&applied, is_builtin);
-    let mut applied_set: fields::FieldSet = applied_fields.keys().cloned().collect();
+    // An applier owns what it wrote: leaves and list items. Unlike an updater it does not own
+    // the maps and lists holding them (`f:data: {f:k: {}}`, no `"."`), except the
+    // undeclared objects of a custom resource, which are map entries in their own right.
+    let mut applied_set: fields::FieldSet = applied_fields
+        .iter()
+        .filter(|(path, value)| {
+            value.is_some()
+                || path.last().is_some_and(|e| e.starts_with("k:"))
+                || (!is_builtin && path.first().is_some_and(|e| e != "f:metadata"))
+        })
+        .map(|(path, _)| path.clone())
+        .collect();
     fields::restrict_to_subresource(&mut applied_set, subresource);
 
     // Conflicts: leaves the configuration changes that someone else owns.
