@@ -33,7 +33,11 @@
 //! non-empty `managedFields` replaces the record (`[{}]` clears it), one that omits it or sends
 //! `[]` keeps the stored one, and an unreadable record is reset rather than failing the
 //! write — all as the real server does. Entries are sorted like the server's: Apply before
-//! Update, then by time, manager and subresource.
+//! Update, then by time, manager, apiVersion and subresource.
+//!
+//! [`record_update`] tells built-in kinds from custom resources by the apiVersion's group (core
+//! and the `*.k8s.io`, `apps`, `batch`, `policy`, `autoscaling` groups are built in), so a
+//! custom group under `k8s.io` would be treated with the built-in table.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -499,6 +503,7 @@ pub fn write_managed(obj: &mut Value, mut entries: Vec<ManagedEntry>) {
             .cmp(&b.operation)
             .then_with(|| a.time.cmp(&b.time))
             .then_with(|| a.manager.cmp(&b.manager))
+            .then_with(|| a.api_version.cmp(&b.api_version))
             .then_with(|| a.subresource.cmp(&b.subresource))
     });
     let Some(obj) = obj.as_object_mut() else {
