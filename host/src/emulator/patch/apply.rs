@@ -269,6 +269,16 @@ pub fn server_side_apply_with(req: &ApplyRequest<'_>) -> Result<Value, PatchErro
     let present: BTreeSet<fields::Path> = fields::object_fields(&merged, is_builtin)
         .into_keys()
         .collect();
+    // An apply that changes nothing keeps its entry's time, so re-applying the same
+    // configuration leaves the object byte-identical (and its resourceVersion unchanged).
+    let previous_time = entries
+        .iter()
+        .find(|e| is_self(e))
+        .and_then(|e| e.time.clone());
+    let time = match (current, previous_time) {
+        (Some(cur), Some(t)) if same_content(cur, &merged) => t,
+        _ => now.to_owned(),
+    };
     entries.retain(|e| !is_self(e));
     for e in &mut entries {
         e.fields.retain(|p| present.contains(p));
@@ -277,12 +287,35 @@ pub fn server_side_apply_with(req: &ApplyRequest<'_>) -> Result<Value, PatchErro
         manager: field_manager.to_owned(),
         operation: "Apply".into(),
         api_version,
-        time: Some(now.to_owned()),
+        time: Some(time),
         subresource: subresource.map(str::to_owned),
         fields: applied_set.intersection(&present).cloned().collect(),
     });
     fields::write_managed(&mut merged, entries);
     Ok(merged)
+}
+
+/// Whether two versions of an object differ only in their managedFields, if at all.
+fn same_content(a: &Value, b: &Value) -> bool {
+    let (Value::Object(am), Value::Object(bm)) = (a, b) else {
+        return a == b;
+    };
+    am.len() == bm.len()
+        && am.iter().all(|(k, av)| {
+            let Some(bv) = bm.get(k) else { return false };
+            match (k.as_str(), av, bv) {
+                ("metadata", Value::Object(ma), Value::Object(mb)) => {
+                    let strip = |m: &Map<String, Value>| {
+                        m.iter()
+                            .filter(|(k, _)| *k != "managedFields")
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect::<Map<String, Value>>()
+                    };
+                    strip(ma) == strip(mb)
+                }
+                _ => av == bv,
+            }
+        })
 }
 
 /// Whether `path` ends in one of the key fields of the list item it sits in.

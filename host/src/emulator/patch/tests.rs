@@ -1248,3 +1248,35 @@ fn tricky_json_patch_operations_fail_cleanly() {
     .expect_err("not an object");
     assert_eq!(err.code(), 400);
 }
+
+#[test]
+fn reapplying_the_same_configuration_changes_nothing() {
+    let v1 = ssa(None, CM_YAML, "kubectl", false).expect("created");
+    let again = server_side_apply(
+        Some(&v1),
+        CM_YAML.as_bytes(),
+        "kubectl",
+        false,
+        CONFIGMAP,
+        "2030-01-01T00:00:00Z",
+    )
+    .expect("re-applied");
+    assert_eq!(
+        again, v1,
+        "a no-op apply leaves the object identical, time included"
+    );
+    // A real change moves the time.
+    let changed = server_side_apply(
+        Some(&v1),
+        CM_YAML.replace("b: '2'", "b: '3'").as_bytes(),
+        "kubectl",
+        false,
+        CONFIGMAP,
+        "2030-01-01T00:00:00Z",
+    )
+    .expect("applied");
+    assert_eq!(
+        changed["metadata"]["managedFields"][0]["time"],
+        "2030-01-01T00:00:00Z"
+    );
+}
