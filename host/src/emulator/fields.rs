@@ -55,6 +55,18 @@ pub type FieldSet = BTreeSet<Path>;
 /// `None`). Comparing two of these finds added, changed and removed fields in one pass.
 pub(crate) type FieldValues<'a> = BTreeMap<Path, Option<&'a Value>>;
 
+/// Metadata fields the server sets; a client's value for them is not applied.
+pub(crate) const SERVER_SET_METADATA: &[&str] = &[
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "managedFields",
+    "selfLink",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+];
+
 /// Metadata fields the server sets or strips; nobody owns them.
 const UNOWNED_METADATA: &[&str] = &[
     "name",

@@ -115,7 +115,7 @@ pub fn server_side_apply_with(req: &ApplyRequest<'_>) -> Result<Value, PatchErro
     } = req;
     let _span = tracing::debug_span!("server_side_apply", field_manager, force).entered();
     super::validate_patch_options(super::PatchType::Apply, Some(field_manager), force)?;
-    let applied = parse_configuration(body)?;
+    let mut applied = parse_configuration(body)?;
     check_list_keys(&applied, builtin.is_some())?;
     if let (Some(cur), Some(rv)) = (
         current,
@@ -130,6 +130,11 @@ pub fn server_side_apply_with(req: &ApplyRequest<'_>) -> Result<Value, PatchErro
         {
             return Err(PatchError::StaleResourceVersion);
         }
+    }
+    // Server-set metadata in a configuration (`creationTimestamp: null` from a generated
+    // manifest, a copied uid) is not the applier's to change.
+    if let Some(meta) = applied.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.retain(|k, _| !fields::SERVER_SET_METADATA.contains(&k.as_str()));
     }
     let api_version = applied
         .get("apiVersion")

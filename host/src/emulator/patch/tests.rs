@@ -1280,3 +1280,17 @@ fn reapplying_the_same_configuration_changes_nothing() {
         "2030-01-01T00:00:00Z"
     );
 }
+
+#[test]
+fn apply_leaves_server_set_metadata_alone() {
+    let mut cur = ssa(None, CM_YAML, "kubectl", false).expect("created");
+    cur["metadata"]["creationTimestamp"] = json!("2026-11-22T03:04:17Z");
+    cur["metadata"]["uid"] = json!("u-1");
+    let body = CM_YAML.replace(
+        "  namespace: n\n",
+        "  namespace: n\n  creationTimestamp: null\n  uid: other\n",
+    );
+    let out = ssa(Some(&cur), &body, "kubectl", false).expect("applied");
+    assert_eq!(out["metadata"]["creationTimestamp"], "2026-11-22T03:04:17Z");
+    assert_eq!(out["metadata"]["uid"], "u-1");
+}
