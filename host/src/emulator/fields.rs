@@ -67,19 +67,10 @@ pub(crate) const SERVER_SET_METADATA: &[&str] = &[
     "deletionGracePeriodSeconds",
 ];
 
-/// Metadata fields the server sets or strips; nobody owns them.
-const UNOWNED_METADATA: &[&str] = &[
-    "name",
-    "namespace",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "managedFields",
-    "selfLink",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-];
+/// Metadata fields nobody owns: the object's identity and what the server sets.
+fn is_unowned_metadata(field: &str) -> bool {
+    field == "name" || field == "namespace" || SERVER_SET_METADATA.contains(&field)
+}
 
 /// Whether an `apiVersion` belongs to a built-in kind (core or a Kubernetes API group), whose
 /// lists and maps follow the built-in schema table.
@@ -152,7 +143,7 @@ pub(crate) fn object_fields(obj: &Value, builtin: bool) -> FieldValues<'_> {
             match (k.as_str(), v) {
                 ("metadata", Value::Object(meta)) => {
                     for (mk, mv) in meta {
-                        if UNOWNED_METADATA.contains(&mk.as_str()) {
+                        if is_unowned_metadata(mk) {
                             continue;
                         }
                         path.push(field_elem(mk));
