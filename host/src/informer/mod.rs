@@ -5,3 +5,4 @@ pub mod lister_watcher;
 pub mod processor;
 pub mod reflector;
 pub mod store;
+pub mod tombstone;
