@@ -63,7 +63,8 @@ impl Delta {
         }
     }
 
-    fn is_tombstone(&self) -> bool {
+    /// A deletion observed only through a relist (spec 2.5).
+    pub fn is_tombstone(&self) -> bool {
         matches!(self, Delta::Deleted(ObjOrTombstone::Tombstone(_)))
     }
 }
