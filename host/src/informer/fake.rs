@@ -16,6 +16,7 @@ use crate::kube::watch::{ObjectList, WatchEvent};
 use crate::kube::{Error, Object};
 
 /// One item of a scripted watch stream.
+#[allow(clippy::large_enum_variant)] // test-only; mirrors WatchEvent's shape
 pub enum Item {
     Ev(WatchEvent),
     Err(Error),

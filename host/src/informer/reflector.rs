@@ -1154,8 +1154,8 @@ mod tests {
         ]);
         let (r, _) = make(&lw, ReflectorOptions::default(), 0.0);
         let reqs = run_until(&r, &lw, 4).await;
-        for i in 2..4 {
-            assert_eq!(watch_req(&reqs[i]).resource_version.as_deref(), Some("10"));
+        for r in &reqs[2..4] {
+            assert_eq!(watch_req(r).resource_version.as_deref(), Some("10"));
         }
         assert_eq!(reqs[2].0 - reqs[1].0, secs(0.8));
         assert_eq!(reqs[3].0 - reqs[2].0, secs(1.6));
