@@ -88,6 +88,13 @@ impl Store {
         self.inner.write().upsert(key, obj);
     }
 
+    /// Insert or replace, returning the previous object under the key: one lock and one key
+    /// computation for the informer's "update or add" decision (spec 4.1).
+    pub fn upsert(&self, obj: Object) -> Option<Object> {
+        let key = obj.key();
+        self.inner.write().upsert(key, obj)
+    }
+
     /// Same as [`Store::add`] (spec 3.3).
     pub fn update(&self, obj: Object) {
         self.add(obj)
@@ -256,9 +263,10 @@ impl Inner {
             .ok_or_else(|| StoreError::UnknownIndex(name.to_owned()))
     }
 
-    fn upsert(&mut self, key: String, obj: Object) {
+    fn upsert(&mut self, key: String, obj: Object) -> Option<Object> {
         let old = self.items.insert(key.clone(), obj.clone());
         self.update_indices(old.as_ref(), Some(&obj), &key);
+        old
     }
 
     fn remove(&mut self, key: &str) {
