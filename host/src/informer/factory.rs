@@ -231,3 +231,98 @@ impl<L: ListerWatcher> Drop for FactoryRegistration<L> {
         self.release();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::informer::fake::{self, FakeLw};
+    use crate::informer::processor::test_support::{recorder, recv_n, Seen};
+    use crate::informer::tombstone::test_support::obj;
+
+    fn lw() -> Arc<FakeLw> {
+        FakeLw::new(vec![
+            fake::list("10", None, vec![obj("ns", "a", "1")]),
+            fake::watch_hang(vec![]),
+        ])
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_informer_per_key_shared_and_stopped_with_its_last_handler() {
+        let f: SharedInformerFactory<Arc<FakeLw>> =
+            SharedInformerFactory::new(InformerOptions::default());
+        let made = Arc::new(AtomicUsize::new(0));
+        let key = InformerKey::new("v1/configmaps", Some("ns"), Some("app=x"), None);
+        let mk = || {
+            made.fetch_add(1, Ordering::SeqCst);
+            lw()
+        };
+        let (h1, mut rx1) = recorder();
+        let (h2, mut rx2) = recorder();
+        let r1 = f.add_handler(key.clone(), mk, h1, None).unwrap();
+        let r2 = f.add_handler(key.clone(), mk, h2, None).unwrap();
+        assert_eq!(made.load(Ordering::SeqCst), 1, "one ListerWatcher per key");
+        assert_eq!(f.len(), 1);
+        assert!(r1.informer().same_as(r2.informer()));
+        let want = vec![Seen::Add("ns/a".into(), "1".into(), true)];
+        assert_eq!(recv_n(&mut rx1, 1).await, want);
+        assert_eq!(recv_n(&mut rx2, 1).await, want);
+        // One list and one watch for both handlers.
+        assert_eq!(r1.informer().lister_watcher().requests().len(), 2);
+
+        // Another scope is another informer.
+        let other = InformerKey::new("v1/configmaps", Some("ns"), None, None);
+        let (h3, _rx3) = recorder();
+        let r3 = f.add_handler(other.clone(), mk, h3, None).unwrap();
+        assert_eq!(f.len(), 2);
+        assert!(!r3.informer().same_as(r1.informer()));
+
+        // Dropping one of two registrations keeps the informer.
+        let inf = r1.informer().clone();
+        drop(r1);
+        assert!(!inf.is_stopped());
+        assert_eq!(inf.handler_count(), 1);
+        // The last one stops and retires it.
+        r2.remove();
+        assert!(inf.is_stopped());
+        assert!(f.informer(&key).is_none());
+        assert_eq!(f.len(), 1);
+        // Asking again starts a fresh informer.
+        let (h4, mut rx4) = recorder();
+        let r4 = f.add_handler(key.clone(), mk, h4, None).unwrap();
+        assert!(!r4.informer().same_as(&inf));
+        assert_eq!(recv_n(&mut rx4, 1).await, want);
+        assert!(
+            tokio::time::timeout(Duration::from_secs(5), r4.informer().wait_for_sync())
+                .await
+                .unwrap()
+        );
+        f.shutdown();
+        assert!(r4.informer().is_stopped());
+        assert!(f.is_empty());
+        drop(r3);
+        drop(r4);
+    }
+
+    #[test]
+    fn informer_keys_distinguish_every_part() {
+        let k = |r, n, l, f| InformerKey::new(r, n, l, f);
+        assert_eq!(
+            k("v1/pods", None, None, None),
+            k("v1/pods", Some(""), None, None)
+        );
+        assert_ne!(
+            k("v1/pods", Some("a"), None, None),
+            k("v1/pods", None, Some("a"), None)
+        );
+        assert_ne!(
+            k("v1/pods", None, Some("a"), None),
+            k("v1/pods", None, None, Some("a"))
+        );
+        assert_eq!(
+            k("v1/pods", Some("ns"), Some("x=1"), None).to_string(),
+            "v1/pods|ns|x=1|"
+        );
+    }
+}

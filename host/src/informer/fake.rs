@@ -180,3 +180,13 @@ pub fn bookmark(rv: &str, end: bool) -> Item {
         initial_events_end: end,
     })
 }
+
+/// Lets tests keep a handle on the fake while an informer owns it.
+impl ListerWatcher for Arc<FakeLw> {
+    async fn list(&self, params: &ListParams) -> Result<ObjectList, Error> {
+        FakeLw::list(self, params).await
+    }
+    async fn watch(&self, params: &WatchParams) -> Result<WatchStream, Error> {
+        FakeLw::watch(self, params).await
+    }
+}

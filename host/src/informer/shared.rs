@@ -396,3 +396,287 @@ impl Drop for StopOnDrop {
         self.0.stop();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::informer::fake::{self, FakeLw, Item};
+    use crate::informer::processor::test_support::{recorder, recv_n, Recorder, Seen};
+    use crate::informer::tombstone::test_support::{obj, obj_labels};
+    use crate::kube::watch::WatchEvent;
+    use crate::kube::Object;
+    use tokio::sync::mpsc;
+
+    type Inf = SharedIndexInformer<Arc<FakeLw>>;
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    fn start(inf: &Inf) -> tokio::task::JoinHandle<Result<(), InformerError>> {
+        let inf = inf.clone();
+        tokio::spawn(async move { inf.run().await })
+    }
+
+    async fn finish(inf: &Inf, task: tokio::task::JoinHandle<Result<(), InformerError>>) {
+        inf.stop();
+        tokio::time::timeout(secs(60.0), task)
+            .await
+            .expect("informer did not stop")
+            .expect("informer panicked")
+            .expect("run failed");
+    }
+
+    fn add(name: &str, rv: &str) -> Item {
+        Item::Ev(WatchEvent::Added(obj("ns", name, rv)))
+    }
+
+    fn seen_add(k: &str, rv: &str, initial: bool) -> Seen {
+        Seen::Add(k.into(), rv.into(), initial)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn spec_4_1_deltas_update_store_then_notify_in_order() {
+        let lw = FakeLw::new(vec![
+            fake::list("10", None, vec![obj("ns", "a", "1"), obj("ns", "b", "1")]),
+            fake::watch_hang(vec![
+                Item::Sleep(secs(2.0)),
+                Item::Ev(WatchEvent::Modified(obj("ns", "a", "2"))),
+                Item::Ev(WatchEvent::Deleted(obj("ns", "b", "3"))),
+                add("c", "4"),
+            ]),
+        ]);
+        let inf: Inf = SharedIndexInformer::new(lw, InformerOptions::default());
+        let (rec, mut rx) = recorder();
+        let reg = inf.add_event_handler(rec).unwrap();
+        assert!(!inf.has_synced());
+        let task = start(&inf);
+        let seen = recv_n(&mut rx, 5).await;
+        assert_eq!(
+            seen,
+            vec![
+                seen_add("ns/a", "1", true),
+                seen_add("ns/b", "1", true),
+                Seen::Update("ns/a".into(), "1".into(), "2".into()),
+                Seen::Delete("ns/b".into(), false),
+                seen_add("ns/c", "4", false),
+            ]
+        );
+        assert!(inf.has_synced());
+        assert!(reg.has_synced());
+        let mut keys = inf.indexer().list_keys();
+        keys.sort();
+        assert_eq!(keys, vec!["ns/a", "ns/c"]);
+        assert_eq!(
+            inf.indexer().get_by_key("ns/a").unwrap().resource_version(),
+            "2"
+        );
+        assert_eq!(inf.last_sync_resource_version(), "4");
+        finish(&inf, task).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn spec_4_1_relist_tombstones_and_4_2_unchanged_rv_is_a_sync_update_7_2() {
+        let lw = FakeLw::new(vec![
+            fake::list("10", None, vec![obj("ns", "a", "1"), obj("ns", "b", "1")]),
+            fake::watch(vec![]),
+            fake::list("11", None, vec![obj("ns", "a", "1")]),
+            fake::watch_hang(vec![]),
+        ]);
+        let inf: Inf = SharedIndexInformer::new(lw, InformerOptions::default());
+        let (rec, mut rx) = recorder();
+        inf.add_event_handler(rec).unwrap();
+        let task = start(&inf);
+        let seen = recv_n(&mut rx, 4).await;
+        assert_eq!(
+            seen[2..],
+            [
+                // New listeners are flagged as syncing, so the relist echo reaches them.
+                Seen::Update("ns/a".into(), "1".into(), "1".into()),
+                Seen::Delete("ns/b".into(), true),
+            ]
+        );
+        assert_eq!(inf.indexer().list_keys(), vec!["ns/a"]);
+        finish(&inf, task).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn spec_4_5_late_handler_gets_initial_adds_and_own_has_synced_7_8() {
+        let lw = FakeLw::new(vec![
+            fake::list("10", None, vec![obj("ns", "a", "1"), obj("ns", "b", "1")]),
+            fake::watch_hang(vec![]),
+        ]);
+        let inf: Inf = SharedIndexInformer::new(lw, InformerOptions::default());
+        let task = start(&inf);
+        assert!(tokio::time::timeout(secs(60.0), inf.wait_for_sync())
+            .await
+            .unwrap());
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let late = Arc::new(Recorder {
+            tx,
+            gate: Some(gate.clone()),
+        });
+        let reg = inf.add_event_handler(late).unwrap();
+        // The informer is synced; this registration is not until it has seen the cache.
+        assert!(inf.has_synced());
+        assert!(!reg.has_synced());
+        gate.add_permits(2);
+        let mut seen = recv_n(&mut rx, 2).await;
+        seen.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+        assert_eq!(
+            seen,
+            vec![seen_add("ns/a", "1", true), seen_add("ns/b", "1", true)]
+        );
+        tokio::time::timeout(secs(60.0), async {
+            while !reg.has_synced() {
+                tokio::time::sleep(secs(0.01)).await;
+            }
+        })
+        .await
+        .expect("late registration never synced");
+        finish(&inf, task).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn spec_4_6_setup_rules_and_removal() {
+        let lw = FakeLw::new(vec![
+            fake::list("10", None, vec![]),
+            fake::watch_hang(vec![Item::Sleep(secs(10.0)), add("d", "11")]),
+        ]);
+        let inf: Inf = SharedIndexInformer::new(lw, InformerOptions::default());
+        let (r1, mut rx1) = recorder();
+        let (r2, mut rx2) = recorder();
+        let reg1 = inf.add_event_handler(r1).unwrap();
+        inf.add_event_handler(r2).unwrap();
+        let task = start(&inf);
+        assert!(tokio::time::timeout(secs(5.0), inf.wait_for_sync())
+            .await
+            .unwrap());
+        assert_eq!(
+            inf.set_transform(Arc::new(|o| o)),
+            Err(InformerError::AlreadyStarted)
+        );
+        assert_eq!(
+            inf.set_watch_error_handler(Arc::new(|_| {})),
+            Err(InformerError::AlreadyStarted)
+        );
+        assert_eq!(inf.run().await, Err(InformerError::AlreadyStarted));
+        assert!(inf.remove_event_handler(&reg1));
+        assert_eq!(
+            recv_n(&mut rx2, 1).await,
+            vec![seen_add("ns/d", "11", false)]
+        );
+        // The removed handler's task ended without delivering "d".
+        let end = tokio::time::timeout(secs(5.0), rx1.recv()).await.unwrap();
+        assert_eq!(end, None);
+        finish(&inf, task).await;
+        let (r3, _rx3) = recorder();
+        assert!(matches!(
+            inf.add_event_handler(r3),
+            Err(InformerError::Stopped)
+        ));
+        assert_eq!(inf.run().await, Err(InformerError::Stopped));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transform_applies_before_store_and_handlers() {
+        let lw = FakeLw::new(vec![
+            fake::list("10", None, vec![obj("ns", "a", "1")]),
+            fake::watch_hang(vec![]),
+        ]);
+        let inf: Inf = SharedIndexInformer::new(lw, InformerOptions::default());
+        inf.set_transform(Arc::new(|o: Object| {
+            obj_labels(
+                o.namespace().unwrap_or(""),
+                o.name(),
+                o.resource_version(),
+                &[("t", "1")],
+            )
+        }))
+        .unwrap();
+        let task = start(&inf);
+        assert!(tokio::time::timeout(secs(5.0), inf.wait_for_sync())
+            .await
+            .unwrap());
+        let a = inf.indexer().get_by_key("ns/a").unwrap();
+        assert_eq!(a.meta().label("t"), Some("1"));
+        finish(&inf, task).await;
+    }
+
+    #[tokio::test]
+    async fn spec_4_3_handler_resync_periods() {
+        let s = Duration::from_secs;
+        let lw = FakeLw::new(vec![]);
+        let inf: Inf = SharedIndexInformer::new(
+            lw,
+            InformerOptions {
+                resync_period: s(10),
+                ..Default::default()
+            },
+        );
+        let (h, _r) = recorder();
+        let default = inf.add_event_handler(h).unwrap();
+        // Before Run a shorter period lowers the check period, and others are recomputed.
+        let (h, _r) = recorder();
+        let fast = inf.add_event_handler_with_resync(h, s(2)).unwrap();
+        // The minimum is 1 s.
+        let (h, _r) = recorder();
+        let tiny = inf
+            .add_event_handler_with_resync(h, Duration::from_millis(10))
+            .unwrap();
+        let p = &inf.inner.processor;
+        assert_eq!(inf.inner.config.lock().resync_check_period, s(1));
+        assert_eq!(p.resync_period(default.id()), Some(s(10)));
+        assert_eq!(p.resync_period(fast.id()), Some(s(2)));
+        assert_eq!(p.resync_period(tiny.id()), Some(s(1)));
+        // After Run, a shorter period is raised to the check period.
+        inf.inner.config.lock().started = true;
+        inf.inner.config.lock().resync_check_period = s(5);
+        let (h, _r) = recorder();
+        let late = inf.add_event_handler_with_resync(h, s(2)).unwrap();
+        assert_eq!(p.resync_period(late.id()), Some(s(5)));
+
+        // An informer without resync disables every handler's.
+        let inf: Inf = SharedIndexInformer::new(FakeLw::new(vec![]), InformerOptions::default());
+        let (h, _r) = recorder();
+        let reg = inf.add_event_handler_with_resync(h, s(5)).unwrap();
+        assert_eq!(
+            inf.inner.processor.resync_period(reg.id()),
+            Some(Duration::ZERO)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn spec_4_3_resync_delivers_known_state_to_resyncing_handler_7_4() {
+        let lw = FakeLw::new(vec![
+            fake::list("10", None, vec![obj("ns", "a", "1")]),
+            fake::watch_hang(vec![]),
+        ]);
+        let inf: Inf = SharedIndexInformer::new(
+            lw,
+            InformerOptions {
+                resync_period: Duration::from_secs(1),
+                ..Default::default()
+            },
+        );
+        let (rec, mut rx) = recorder();
+        let (quiet, mut quiet_rx) = recorder();
+        inf.add_event_handler(rec).unwrap();
+        inf.add_event_handler_with_resync(quiet, Duration::ZERO)
+            .unwrap();
+        let task = start(&inf);
+        assert_eq!(recv_n(&mut rx, 1).await, vec![seen_add("ns/a", "1", true)]);
+        assert_eq!(recv_n(&mut quiet_rx, 1).await.len(), 1);
+        // Resyncs carry the cached (current) object, old == new.
+        let seen = recv_n(&mut rx, 2).await;
+        for s in seen {
+            assert_eq!(s, Seen::Update("ns/a".into(), "1".into(), "1".into()));
+        }
+        // The handler without resync got none of them. (Paused clock: the sleep returns only
+        // once every runnable task, including the quiet listener, has run.)
+        tokio::time::sleep(secs(0.01)).await;
+        assert!(quiet_rx.try_recv().is_err());
+        finish(&inf, task).await;
+    }
+}
