@@ -330,10 +330,14 @@ impl<L: ListerWatcher, S: ReflectorStore> Reflector<L, S> {
     }
 
     fn watch_timeout_seconds(&self) -> u32 {
-        let min = self.opts.min_watch_timeout.as_secs_f64();
-        let t = min * (self.rand01().clamp(0.0, 1.0) + 1.0);
+        let min = self
+            .opts
+            .min_watch_timeout
+            .as_secs()
+            .min(u64::from(u32::MAX / 2)) as u32;
+        let jitter = (f64::from(min) * self.rand01().clamp(0.0, 1.0)) as u32;
         // Strictly below 2·min even if the source returns 1.0.
-        (t as u32).min((2.0 * min) as u32 - 1).max(min as u32)
+        min + jitter.min(min.saturating_sub(1))
     }
 
     fn set_last_sync_rv(&self, rv: &str) {
@@ -496,7 +500,7 @@ impl<L: ListerWatcher, S: ReflectorStore> Reflector<L, S> {
                     let params = WatchParams {
                         resource_version: opt_rv(&start_rv),
                         allow_watch_bookmarks: true,
-                        timeout_seconds: Some(self.watch_timeout_seconds()),
+                        timeout_seconds: Some(self.watch_timeout_seconds()).filter(|t| *t > 0),
                         ..Default::default()
                     };
                     match or_stop(stop, self.lw.watch(&params)).await {
@@ -635,7 +639,7 @@ impl<L: ListerWatcher, S: ReflectorStore> Reflector<L, S> {
                     resource_version_match: Some("NotOlderThan".into()),
                     send_initial_events: true,
                     allow_watch_bookmarks: true,
-                    timeout_seconds: Some(self.watch_timeout_seconds()),
+                    timeout_seconds: Some(self.watch_timeout_seconds()).filter(|t| *t > 0),
                     ..Default::default()
                 };
                 let start = Instant::now();
@@ -981,6 +985,14 @@ mod tests {
             let (r, _) = make(&lw, ReflectorOptions::default(), rand);
             assert_eq!(r.watch_timeout_seconds(), want, "rand {rand}");
         }
+        // A zero minimum must not underflow.
+        let lw = FakeLw::new(vec![]);
+        let opts = ReflectorOptions {
+            min_watch_timeout: Duration::ZERO,
+            ..Default::default()
+        };
+        let (r, _) = make(&lw, opts, 0.9);
+        assert_eq!(r.watch_timeout_seconds(), 0);
     }
 
     #[tokio::test(start_paused = true)]
