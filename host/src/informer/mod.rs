@@ -1,5 +1,7 @@
 //! client-go's informer machinery: reflector → DeltaFIFO → shared informer → store + processor.
 
+#[cfg(test)]
+mod convergence_tests;
 pub mod delta_fifo;
 pub mod factory;
 #[cfg(test)]
