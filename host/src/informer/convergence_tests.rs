@@ -308,11 +308,13 @@ async fn pipeline_converges_under_faults_7_1_7_2() {
         );
     }
     // The faults really exercised relists (with tombstones) and resumed watches.
-    let st = server.st.lock();
-    assert!(st.lists >= 10, "lists {}", st.lists);
-    assert!(st.expired >= 10, "410s {}", st.expired);
-    assert!(st.watches > st.lists + st.expired, "watches {}", st.watches);
-    drop(st);
+    let (lists, expired, watches) = {
+        let st = server.st.lock();
+        (st.lists, st.expired, st.watches)
+    };
+    assert!(lists >= 10, "lists {lists}");
+    assert!(expired >= 10, "410s {expired}");
+    assert!(watches > lists + expired, "watches {watches}");
     assert!(*tracker.1.lock() >= 10, "tombstones {}", *tracker.1.lock());
     inf.stop();
     tokio::time::timeout(Duration::from_secs(60), task)
