@@ -100,6 +100,10 @@ impl<L: ListerWatcher> SharedInformerFactory<L> {
         resync: Option<Duration>,
     ) -> Result<FactoryRegistration<L>, InformerError> {
         let mut map = self.inner.informers.lock();
+        // An informer stopped behind the factory's back is replaced, not reused.
+        if map.get(&key).is_some_and(|e| e.informer.is_stopped()) {
+            map.remove(&key);
+        }
         let fresh = !map.contains_key(&key);
         if fresh {
             let mut opts = self.inner.defaults.clone();
@@ -298,11 +302,20 @@ mod tests {
                 .await
                 .unwrap()
         );
+        // Stopped behind the factory's back: the next caller gets a fresh informer.
+        r4.informer().stop();
+        let (h5, mut rx5) = recorder();
+        let r5 = f.add_handler(key.clone(), mk, h5, None).unwrap();
+        assert!(!r5.informer().same_as(r4.informer()));
+        assert_eq!(recv_n(&mut rx5, 1).await, want);
+        // Dropping the stale registration leaves the fresh informer alone.
+        drop(r4);
+        assert!(!r5.informer().is_stopped());
         f.shutdown();
-        assert!(r4.informer().is_stopped());
+        assert!(r5.informer().is_stopped());
         assert!(f.is_empty());
         drop(r3);
-        drop(r4);
+        drop(r5);
     }
 
     #[test]

@@ -22,7 +22,8 @@ use crate::kube::Object;
 
 /// Receives an informer's notifications. Calls for one registration are sequential; the
 /// returned futures may await (e.g. a call into a Wasm guest). A panic is caught and logged,
-/// and that notification is skipped: one bad handler must not take the host down.
+/// and that notification is skipped: one bad handler must not take the host down. (client-go
+/// crashes the process by default, spec 4.4; a plugin host cannot.)
 pub trait ResourceEventHandler: Send + Sync + 'static {
     fn on_add(&self, obj: Object, is_in_initial_list: bool) -> BoxFuture<'_, ()>;
     fn on_update(&self, old: Object, new: Object) -> BoxFuture<'_, ()>;
@@ -589,6 +590,35 @@ mod tests {
             recv_n(&mut rx, 1).await,
             vec![Seen::Add("ns/ok".into(), "1".into(), false)]
         );
+    }
+
+    #[tokio::test]
+    async fn a_handler_panicking_before_returning_its_future_is_contained() {
+        let p = SharedProcessor::new();
+        p.run();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let h = HandlerFns {
+            add: Some(Box::new(move |o: Object, _| {
+                assert_ne!(o.name(), "boom", "handler failure on purpose");
+                let _ = tx.send(o.key());
+            })),
+            ..Default::default()
+        };
+        p.add_listener(Arc::new(h), Duration::ZERO, Duration::ZERO, always(), [])
+            .unwrap();
+        for name in ["boom", "ok"] {
+            p.distribute(
+                Notification::Add {
+                    obj: obj("ns", name, "1"),
+                    is_in_initial_list: false,
+                },
+                false,
+            );
+        }
+        let got = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("listener died with the panic");
+        assert_eq!(got.as_deref(), Some("ns/ok"));
     }
 
     #[tokio::test]

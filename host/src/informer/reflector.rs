@@ -585,6 +585,14 @@ impl<L: ListerWatcher, S: ReflectorStore> Reflector<L, S> {
                     None => break,
                 },
             };
+            if let WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) = &ev {
+                if o.name().is_empty() {
+                    // Not an object of the watched kind (e.g. a Table): skip it, RV and all,
+                    // rather than caching it under an empty key (spec 1.7).
+                    tracing::warn!("skipping a watch event whose object has no metadata.name");
+                    continue;
+                }
+            }
             let (obj, added) = match ev {
                 WatchEvent::Added(o) => {
                     self.store.add(o.clone());
@@ -725,6 +733,11 @@ impl<L: ListerWatcher, S: ReflectorStore> Reflector<L, S> {
             };
             count += 1;
             match ev {
+                WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o)
+                    if o.name().is_empty() =>
+                {
+                    tracing::warn!("skipping a watch event whose object has no metadata.name");
+                }
                 WatchEvent::Added(o) | WatchEvent::Modified(o) => {
                     temp.insert(o.key(), o);
                 }
@@ -1023,6 +1036,34 @@ mod tests {
         let w = watch_req(&reqs[2]);
         assert_eq!(w.resource_version.as_deref(), Some("14"));
         assert_eq!(reqs[2].0, secs(2.0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn spec_1_7_objects_without_a_name_are_skipped() {
+        let table = Object::from_value(&serde_json::json!({
+            "kind": "Table", "apiVersion": "meta.k8s.io/v1",
+            "metadata": {"resourceVersion": "99"}, "rows": []
+        }))
+        .unwrap();
+        let lw = FakeLw::new(vec![
+            fake::list("10", None, vec![]),
+            fake::watch(vec![
+                Item::Sleep(secs(2.0)),
+                Item::Ev(WatchEvent::Added(table)),
+                add("a", "11"),
+            ]),
+            fake::watch_hang(vec![]),
+        ]);
+        let (r, store) = make(&lw, ReflectorOptions::default(), 0.0);
+        let reqs = run_until(&r, &lw, 3).await;
+        assert_eq!(
+            store.ops(),
+            vec![
+                Op::Replace(vec![], "10".into()),
+                Op::Add("ns/a".into(), "11".into())
+            ]
+        );
+        assert_eq!(watch_req(&reqs[2]).resource_version.as_deref(), Some("11"));
     }
 
     #[tokio::test(start_paused = true)]
