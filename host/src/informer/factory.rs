@@ -198,6 +198,20 @@ impl<L: ListerWatcher> FactoryRegistration<L> {
             .is_some_and(HandlerRegistration::has_synced)
     }
 
+    /// Resolves once this handler has seen the initial list; false if the informer stopped
+    /// first. Polls every 100 ms, as client-go's WaitForCacheSync does.
+    pub async fn wait_for_sync(&self) -> bool {
+        loop {
+            if self.has_synced() {
+                return true;
+            }
+            if self.informer.is_stopped() {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     pub fn registration(&self) -> Option<&HandlerRegistration> {
         self.reg.as_ref()
     }
@@ -270,6 +284,11 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert!(r1.informer().same_as(r2.informer()));
         let want = vec![Seen::Add("ns/a".into(), "1".into(), true)];
+        assert!(
+            tokio::time::timeout(Duration::from_secs(5), r1.wait_for_sync())
+                .await
+                .unwrap()
+        );
         assert_eq!(recv_n(&mut rx1, 1).await, want);
         assert_eq!(recv_n(&mut rx2, 1).await, want);
         // One list and one watch for both handlers.
