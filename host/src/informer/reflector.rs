@@ -1538,4 +1538,43 @@ mod tests {
         assert!(watch_req(&reqs[3]).send_initial_events);
         assert_eq!(reqs[3].0 - reqs[2].0, secs(1.6));
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn spec_1_12_too_large_rv_retries_at_empty_rv_and_short_close_falls_back() {
+        let lw = FakeLw::new(vec![
+            Step::Watch(Err(fake::too_large_rv())),
+            // Closed at once with no events: a very short watch, which is not retried.
+            fake::watch(vec![]),
+            fake::list("10", None, vec![]),
+            fake::watch_hang(vec![]),
+        ]);
+        let (r, _) = make(&lw, watch_list_opts(), 0.0);
+        let reqs = run_until(&r, &lw, 4).await;
+        assert!(watch_req(&reqs[1]).send_initial_events);
+        assert_eq!(watch_req(&reqs[1]).resource_version, None);
+        assert_eq!(reqs[1].0, reqs[0].0, "TooLarge retries at once");
+        // The list after the fallback uses RV "" (the RV is still marked unavailable).
+        assert_eq!(list_req(&reqs[2]).resource_version, None);
+        assert!(!watch_req(&reqs[3]).send_initial_events);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_during_backoff_ends_run_promptly() {
+        let lw = FakeLw::new(vec![Step::List(Err(fake::api_err(500, "InternalError")))]);
+        // Jitter pinned near its top: a long first sleep.
+        let (r, _) = make(&lw, ReflectorOptions::default(), 0.99);
+        let stop = StopSignal::new();
+        let task = tokio::spawn({
+            let (r, stop) = (r.clone(), stop.clone());
+            async move { r.run(stop).await }
+        });
+        lw.wait_requests(1).await;
+        let t0 = Instant::now();
+        stop.stop();
+        tokio::time::timeout(secs(60.0), task)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(t0.elapsed() < secs(0.1), "waited {:?}", t0.elapsed());
+    }
 }
