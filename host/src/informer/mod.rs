@@ -10,6 +10,7 @@
 //! - [`factory::SharedInformerFactory`] shares one informer per watch scope and stops it with
 //!   its last handler.
 
+pub mod backoff;
 #[cfg(test)]
 mod convergence_tests;
 pub mod delta_fifo;
@@ -17,6 +18,7 @@ pub mod factory;
 #[cfg(test)]
 pub(crate) mod fake;
 pub mod lister_watcher;
+mod pager;
 pub mod processor;
 pub mod reflector;
 pub mod shared;
