@@ -5,6 +5,7 @@ pub mod client;
 pub mod config;
 pub mod discovery;
 pub mod error;
+mod json;
 pub mod object;
 pub mod params;
 pub mod resource;
