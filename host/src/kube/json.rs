@@ -57,6 +57,9 @@ impl<'a> Scanner<'a> {
     pub(crate) fn pos(&self) -> usize {
         self.pos
     }
+    pub(crate) fn seek(&mut self, pos: usize) {
+        self.pos = pos;
+    }
     pub(crate) fn error_at(&self, offset: usize, message: &'static str) -> SyntaxError {
         SyntaxError { offset, message }
     }

@@ -3,6 +3,7 @@
 
 pub mod client;
 pub mod config;
+pub mod decode;
 pub mod discovery;
 pub mod error;
 mod json;

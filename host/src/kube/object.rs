@@ -277,8 +277,44 @@ impl Object {
             return Err(ObjectError::TooLarge);
         }
         let mut sc = Scanner::new(raw);
-        let (mut meta, info) = scan_object(&mut sc)?;
+        let (meta, info) = scan_object(&mut sc)?;
         sc.end()?;
+        Ok(Self::build(raw, meta, info, opts, type_meta))
+    }
+
+    /// Ingest the object value at the scanner's position (a watch event's `object`, a list
+    /// item) without scanning it twice. The text must be valid UTF-8.
+    pub(crate) fn ingest_from(
+        sc: &mut Scanner<'_>,
+        opts: &IngestOptions,
+        type_meta: Option<(&str, &str)>,
+    ) -> Result<Self, ObjectError> {
+        let start = json::skip_ws(sc.bytes(), sc.pos());
+        let (mut meta, mut info) = scan_object(sc)?;
+        let end = sc.pos();
+        if end - start > (u32::MAX >> 1) as usize {
+            return Err(ObjectError::TooLarge);
+        }
+        if start > 0 {
+            meta.shift(0, -(start as i64));
+            info.managed_fields_cut = info.managed_fields_cut.map(|(a, b)| (a - start, b - start));
+        }
+        Ok(Self::build(
+            &sc.bytes()[start..end],
+            meta,
+            info,
+            opts,
+            type_meta,
+        ))
+    }
+
+    fn build(
+        raw: &[u8],
+        mut meta: ParsedMeta,
+        info: ScanInfo,
+        opts: &IngestOptions,
+        type_meta: Option<(&str, &str)>,
+    ) -> Self {
         let cut = info
             .managed_fields_cut
             .filter(|_| !opts.keep_managed_fields);
@@ -327,10 +363,10 @@ impl Object {
             let at = b as i64 + added;
             meta.shift(at as u32, -((b - a) as i64));
         }
-        Ok(Object(Arc::new(Inner {
+        Object(Arc::new(Inner {
             raw: Bytes::from(out.into_boxed_slice()),
             meta,
-        })))
+        }))
     }
 
     /// Build from a JSON value (tests and tools; not the hot path). Keeps `managedFields`.
