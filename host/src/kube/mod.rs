@@ -1,6 +1,7 @@
 //! Access to a Kubernetes API server over hyper: configuration, the HTTP client, discovery,
 //! resource paths, the watch-stream decoder, selectors and the `Status` error type.
 
+mod auth;
 pub mod client;
 pub mod config;
 pub mod decode;
@@ -11,6 +12,7 @@ pub mod object;
 pub mod params;
 pub mod resource;
 pub mod selector;
+mod tls;
 pub mod watch;
 
 pub use error::{Error, Status};
