@@ -19,6 +19,8 @@ use super::object::{IngestOptions, Object};
 use crate::informer::lister_watcher::WatchStream;
 
 /// One event of a watch stream (spec 6.3), decoded.
+// `Error` is large but rare (at most one per stream); boxing it would only move the cost.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum WatchEvent {
     Added(Object),
