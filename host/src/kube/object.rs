@@ -112,8 +112,31 @@ pub(crate) struct ScanInfo {
     pub(crate) managed_fields_cut: Option<(usize, usize)>,
 }
 
+/// Resolves spans against an object's bytes and its side buffer of decoded strings.
+#[derive(Clone, Copy)]
+struct Src<'a> {
+    raw: &'a [u8],
+    text: &'a str,
+}
+
+impl<'a> Src<'a> {
+    fn s(self, sp: Span) -> &'a str {
+        let (bytes, len) = if sp.len & DECODED != 0 {
+            (self.text.as_bytes(), sp.len & !DECODED)
+        } else {
+            (self.raw, sp.len)
+        };
+        let (off, len) = (sp.off as usize, len as usize);
+        // Spans are bounded by ASCII quotes inside text validated as UTF-8 at ingest.
+        bytes
+            .get(off..off + len)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .unwrap_or_default()
+    }
+}
+
 /// An owner reference, borrowed from its object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct OwnerRef<'a> {
     pub api_version: &'a str,
     pub kind: &'a str,
@@ -123,104 +146,291 @@ pub struct OwnerRef<'a> {
     pub block_owner_deletion: Option<bool>,
 }
 
-/// A borrowed view of an object's metadata. Labels and annotations keep document order.
+/// A borrowed, ordered string map (labels, annotations). Build one by hand from a slice of
+/// pairs (`StrPairs::from(&[("app", "web")][..])`), e.g. in tests.
 #[derive(Clone, Copy)]
-pub struct Meta<'a> {
-    raw: &'a [u8],
-    p: &'a ParsedMeta,
+pub struct StrPairs<'a>(PairsRepr<'a>);
+
+#[derive(Clone, Copy)]
+enum PairsRepr<'a> {
+    Spans(&'a [(Span, Span)], Src<'a>),
+    Slice(&'a [(&'a str, &'a str)]),
 }
 
-impl std::fmt::Debug for Meta<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Meta")
-            .field("namespace", &self.namespace())
-            .field("name", &self.name())
-            .field("uid", &self.uid())
-            .field("resource_version", &self.resource_version())
-            .field("generation", &self.generation())
-            .field("labels", &self.labels().collect::<Vec<_>>())
-            .finish_non_exhaustive()
+impl Default for StrPairs<'_> {
+    fn default() -> Self {
+        StrPairs(PairsRepr::Slice(&[]))
     }
+}
+
+impl<'a> From<&'a [(&'a str, &'a str)]> for StrPairs<'a> {
+    fn from(s: &'a [(&'a str, &'a str)]) -> Self {
+        StrPairs(PairsRepr::Slice(s))
+    }
+}
+
+impl<'a> StrPairs<'a> {
+    pub fn len(&self) -> usize {
+        match self.0 {
+            PairsRepr::Spans(s, _) => s.len(),
+            PairsRepr::Slice(s) => s.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The `i`-th entry in document order.
+    pub fn at(&self, i: usize) -> Option<(&'a str, &'a str)> {
+        match self.0 {
+            PairsRepr::Spans(s, src) => s.get(i).map(|(k, v)| (src.s(*k), src.s(*v))),
+            PairsRepr::Slice(s) => s.get(i).copied(),
+        }
+    }
+    /// The value for `key`.
+    pub fn get(&self, key: &str) -> Option<&'a str> {
+        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+    pub fn iter(&self) -> PairsIter<'a> {
+        PairsIter { p: *self, i: 0 }
+    }
+}
+
+impl<'a> IntoIterator for StrPairs<'a> {
+    type Item = (&'a str, &'a str);
+    type IntoIter = PairsIter<'a>;
+    fn into_iter(self) -> PairsIter<'a> {
+        self.iter()
+    }
+}
+
+impl<'a> IntoIterator for &StrPairs<'a> {
+    type Item = (&'a str, &'a str);
+    type IntoIter = PairsIter<'a>;
+    fn into_iter(self) -> PairsIter<'a> {
+        self.iter()
+    }
+}
+
+impl std::fmt::Debug for StrPairs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl PartialEq for StrPairs<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+/// Iterator over [`StrPairs`].
+pub struct PairsIter<'a> {
+    p: StrPairs<'a>,
+    i: usize,
+}
+
+impl<'a> Iterator for PairsIter<'a> {
+    type Item = (&'a str, &'a str);
+    fn next(&mut self) -> Option<Self::Item> {
+        let r = self.p.at(self.i)?;
+        self.i += 1;
+        Some(r)
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.p.len().saturating_sub(self.i);
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for PairsIter<'_> {}
+
+/// A borrowed list of strings (finalizers).
+#[derive(Clone, Copy)]
+pub struct Strs<'a>(StrsRepr<'a>);
+
+#[derive(Clone, Copy)]
+enum StrsRepr<'a> {
+    Spans(&'a [Span], Src<'a>),
+    Slice(&'a [&'a str]),
+}
+
+impl Default for Strs<'_> {
+    fn default() -> Self {
+        Strs(StrsRepr::Slice(&[]))
+    }
+}
+
+impl<'a> From<&'a [&'a str]> for Strs<'a> {
+    fn from(s: &'a [&'a str]) -> Self {
+        Strs(StrsRepr::Slice(s))
+    }
+}
+
+impl<'a> Strs<'a> {
+    pub fn len(&self) -> usize {
+        match self.0 {
+            StrsRepr::Spans(s, _) => s.len(),
+            StrsRepr::Slice(s) => s.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn get(&self, i: usize) -> Option<&'a str> {
+        match self.0 {
+            StrsRepr::Spans(s, src) => s.get(i).map(|x| src.s(*x)),
+            StrsRepr::Slice(s) => s.get(i).copied(),
+        }
+    }
+    pub fn contains(&self, x: &str) -> bool {
+        self.iter().any(|s| s == x)
+    }
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &'a str> + 'a {
+        let me = *self;
+        (0..self.len()).map(move |i| me.get(i).unwrap_or_default())
+    }
+}
+
+impl std::fmt::Debug for Strs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl PartialEq for Strs<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+/// A borrowed list of owner references.
+#[derive(Clone, Copy)]
+pub struct OwnerRefs<'a>(OwnersRepr<'a>);
+
+#[derive(Clone, Copy)]
+enum OwnersRepr<'a> {
+    Spans(&'a [OwnerSpans], Src<'a>),
+    Slice(&'a [OwnerRef<'a>]),
+}
+
+impl Default for OwnerRefs<'_> {
+    fn default() -> Self {
+        OwnerRefs(OwnersRepr::Slice(&[]))
+    }
+}
+
+impl<'a> From<&'a [OwnerRef<'a>]> for OwnerRefs<'a> {
+    fn from(s: &'a [OwnerRef<'a>]) -> Self {
+        OwnerRefs(OwnersRepr::Slice(s))
+    }
+}
+
+impl<'a> OwnerRefs<'a> {
+    pub fn len(&self) -> usize {
+        match self.0 {
+            OwnersRepr::Spans(s, _) => s.len(),
+            OwnersRepr::Slice(s) => s.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn get(&self, i: usize) -> Option<OwnerRef<'a>> {
+        match self.0 {
+            OwnersRepr::Spans(s, src) => s.get(i).map(|o| OwnerRef {
+                api_version: src.s(o.api_version),
+                kind: src.s(o.kind),
+                name: src.s(o.name),
+                uid: src.s(o.uid),
+                controller: o.controller,
+                block_owner_deletion: o.block_owner_deletion,
+            }),
+            OwnersRepr::Slice(s) => s.get(i).copied(),
+        }
+    }
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = OwnerRef<'a>> + 'a {
+        let me = *self;
+        (0..self.len()).map(move |i| me.get(i).unwrap_or_default())
+    }
+}
+
+impl<'a> IntoIterator for &OwnerRefs<'a> {
+    type Item = OwnerRef<'a>;
+    type IntoIter = Box<dyn ExactSizeIterator<Item = OwnerRef<'a>> + 'a>;
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter())
+    }
+}
+
+impl std::fmt::Debug for OwnerRefs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl PartialEq for OwnerRefs<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+/// A borrowed view of an object's metadata, built on each [`Object::meta`] call (a few span
+/// lookups, no allocation). Labels and annotations keep document order. Construct one by hand
+/// (`Meta { name: "a", ..Default::default() }`) to test code that reads metadata.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Meta<'a> {
+    /// `None` for cluster-scoped objects (and for an empty namespace).
+    pub namespace: Option<&'a str>,
+    pub name: &'a str,
+    pub uid: &'a str,
+    pub resource_version: &'a str,
+    pub generation: i64,
+    pub labels: StrPairs<'a>,
+    pub annotations: StrPairs<'a>,
+    pub owner_references: OwnerRefs<'a>,
+    pub deletion_timestamp: Option<&'a str>,
+    pub finalizers: Strs<'a>,
 }
 
 impl<'a> Meta<'a> {
-    fn s(&self, sp: Span) -> &'a str {
-        let (bytes, off, len) = if sp.len & DECODED != 0 {
-            (self.p.text.as_bytes(), sp.off, sp.len & !DECODED)
-        } else {
-            (self.raw, sp.off, sp.len)
-        };
-        let (off, len) = (off as usize, len as usize);
-        // Spans are bounded by ASCII quotes inside text validated as UTF-8 at ingest.
-        bytes
-            .get(off..off + len)
-            .and_then(|b| std::str::from_utf8(b).ok())
-            .unwrap_or_default()
-    }
-    fn extra(&self) -> Option<&'a Extra> {
-        self.p.extra.as_deref()
+    fn new(raw: &'a [u8], p: &'a ParsedMeta) -> Self {
+        let src = Src { raw, text: &p.text };
+        let extra = p.extra.as_deref();
+        Meta {
+            namespace: Some(src.s(p.namespace)).filter(|n| !n.is_empty()),
+            name: src.s(p.name),
+            uid: src.s(p.uid),
+            resource_version: src.s(p.resource_version),
+            generation: p.generation,
+            labels: StrPairs(PairsRepr::Spans(&p.labels, src)),
+            annotations: extra.map_or_else(StrPairs::default, |e| {
+                StrPairs(PairsRepr::Spans(&e.annotations, src))
+            }),
+            owner_references: extra.map_or_else(OwnerRefs::default, |e| {
+                OwnerRefs(OwnersRepr::Spans(&e.owner_references, src))
+            }),
+            deletion_timestamp: extra.and_then(|e| e.deletion_timestamp).map(|d| src.s(d)),
+            finalizers: extra
+                .map_or_else(Strs::default, |e| Strs(StrsRepr::Spans(&e.finalizers, src))),
+        }
     }
 
-    pub fn name(&self) -> &'a str {
-        self.s(self.p.name)
-    }
-    /// The namespace; `None` for cluster-scoped objects (and for an empty namespace).
-    pub fn namespace(&self) -> Option<&'a str> {
-        Some(self.s(self.p.namespace)).filter(|n| !n.is_empty())
-    }
-    pub fn uid(&self) -> &'a str {
-        self.s(self.p.uid)
-    }
-    pub fn resource_version(&self) -> &'a str {
-        self.s(self.p.resource_version)
-    }
-    pub fn generation(&self) -> i64 {
-        self.p.generation
-    }
     /// The value of label `key`, if present.
     pub fn label(&self, key: &str) -> Option<&'a str> {
-        self.labels().find(|(k, _)| *k == key).map(|(_, v)| v)
-    }
-    /// Every label in document order.
-    pub fn labels(&self) -> impl ExactSizeIterator<Item = (&'a str, &'a str)> + 'a {
-        let m = *self;
-        self.p.labels.iter().map(move |(k, v)| (m.s(*k), m.s(*v)))
+        self.labels.get(key)
     }
     /// The value of annotation `key`, if present.
     pub fn annotation(&self, key: &str) -> Option<&'a str> {
-        self.annotations().find(|(k, _)| *k == key).map(|(_, v)| v)
-    }
-    /// Every annotation in document order.
-    pub fn annotations(&self) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
-        let m = *self;
-        let list: &'a [(Span, Span)] = self.extra().map(|e| &*e.annotations).unwrap_or(&[]);
-        list.iter().map(move |(k, v)| (m.s(*k), m.s(*v)))
-    }
-    pub fn owner_references(&self) -> impl Iterator<Item = OwnerRef<'a>> + 'a {
-        let m = *self;
-        let list: &'a [OwnerSpans] = self.extra().map(|e| &*e.owner_references).unwrap_or(&[]);
-        list.iter().map(move |o| OwnerRef {
-            api_version: m.s(o.api_version),
-            kind: m.s(o.kind),
-            name: m.s(o.name),
-            uid: m.s(o.uid),
-            controller: o.controller,
-            block_owner_deletion: o.block_owner_deletion,
-        })
+        self.annotations.get(key)
     }
     /// The owner reference with `controller: true`, if any.
     pub fn controller_ref(&self) -> Option<OwnerRef<'a>> {
-        self.owner_references().find(|o| o.controller == Some(true))
-    }
-    pub fn deletion_timestamp(&self) -> Option<&'a str> {
-        self.extra()
-            .and_then(|e| e.deletion_timestamp)
-            .map(|s| self.s(s))
-    }
-    pub fn finalizers(&self) -> impl Iterator<Item = &'a str> + 'a {
-        let m = *self;
-        let list: &'a [Span] = self.extra().map(|e| &*e.finalizers).unwrap_or(&[]);
-        list.iter().map(move |s| m.s(*s))
+        self.owner_references
+            .iter()
+            .find(|o| o.controller == Some(true))
     }
 }
 
@@ -382,22 +592,26 @@ impl Object {
         std::str::from_utf8(&self.0.raw).unwrap_or_default()
     }
     pub fn meta(&self) -> Meta<'_> {
-        Meta {
+        Meta::new(&self.0.raw, &self.0.meta)
+    }
+    fn src(&self) -> Src<'_> {
+        Src {
             raw: &self.0.raw,
-            p: &self.0.meta,
+            text: &self.0.meta.text,
         }
     }
     pub fn name(&self) -> &str {
-        self.meta().name()
+        self.src().s(self.0.meta.name)
     }
+    /// `None` for cluster-scoped objects.
     pub fn namespace(&self) -> Option<&str> {
-        self.meta().namespace()
+        Some(self.src().s(self.0.meta.namespace)).filter(|n| !n.is_empty())
     }
     pub fn resource_version(&self) -> &str {
-        self.meta().resource_version()
+        self.src().s(self.0.meta.resource_version)
     }
     pub fn uid(&self) -> &str {
-        self.meta().uid()
+        self.src().s(self.0.meta.uid)
     }
 
     /// The store key, `namespace/name` or `name` (spec 3.1).
@@ -693,9 +907,9 @@ mod tests {
         assert_eq!(o.uid(), "u1");
         assert_eq!(o.meta().label("sample"), Some("yes"));
         assert_eq!(o.meta().label("other"), None);
-        assert_eq!(o.meta().finalizers().collect::<Vec<_>>(), ["a/b"]);
-        assert_eq!(o.meta().generation(), 0);
-        assert_eq!(o.meta().deletion_timestamp(), None);
+        assert_eq!(o.meta().finalizers.iter().collect::<Vec<_>>(), ["a/b"]);
+        assert_eq!(o.meta().generation, 0);
+        assert_eq!(o.meta().deletion_timestamp, None);
     }
 
     #[test]
@@ -772,6 +986,23 @@ mod tests {
     }
 
     #[test]
+    fn hand_built_meta_for_tests_of_metadata_readers() {
+        let labels = [("app", "web"), ("tier", "x")];
+        let m = Meta {
+            name: "a",
+            namespace: Some("ns"),
+            labels: StrPairs::from(&labels[..]),
+            ..Default::default()
+        };
+        assert_eq!(m.label("tier"), Some("x"));
+        assert_eq!(m.labels.iter().len(), 2);
+        let parsed = ingest(
+            r#"{"metadata":{"name":"a","namespace":"ns","labels":{"app":"web","tier":"x"}}}"#,
+        );
+        assert_eq!(parsed.meta(), m);
+    }
+
+    #[test]
     fn escaped_strings_are_decoded() {
         let o = ingest(
             r#"{"metadata":{"name":"a","annotations":{"last-applied":"{\"a\":\"\u00e9\\n\"}","b":"c"}}}"#,
@@ -793,16 +1024,22 @@ mod tests {
               "controller":true,"blockOwnerDeletion":true,"extra":[1,2]}]},"spec":{"replicas":3}}"#,
         );
         let m = o.meta();
-        assert_eq!(m.namespace(), None);
+        assert_eq!(m.namespace, None);
         assert_eq!(o.key(), "rs");
-        assert_eq!(m.generation(), 7);
-        assert_eq!(m.deletion_timestamp(), Some("2026-01-01T00:00:00Z"));
-        assert_eq!(m.labels().len(), 0);
+        assert_eq!(m.generation, 7);
+        assert_eq!(m.deletion_timestamp, Some("2026-01-01T00:00:00Z"));
+        assert_eq!(m.labels.len(), 0);
+        assert!(m.labels.is_empty());
         assert_eq!(
-            m.annotations().collect::<Vec<_>>(),
+            m.annotations.iter().collect::<Vec<_>>(),
             [("a", "1"), ("b", "2")]
         );
-        assert_eq!(m.finalizers().collect::<Vec<_>>(), ["f1", "f2"]);
+        assert_eq!(m.finalizers.iter().collect::<Vec<_>>(), ["f1", "f2"]);
+        assert!(m.finalizers.contains("f2"));
+        assert_eq!(m.owner_references.len(), 1);
+        for o in &m.owner_references {
+            assert_eq!(o.api_version, "apps/v1");
+        }
         let c = m.controller_ref().unwrap();
         assert_eq!((c.kind, c.name, c.uid), ("Deployment", "d", "u"));
         assert_eq!(c.block_owner_deletion, Some(true));
