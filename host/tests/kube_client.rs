@@ -686,6 +686,44 @@ async fn client_certificates_from_config_and_from_exec() {
     .await
 }
 
+#[tokio::test]
+async fn in_cluster_config_trusts_the_service_account_ca_and_follows_token_rotation() {
+    bounded(async {
+        let pki = Pki::new();
+        let s = serve(
+            Some(pki.server_config(&["127.0.0.1"], false)),
+            Arc::new(|_: &Seen| ok(CM)),
+        )
+        .await;
+        let d = tmpdir();
+        std::fs::write(d.join("token"), "sa-1").unwrap();
+        std::fs::write(d.join("ca.crt"), &pki.ca_pem).unwrap();
+        std::fs::write(d.join("namespace"), "apps").unwrap();
+        let env = host::kube::config::InClusterEnv {
+            host: Some("127.0.0.1".into()),
+            port: Some(s.addr.port().to_string()),
+            dir: d.clone(),
+        };
+        let mut cfg = Config::in_cluster_with(&env).unwrap();
+        cfg.token_file_refresh = Duration::ZERO;
+        let c = Client::new(cfg).unwrap();
+        assert_eq!(c.default_namespace(), "apps");
+        c.get(&cm_res(), Some("apps"), "a").await.unwrap();
+        // The kubelet rotates projected tokens by swapping the file.
+        std::fs::write(d.join("token.new"), "sa-2").unwrap();
+        std::fs::rename(d.join("token.new"), d.join("token")).unwrap();
+        c.get(&cm_res(), Some("apps"), "a").await.unwrap();
+        let auths: Vec<_> = s
+            .seen()
+            .iter()
+            .map(|r| r.header("authorization").to_owned())
+            .collect();
+        assert_eq!(auths, ["Bearer sa-1", "Bearer sa-2"]);
+        std::fs::remove_dir_all(d).unwrap();
+    })
+    .await
+}
+
 // ---- watch, list, writes ----
 
 #[tokio::test]

@@ -196,7 +196,13 @@ async fn run_exec(exec: &ExecConfig, timeout: Duration) -> Result<ExecCredential
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let child = cmd.spawn().map_err(|e| fail(format!("cannot run: {e}")))?;
+    let child = cmd.spawn().map_err(|e| {
+        let hint = match (&exec.install_hint, e.kind()) {
+            (Some(h), std::io::ErrorKind::NotFound) => format!(" ({})", h.trim()),
+            _ => String::new(),
+        };
+        fail(format!("cannot run: {e}{hint}"))
+    })?;
     let out = tokio::time::timeout(timeout, child.wait_with_output())
         .await
         .map_err(|_| fail(format!("did not finish within {timeout:?}")))?

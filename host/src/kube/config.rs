@@ -97,6 +97,8 @@ pub struct ExecConfig {
     pub cluster_server: String,
     pub cluster_ca_data: Option<String>,
     pub cluster_insecure: bool,
+    /// Shown when the command cannot be found (kubeconfig `installHint`).
+    pub install_hint: Option<String>,
 }
 
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -367,6 +369,8 @@ struct ExecEntry {
     api_version: Option<String>,
     #[serde(default)]
     provide_cluster_info: bool,
+    #[serde(default)]
+    install_hint: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -405,6 +409,7 @@ struct Merged {
     users: Vec<(String, Sourced<UserEntry>)>,
     contexts: Vec<(String, Sourced<ContextEntry>)>,
     current_context: Option<String>,
+    files: Vec<PathBuf>,
 }
 
 fn find<'a, T>(list: &'a [(String, Sourced<T>)], name: &str) -> Option<&'a Sourced<T>> {
@@ -413,6 +418,7 @@ fn find<'a, T>(list: &'a [(String, Sourced<T>)], name: &str) -> Option<&'a Sourc
 
 impl Merged {
     fn add(&mut self, f: KubeconfigFile, file: &Path, dir: &Path) {
+        self.files.push(file.to_path_buf());
         let src = |value| Sourced {
             value,
             file: file.to_path_buf(),
@@ -448,32 +454,35 @@ impl Merged {
         }
     }
 
+    /// An error about the merged configuration, naming its files.
+    fn err(&self, message: &str) -> Error {
+        let files: Vec<_> = self.files.iter().map(|f| f.display().to_string()).collect();
+        Error::Config(format!("kubeconfig {}: {message}", files.join(", ")))
+    }
+
     fn resolve(&self, opts: &KubeconfigOptions) -> Result<Config, Error> {
         let ctx_name = opts
             .context
             .as_deref()
             .or(self.current_context.as_deref())
             .filter(|c| !c.is_empty());
-        let ctx =
-            match ctx_name {
-                Some(name) => Some(find(&self.contexts, name).ok_or_else(|| {
-                    Error::Config(format!("kubeconfig: context {name:?} not found"))
-                })?),
-                None => None,
-            };
+        let ctx = match ctx_name {
+            Some(name) => Some(
+                find(&self.contexts, name)
+                    .ok_or_else(|| self.err(&format!("context {name:?} not found")))?,
+            ),
+            None => None,
+        };
         let cluster_name = opts
             .cluster
             .as_deref()
             .or(ctx.map(|c| c.value.cluster.as_str()))
             .filter(|c| !c.is_empty())
             .ok_or_else(|| {
-                Error::Config(
-                    "kubeconfig: no current context (set current-context or pass a context)".into(),
-                )
+                self.err("no current context (set current-context or pass a context)")
             })?;
-        let cluster = find(&self.clusters, cluster_name).ok_or_else(|| {
-            Error::Config(format!("kubeconfig: cluster {cluster_name:?} not found"))
-        })?;
+        let cluster = find(&self.clusters, cluster_name)
+            .ok_or_else(|| self.err(&format!("cluster {cluster_name:?} not found")))?;
         let user_name = opts
             .user
             .as_deref()
@@ -481,8 +490,7 @@ impl Merged {
             .filter(|u| !u.is_empty());
         let user = match user_name {
             Some(n) => Some(
-                find(&self.users, n)
-                    .ok_or_else(|| Error::Config(format!("kubeconfig: user {n:?} not found")))?,
+                find(&self.users, n).ok_or_else(|| self.err(&format!("user {n:?} not found")))?,
             ),
             None => None,
         };
@@ -608,6 +616,7 @@ impl Merged {
                     cluster_server: server.to_owned(),
                     cluster_ca_data: cl.certificate_authority_data.clone(),
                     cluster_insecure: c.insecure_skip_tls_verify,
+                    install_hint: e.install_hint.clone(),
                 })
             } else if u.auth_provider.is_some() {
                 return Err(uerr(
@@ -798,9 +807,7 @@ contexts:
             assert!(matches!(e, Error::Config(_)), "{msg}");
             assert!(!msg.contains('\n'), "{msg}");
             assert!(msg.contains(want), "{i}: {msg}");
-            if *want != "context \"nope\" not found" {
-                assert!(msg.contains(&p.display().to_string()), "{msg}");
-            }
+            assert!(msg.contains(&p.display().to_string()), "{msg}");
         }
         let e = Config::from_kubeconfig_paths(&[d.join("none")], &Default::default()).unwrap_err();
         assert!(e.to_string().contains("no kubeconfig found"));

@@ -15,5 +15,9 @@ pub mod selector;
 mod tls;
 pub mod watch;
 
+pub use client::{Client, ResourceClient};
+pub use config::Config;
+pub use discovery::Discovery;
 pub use error::{Error, Status};
 pub use object::Object;
+pub use resource::ApiResource;
