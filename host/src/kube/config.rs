@@ -332,6 +332,8 @@ struct ClusterEntry {
     insecure_skip_tls_verify: Option<bool>,
     #[serde(default)]
     tls_server_name: Option<String>,
+    #[serde(default)]
+    proxy_url: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -512,6 +514,12 @@ impl Merged {
                     "server {server:?} must be an http or https URL"
                 )))
             }
+        }
+        if cl.proxy_url.as_deref().is_some_and(|p| !p.is_empty()) {
+            tracing::warn!(
+                cluster = cluster_name,
+                "kubeconfig proxy-url is not supported; connecting directly"
+            );
         }
         let mut c = Config::new(uri);
         c.insecure_skip_tls_verify = cl.insecure_skip_tls_verify.unwrap_or(false);

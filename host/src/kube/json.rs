@@ -21,6 +21,19 @@ impl fmt::Display for SyntaxError {
 
 impl std::error::Error for SyntaxError {}
 
+/// Bytes that end the fast path inside a string: quote, backslash, control characters.
+static SPECIAL_IN_STRING: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = true;
+        i += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
 /// Nesting deeper than this is rejected rather than risking the stack.
 const MAX_DEPTH: u32 = 512;
 
@@ -128,6 +141,10 @@ impl<'a> Scanner<'a> {
         let b = self.b;
         let mut i = self.pos;
         loop {
+            // Tight loop over plain characters: one table lookup per byte.
+            while b.get(i).is_some_and(|&c| !SPECIAL_IN_STRING[c as usize]) {
+                i += 1;
+            }
             let Some(&c) = b.get(i) else {
                 self.pos = i;
                 return Err(self.err("unterminated string"));
