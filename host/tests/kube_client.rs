@@ -61,6 +61,8 @@ impl Seen {
 enum Reply {
     Full(StatusCode, Bytes),
     Chunks(StatusCode, Vec<Bytes>),
+    /// Send these chunks, then keep the body open without sending anything.
+    Stall(Vec<Bytes>),
     Hang,
 }
 
@@ -159,6 +161,15 @@ async fn conn<I>(
                         .body(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
                             frames,
                         ))))
+                        .unwrap()
+                }
+                Reply::Stall(chunks) => {
+                    let frames =
+                        futures_util::stream::iter(chunks.into_iter().map(|c| Ok(Frame::data(c))))
+                            .chain(futures_util::stream::pending());
+                    Response::builder()
+                        .status(StatusCode::OK)
+                        .body(BodyExt::boxed(StreamBody::new(frames)))
                         .unwrap()
                 }
                 Reply::Hang => std::future::pending().await,
@@ -324,6 +335,32 @@ async fn per_request_timeout_but_not_for_a_live_watch() {
             w.next().await,
             Some(Ok(WatchEvent::Bookmark { ref resource_version, .. })) if resource_version == "9"
         ));
+        assert!(w.next().await.is_none());
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_silent_watch_ends_after_its_timeout_plus_the_idle_margin() {
+    bounded(async {
+        let s = serve(
+            None,
+            Arc::new(|_: &Seen| {
+                Reply::Stall(vec![Bytes::from_static(
+                    br#"{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"1"}}}"#,
+                )])
+            }),
+        )
+        .await;
+        let mut cfg = plain_config(&s);
+        cfg.watch_idle_margin = Duration::from_millis(200);
+        let c = Client::new(cfg).unwrap();
+        let mut w = c
+            .watch(&cm_res(), None, &WatchParams::default().timeout(0))
+            .await
+            .unwrap();
+        assert!(matches!(w.next().await, Some(Ok(WatchEvent::Added(_)))));
+        assert!(matches!(w.next().await, Some(Err(Error::Timeout(_)))));
         assert!(w.next().await.is_none());
     })
     .await
@@ -812,7 +849,12 @@ async fn lister_lists_pages_with_scope_selectors_spec_6_2() {
         .await;
         let rc = ResourceClient::new(Client::new(plain_config(&s)).unwrap(), cm_res(), None)
             .fields("metadata.namespace=samples");
-        let p1 = rc.list(&ListParams::default().limit(2)).await.unwrap();
+        // The reflector drives a ListerWatcher from spawned tasks: the futures must be Send.
+        let rc2 = rc.clone();
+        let p1 = tokio::spawn(async move { rc2.list(&ListParams::default().limit(2)).await })
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(p1.items.len(), 2);
         assert_eq!(p1.resource_version, "50478");
         let tok = p1.continue_token.clone().unwrap();
