@@ -26,7 +26,7 @@ pub enum ObjectError {
     Serde(#[from] serde_json::Error),
     #[error("object is not valid UTF-8 at byte {0}")]
     Utf8(usize),
-    #[error("object is larger than 4 GiB")]
+    #[error("object is larger than 2 GiB")]
     TooLarge,
 }
 
@@ -462,6 +462,9 @@ impl Object {
     /// Parse metadata from `raw` (a JSON object) and keep the bytes exactly as they are
     /// (`managedFields` included). For data from the wire prefer [`Object::ingest`].
     pub fn from_bytes(raw: Bytes) -> Result<Self, ObjectError> {
+        if raw.len() > (u32::MAX >> 1) as usize {
+            return Err(ObjectError::TooLarge);
+        }
         check_utf8(&raw)?;
         let mut sc = Scanner::new(&raw);
         let (meta, _) = scan_object(&mut sc)?;
