@@ -61,6 +61,8 @@ pub struct WatchDecoder {
     max_event: usize,
     /// Boundary-scan state for the value at the start of `buf`.
     scanned: usize,
+    /// Fast path: no newline in `buf[..no_newline_before]` (valid while not `started`).
+    no_newline_before: usize,
     depth: u32,
     in_string: bool,
     escape: bool,
@@ -83,6 +85,7 @@ impl WatchDecoder {
             opts,
             max_event: DEFAULT_MAX_EVENT_BYTES,
             scanned: 0,
+            no_newline_before: 0,
             depth: 0,
             in_string: false,
             escape: false,
@@ -106,6 +109,11 @@ impl WatchDecoder {
     /// The next complete event, `Ok(None)` when more input is needed. After an error the
     /// stream is unusable: the caller ends the watch.
     pub fn next_event(&mut self) -> Result<Option<WatchEvent>, Error> {
+        if !self.started {
+            if let Some(ev) = self.next_line()? {
+                return Ok(Some(ev));
+            }
+        }
         let Some(end) = self.find_value_end()? else {
             if self.buf.len() > self.max_event {
                 return Err(self.error(format!("event larger than {} bytes", self.max_event)));
@@ -114,12 +122,50 @@ impl WatchDecoder {
         };
         let value = &self.buf[..end];
         let ev = decode_event(value, &self.opts).map_err(|m| self.error(m))?;
-        self.consumed += end as u64;
+        self.consume(end);
+        Ok(Some(ev))
+    }
+
+    /// Fast path for the server's framing (spec 6.3: one event per line): decode a complete
+    /// line directly, without the brace-counting pre-scan. Anything unusual (several values
+    /// on a line, pretty-printed values, malformed input) falls back to the general path,
+    /// which also produces the precise error.
+    fn next_line(&mut self) -> Result<Option<WatchEvent>, Error> {
+        loop {
+            let from = self.no_newline_before.min(self.buf.len());
+            let Some(p) = find_newline(&self.buf[from..]) else {
+                self.no_newline_before = self.buf.len();
+                return Ok(None);
+            };
+            let nl = from + p;
+            let line = &self.buf[..nl];
+            if json::skip_ws(line, 0) == line.len() {
+                // A blank line between events.
+                self.advance(nl + 1);
+                continue;
+            }
+            return match decode_event(line, &self.opts) {
+                Ok(ev) => {
+                    self.consume(nl + 1);
+                    Ok(Some(ev))
+                }
+                Err(_) => Ok(None),
+            };
+        }
+    }
+
+    /// Drop a decoded event's `n` bytes from the buffer.
+    fn consume(&mut self, n: usize) {
         self.events += 1;
-        self.buf.advance(end);
+        self.advance(n);
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.consumed += n as u64;
+        self.buf.advance(n);
         self.scanned = 0;
         self.started = false;
-        Ok(Some(ev))
+        self.no_newline_before = self.no_newline_before.saturating_sub(n);
     }
 
     /// End of input: anything but whitespace left over is a truncated event.
@@ -205,6 +251,25 @@ impl WatchDecoder {
         self.scanned = i;
         Ok(None)
     }
+}
+
+/// Position of the first `\n`, eight bytes at a time.
+fn find_newline(b: &[u8]) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    const NL: u64 = LO * b'\n' as u64;
+    let mut i = 0;
+    while i + 8 <= b.len() {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[i..i + 8]);
+        let x = u64::from_le_bytes(w) ^ NL;
+        // Some byte of `x` is zero, i.e. some byte of the word is a newline.
+        if x.wrapping_sub(LO) & !x & HI != 0 {
+            break;
+        }
+        i += 8;
+    }
+    b[i..].iter().position(|&c| c == b'\n').map(|p| i + p)
 }
 
 /// Decode one complete event value.
@@ -503,6 +568,41 @@ mod tests {
             let s = summary(&evs);
             assert_eq!(s[0].1, "a}{\"");
             assert_eq!(s[1], ("MODIFIED".into(), "b\\".into(), "2".into()));
+        }
+    }
+
+    #[test]
+    fn pretty_printed_events_and_blank_lines_take_the_general_path() {
+        let raw = b"\n\n{\n  \"type\": \"ADDED\",\n  \"object\": {\"metadata\": {\"name\": \"a\"}}\n}\n\n  {\"type\":\"DELETED\",\"object\":{\"metadata\":{\"name\":\"b\"}}}{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"c\"}}}\n";
+        for cut in 0..=raw.len() {
+            let evs = decode_all(&[&raw[..cut], &raw[cut..]]).unwrap();
+            let names: Vec<_> = summary(&evs).into_iter().map(|s| (s.0, s.1)).collect();
+            assert_eq!(
+                names,
+                [
+                    ("ADDED".to_owned(), "a".to_owned()),
+                    ("DELETED".to_owned(), "b".to_owned()),
+                    ("ADDED".to_owned(), "c".to_owned())
+                ],
+                "split at {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn find_newline_agrees_with_a_plain_search() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        for _ in 0..2000 {
+            let n = rng.gen_range(0..40);
+            let b: Vec<u8> = (0..n)
+                .map(|_| if rng.gen_bool(0.05) { b'\n' } else { rng.gen() })
+                .collect();
+            assert_eq!(
+                find_newline(&b),
+                b.iter().position(|&c| c == b'\n'),
+                "{b:?}"
+            );
         }
     }
 
