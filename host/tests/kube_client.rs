@@ -1003,6 +1003,10 @@ async fn discovery_resolves_kinds_and_finds_crds_installed_later() {
         assert_eq!(w.collection_path(Some("ignored")), "/apis/example.com/v1/widgets");
         let unknown = d.resolve("apps/v1", "Nope").await.unwrap_err();
         assert_eq!(unknown.code(), Some(404));
+        // A full refresh forgets group-versions that /apis no longer lists.
+        d.refresh().await.unwrap();
+        assert!(d.cached("example.com/v1", "Widget").is_none());
+        assert!(d.cached("apps/v1", "Deployment").is_some());
     })
     .await
 }

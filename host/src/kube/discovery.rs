@@ -163,14 +163,22 @@ impl Discovery {
         gvs.extend(parse_group_list(&groups)?);
         let fetched = join_all(gvs.iter().map(|gv| self.fetch_gv(gv))).await;
         let mut cache = self.cache.write();
+        // Group-versions no longer served are dropped; one that failed keeps what we knew.
+        let mut by_gv = HashMap::with_capacity(gvs.len());
         for (gv, r) in gvs.iter().zip(fetched) {
             match r {
                 Ok(list) => {
-                    cache.by_gv.insert(gv.clone(), list.into());
+                    by_gv.insert(gv.clone(), list.into());
                 }
-                Err(e) => tracing::warn!(group_version = %gv, error = %e, "discovery failed"),
+                Err(e) => {
+                    tracing::warn!(group_version = %gv, error = %e, "discovery failed");
+                    if let Some(old) = cache.by_gv.get(gv) {
+                        by_gv.insert(gv.clone(), old.clone());
+                    }
+                }
             }
         }
+        cache.by_gv = by_gv;
         Ok(())
     }
 
