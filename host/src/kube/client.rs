@@ -28,6 +28,9 @@ use super::tls::{Connector, TlsState};
 use super::watch::{event_stream, ObjectList};
 use crate::informer::lister_watcher::{ListerWatcher, WatchStream};
 
+/// LIST bodies at least this large are decoded on the blocking pool.
+const BLOCKING_DECODE_BYTES: usize = 4 << 20;
+
 /// A PATCH body and its type (spec 6.11).
 #[derive(Debug, Clone)]
 pub enum Patch {
@@ -323,7 +326,10 @@ impl Client {
         let path = with_query(res.collection_path(namespace), &params.to_query());
         let body = self.call(Method::GET, &path, None).await?;
         let opts = self.0.ingest;
-        // Decoding a large page is CPU work; keep it off the reactor's hot loop.
+        if body.len() < BLOCKING_DECODE_BYTES {
+            return decode_list(&body, &opts);
+        }
+        // Decoding a large page takes milliseconds of CPU: keep it off the async workers.
         tokio::task::spawn_blocking(move || decode_list(&body, &opts))
             .await
             .map_err(|e| Error::Decode(format!("list decoder failed: {e}")))?
