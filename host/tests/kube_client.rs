@@ -874,6 +874,37 @@ async fn lister_lists_pages_with_scope_selectors_spec_6_2() {
 }
 
 #[tokio::test]
+async fn a_large_list_decodes_every_item_into_its_own_allocation() {
+    bounded(async {
+        let n = 6000;
+        let pad = "x".repeat(900);
+        let items: Vec<String> = (0..n)
+            .map(|i| {
+                format!(
+                    r#"{{"metadata":{{"name":"cm-{i}","namespace":"ns","resourceVersion":"{i}","managedFields":[{{"manager":"m"}}]}},"data":{{"k":"{pad}"}}}}"#
+                )
+            })
+            .collect();
+        let body = Bytes::from(format!(
+            r#"{{"kind":"ConfigMapList","apiVersion":"v1","metadata":{{"resourceVersion":"99"}},"items":[{}]}}"#,
+            items.join(",")
+        ));
+        assert!(body.len() > 4 << 20);
+        let s = serve(None, Arc::new(move |_: &Seen| Reply::Full(StatusCode::OK, body.clone()))).await;
+        let c = Client::new(plain_config(&s)).unwrap();
+        let l = c.list(&cm_res(), Some("ns"), &ListParams::default()).await.unwrap();
+        assert_eq!(l.items.len(), n);
+        assert_eq!(l.resource_version, "99");
+        for (i, o) in l.items.iter().enumerate() {
+            assert_eq!(o.name(), format!("cm-{i}"));
+            assert!(o.raw().len() < 1100, "item {i} holds {} bytes", o.raw().len());
+            assert!(o.as_str().starts_with(r#"{"kind":"ConfigMap","apiVersion":"v1","#));
+        }
+    })
+    .await
+}
+
+#[tokio::test]
 async fn writes_send_the_right_method_path_and_body() {
     bounded(async {
         let s = serve(
