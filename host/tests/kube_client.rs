@@ -294,6 +294,8 @@ async fn connection_refused_is_a_connect_error() {
         let c = Client::new(Config::new(format!("http://{addr}").parse().unwrap())).unwrap();
         let e = c.get(&cm_res(), None, "x").await.unwrap_err();
         assert!(e.is_connect(), "{e}");
+        let e = Client::new(Config::new(addr.to_string().parse().unwrap())).unwrap_err();
+        assert!(matches!(e, Error::Config(_)), "{e}");
     })
     .await
 }

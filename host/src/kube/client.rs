@@ -160,6 +160,12 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// Build a client; fails on unusable TLS material or credentials.
     pub fn new(config: Config) -> Result<Self, Error> {
+        let url = &config.cluster_url;
+        if !matches!(url.scheme_str(), Some("http" | "https")) || url.host().is_none() {
+            return Err(Error::Config(format!(
+                "server URL {url} must be http:// or https:// with a host"
+            )));
+        }
         let tls = Arc::new(TlsState::new(&config)?);
         let connector = Connector {
             tls: tls.clone(),
