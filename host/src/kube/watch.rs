@@ -401,6 +401,7 @@ where
                 Ok(None) => {}
                 Err(e) => {
                     st.done = true;
+                    tracing::debug!(events = st.dec.events, error = %e, "watch stream undecodable");
                     return Some((Err(e), st));
                 }
             }
@@ -424,6 +425,7 @@ where
                 }
                 None => {
                     st.done = true;
+                    tracing::debug!(events = st.dec.events, "watch stream closed by the server");
                     return match st.dec.finish() {
                         Ok(()) => None,
                         Err(e) => Some((Err(e), st)),
