@@ -61,6 +61,8 @@ impl Seen {
 enum Reply {
     Full(StatusCode, Bytes),
     Chunks(StatusCode, Vec<Bytes>),
+    /// Send each chunk after its delay, then end the body.
+    Paced(Vec<(Duration, Bytes)>),
     /// Send these chunks, then keep the body open without sending anything.
     Stall(Vec<Bytes>),
     Hang,
@@ -167,6 +169,16 @@ async fn conn<I>(
                     let frames =
                         futures_util::stream::iter(chunks.into_iter().map(|c| Ok(Frame::data(c))))
                             .chain(futures_util::stream::pending());
+                    Response::builder()
+                        .status(StatusCode::OK)
+                        .body(BodyExt::boxed(StreamBody::new(frames)))
+                        .unwrap()
+                }
+                Reply::Paced(chunks) => {
+                    let frames = futures_util::stream::iter(chunks).then(|(d, c)| async move {
+                        tokio::time::sleep(d).await;
+                        Ok(Frame::data(c))
+                    });
                     Response::builder()
                         .status(StatusCode::OK)
                         .body(BodyExt::boxed(StreamBody::new(frames)))
@@ -307,14 +319,11 @@ async fn per_request_timeout_but_not_for_a_live_watch() {
             None,
             Arc::new(|r: &Seen| {
                 if r.uri.contains("watch=true") {
-                    // Head at once; events arrive; the body stays open only as long as the
-                    // chunk list lasts.
-                    Reply::Chunks(
-                        StatusCode::OK,
-                        vec![Bytes::from_static(
-                            br#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"9"}}}"#,
-                        )],
-                    )
+                    // Head at once; the second event comes well after the request timeout.
+                    Reply::Paced(vec![
+                        (Duration::ZERO, Bytes::from_static(BOOKMARK_9)),
+                        (Duration::from_millis(1500), Bytes::from_static(BOOKMARK_9)),
+                    ])
                 } else {
                     Reply::Hang
                 }
@@ -322,25 +331,30 @@ async fn per_request_timeout_but_not_for_a_live_watch() {
         )
         .await;
         let mut cfg = plain_config(&s);
-        cfg.request_timeout = Duration::from_millis(300);
+        cfg.request_timeout = Duration::from_millis(500);
         let c = Client::new(cfg).unwrap();
         let e = c.get(&cm_res(), None, "x").await.unwrap_err();
         assert!(
-            matches!(e, Error::Timeout(d) if d == Duration::from_millis(300)),
+            matches!(e, Error::Timeout(d) if d == Duration::from_millis(500)),
             "{e}"
         );
         let mut w = c
             .watch(&cm_res(), None, &WatchParams::default().timeout(5))
             .await
             .unwrap();
-        assert!(matches!(
-            w.next().await,
-            Some(Ok(WatchEvent::Bookmark { ref resource_version, .. })) if resource_version == "9"
-        ));
+        for _ in 0..2 {
+            assert!(matches!(
+                w.next().await,
+                Some(Ok(WatchEvent::Bookmark { ref resource_version, .. })) if resource_version == "9"
+            ));
+        }
         assert!(w.next().await.is_none());
     })
     .await
 }
+
+const BOOKMARK_9: &[u8] =
+    b"{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"9\"}}}\n";
 
 #[tokio::test]
 async fn a_silent_watch_ends_after_its_timeout_plus_the_idle_margin() {
@@ -355,7 +369,7 @@ async fn a_silent_watch_ends_after_its_timeout_plus_the_idle_margin() {
         )
         .await;
         let mut cfg = plain_config(&s);
-        cfg.watch_idle_margin = Duration::from_millis(200);
+        cfg.watch_idle_margin = Duration::from_secs(1);
         let c = Client::new(cfg).unwrap();
         let mut w = c
             .watch(&cm_res(), None, &WatchParams::default().timeout(0))
