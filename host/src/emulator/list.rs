@@ -83,7 +83,7 @@ impl Selectors {
     /// Whether an object passes both selectors. Resource-specific fields decode the object,
     /// which is off the common path (generic fields use the parsed metadata only).
     pub fn matches(&self, o: &Object) -> bool {
-        if !self.labels.matches_meta(o.meta()) {
+        if !self.labels.matches_meta(&o.meta()) {
             return false;
         }
         if self.fields.is_empty() {
@@ -95,7 +95,7 @@ impl Selectors {
             .iter()
             .all(|r| GENERIC_FIELDS.contains(&&*r.field));
         if generic {
-            return self.fields.matches_meta(o.meta());
+            return self.fields.matches_meta(&o.meta());
         }
         let v = o.to_value().unwrap_or_default();
         let values: Vec<(String, String)> = self

@@ -39,9 +39,10 @@
 pub mod cli;
 pub mod discovery;
 pub mod faults;
+pub mod fields;
 pub mod list;
 pub mod openapi;
-mod patch_shim;
+pub mod patch;
 pub mod protobuf;
 pub mod registry;
 pub mod response;
@@ -51,10 +52,6 @@ pub mod store;
 pub mod util;
 pub mod watch;
 pub mod write;
-
-// Replaced by `pub mod patch; pub mod fields;` once those modules are merged.
-use patch_shim as fields;
-use patch_shim as patch;
 
 use std::net::SocketAddr;
 use std::path::Path;

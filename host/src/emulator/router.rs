@@ -276,10 +276,8 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             } else {
                 body
             };
-            let manager = q
-                .get("fieldManager")
-                .map(str::to_owned)
-                .unwrap_or_else(|| default_manager(&user_agent));
+            let manager =
+                super::fields::manager_or_user_agent(q.get("fieldManager"), Some(&user_agent));
             let w = write::WriteOpts {
                 manager: &manager,
                 dry_run: q.get("dryRun") == Some("All"),
@@ -307,8 +305,19 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
                     .map(|o| response::json(StatusCode::CREATED, o.raw().clone())),
                 "update" => write::update(&shared, &r, &body, w)
                     .map(|o| response::json(StatusCode::OK, o.raw().clone())),
-                "patch" => write::patch(&shared, &r, &content_type, &body, w, q.flag("force"))
-                    .map(|(code, o)| response::json(code, o.raw().clone())),
+                "patch" => write::patch(
+                    &shared,
+                    &r,
+                    &content_type,
+                    &body,
+                    w,
+                    write::PatchQuery {
+                        field_manager: q.get("fieldManager"),
+                        force: q.flag("force"),
+                        force_given: q.get("force").is_some(),
+                    },
+                )
+                .map(|(code, o)| response::json(code, o.raw().clone())),
                 "delete" => write::delete_request(&shared, &r, &q, &body),
                 "deletecollection" => write::delete_collection(&shared, &r, &q, &body),
                 _ => Err(response::method_not_allowed()),
@@ -352,16 +361,6 @@ fn unsupported_body(ct: &str) -> Status {
     )
 }
 
-/// kube-apiserver names the manager after the user agent's program name.
-fn default_manager(ua: &str) -> String {
-    let m = ua.split('/').next().unwrap_or("").trim();
-    if m.is_empty() {
-        "unknown".into()
-    } else {
-        m.into()
-    }
-}
-
 async fn read_body(req: Request<Incoming>) -> Result<Bytes, Status> {
     match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(c) => Ok(c.to_bytes()),
@@ -386,11 +385,5 @@ mod tests {
         assert!(!Query::parse(Some("watch=false")).is_watch());
         assert!(!Query::parse(Some("watch=0")).is_watch());
         assert!(!Query::parse(None).is_watch());
-    }
-
-    #[test]
-    fn manager_defaults_to_program_name() {
-        assert_eq!(default_manager("kubectl/v1.32.4 (linux/amd64)"), "kubectl");
-        assert_eq!(default_manager(""), "unknown");
     }
 }

@@ -273,20 +273,20 @@ impl Store {
         };
         inner.rv = rv;
         if let Some(old) = &current {
-            for o in &old.meta().owner_references {
-                if let Some(set) = inner.owners.get_mut(&o.uid) {
+            for o in old.meta().owner_references.iter() {
+                if let Some(set) = inner.owners.get_mut(o.uid) {
                     set.remove(&(res.clone(), key.to_owned()));
                     if set.is_empty() {
-                        inner.owners.remove(&o.uid);
+                        inner.owners.remove(o.uid);
                     }
                 }
             }
         }
         if ty != EventType::Deleted {
-            for o in &obj.meta().owner_references {
+            for o in obj.meta().owner_references.iter() {
                 inner
                     .owners
-                    .entry(o.uid.clone())
+                    .entry(o.uid.into())
                     .or_default()
                     .insert((res.clone(), key.to_owned()));
             }

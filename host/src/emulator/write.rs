@@ -296,8 +296,10 @@ fn prepare_create(
         }
     }
     kind_defaults(def, v, &name)?;
-    let operation = if apply { "Apply" } else { "Update" };
-    fields::record_update(None, v, manager, operation, None, now);
+    // An apply's managedFields come from the apply itself.
+    if !apply {
+        fields::record_update(None, v, manager, "Update", None, now);
+    }
     Ok(key_of(ns.as_deref(), &name))
 }
 
@@ -615,7 +617,9 @@ fn next_state(
     if strip_for_compare(&new) == strip_for_compare(cur_v) {
         return Ok(Mutation::Unchanged);
     }
-    fields::record_update(Some(cur_v), &mut new, manager, operation, sub, now);
+    if operation != "Apply" {
+        fields::record_update(Some(cur_v), &mut new, manager, operation, sub, now);
+    }
     let deleting = cm.contains_key("deletionTimestamp");
     let no_finalizers = new
         .pointer("/metadata/finalizers")
@@ -634,22 +638,43 @@ pub(crate) fn patch(
     content_type: &str,
     body: &[u8],
     w: WriteOpts,
-    force: bool,
+    opts: PatchQuery,
 ) -> Result<(StatusCode, Object), Status> {
     let manager = w.manager;
-    let ty = patch::PatchType::from_content_type(content_type)
-        .ok_or_else(|| response::unsupported_media(content_type))?;
+    let force = opts.force;
     let def = &r.def;
+    let ty = patch::PatchType::from_content_type(content_type).ok_or_else(|| {
+        Status::failure(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: {}",
+                patch::accepted_patch_types(def.builtin)
+            ),
+        )
+    })?;
+    patch::validate_patch_options(ty, opts.field_manager, opts.force_given)
+        .map_err(|e| e.to_status(&def.plural, r.name.as_deref().unwrap_or("")))?;
     let ns = ns_of(def, r.namespace.as_deref());
     let name = r.name.as_deref().unwrap_or("");
     let sub = r.subresource.as_deref();
     let key = key_of(ns, name);
     let now = now_rfc3339();
     let builtin = def.builtin_gk();
-    let apply = ty == patch::PatchType::Apply;
+    let apply = matches!(ty, patch::PatchType::Apply);
     let op = if apply { "Apply" } else { "Update" };
+    let apply_base = patch::ApplyRequest {
+        current: None,
+        body,
+        field_manager: manager,
+        force,
+        builtin,
+        now: &now,
+        subresource: sub,
+        ignore_status: def.status && sub.is_none(),
+    };
     if apply && sub.is_none() && shared.store.get(&def.store_key, &key).is_none() {
-        let mut v = patch::server_side_apply(None, body, manager, force, builtin, &now)
+        let mut v = patch::server_side_apply_with(&apply_base)
             .map_err(|e| e.to_status(&def.plural, name))?;
         object_body(&v)?;
         let m = meta_mut(&mut v);
@@ -674,7 +699,10 @@ pub(crate) fn patch(
             let cur = cur.ok_or_else(|| response::not_found(&def.plural, name))?;
             let cur_v = cur.to_value().map_err(StoreError::from)?;
             let new = if apply {
-                patch::server_side_apply(Some(&cur_v), body, manager, force, builtin, &now)
+                patch::server_side_apply_with(&patch::ApplyRequest {
+                    current: Some(&cur_v),
+                    ..apply_base
+                })
             } else {
                 patch::apply_patch(&cur_v, ty, body, builtin)
             }
@@ -682,6 +710,17 @@ pub(crate) fn patch(
             next_state(def, cur, &cur_v, new, sub, manager, op, &now)
         })?;
     Ok((StatusCode::OK, finish(shared, def, out, name, w.dry_run)?))
+}
+
+/// The PATCH query options, as sent (validation needs to know what was given).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PatchQuery<'a> {
+    /// The `fieldManager` parameter.
+    pub field_manager: Option<&'a str>,
+    /// `force=true`.
+    pub force: bool,
+    /// Whether `force` was given at all.
+    pub force_given: bool,
 }
 
 /// DELETE of one object, options from the body and the query. Like kube-apiserver, an object
@@ -877,13 +916,13 @@ fn collect_dependents(shared: &Shared, uid: &str, propagation: Propagation) {
             continue;
         };
         let live_owner = dep.meta().owner_references.iter().any(|r| {
-            &*r.uid != uid
+            r.uid != uid
                 && shared
                     .registry
-                    .find_kind(&r.api_version, &r.kind)
+                    .find_kind(r.api_version, r.kind)
                     .is_some_and(|od| {
-                        let k = key_of(ns_of(&od, dep.namespace()), &r.name);
-                        shared.store.has_uid(&od.store_key, &k, &r.uid)
+                        let k = key_of(ns_of(&od, dep.namespace()), r.name);
+                        shared.store.has_uid(&od.store_key, &k, r.uid)
                     })
         });
         if propagation == Propagation::Orphan || live_owner {

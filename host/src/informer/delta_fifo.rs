@@ -1,1 +1,671 @@
-//! (to be written)
+//! The DeltaFIFO: per-key queues of changes between the reflector and the informer (spec §2).
+//!
+//! Why per-key deltas rather than a plain event queue: a consumer that falls behind sees every
+//! change of a key in order when it gets to it, yet each key is queued once, and relists turn
+//! vanished keys into tombstones (spec 2.5) so handlers always learn about deletions.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use super::store::Store;
+use super::tombstone::{DeletedFinalStateUnknown, ObjOrTombstone};
+use crate::kube::Object;
+
+/// The kind of a delta (spec 2.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeltaType {
+    Added,
+    Updated,
+    Deleted,
+    /// An item of a relist (the informer always asks for these rather than Sync).
+    Replaced,
+    /// A periodic resync of a known object.
+    Sync,
+}
+
+/// One change of one key. Only deletions can carry a tombstone.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delta {
+    Added(Object),
+    Updated(Object),
+    Deleted(ObjOrTombstone),
+    Replaced(Object),
+    Sync(Object),
+}
+
+impl Delta {
+    pub fn kind(&self) -> DeltaType {
+        match self {
+            Delta::Added(_) => DeltaType::Added,
+            Delta::Updated(_) => DeltaType::Updated,
+            Delta::Deleted(_) => DeltaType::Deleted,
+            Delta::Replaced(_) => DeltaType::Replaced,
+            Delta::Sync(_) => DeltaType::Sync,
+        }
+    }
+
+    /// The key of the delta's object (tombstones keyed by their own key, spec 2.2).
+    pub fn key(&self) -> String {
+        match self {
+            Delta::Added(o) | Delta::Updated(o) | Delta::Replaced(o) | Delta::Sync(o) => o.key(),
+            Delta::Deleted(d) => d.key(),
+        }
+    }
+
+    /// The object, or the tombstone's last known state.
+    pub fn object(&self) -> Option<&Object> {
+        match self {
+            Delta::Added(o) | Delta::Updated(o) | Delta::Replaced(o) | Delta::Sync(o) => Some(o),
+            Delta::Deleted(d) => d.object(),
+        }
+    }
+
+    /// A deletion observed only through a relist (spec 2.5).
+    pub fn is_tombstone(&self) -> bool {
+        matches!(self, Delta::Deleted(ObjOrTombstone::Tombstone(_)))
+    }
+}
+
+/// The changes of one key, oldest first; never empty while queued.
+pub type Deltas = Vec<Delta>;
+
+/// What the FIFO knows has already been delivered downstream: the informer's store. A trait so
+/// tests can stand in a fake.
+pub trait KnownObjects: Send + Sync {
+    fn list_keys(&self) -> Vec<String>;
+    fn get_by_key(&self, key: &str) -> Option<Object>;
+}
+
+impl KnownObjects for Store {
+    fn list_keys(&self) -> Vec<String> {
+        Store::list_keys(self)
+    }
+    fn get_by_key(&self, key: &str) -> Option<Object> {
+        Store::get_by_key(self, key)
+    }
+}
+
+/// Rewrites objects on their way in (e.g. to drop fields). Must be idempotent (spec 4.6).
+pub type TransformFunc = Arc<dyn Fn(Object) -> Object + Send + Sync>;
+
+/// Pop on a closed, drained queue.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("DeltaFIFO: manipulating with closed queue")]
+pub struct FifoClosed;
+
+/// Errors of [`DeltaFifo::pop`]: the queue closed, or the process function failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PopError<E> {
+    #[error(transparent)]
+    Closed(#[from] FifoClosed),
+    #[error("processing deltas failed: {0}")]
+    Process(E),
+}
+
+/// Options of a [`DeltaFifo`].
+#[derive(Clone, Default)]
+pub struct DeltaFifoOptions {
+    /// The store of objects already delivered (the informer's indexer).
+    pub known_objects: Option<Arc<dyn KnownObjects>>,
+    /// Emit Replaced (rather than Sync) for relisted items; the informer sets it (spec 2.5).
+    pub emit_delta_type_replaced: bool,
+    pub transform: Option<TransformFunc>,
+}
+
+#[derive(Default)]
+struct State {
+    items: HashMap<String, Deltas>,
+    queue: VecDeque<String>,
+    /// Some Add/Update/Delete/Replace has happened.
+    populated: bool,
+    /// Items of the first Replace not yet popped.
+    initial_population_count: usize,
+    closed: bool,
+}
+
+impl State {
+    fn has_synced(&self) -> bool {
+        self.populated && self.initial_population_count == 0
+    }
+}
+
+/// A queue of per-key deltas; see the module docs.
+pub struct DeltaFifo {
+    state: Mutex<State>,
+    notify: Notify,
+    known: Option<Arc<dyn KnownObjects>>,
+    emit_replaced: bool,
+    transform: Option<TransformFunc>,
+}
+
+impl std::fmt::Debug for DeltaFifo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.state.lock();
+        f.debug_struct("DeltaFifo")
+            .field("queued", &s.queue.len())
+            .field("closed", &s.closed)
+            .finish()
+    }
+}
+
+impl DeltaFifo {
+    pub fn new(opts: DeltaFifoOptions) -> Self {
+        DeltaFifo {
+            state: Mutex::new(State::default()),
+            notify: Notify::new(),
+            known: opts.known_objects,
+            emit_replaced: opts.emit_delta_type_replaced,
+            transform: opts.transform,
+        }
+    }
+
+    pub fn add(&self, obj: Object) {
+        let mut s = self.state.lock();
+        s.populated = true;
+        self.queue_action(&mut s, Delta::Added(obj), true);
+    }
+
+    pub fn update(&self, obj: Object) {
+        let mut s = self.state.lock();
+        s.populated = true;
+        self.queue_action(&mut s, Delta::Updated(obj), true);
+    }
+
+    /// Queue a deletion, unless the key is unknown both here and downstream (spec 2.4).
+    pub fn delete(&self, obj: ObjOrTombstone) {
+        let key = obj.key();
+        let mut s = self.state.lock();
+        s.populated = true;
+        let queued = s.items.contains_key(&key);
+        let known = match &self.known {
+            Some(k) => k.get_by_key(&key).is_some(),
+            None => false,
+        };
+        if !queued && !known {
+            return;
+        }
+        self.queue_action(&mut s, Delta::Deleted(obj), true);
+    }
+
+    /// Take in a full relist (spec 2.5): every item as Replaced (or Sync), and a tombstone
+    /// deletion for every queued or known key the list no longer has.
+    pub fn replace(&self, list: Vec<Object>) {
+        let mut s = self.state.lock();
+        let mut keys: HashSet<String> = HashSet::with_capacity(list.len());
+        for obj in list {
+            keys.insert(obj.key());
+            let d = if self.emit_replaced {
+                Delta::Replaced(obj)
+            } else {
+                Delta::Sync(obj)
+            };
+            // Relisted items are new objects: the transform applies even to the Sync form.
+            self.queue_action(&mut s, d, true);
+        }
+
+        // Keys only in the queue vanished too (k/k#115620): tombstone with the newest state.
+        let mut deletions: Vec<DeletedFinalStateUnknown> = Vec::new();
+        for (k, deltas) in &s.items {
+            if keys.contains(k) {
+                continue;
+            }
+            let last = deltas.last().and_then(|d| d.object().cloned());
+            deletions.push(DeletedFinalStateUnknown {
+                key: k.clone(),
+                obj: last,
+            });
+        }
+        let mut queued_deletions = deletions.len();
+        for t in deletions {
+            self.queue_action(&mut s, Delta::Deleted(ObjOrTombstone::Tombstone(t)), false);
+        }
+
+        if let Some(known) = &self.known {
+            for k in known.list_keys() {
+                if keys.contains(&k) || s.items.get(&k).is_some_and(|d| !d.is_empty()) {
+                    continue;
+                }
+                let obj = known.get_by_key(&k);
+                queued_deletions += 1;
+                let t = DeletedFinalStateUnknown { key: k, obj };
+                self.queue_action(&mut s, Delta::Deleted(ObjOrTombstone::Tombstone(t)), false);
+            }
+        }
+
+        if !s.populated {
+            s.populated = true;
+            s.initial_population_count = keys.len() + queued_deletions;
+        }
+    }
+
+    /// Queue `Sync(known)` for every known key with nothing queued (spec 2.6, k/k#32125):
+    /// a queued delta is newer than the known state, so a resync must not overtake it.
+    pub fn resync(&self) {
+        let Some(known) = &self.known else { return };
+        let mut s = self.state.lock();
+        for k in known.list_keys() {
+            let Some(obj) = known.get_by_key(&k) else {
+                continue;
+            };
+            if s.items.get(&obj.key()).is_some_and(|d| !d.is_empty()) {
+                continue;
+            }
+            // Known objects were transformed on their way in; never again (k/k#124337).
+            self.queue_action(&mut s, Delta::Sync(obj), false);
+        }
+    }
+
+    fn queue_action(&self, s: &mut State, delta: Delta, may_transform: bool) {
+        let delta = match &self.transform {
+            Some(t) if may_transform => transform_delta(t, delta),
+            _ => delta,
+        };
+        let key = delta.key();
+        match s.items.get_mut(&key) {
+            Some(deltas) => {
+                deltas.push(delta);
+                dedup_deltas(deltas);
+            }
+            None => {
+                s.items.insert(key.clone(), vec![delta]);
+                s.queue.push_back(key);
+            }
+        }
+        self.notify.notify_waiters();
+    }
+
+    /// Wait for the head key, remove it and run `process(deltas, is_in_initial_list)` while
+    /// holding the queue lock (spec 2.7), so nothing is queued for that key until the consumer
+    /// has applied it. `process` must not block.
+    pub async fn pop<F, E>(&self, process: F) -> Result<(), PopError<E>>
+    where
+        F: FnOnce(Deltas, bool) -> Result<(), E>,
+    {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut s = self.state.lock();
+                if let Some(key) = s.queue.pop_front() {
+                    let is_in_initial_list = !s.has_synced();
+                    if s.initial_population_count > 0 {
+                        s.initial_population_count -= 1;
+                    }
+                    let Some(deltas) = s.items.remove(&key) else {
+                        // Unreachable by the queue/items invariant (spec 2.2); skip the key.
+                        continue;
+                    };
+                    return process(deltas, is_in_initial_list).map_err(PopError::Process);
+                }
+                if s.closed {
+                    return Err(FifoClosed.into());
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// True once Add/Update/Delete came before any Replace, or the first Replace's items have
+    /// all been popped (spec 2.7).
+    pub fn has_synced(&self) -> bool {
+        self.state.lock().has_synced()
+    }
+
+    /// Wake every `pop`; they return [`FifoClosed`] once the queue is empty.
+    pub fn close(&self) {
+        self.state.lock().closed = true;
+        self.notify.notify_waiters();
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.state.lock().closed
+    }
+
+    /// Queued keys, head first.
+    pub fn list_keys(&self) -> Vec<String> {
+        self.state.lock().queue.iter().cloned().collect()
+    }
+
+    /// The queued deltas of a key.
+    pub fn get_by_key(&self, key: &str) -> Option<Deltas> {
+        self.state.lock().items.get(key).cloned()
+    }
+
+    pub fn len(&self) -> usize {
+        self.state.lock().queue.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn transform_delta(t: &TransformFunc, d: Delta) -> Delta {
+    match d {
+        Delta::Added(o) => Delta::Added(t(o)),
+        Delta::Updated(o) => Delta::Updated(t(o)),
+        Delta::Replaced(o) => Delta::Replaced(t(o)),
+        Delta::Sync(o) => Delta::Sync(t(o)),
+        Delta::Deleted(ObjOrTombstone::Object(o)) => Delta::Deleted(ObjOrTombstone::Object(t(o))),
+        d @ Delta::Deleted(ObjOrTombstone::Tombstone(_)) => d,
+    }
+}
+
+/// Spec 2.3: only two trailing Deleted deltas merge; keep the older unless it is a tombstone.
+fn dedup_deltas(deltas: &mut Deltas) {
+    let n = deltas.len();
+    if n < 2 {
+        return;
+    }
+    if let (Delta::Deleted(a), Delta::Deleted(_)) = (&deltas[n - 2], &deltas[n - 1]) {
+        if a.is_tombstone() {
+            deltas.swap_remove(n - 2);
+        } else {
+            deltas.pop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::informer::tombstone::test_support::obj;
+
+    fn fifo_with(known: Option<Arc<Store>>) -> DeltaFifo {
+        DeltaFifo::new(DeltaFifoOptions {
+            known_objects: known.map(|k| k as Arc<dyn KnownObjects>),
+            emit_delta_type_replaced: true,
+            transform: None,
+        })
+    }
+
+    /// Pop one key without blocking the test forever.
+    async fn pop1(f: &DeltaFifo) -> (Deltas, bool) {
+        let mut out = None;
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            f.pop(|d, init| {
+                out = Some((d, init));
+                Ok::<(), ()>(())
+            }),
+        )
+        .await
+        .expect("pop timed out")
+        .expect("pop failed");
+        out.expect("process ran")
+    }
+
+    fn kinds(d: &Deltas) -> Vec<DeltaType> {
+        d.iter().map(Delta::kind).collect()
+    }
+
+    #[test]
+    fn spec_2_1_delta_types() {
+        let o = obj("ns", "a", "1");
+        assert_eq!(Delta::Added(o.clone()).kind(), DeltaType::Added);
+        assert_eq!(Delta::Updated(o.clone()).kind(), DeltaType::Updated);
+        assert_eq!(Delta::Deleted(o.clone().into()).kind(), DeltaType::Deleted);
+        assert_eq!(Delta::Replaced(o.clone()).kind(), DeltaType::Replaced);
+        assert_eq!(Delta::Sync(o).kind(), DeltaType::Sync);
+    }
+
+    #[tokio::test]
+    async fn spec_2_2_and_2_3_queue_order_and_no_merging_except_deletes() {
+        let f = fifo_with(None);
+        f.add(obj("ns", "a", "1"));
+        f.add(obj("ns", "b", "1"));
+        f.update(obj("ns", "a", "2"));
+        // A queued key keeps its position; a new key goes to the tail.
+        assert_eq!(f.list_keys(), vec!["ns/a", "ns/b"]);
+        assert_eq!(
+            kinds(&f.get_by_key("ns/a").unwrap()),
+            vec![DeltaType::Added, DeltaType::Updated]
+        );
+        let (d, _) = pop1(&f).await;
+        assert_eq!(d.len(), 2);
+        assert_eq!(d[1].object().unwrap().resource_version(), "2");
+        // Popped key leaves both the queue and the items (spec 2.2).
+        assert!(f.get_by_key("ns/a").is_none());
+        assert_eq!(f.list_keys(), vec!["ns/b"]);
+    }
+
+    #[test]
+    fn spec_2_3_two_deletes_keep_the_older_one() {
+        let f = fifo_with(None);
+        f.add(obj("ns", "a", "1"));
+        f.delete(obj("ns", "a", "2").into());
+        f.delete(obj("ns", "a", "3").into());
+        let d = f.get_by_key("ns/a").unwrap();
+        assert_eq!(kinds(&d), vec![DeltaType::Added, DeltaType::Deleted]);
+        assert_eq!(d[1].object().unwrap().resource_version(), "2");
+    }
+
+    #[test]
+    fn spec_2_3_tombstone_then_delete_keeps_the_newer_one() {
+        let f = fifo_with(None);
+        f.add(obj("ns", "a", "1"));
+        f.replace(vec![]); // tombstones ns/a
+        f.delete(obj("ns", "a", "7").into());
+        let d = f.get_by_key("ns/a").unwrap();
+        assert_eq!(kinds(&d), vec![DeltaType::Added, DeltaType::Deleted]);
+        assert!(!d[1].is_tombstone());
+        assert_eq!(d[1].object().unwrap().resource_version(), "7");
+    }
+
+    #[test]
+    fn spec_2_4_delete_of_unknown_key_is_ignored() {
+        // Without knownObjects: only queued keys count.
+        let f = fifo_with(None);
+        f.delete(obj("ns", "a", "1").into());
+        assert!(f.is_empty());
+        // With knownObjects: a key known downstream is deleted even with nothing queued.
+        let known = Arc::new(Store::new());
+        known.add(obj("ns", "k", "1"));
+        let f = fifo_with(Some(known));
+        f.delete(obj("ns", "a", "1").into());
+        assert!(f.is_empty());
+        f.delete(obj("ns", "k", "2").into());
+        assert_eq!(f.list_keys(), vec!["ns/k"]);
+    }
+
+    #[test]
+    fn spec_2_5_replace_emits_replaced_or_sync() {
+        let f = fifo_with(None);
+        f.replace(vec![obj("ns", "a", "1")]);
+        assert_eq!(
+            kinds(&f.get_by_key("ns/a").unwrap()),
+            vec![DeltaType::Replaced]
+        );
+        let f = DeltaFifo::new(DeltaFifoOptions::default());
+        f.replace(vec![obj("ns", "a", "1")]);
+        assert_eq!(kinds(&f.get_by_key("ns/a").unwrap()), vec![DeltaType::Sync]);
+    }
+
+    #[test]
+    fn spec_2_5_regression_7_2_queued_only_keys_get_tombstones() {
+        // k/k#115620: a key only in the queue, absent from the relist, must be deleted.
+        let known = Arc::new(Store::new());
+        let f = fifo_with(Some(known));
+        f.add(obj("ns", "queued", "1"));
+        f.update(obj("ns", "queued", "2"));
+        f.replace(vec![obj("ns", "a", "5")]);
+        let d = f.get_by_key("ns/queued").unwrap();
+        assert_eq!(
+            kinds(&d),
+            vec![DeltaType::Added, DeltaType::Updated, DeltaType::Deleted]
+        );
+        match &d[2] {
+            Delta::Deleted(ObjOrTombstone::Tombstone(t)) => {
+                assert_eq!(t.key, "ns/queued");
+                // The newest queued state rides in the tombstone.
+                assert_eq!(t.obj.as_ref().unwrap().resource_version(), "2");
+            }
+            other => panic!("expected tombstone, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn spec_2_5_known_keys_missing_from_list_get_tombstones_with_known_state() {
+        let known = Arc::new(Store::new());
+        known.add(obj("ns", "gone", "3"));
+        known.add(obj("ns", "stay", "3"));
+        known.add(obj("ns", "busy", "3"));
+        let f = fifo_with(Some(known));
+        f.update(obj("ns", "busy", "4"));
+        f.replace(vec![obj("ns", "stay", "3")]);
+        match f.get_by_key("ns/gone").unwrap().as_slice() {
+            [Delta::Deleted(ObjOrTombstone::Tombstone(t))] => {
+                assert_eq!(t.obj.as_ref().unwrap().resource_version(), "3")
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        // A known key with queued deltas gets exactly one tombstone (from the queued pass),
+        // carrying the queued (newer) state.
+        let busy = f.get_by_key("ns/busy").unwrap();
+        assert_eq!(kinds(&busy), vec![DeltaType::Updated, DeltaType::Deleted]);
+        assert_eq!(busy[1].object().unwrap().resource_version(), "4");
+        assert_eq!(
+            kinds(&f.get_by_key("ns/stay").unwrap()),
+            vec![DeltaType::Replaced]
+        );
+    }
+
+    #[tokio::test]
+    async fn spec_2_5_and_2_7_initial_population_and_has_synced() {
+        let known = Arc::new(Store::new());
+        known.add(obj("ns", "gone", "1"));
+        let f = fifo_with(Some(known));
+        assert!(!f.has_synced());
+        f.replace(vec![obj("ns", "a", "1"), obj("ns", "b", "1")]);
+        // Two items + one deletion = three initial pops.
+        for i in 0..3 {
+            assert!(!f.has_synced(), "synced too early at pop {i}");
+            let (_, initial) = pop1(&f).await;
+            assert!(initial, "pop {i} must be in the initial list");
+        }
+        assert!(f.has_synced());
+        // A later Replace does not reset HasSynced; later pops are not initial.
+        f.replace(vec![obj("ns", "a", "2")]);
+        assert!(f.has_synced());
+        let (_, initial) = pop1(&f).await;
+        assert!(!initial);
+    }
+
+    #[test]
+    fn spec_2_7_has_synced_after_add_before_any_replace() {
+        let f = fifo_with(None);
+        f.add(obj("ns", "a", "1"));
+        assert!(f.has_synced());
+        let f = fifo_with(None);
+        f.delete(obj("ns", "a", "1").into());
+        assert!(f.has_synced());
+    }
+
+    #[tokio::test]
+    async fn spec_2_6_resync_only_known_keys_with_nothing_queued_7_4() {
+        // k/k#32125: a queued (newer) delta must not be overtaken by a stale Sync.
+        let known = Arc::new(Store::new());
+        known.add(obj("ns", "idle", "1"));
+        known.add(obj("ns", "busy", "1"));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        let f = DeltaFifo::new(DeltaFifoOptions {
+            known_objects: Some(known as Arc<dyn KnownObjects>),
+            emit_delta_type_replaced: true,
+            transform: Some(Arc::new(move |o| {
+                c.fetch_add(1, Ordering::SeqCst);
+                o
+            })),
+        });
+        f.update(obj("ns", "busy", "2"));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        f.resync();
+        assert_eq!(
+            kinds(&f.get_by_key("ns/idle").unwrap()),
+            vec![DeltaType::Sync]
+        );
+        assert_eq!(
+            kinds(&f.get_by_key("ns/busy").unwrap()),
+            vec![DeltaType::Updated]
+        );
+        // k/k#124337: the transform is not applied to Sync deltas.
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn transform_applies_to_new_objects_and_relist_items_but_not_tombstones() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        let f = DeltaFifo::new(DeltaFifoOptions {
+            known_objects: None,
+            emit_delta_type_replaced: true,
+            transform: Some(Arc::new(move |o| {
+                c.fetch_add(1, Ordering::SeqCst);
+                o
+            })),
+        });
+        f.add(obj("ns", "a", "1"));
+        f.replace(vec![obj("ns", "b", "1")]); // tombstone for ns/a is not transformed
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn spec_2_7_pop_blocks_until_an_item_arrives() {
+        let f = Arc::new(fifo_with(None));
+        let f2 = f.clone();
+        let popper = tokio::spawn(async move { pop1(&f2).await });
+        tokio::task::yield_now().await;
+        assert!(!popper.is_finished());
+        f.add(obj("ns", "a", "1"));
+        let (d, _) = tokio::time::timeout(Duration::from_secs(5), popper)
+            .await
+            .expect("pop did not wake")
+            .unwrap();
+        assert_eq!(d[0].key(), "ns/a");
+    }
+
+    #[tokio::test]
+    async fn spec_2_7_closed_queue_drains_then_errors() {
+        let f = Arc::new(fifo_with(None));
+        f.add(obj("ns", "a", "1"));
+        f.close();
+        let (d, _) = pop1(&f).await;
+        assert_eq!(d[0].key(), "ns/a");
+        let r = f.pop(|_, _| Ok::<(), ()>(())).await;
+        assert!(matches!(r, Err(PopError::Closed(FifoClosed))));
+        // A pop already waiting is woken by close.
+        let f = Arc::new(fifo_with(None));
+        let f2 = f.clone();
+        let waiter = tokio::spawn(async move { f2.pop(|_, _| Ok::<(), ()>(())).await });
+        tokio::task::yield_now().await;
+        f.close();
+        let r = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("close did not wake pop")
+            .unwrap();
+        assert!(matches!(r, Err(PopError::Closed(_))));
+    }
+
+    #[tokio::test]
+    async fn spec_2_7_process_runs_under_the_queue_lock() {
+        // While process runs, nothing else can touch the queue: is_empty would deadlock, so
+        // observe via try_lock instead.
+        let f = fifo_with(None);
+        f.add(obj("ns", "a", "1"));
+        let mut held = false;
+        f.pop(|_, _| {
+            held = f.state.try_lock().is_none();
+            Ok::<(), ()>(())
+        })
+        .await
+        .unwrap();
+        assert!(held);
+    }
+}

@@ -9,7 +9,7 @@
 //!   `k` (exists), `!k` (does not exist). `!=` and `notin` also match objects without the key.
 //! - fields, comma-joined: `f=v`, `f==v`, `f!=v`.
 
-use super::object::Meta;
+use super::object::{Meta, StrPairs};
 
 /// A selector string that could not be parsed or failed validation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -53,11 +53,8 @@ pub struct LabelRequirement {
 }
 
 impl LabelRequirement {
-    fn matches(&self, labels: &[(Box<str>, Box<str>)]) -> bool {
-        let found = labels
-            .iter()
-            .find(|(k, _)| **k == *self.key)
-            .map(|(_, v)| &**v);
+    fn matches<'a>(&self, get: &impl Fn(&str) -> Option<&'a str>) -> bool {
+        let found = get(&self.key);
         match self.op {
             LabelOp::Exists => found.is_some(),
             LabelOp::DoesNotExist => found.is_none(),
@@ -107,12 +104,17 @@ impl LabelSelector {
     }
 
     /// Whether a label set (as kept in [`Meta::labels`]) satisfies every requirement.
-    pub fn matches(&self, labels: &[(Box<str>, Box<str>)]) -> bool {
-        self.requirements.iter().all(|r| r.matches(labels))
+    pub fn matches(&self, labels: &StrPairs<'_>) -> bool {
+        self.matches_with(|k| labels.get(k))
+    }
+
+    /// Match with `get(key)` reading a label's value (for label sets kept in other shapes).
+    pub fn matches_with<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
+        self.requirements.iter().all(|r| r.matches(&get))
     }
 
     /// Whether an object's metadata matches.
-    pub fn matches_meta(&self, meta: &Meta) -> bool {
+    pub fn matches_meta(&self, meta: &Meta<'_>) -> bool {
         self.matches(&meta.labels)
     }
 }
@@ -349,10 +351,10 @@ impl FieldSelector {
     }
 
     /// Match the generic fields (`metadata.name`, `metadata.namespace`) of an object.
-    pub fn matches_meta(&self, meta: &Meta) -> bool {
+    pub fn matches_meta(&self, meta: &Meta<'_>) -> bool {
         self.matches_with(|f| match f {
-            "metadata.name" => Some(&*meta.name),
-            "metadata.namespace" => Some(meta.namespace.as_deref().unwrap_or("")),
+            "metadata.name" => Some(meta.name),
+            "metadata.namespace" => Some(meta.namespace.unwrap_or("")),
             _ => None,
         })
     }
@@ -399,11 +401,8 @@ fn unescape(v: &str) -> String {
 mod tests {
     use super::*;
 
-    fn labels(pairs: &[(&str, &str)]) -> Vec<(Box<str>, Box<str>)> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).into(), (*v).into()))
-            .collect()
+    fn labels<'a>(pairs: &'a [(&'a str, &'a str)]) -> StrPairs<'a> {
+        StrPairs::from(pairs)
     }
 
     #[test]
@@ -431,7 +430,7 @@ mod tests {
         ];
         for (sel, want_l, want_none) in cases {
             let s = LabelSelector::parse(sel).unwrap();
-            assert_eq!(s.matches(&l), *want_l, "{sel} on {l:?}");
+            assert_eq!(s.matches(&l), *want_l, "{sel} on app=web,tier=front");
             assert_eq!(s.matches(&none), *want_none, "{sel} on no labels");
         }
     }
@@ -484,12 +483,12 @@ mod tests {
     #[test]
     fn spec_6_10_field_selectors_eq_and_neq() {
         let meta = Meta {
-            name: "pre-1".into(),
-            namespace: Some("samples".into()),
+            name: "pre-1",
+            namespace: Some("samples"),
             ..Default::default()
         };
         let cluster = Meta {
-            name: "n".into(),
+            name: "n",
             ..Default::default()
         };
         let ok = |s: &str, m: &Meta| FieldSelector::parse(s).unwrap().matches_meta(m);

@@ -1,0 +1,449 @@
+//! A small borrowing JSON scanner for the ingest hot path.
+//!
+//! Why not serde: the pipeline needs a handful of metadata fields and the byte spans of values
+//! (the watch event's `object`, list `items`, `managedFields`), and must validate the rest
+//! without allocating. serde_json can skip values, but cannot report where they were.
+
+use std::fmt;
+
+/// Malformed or truncated JSON, with the byte offset where it was noticed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyntaxError {
+    pub offset: usize,
+    pub message: &'static str,
+}
+
+impl fmt::Display for SyntaxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} at byte {}", self.message, self.offset)
+    }
+}
+
+impl std::error::Error for SyntaxError {}
+
+/// Bytes that end the fast path inside a string: quote, backslash, control characters.
+static SPECIAL_IN_STRING: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = true;
+        i += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
+/// Nesting deeper than this is rejected rather than risking the stack.
+const MAX_DEPTH: u32 = 512;
+
+pub(crate) fn skip_ws(b: &[u8], mut pos: usize) -> usize {
+    while let Some(c) = b.get(pos) {
+        match c {
+            b' ' | b'\n' | b'\r' | b'\t' => pos += 1,
+            _ => break,
+        }
+    }
+    pos
+}
+
+/// A cursor over one JSON text.
+pub(crate) struct Scanner<'a> {
+    b: &'a [u8],
+    pos: usize,
+    depth: u32,
+    last_key: (usize, usize, bool),
+}
+
+impl<'a> Scanner<'a> {
+    pub(crate) fn new(b: &'a [u8]) -> Self {
+        Scanner {
+            b,
+            pos: 0,
+            depth: 0,
+            last_key: (0, 0, false),
+        }
+    }
+    pub(crate) fn bytes(&self) -> &'a [u8] {
+        self.b
+    }
+    pub(crate) fn pos(&self) -> usize {
+        self.pos
+    }
+    pub(crate) fn seek(&mut self, pos: usize) {
+        self.pos = pos;
+    }
+    pub(crate) fn error_at(&self, offset: usize, message: &'static str) -> SyntaxError {
+        SyntaxError { offset, message }
+    }
+    fn err(&self, message: &'static str) -> SyntaxError {
+        let message = if self.pos >= self.b.len() {
+            "unexpected end of input"
+        } else {
+            message
+        };
+        self.error_at(self.pos, message)
+    }
+    fn ws(&mut self) {
+        self.pos = skip_ws(self.b, self.pos);
+    }
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.b.get(self.pos).copied()
+    }
+    fn eat(&mut self, c: u8, message: &'static str) -> Result<(), SyntaxError> {
+        if self.peek() == Some(c) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(self.err(message))
+        }
+    }
+
+    /// Only whitespace remains.
+    pub(crate) fn end(&mut self) -> Result<(), SyntaxError> {
+        match self.peek() {
+            None => Ok(()),
+            Some(_) => Err(self.err("trailing data after JSON value")),
+        }
+    }
+
+    /// The next value is `null`.
+    pub(crate) fn peek_null(&self) -> bool {
+        self.b.get(skip_ws(self.b, self.pos)) == Some(&b'n')
+    }
+
+    /// Consume `null` if it is next.
+    pub(crate) fn null(&mut self) -> Result<bool, SyntaxError> {
+        if self.peek() == Some(b'n') {
+            self.literal(b"null")?;
+            Ok(true)
+        } else {
+            Ok(false)
+        }
+    }
+
+    fn literal(&mut self, lit: &[u8]) -> Result<(), SyntaxError> {
+        if self.b.get(self.pos..self.pos + lit.len()) == Some(lit) {
+            self.pos += lit.len();
+            Ok(())
+        } else {
+            Err(self.err("invalid literal"))
+        }
+    }
+
+    /// A string; returns the byte range of its contents (without quotes) and whether it
+    /// contains escapes.
+    pub(crate) fn string(&mut self) -> Result<(usize, usize, bool), SyntaxError> {
+        self.eat(b'"', "expected a string")?;
+        let start = self.pos;
+        let mut escaped = false;
+        let b = self.b;
+        let mut i = self.pos;
+        loop {
+            // Tight loop over plain characters: one table lookup per byte.
+            while b.get(i).is_some_and(|&c| !SPECIAL_IN_STRING[c as usize]) {
+                i += 1;
+            }
+            let Some(&c) = b.get(i) else {
+                self.pos = i;
+                return Err(self.err("unterminated string"));
+            };
+            match c {
+                b'"' => break,
+                b'\\' => {
+                    escaped = true;
+                    match b.get(i + 1) {
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+                        Some(b'u') => {
+                            let hex = b.get(i + 2..i + 6);
+                            if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
+                                self.pos = i;
+                                return Err(self.err("invalid \\u escape"));
+                            }
+                            i += 6;
+                        }
+                        _ => {
+                            self.pos = i;
+                            return Err(self.err("invalid escape"));
+                        }
+                    }
+                }
+                0..=0x1f => {
+                    self.pos = i;
+                    return Err(self.err("control character in string"));
+                }
+                _ => i += 1,
+            }
+        }
+        self.pos = i + 1;
+        Ok((start, i, escaped))
+    }
+
+    /// The range of the key most recently read by [`Scanner::object`].
+    pub(crate) fn last_key(&self) -> (usize, usize, bool) {
+        self.last_key
+    }
+
+    /// Walk an object, calling `f(scanner, key, key_start)` with the scanner positioned at
+    /// each member's value; `f` must consume the value.
+    pub(crate) fn object<F>(&mut self, mut f: F) -> Result<(), SyntaxError>
+    where
+        F: FnMut(&mut Self, &'a [u8], usize) -> Result<(), SyntaxError>,
+    {
+        self.eat(b'{', "expected an object")?;
+        self.enter()?;
+        if self.peek() == Some(b'}') {
+            self.pos += 1;
+            self.depth -= 1;
+            return Ok(());
+        }
+        loop {
+            self.ws();
+            let key_start = self.pos;
+            let (a, e, esc) = self.string()?;
+            self.last_key = (a, e, esc);
+            self.eat(b':', "expected ':'")?;
+            self.ws();
+            let b = self.b;
+            f(self, &b[a..e], key_start)?;
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b'}') => {
+                    self.pos += 1;
+                    break;
+                }
+                _ => return Err(self.err("expected ',' or '}'")),
+            }
+        }
+        self.depth -= 1;
+        Ok(())
+    }
+
+    /// Walk an array, calling `f` with the scanner positioned at each element.
+    pub(crate) fn array<F>(&mut self, mut f: F) -> Result<(), SyntaxError>
+    where
+        F: FnMut(&mut Self) -> Result<(), SyntaxError>,
+    {
+        self.eat(b'[', "expected an array")?;
+        self.enter()?;
+        if self.peek() == Some(b']') {
+            self.pos += 1;
+            self.depth -= 1;
+            return Ok(());
+        }
+        loop {
+            self.ws();
+            f(self)?;
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b']') => {
+                    self.pos += 1;
+                    break;
+                }
+                _ => return Err(self.err("expected ',' or ']'")),
+            }
+        }
+        self.depth -= 1;
+        Ok(())
+    }
+
+    fn enter(&mut self) -> Result<(), SyntaxError> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(self.err("nesting too deep"));
+        }
+        Ok(())
+    }
+
+    /// Validate and step over any value; returns its byte range.
+    pub(crate) fn skip_value(&mut self) -> Result<(usize, usize), SyntaxError> {
+        let start = skip_ws(self.b, self.pos);
+        match self.peek() {
+            Some(b'{') => self.object(|sc, _, _| sc.skip_value().map(drop))?,
+            Some(b'[') => self.array(|sc| sc.skip_value().map(drop))?,
+            Some(b'"') => {
+                self.string()?;
+            }
+            Some(b't') => self.literal(b"true")?,
+            Some(b'f') => self.literal(b"false")?,
+            Some(b'n') => self.literal(b"null")?,
+            Some(b'-' | b'0'..=b'9') => {
+                self.number()?;
+            }
+            _ => return Err(self.err("expected a value")),
+        }
+        Ok((start, self.pos))
+    }
+
+    fn digits(&mut self) -> usize {
+        let s = self.pos;
+        while self.b.get(self.pos).is_some_and(u8::is_ascii_digit) {
+            self.pos += 1;
+        }
+        self.pos - s
+    }
+
+    /// A number per the JSON grammar; returns its range and whether it is an integer.
+    fn number(&mut self) -> Result<(usize, usize, bool), SyntaxError> {
+        let start = self.pos;
+        if self.b.get(self.pos) == Some(&b'-') {
+            self.pos += 1;
+        }
+        match self.b.get(self.pos) {
+            Some(b'0') => self.pos += 1,
+            Some(b'1'..=b'9') => {
+                self.digits();
+            }
+            _ => return Err(self.err("invalid number")),
+        }
+        let mut integer = true;
+        if self.b.get(self.pos) == Some(&b'.') {
+            self.pos += 1;
+            integer = false;
+            if self.digits() == 0 {
+                return Err(self.err("invalid number"));
+            }
+        }
+        if matches!(self.b.get(self.pos), Some(b'e' | b'E')) {
+            self.pos += 1;
+            integer = false;
+            if matches!(self.b.get(self.pos), Some(b'+' | b'-')) {
+                self.pos += 1;
+            }
+            if self.digits() == 0 {
+                return Err(self.err("invalid number"));
+            }
+        }
+        Ok((start, self.pos, integer))
+    }
+
+    /// An integer or null.
+    pub(crate) fn opt_i64(&mut self) -> Result<Option<i64>, SyntaxError> {
+        if self.null()? {
+            return Ok(None);
+        }
+        if !matches!(self.peek(), Some(b'-' | b'0'..=b'9')) {
+            return Err(self.err("expected an integer"));
+        }
+        let (a, e, integer) = self.number()?;
+        let text = std::str::from_utf8(&self.b[a..e]).unwrap_or_default();
+        match text.parse::<i64>() {
+            Ok(n) if integer => Ok(Some(n)),
+            _ => Err(self.error_at(a, "expected an integer")),
+        }
+    }
+
+    /// A boolean or null.
+    pub(crate) fn opt_bool(&mut self) -> Result<Option<bool>, SyntaxError> {
+        match self.peek() {
+            Some(b't') => self.literal(b"true").map(|_| Some(true)),
+            Some(b'f') => self.literal(b"false").map(|_| Some(false)),
+            Some(b'n') => self.literal(b"null").map(|_| None),
+            _ => Err(self.err("expected a boolean")),
+        }
+    }
+}
+
+/// Decode the contents of a JSON string (already validated by [`Scanner::string`]).
+pub(crate) fn unescape_into(s: &[u8], out: &mut String) -> Result<(), &'static str> {
+    let mut i = 0;
+    let mut plain = 0;
+    let flush = |out: &mut String, a: usize, b: usize| -> Result<(), &'static str> {
+        out.push_str(std::str::from_utf8(&s[a..b]).map_err(|_| "invalid UTF-8 in string")?);
+        Ok(())
+    };
+    while i < s.len() {
+        if s[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        flush(out, plain, i)?;
+        let c = *s.get(i + 1).ok_or("invalid escape")?;
+        i += 2;
+        match c {
+            b'"' => out.push('"'),
+            b'\\' => out.push('\\'),
+            b'/' => out.push('/'),
+            b'b' => out.push('\u{8}'),
+            b'f' => out.push('\u{c}'),
+            b'n' => out.push('\n'),
+            b'r' => out.push('\r'),
+            b't' => out.push('\t'),
+            b'u' => {
+                let hi = hex4(s, i)?;
+                i += 4;
+                let cp = if (0xD800..0xDC00).contains(&hi) {
+                    if s.get(i..i + 2) != Some(b"\\u") {
+                        return Err("unpaired surrogate in string");
+                    }
+                    let lo = hex4(s, i + 2)?;
+                    if !(0xDC00..0xE000).contains(&lo) {
+                        return Err("unpaired surrogate in string");
+                    }
+                    i += 6;
+                    0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
+                } else {
+                    hi
+                };
+                out.push(char::from_u32(cp).ok_or("unpaired surrogate in string")?);
+            }
+            _ => return Err("invalid escape"),
+        }
+        plain = i;
+    }
+    flush(out, plain, s.len())
+}
+
+fn hex4(s: &[u8], at: usize) -> Result<u32, &'static str> {
+    let h = s.get(at..at + 4).ok_or("invalid \\u escape")?;
+    let h = std::str::from_utf8(h).map_err(|_| "invalid \\u escape")?;
+    u32::from_str_radix(h, 16).map_err(|_| "invalid \\u escape")
+}
+
+/// Append `s` as a JSON string literal.
+pub(crate) fn push_quoted(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skips_and_validates_values() {
+        for ok in [
+            r#"{"a":[1,-2.5e+3,true,false,null,"x\u00e9\n",{}],"b":{"c":[]}}"#,
+            " { } ",
+            "[]",
+            "0",
+        ] {
+            let mut sc = Scanner::new(ok.as_bytes());
+            sc.skip_value().unwrap();
+            sc.end().unwrap();
+        }
+        for bad in [
+            "01", "-", "1.", "1e", "[1 2]", "{\"a\"}", "nul", "\"abc", "{,}",
+        ] {
+            let mut sc = Scanner::new(bad.as_bytes());
+            assert!(sc.skip_value().and_then(|_| sc.end()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn unescapes_surrogate_pairs() {
+        let mut s = String::new();
+        unescape_into(br#"a\ud83d\ude00b\"\\"#, &mut s).unwrap();
+        assert_eq!(s, "a\u{1F600}b\"\\");
+        assert!(unescape_into(br#"\ud83d"#, &mut String::new()).is_err());
+    }
+}

@@ -1,0 +1,323 @@
+//! TLS and TCP for the client: rustls configuration from [`Config`] and the connector that
+//! hyper-util's pooled client uses.
+//!
+//! Why a custom connector: kubeconfig semantics (custom CA, `insecure-skip-tls-verify`,
+//! `tls-server-name`, client certificates that an exec plugin may rotate) do not map onto a
+//! stock HTTPS connector, and ALPN must offer `h2` so the pool multiplexes watches.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::Uri;
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::rt::TokioIo;
+use parking_lot::RwLock;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use super::config::{Config, Identity};
+use super::error::Error;
+
+/// The TLS side of a client: the current rustls config, rebuilt when the client identity
+/// changes (exec plugins can hand out short-lived certificates).
+pub(crate) struct TlsState {
+    roots: Option<Vec<u8>>,
+    insecure: bool,
+    http1_only: bool,
+    current: RwLock<(Option<Vec<u8>>, Arc<ClientConfig>)>,
+}
+
+impl TlsState {
+    pub(crate) fn new(cfg: &Config) -> Result<Self, Error> {
+        let config = build(
+            cfg.root_ca_pem.as_deref(),
+            cfg.insecure_skip_tls_verify,
+            cfg.client_identity.as_ref(),
+            cfg.http1_only,
+        )?;
+        Ok(TlsState {
+            roots: cfg.root_ca_pem.clone(),
+            insecure: cfg.insecure_skip_tls_verify,
+            http1_only: cfg.http1_only,
+            current: RwLock::new((
+                cfg.client_identity.as_ref().map(|i| i.cert_pem.clone()),
+                Arc::new(config),
+            )),
+        })
+    }
+
+    pub(crate) fn config(&self) -> Arc<ClientConfig> {
+        self.current.read().1.clone()
+    }
+
+    /// Use `id` for new connections, unless it is already in use.
+    pub(crate) fn set_identity(&self, id: &Identity) -> Result<(), Error> {
+        if self.current.read().0.as_deref() == Some(&id.cert_pem[..]) {
+            return Ok(());
+        }
+        let config = build(
+            self.roots.as_deref(),
+            self.insecure,
+            Some(id),
+            self.http1_only,
+        )?;
+        *self.current.write() = (Some(id.cert_pem.clone()), Arc::new(config));
+        Ok(())
+    }
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Parse PEM certificates; an empty bundle is an error.
+pub(crate) fn parse_certs(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, Error> {
+    let certs: Result<Vec<_>, _> = rustls_pemfile::certs(&mut &pem[..]).collect();
+    let certs = certs.map_err(|e| Error::Config(format!("{what}: invalid PEM: {e}")))?;
+    if certs.is_empty() {
+        return Err(Error::Config(format!("{what}: no certificate in PEM data")));
+    }
+    Ok(certs)
+}
+
+fn build(
+    roots_pem: Option<&[u8]>,
+    insecure: bool,
+    identity: Option<&Identity>,
+    http1_only: bool,
+) -> Result<ClientConfig, Error> {
+    let provider = provider();
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Config(format!("TLS: {e}")))?;
+    let builder = if insecure {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
+    } else {
+        let mut roots = RootCertStore::empty();
+        match roots_pem {
+            Some(pem) => {
+                for c in parse_certs(pem, "certificate authority")? {
+                    roots
+                        .add(c)
+                        .map_err(|e| Error::Config(format!("certificate authority: {e}")))?;
+                }
+            }
+            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+        }
+        builder.with_root_certificates(roots)
+    };
+    let mut config = match identity {
+        Some(id) => {
+            let certs = parse_certs(&id.cert_pem, "client certificate")?;
+            let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut &id.key_pem[..])
+                .map_err(|e| Error::Config(format!("client key: invalid PEM: {e}")))?
+                .ok_or_else(|| Error::Config("client key: no private key in PEM data".into()))?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .map_err(|e| Error::Config(format!("client certificate: {e}")))?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = if http1_only {
+        vec![b"http/1.1".to_vec()]
+    } else {
+        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+    };
+    Ok(config)
+}
+
+/// `insecure-skip-tls-verify`: accept any server certificate, but still check the handshake
+/// signatures so the session is at least bound to the presented key.
+#[derive(Debug)]
+struct NoVerify(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// Opens TCP (and TLS for `https`) connections for hyper-util's pool.
+#[derive(Clone)]
+pub(crate) struct Connector {
+    pub(crate) tls: Arc<TlsState>,
+    pub(crate) server_name: Option<String>,
+    pub(crate) connect_timeout: Duration,
+}
+
+/// A connection: plain TCP or TLS over TCP.
+pub(crate) enum Stream {
+    Plain(TokioIo<TcpStream>),
+    Tls(Box<TokioIo<TlsStream<TcpStream>>>),
+}
+
+impl tower_service::Service<Uri> for Connector {
+    type Response = Stream;
+    type Error = io::Error;
+    type Future = Pin<Box<dyn Future<Output = io::Result<Stream>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move { this.connect(uri).await })
+    }
+}
+
+impl Connector {
+    async fn connect(self, uri: Uri) -> io::Result<Stream> {
+        let https = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            other => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("unsupported scheme {other:?}"),
+                ))
+            }
+        };
+        let host = uri
+            .host()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "URL has no host"))?;
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let tcp = tokio::time::timeout(
+            self.connect_timeout,
+            TcpStream::connect((host.as_str(), port)),
+        )
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+        let _ = tcp.set_nodelay(true);
+        if !https {
+            return Ok(Stream::Plain(TokioIo::new(tcp)));
+        }
+        let name = self.server_name.clone().unwrap_or(host);
+        let server_name = ServerName::try_from(name)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let tls = tokio_rustls::TlsConnector::from(self.tls.config())
+            .connect(server_name, tcp)
+            .await?;
+        Ok(Stream::Tls(Box::new(TokioIo::new(tls))))
+    }
+}
+
+impl Connection for Stream {
+    fn connected(&self) -> Connected {
+        match self {
+            Stream::Plain(_) => Connected::new(),
+            Stream::Tls(t) => {
+                let (_, session) = t.inner().get_ref();
+                if session.alpn_protocol() == Some(b"h2") {
+                    Connected::new().negotiated_h2()
+                } else {
+                    Connected::new()
+                }
+            }
+        }
+    }
+}
+
+impl hyper::rt::Read for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl hyper::rt::Write for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+        }
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+        }
+    }
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+}
