@@ -884,3 +884,74 @@ async fn many_watches_share_one_h2_connection() {
     assert!(h.wait_for_open_watches("/configmaps", 0, STEP).await);
     h.shutdown().await;
 }
+
+#[tokio::test]
+async fn apply_needs_a_field_manager_and_force_only_with_apply() {
+    let (h, http) = start().await;
+    h.create(default_cm("m", json!({}))).unwrap();
+    // `data.k` is owned by the creator ("emulator"); apply a field nobody owns.
+    let body = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: m\ndata:\n  other: applied\n";
+    let r = http
+        .patch(&format!("{CMS}/m"), "application/apply-patch+yaml", body)
+        .await;
+    assert_eq!(r.status, 422, "apply without fieldManager");
+    let r = http
+        .patch(
+            &format!("{CMS}/m?force=true"),
+            "application/merge-patch+json",
+            "{}",
+        )
+        .await;
+    assert_eq!(r.status, 422, "force on a non-apply patch");
+    let r = http
+        .patch(
+            &format!("{CMS}/m?fieldManager=me"),
+            "application/apply-patch+yaml",
+            body,
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(
+        (v["data"]["k"].as_str(), v["data"]["other"].as_str()),
+        (Some("m"), Some("applied"))
+    );
+    // Changing the creator's field conflicts (409) unless forced.
+    let steal = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: m\ndata:\n  k: mine\n";
+    let r = http
+        .patch(
+            &format!("{CMS}/m?fieldManager=me"),
+            "application/apply-patch+yaml",
+            steal,
+        )
+        .await;
+    assert_eq!(
+        (r.status.as_u16(), r.json()["reason"].as_str()),
+        (409, Some("Conflict"))
+    );
+    let r = http
+        .patch(
+            &format!("{CMS}/m?fieldManager=me&force=true"),
+            "application/apply-patch+yaml",
+            steal,
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    let mf = v["metadata"]["managedFields"].as_array().unwrap();
+    assert!(
+        mf.iter()
+            .any(|e| e["manager"] == "me" && e["operation"] == "Apply"),
+        "{mf:?}"
+    );
+    // Apply creates when the object is missing.
+    let body = body.replace("name: m", "name: n");
+    let r = http
+        .patch(
+            &format!("{CMS}/n?fieldManager=me"),
+            "application/apply-patch+yaml",
+            &body,
+        )
+        .await;
+    assert_eq!(r.status, 201);
+    h.shutdown().await;
+}

@@ -373,6 +373,55 @@ async fn deployments_over_tls_with_token_patch_and_apply() {
         k.json(&["get", "deploy", "ssa"]).await["spec"]["replicas"],
         1
     );
+    // Strategic merge keys containers by name: patching one keeps the other.
+    k.ok(&["patch", "deploy", "ssa", "--type=json", "-p",
+        r#"[{"op":"add","path":"/spec/template/spec/containers/-","value":{"name":"side","image":"busybox"}}]"#]).await;
+    k.ok(&[
+        "patch",
+        "deploy",
+        "ssa",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"containers":[{"name":"c","image":"nginx:2"}]}}}}"#,
+    ])
+    .await;
+    let d = k.json(&["get", "deploy", "ssa"]).await;
+    let images: Vec<&str> = d["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["image"].as_str().unwrap())
+        .collect();
+    assert_eq!(images, ["nginx:2", "busybox"]);
+    // Another manager changing an owned field conflicts unless it forces.
+    let other = k.file(
+        "ssa-other.yaml",
+        &std::fs::read_to_string(&s)
+            .unwrap()
+            .replace("replicas: 1", "replicas: 6"),
+    );
+    let (ok, _, err) = k
+        .run(&[
+            "apply",
+            "--server-side",
+            "--field-manager=other",
+            "-f",
+            &other,
+        ])
+        .await;
+    assert!(!ok && err.contains("conflict"), "{err}");
+    k.ok(&[
+        "apply",
+        "--server-side",
+        "--field-manager=other",
+        "--force-conflicts",
+        "-f",
+        &other,
+    ])
+    .await;
+    assert_eq!(
+        k.json(&["get", "deploy", "ssa"]).await["spec"]["replicas"],
+        6
+    );
     k.ok(&["delete", "deploy", "web", "api", "ssa"]).await;
     assert!(names(&k.json(&["get", "deploy"]).await).is_empty());
     k.stop().await;
