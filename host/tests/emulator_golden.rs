@@ -201,6 +201,18 @@ async fn list_pages_match_samples_spec_6_2() {
             .collect()
     };
     assert_eq!(names(&p1), names(&s1));
+    // Item metadata carries the same fields (managedFields included), and the managedFields
+    // entry has the sample's shape.
+    let (item, sitem) = (&p1["items"][0], &s1["items"][0]);
+    assert_eq!(keys(&item["metadata"]), keys(&sitem["metadata"]));
+    assert_eq!(
+        keys(&item["metadata"]["managedFields"][0]),
+        keys(&sitem["metadata"]["managedFields"][0])
+    );
+    assert_eq!(
+        item["metadata"]["managedFields"][0]["fieldsV1"],
+        sitem["metadata"]["managedFields"][0]["fieldsV1"]
+    );
 
     // Writes between pages do not show: the pages are one snapshot.
     h.create(cm("samples", "pre-0", json!({}))).unwrap();
