@@ -379,7 +379,7 @@ async fn list_as_table_has_the_sample_shape() {
 async fn watch_stream_framing_matches_sample_spec_6_3_6_4() {
     let (h, http) = seeded().await;
     let (status, headers, mut ev) = http
-        .watch("/api/v1/namespaces/samples/configmaps?watch=1&allowWatchBookmarks=true&timeoutSeconds=3")
+        .watch("/api/v1/namespaces/samples/configmaps?watch=1&allowWatchBookmarks=true&timeoutSeconds=5")
         .await;
     assert_eq!(status, 200);
     assert_eq!(headers["content-type"], "application/json");
