@@ -222,7 +222,8 @@ impl Drop for WatchGuard {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Requests by verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
-    /// `deletecollection`, `other`); verbs never seen are absent.
+    /// `deletecollection`; `other` for discovery, health and anything else); verbs never seen
+    /// are absent.
     pub requests: HashMap<&'static str, u64>,
     /// Open watch streams by resource (`group/plural`, `/configmaps` for core).
     pub open_watches: HashMap<String, u64>,

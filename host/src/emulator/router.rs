@@ -183,7 +183,13 @@ fn authorized(shared: &Shared, req: &Request<Incoming>) -> bool {
 /// Serve one request.
 pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     let span = tracing::debug_span!("request", method = %req.method(), path = %req.uri().path());
-    serve(shared, req).instrument(span).await
+    async move {
+        let resp = serve(shared, req).await;
+        debug!(status = resp.status().as_u16(), "answered");
+        resp
+    }
+    .instrument(span)
+    .await
 }
 
 async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
@@ -209,7 +215,7 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     }
     let v = match &route {
         Route::Resource(r) => verb(&method, r, &q),
-        _ => "get",
+        _ => "other",
     };
     shared.counters.count(v);
     if let Some(f) = shared.faults.take_failure() {
