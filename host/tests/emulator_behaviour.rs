@@ -274,7 +274,9 @@ async fn stats_count_requests_by_verb() {
     )
     .await;
     http.delete(&format!("{CMS}/a")).await;
+    http.get("/api").await;
     let s = h.stats();
+    assert_eq!(s.requests("other"), 1, "discovery is not an object get");
     for v in ["create", "list", "get", "patch", "delete"] {
         assert_eq!(s.requests(v), 1, "{v}");
     }
