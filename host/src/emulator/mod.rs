@@ -30,7 +30,11 @@
 //! - `events.k8s.io/v1` events and core `v1` events are separate collections;
 //! - a watch or list at an RV newer than the store answers at once (504 for lists) instead of
 //!   waiting up to 3 s for it;
-//! - the history window counts events per resource, not seconds.
+//! - the history window counts events per resource, not seconds;
+//! - list items keep their `kind` and `apiVersion` (the server drops them for built-in kinds)
+//!   and stored objects serialize their keys in sorted order.
+//!
+//! PATCH and server-side apply are computed by [`patch`]; `managedFields` by [`fields`].
 
 // Handlers return `Status` by value as their error: it is built once per failed request and
 // becomes the response body, so boxing it would only add an allocation.
