@@ -94,7 +94,13 @@ impl Kube {
     }
 
     async fn stop(self) {
-        self.handle.shutdown().await;
+        self.handle.clone().shutdown().await;
+    }
+}
+
+impl Drop for Kube {
+    // Also on a failed assertion: no kubeconfig or cache directory is left behind.
+    fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
