@@ -11,19 +11,23 @@
 //! This is the minimal layer (raw bindings plus a few helpers); typed objects and a richer client
 //! come later. Objects are JSON bytes in both directions, see `wit/controller.wit`.
 
-wit_bindgen::generate!({
-    path: "../../wit",
-    world: "kube:controller/controller",
-    pub_export_macro: true,
-    export_macro_name: "export",
-    default_bindings_module: "kube_guest",
-});
+/// The raw bindings generated from the WIT world.
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "kube:controller/controller",
+        pub_export_macro: true,
+        export_macro_name: "export",
+        default_bindings_module: "kube_guest::bindings",
+    });
+}
 
-pub use kube::controller::types::{
+pub use bindings::kube::controller::types::{
     ApiError, DeleteOptions, Level, ObjectMeta, PatchType, Preconditions,
     PropagationPolicy, Verb, Watch, Write,
 };
-pub use kube::controller::{client, lister, log, queue};
+pub use bindings::kube::controller::{client, lister, log, queue};
+pub use bindings::{export, Guest, Manifest, Outcome};
 
 /// Logs `message` at `level` through the host.
 pub fn log_at(level: Level, message: &str) {
