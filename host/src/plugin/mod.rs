@@ -14,3 +14,10 @@ pub mod instance;
 pub mod loader;
 pub mod manifest;
 mod stdio;
+pub mod cache;
+
+pub use backend::{ApiError, Backends, ClientBackend, ListerBackend, QueueBackend, WriteRequest};
+pub use engine::{EngineConfig, PluginEngine};
+pub use instance::{GuestError, Limits, Outcome, PluginInstance, ReconcileResult};
+pub use loader::{LoadCause, LoadError, LoadedPlugin, Plugin};
+pub use manifest::{Manifest, ManifestError};
