@@ -1,0 +1,34 @@
+//! Shared helpers of the plugin tests: building the test guests, engines, fakes, log capture.
+#![allow(dead_code)]
+
+pub mod guests;
+pub mod fakes;
+pub mod logs;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use host::plugin::{EngineConfig, PluginEngine};
+
+/// A fresh, empty directory under the system temp dir (removed by the caller if it cares).
+pub fn temp_dir(tag: &str) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "plugin-test-{tag}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create temp dir");
+    d
+}
+
+/// An engine with a private compile cache and a small instance pool.
+pub fn engine(tag: &str) -> PluginEngine {
+    PluginEngine::new(EngineConfig {
+        cache_dir: Some(temp_dir(tag)),
+        max_instances: 16,
+        ..EngineConfig::default()
+    })
+    .expect("engine")
+}
