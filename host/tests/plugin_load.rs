@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use host::plugin::manifest::Verb;
-use host::plugin::{LoadCause, Limits};
+use host::plugin::{Limits, LoadCause};
 use support::guests::guest;
 
 const T: Duration = Duration::from_secs(120);
@@ -24,7 +24,13 @@ async fn noop_loads_and_its_manifest_is_validated() {
     assert_eq!(m.name, "noop");
     assert_eq!(m.workers, 2);
     assert_eq!(m.watches.len(), 1);
-    assert_eq!((m.watches[0].api_version.as_str(), m.watches[0].kind.as_str()), ("v1", "ConfigMap"));
+    assert_eq!(
+        (
+            m.watches[0].api_version.as_str(),
+            m.watches[0].kind.as_str()
+        ),
+        ("v1", "ConfigMap")
+    );
     assert!(m.writes.is_empty());
     assert_eq!(m.resync_period, None);
     assert_eq!(loaded.path(), path.as_path());
@@ -60,7 +66,10 @@ async fn load_err(bytes: &[u8], name: &str) -> (String, LoadCause) {
 async fn garbage_is_not_webassembly() {
     let (msg, cause) = load_err(b"#!/bin/sh\necho hi\n", "script.wasm").await;
     assert!(matches!(cause, LoadCause::NotWasm), "{msg}");
-    assert!(msg.starts_with("plugin /plugins/script.wasm: not a WebAssembly file"), "{msg}");
+    assert!(
+        msg.starts_with("plugin /plugins/script.wasm: not a WebAssembly file"),
+        "{msg}"
+    );
 }
 
 #[tokio::test]
@@ -78,7 +87,10 @@ async fn truncated_component_is_an_invalid_component() {
     let bytes = std::fs::read(guest("noop")).expect("read");
     let (msg, cause) = load_err(&bytes[..bytes.len() / 2], "cut.wasm").await;
     assert!(matches!(cause, LoadCause::Compile(_)), "{msg}");
-    assert!(msg.contains("/plugins/cut.wasm: invalid component"), "{msg}");
+    assert!(
+        msg.contains("/plugins/cut.wasm: invalid component"),
+        "{msg}"
+    );
 }
 
 #[tokio::test]
@@ -102,7 +114,9 @@ async fn missing_file_names_the_file() {
         .err()
         .expect("must fail");
     assert!(matches!(err.cause, LoadCause::Read(_)));
-    assert!(err.to_string().starts_with("plugin /nonexistent/x.wasm: cannot read the file"));
+    assert!(err
+        .to_string()
+        .starts_with("plugin /nonexistent/x.wasm: cannot read the file"));
 }
 
 #[tokio::test]
@@ -133,7 +147,13 @@ async fn second_load_comes_from_the_compile_cache() {
         .expect("loads from cache");
     let elapsed = started.elapsed();
     assert_eq!(second.compiles(), 0);
-    assert_eq!(second.cache_stats().hits.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(
+        second
+            .cache_stats()
+            .hits
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
     assert_eq!(loaded.name(), "noop");
     eprintln!("cached load (deserialize, link, instantiate, manifest): {elapsed:?}");
 }
@@ -167,7 +187,13 @@ async fn corrupt_cache_entry_is_recompiled_and_replaced() {
         .expect("in time")
         .expect("recompiles");
     assert_eq!(second.compiles(), 1);
-    assert_eq!(second.cache_stats().corrupt.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(
+        second
+            .cache_stats()
+            .corrupt
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
     assert!(
         logs.lines().iter().any(|l| l.level == tracing::Level::WARN
             && l.message.contains("compile cache entry unusable")),

@@ -36,7 +36,10 @@ async fn looping_guest_hits_its_deadline_and_a_fresh_instance_works_after() {
         .expect("the deadline fires long before the test timeout")
         .expect_err("must not finish");
     let elapsed = started.elapsed();
-    assert_eq!(err, GuestError::DeadlineExceeded(Duration::from_millis(200)));
+    assert_eq!(
+        err,
+        GuestError::DeadlineExceeded(Duration::from_millis(200))
+    );
     assert!(elapsed >= Duration::from_millis(200), "{elapsed:?}");
     assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
     assert!(!inst.is_live(), "the instance is discarded");
@@ -70,7 +73,10 @@ async fn a_looping_guest_does_not_block_other_tasks() {
     })
     .await;
     assert!(ticked.is_ok());
-    let r = tokio::time::timeout(T, spinning).await.expect("in time").expect("join");
+    let r = tokio::time::timeout(T, spinning)
+        .await
+        .expect("in time")
+        .expect("join");
     assert!(matches!(r, Err(GuestError::DeadlineExceeded(_))));
 }
 
@@ -113,21 +119,40 @@ async fn undeclared_write_is_refused_with_a_permission_error_the_guest_sees() {
     assert!(msg.contains("may not create Secret (v1)"), "{msg}");
 
     // A declared kind with an undeclared verb is refused too.
-    let msg = inst.reconcile("delete-configmap").await.expect("no trap").expect_err("refused");
-    assert!(msg.starts_with("403 Forbidden: ") && msg.contains("may not delete ConfigMap"), "{msg}");
+    let msg = inst
+        .reconcile("delete-configmap")
+        .await
+        .expect("no trap")
+        .expect_err("refused");
+    assert!(
+        msg.starts_with("403 Forbidden: ") && msg.contains("may not delete ConfigMap"),
+        "{msg}"
+    );
 
     // Reads of unwatched kinds are refused as well.
-    let msg = inst.reconcile("read-secret").await.expect("no trap").expect_err("refused");
-    assert!(msg.starts_with("403 Forbidden: ") && msg.contains("may not read Secret"), "{msg}");
+    let msg = inst
+        .reconcile("read-secret")
+        .await
+        .expect("no trap")
+        .expect_err("refused");
+    assert!(
+        msg.starts_with("403 Forbidden: ") && msg.contains("may not read Secret"),
+        "{msg}"
+    );
 
-    assert!(fakes.client.writes.lock().is_empty(), "nothing reached the client");
+    assert!(
+        fakes.client.writes.lock().is_empty(),
+        "nothing reached the client"
+    );
     let refusals: Vec<_> = logs
         .lines()
         .into_iter()
         .filter(|l| l.level == tracing::Level::WARN && l.message.contains("refused"))
         .collect();
     assert_eq!(refusals.len(), 3, "{refusals:?}");
-    assert!(refusals.iter().all(|l| l.plugin.as_deref() == Some("rogue")));
+    assert!(refusals
+        .iter()
+        .all(|l| l.plugin.as_deref() == Some("rogue")));
 
     // The declared write goes through to the client backend.
     let out = inst.reconcile("create-configmap").await.expect("no trap");
@@ -135,7 +160,10 @@ async fn undeclared_write_is_refused_with_a_permission_error_the_guest_sees() {
     let writes = fakes.client.writes.lock();
     assert_eq!(writes.len(), 1);
     assert_eq!(writes[0].op, WriteOp::Create);
-    assert_eq!((writes[0].api_version.as_str(), writes[0].kind.as_str()), ("v1", "ConfigMap"));
+    assert_eq!(
+        (writes[0].api_version.as_str(), writes[0].kind.as_str()),
+        ("v1", "ConfigMap")
+    );
     assert_eq!(writes[0].namespace.as_deref(), Some("default"));
 }
 
@@ -152,7 +180,12 @@ async fn lister_get_feeds_requeue_after_and_stdio_becomes_tracing() {
         .await
         .expect("in time")
         .expect("no trap");
-    assert_eq!(out, Ok(Outcome::RequeueAfter(Duration::from_millis(cm.len() as u64))));
+    assert_eq!(
+        out,
+        Ok(Outcome::RequeueAfter(
+            Duration::from_millis(cm.len() as u64)
+        ))
+    );
     let out = inst.reconcile("ns/absent").await.expect("no trap");
     assert_eq!(out, Ok(Outcome::Done));
 
@@ -193,7 +226,10 @@ async fn instances_per_plugin_are_capped() {
     let plugin = start("noop", limits, &fakes).await;
     let a = plugin.instance().expect("first");
     let _b = plugin.instance().expect("second");
-    assert_eq!(plugin.instance().err(), Some(GuestError::TooManyInstances(2)));
+    assert_eq!(
+        plugin.instance().err(),
+        Some(GuestError::TooManyInstances(2))
+    );
     drop(a);
     plugin.instance().expect("a slot was freed");
 }

@@ -23,8 +23,8 @@ pub mod bindings {
 }
 
 pub use bindings::kube::controller::types::{
-    ApiError, DeleteOptions, Level, ObjectMeta, PatchType, Preconditions,
-    PropagationPolicy, Verb, Watch, Write,
+    ApiError, DeleteOptions, Level, ObjectMeta, PatchType, Preconditions, PropagationPolicy, Verb,
+    Watch, Write,
 };
 pub use bindings::kube::controller::{client, lister, log, queue};
 pub use bindings::{export, Guest, Manifest, Outcome};

@@ -218,13 +218,7 @@ struct Unavailable;
 const UNAVAILABLE: &str = "not available while the plugin's manifest is being read";
 
 impl ListerBackend for Unavailable {
-    fn get(
-        &self,
-        _: &str,
-        _: &str,
-        _: Option<&str>,
-        _: &str,
-    ) -> Result<Option<Object>, ApiError> {
+    fn get(&self, _: &str, _: &str, _: Option<&str>, _: &str) -> Result<Option<Object>, ApiError> {
         Err(ApiError::unavailable(UNAVAILABLE))
     }
     fn list(

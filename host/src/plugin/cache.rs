@@ -89,8 +89,11 @@ impl CompileCache {
 
     fn entry_path(&self, wasm: &[u8]) -> PathBuf {
         let content = Sha256::digest(wasm);
-        self.dir
-            .join(format!("{}-{}.cwasm", hex(&content), self.engine_fingerprint))
+        self.dir.join(format!(
+            "{}-{}.cwasm",
+            hex(&content),
+            self.engine_fingerprint
+        ))
     }
 
     /// Loads the compiled form of `wasm`, compiling (and caching) it when needed.

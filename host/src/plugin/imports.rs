@@ -9,7 +9,9 @@ use std::time::Duration;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::Engine;
 
-use super::backend::{ApiError, BoxFuture, DeleteParams, PatchKind, Propagation, WriteOp, WriteRequest};
+use super::backend::{
+    ApiError, BoxFuture, DeleteParams, PatchKind, Propagation, WriteOp, WriteRequest,
+};
 use super::bindings::kube::controller::{client, lister, log, queue, types as wit};
 use super::bindings::Controller;
 use super::instance::HostState;
@@ -54,7 +56,10 @@ impl HostState {
             return Ok(());
         }
         let v = verb.rbac();
-        let sub = verb.subresource().map(|s| format!("/{s}")).unwrap_or_default();
+        let sub = verb
+            .subresource()
+            .map(|s| format!("/{s}"))
+            .unwrap_or_default();
         tracing::warn!(plugin = %self.ctx.name, %api_version, %kind, verb = %format_args!("{v}{sub}"),
             "client write refused: not declared in the manifest");
         Err(ApiError::forbidden(format!(
@@ -138,12 +143,11 @@ impl lister::Host for HostState {
         name: String,
     ) -> Result<Option<Vec<u8>>, wit::ApiError> {
         self.check_read(&api_version, &kind, "get")?;
-        let found = self.ctx.backends.lister.get(
-            &api_version,
-            &kind,
-            namespace.as_deref(),
-            &name,
-        )?;
+        let found =
+            self.ctx
+                .backends
+                .lister
+                .get(&api_version, &kind, namespace.as_deref(), &name)?;
         Ok(found.map(|o| o.raw().to_vec()))
     }
 
@@ -280,7 +284,10 @@ impl client::Host for HostState {
         obj: Vec<u8>,
     ) -> Result<Vec<u8>, wit::ApiError> {
         let target = (api_version, kind, namespace, Some(name));
-        expect_object(self.write(Verb::Update, WriteOp::Replace, target, obj).await)
+        expect_object(
+            self.write(Verb::Update, WriteOp::Replace, target, obj)
+                .await,
+        )
     }
 
     async fn patch(

@@ -15,10 +15,10 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::backend::Backends;
 use super::bindings::kube::controller::types as wit;
-use super::manifest::Manifest;
-use super::stdio::{LogStream, Stream};
 use super::engine::DEFAULT_MAX_MEMORY;
 use super::loader::PluginInner;
+use super::manifest::Manifest;
+use super::stdio::{LogStream, Stream};
 
 /// Per-plugin sandbox limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,7 +182,10 @@ type Reconcile<'a> = TypedFunc<(&'a str,), (Result<wit::Outcome, String>,)>;
 pub(crate) type ManifestFn = TypedFunc<(), (wit::Manifest,)>;
 
 /// Creates a store with nothing ambient and instantiates the plugin in it.
-pub(crate) async fn instantiate(inner: &PluginInner, ctx: &Arc<PluginCtx>) -> Result<Live, GuestError> {
+pub(crate) async fn instantiate(
+    inner: &PluginInner,
+    ctx: &Arc<PluginCtx>,
+) -> Result<Live, GuestError> {
     let mut wasi = WasiCtx::builder();
     wasi.stdout(LogStream::new(ctx.name.clone(), Stream::Stdout))
         .stderr(LogStream::new(ctx.name.clone(), Stream::Stderr))
@@ -246,7 +249,11 @@ pub(crate) async fn instantiate(inner: &PluginInner, ctx: &Arc<PluginCtx>) -> Re
     check(on_add.typed::<(u32, &[u8]), ()>(&store).map(drop))?;
     check(on_update.typed::<(u32, &[u8], &[u8]), ()>(&store).map(drop))?;
     check(on_delete.typed::<(u32, &[u8], bool), ()>(&store).map(drop))?;
-    check(reconcile.typed::<(&str,), (Result<wit::Outcome, String>,)>(&store).map(drop))?;
+    check(
+        reconcile
+            .typed::<(&str,), (Result<wit::Outcome, String>,)>(&store)
+            .map(drop),
+    )?;
     Ok(Live {
         store,
         manifest,
@@ -328,7 +335,10 @@ impl PluginInstance {
             tracing::debug!(plugin = %self.inner.ctx.name, elapsed_us = started.elapsed().as_micros() as u64, "instantiated");
             self.live = Some(live);
         }
-        let live = self.live.as_mut().ok_or_else(|| GuestError::Instantiate("no instance".into()))?;
+        let live = self
+            .live
+            .as_mut()
+            .ok_or_else(|| GuestError::Instantiate("no instance".into()))?;
         live.arm(deadline);
         Ok(live)
     }
@@ -346,7 +356,12 @@ impl PluginInstance {
     }
 
     /// Delivers an update notification (old and new object) for watch number `watch`.
-    pub async fn on_update(&mut self, watch: u32, old: &[u8], new: &[u8]) -> Result<(), GuestError> {
+    pub async fn on_update(
+        &mut self,
+        watch: u32,
+        old: &[u8],
+        new: &[u8],
+    ) -> Result<(), GuestError> {
         let d = self.inner.limits.handler_deadline;
         let r = {
             let live = self.live_mut(d).await?;
@@ -358,7 +373,12 @@ impl PluginInstance {
     }
 
     /// Delivers a delete notification; `tombstone` when the final state is unknown.
-    pub async fn on_delete(&mut self, watch: u32, obj: &[u8], tombstone: bool) -> Result<(), GuestError> {
+    pub async fn on_delete(
+        &mut self,
+        watch: u32,
+        obj: &[u8],
+        tombstone: bool,
+    ) -> Result<(), GuestError> {
         let d = self.inner.limits.handler_deadline;
         let r = {
             let live = self.live_mut(d).await?;

@@ -164,7 +164,11 @@ impl Manifest {
         for (index, w) in m.watches.into_iter().enumerate() {
             check_kind("watch", index, &w.api_version, &w.kind)?;
             for (which, sel, check) in [
-                ("label", &w.label_selector, check_label_selector as fn(&str) -> _),
+                (
+                    "label",
+                    &w.label_selector,
+                    check_label_selector as fn(&str) -> _,
+                ),
                 ("field", &w.field_selector, check_field_selector),
             ] {
                 if let Some(s) = sel {
@@ -434,7 +438,10 @@ mod tests {
         let mut w = wit_manifest();
         w.watches[0].label_selector = Some("app in (a,b".into());
         let e = Manifest::from_wit(w).unwrap_err();
-        assert!(matches!(e, ManifestError::Selector { which: "label", .. }), "{e}");
+        assert!(
+            matches!(e, ManifestError::Selector { which: "label", .. }),
+            "{e}"
+        );
 
         let mut w = wit_manifest();
         w.watches[0].label_selector = Some("app=~web".into());
@@ -443,7 +450,10 @@ mod tests {
         let mut w = wit_manifest();
         w.watches[0].field_selector = Some("metadata.name".into());
         let e = Manifest::from_wit(w).unwrap_err();
-        assert!(matches!(e, ManifestError::Selector { which: "field", .. }), "{e}");
+        assert!(
+            matches!(e, ManifestError::Selector { which: "field", .. }),
+            "{e}"
+        );
 
         let mut w = wit_manifest();
         w.name = "Not_A_Label".into();
@@ -451,7 +461,10 @@ mod tests {
 
         let mut w = wit_manifest();
         w.watches[0].api_version = "apps/".into();
-        assert!(matches!(Manifest::from_wit(w), Err(ManifestError::Kind { .. })));
+        assert!(matches!(
+            Manifest::from_wit(w),
+            Err(ManifestError::Kind { .. })
+        ));
 
         let mut w = wit_manifest();
         w.writes[0].verbs.clear();
@@ -463,6 +476,9 @@ mod tests {
 
         let mut w = wit_manifest();
         w.workers = MAX_WORKERS + 1;
-        assert!(matches!(Manifest::from_wit(w), Err(ManifestError::Workers(_))));
+        assert!(matches!(
+            Manifest::from_wit(w),
+            Err(ManifestError::Workers(_))
+        ));
     }
 }

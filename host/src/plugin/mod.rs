@@ -8,13 +8,13 @@
 
 pub mod backend;
 mod bindings;
+pub mod cache;
 pub mod engine;
 pub mod imports;
 pub mod instance;
 pub mod loader;
 pub mod manifest;
 mod stdio;
-pub mod cache;
 
 pub use backend::{ApiError, Backends, ClientBackend, ListerBackend, QueueBackend, WriteRequest};
 pub use engine::{EngineConfig, PluginEngine};

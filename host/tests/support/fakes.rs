@@ -36,7 +36,9 @@ impl ListerBackend for FakeLister {
             .objects
             .lock()
             .iter()
-            .find(|(a, k, o)| a == api_version && k == kind && o.namespace() == namespace && o.name() == name)
+            .find(|(a, k, o)| {
+                a == api_version && k == kind && o.namespace() == namespace && o.name() == name
+            })
             .map(|(_, _, o)| o.clone()))
     }
     fn list(
@@ -50,7 +52,9 @@ impl ListerBackend for FakeLister {
             .objects
             .lock()
             .iter()
-            .filter(|(a, k, o)| a == api_version && k == kind && (namespace.is_none() || o.namespace() == namespace))
+            .filter(|(a, k, o)| {
+                a == api_version && k == kind && (namespace.is_none() || o.namespace() == namespace)
+            })
             .map(|(_, _, o)| o.clone())
             .collect())
     }

@@ -18,7 +18,13 @@ fn build() -> Result<PathBuf, String> {
         .join("guests");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut child = Command::new(cargo)
-        .args(["build", "--release", "--target", "wasm32-wasip2", "--manifest-path"])
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--manifest-path",
+        ])
         .arg(workspace.join("Cargo.toml"))
         .env("CARGO_TARGET_DIR", &target_dir)
         // Host-side instrumentation flags (coverage, sanitizers) make no sense for wasm guests.

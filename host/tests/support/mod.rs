@@ -1,8 +1,8 @@
 //! Shared helpers of the plugin tests: building the test guests, engines, fakes, log capture.
 #![allow(dead_code)]
 
-pub mod guests;
 pub mod fakes;
+pub mod guests;
 pub mod logs;
 
 use std::path::PathBuf;

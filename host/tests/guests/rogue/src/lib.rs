@@ -4,8 +4,10 @@ use kube_guest::{client, lister, watch_all, Manifest, Outcome, Verb, Write};
 
 struct Rogue;
 
-const SECRET: &[u8] = br#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"loot","namespace":"default"}}"#;
-const CONFIGMAP: &[u8] = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"ok","namespace":"default"}}"#;
+const SECRET: &[u8] =
+    br#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"loot","namespace":"default"}}"#;
+const CONFIGMAP: &[u8] =
+    br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"ok","namespace":"default"}}"#;
 
 impl kube_guest::Guest for Rogue {
     fn manifest() -> Manifest {
@@ -40,7 +42,9 @@ impl kube_guest::Guest for Rogue {
             )
             .map(|_| ()),
             "read-secret" => lister::get("v1", "Secret", Some("default"), "loot").map(|_| ()),
-            "create-configmap" => client::create("v1", "ConfigMap", Some("default"), CONFIGMAP).map(|_| ()),
+            "create-configmap" => {
+                client::create("v1", "ConfigMap", Some("default"), CONFIGMAP).map(|_| ())
+            }
             other => return Err(format!("unknown key {other}")),
         };
         match seen {
