@@ -217,6 +217,24 @@ async fn lister_get_feeds_requeue_after_and_stdio_becomes_tracing() {
 }
 
 #[tokio::test]
+async fn nothing_ambient_environment_files_or_network() {
+    let fakes = Fakes::new();
+    // Whatever the test process has in its environment must not leak into the guest.
+    assert!(std::env::vars_os().count() > 0);
+    let plugin = start("getter", Limits::default(), &fakes).await;
+    let mut inst = plugin.instance().expect("instance");
+    let report = tokio::time::timeout(T, inst.reconcile("ambient"))
+        .await
+        .expect("in time")
+        .expect("no trap")
+        .expect_err("the guest reports through its error");
+    assert_eq!(
+        report,
+        "env=0 args=0 root=false cwd=false tcp=false udp=false"
+    );
+}
+
+#[tokio::test]
 async fn instances_per_plugin_are_capped() {
     let fakes = Fakes::new();
     let limits = Limits {
@@ -252,6 +270,8 @@ async fn noop_call_overhead() {
         }
     }
     let per_call = started.elapsed() / n;
+    inst.on_update(0, &obj, &obj).await.expect("on-update");
+    inst.on_delete(0, &obj, true).await.expect("on-delete");
     eprintln!("instantiate: {instantiate:?}; on-add with 4 KiB (debug build): {per_call:?}/call");
     // The load-time instance plus this one: 2000 calls reused a single instance.
     assert_eq!(plugin.stats().instantiations.load(Ordering::Relaxed), 2);

@@ -21,6 +21,9 @@ impl kube_guest::Guest for Getter {
     fn on_update(_watch: u32, _old: Vec<u8>, _new: Vec<u8>) {}
     fn on_delete(_watch: u32, _obj: Vec<u8>, _tombstone: bool) {}
     fn reconcile(key: String) -> Result<Outcome, String> {
+        if key == "ambient" {
+            return Err(ambient());
+        }
         println!("reconciling {key}");
         eprintln!("stderr line for {key}");
         log::log(Level::Info, &format!("looking up {key}"));
@@ -34,3 +37,14 @@ impl kube_guest::Guest for Getter {
 }
 
 kube_guest::export!(Getter);
+
+/// Reports what the sandbox grants: environment, arguments, files, network.
+fn ambient() -> String {
+    let env = std::env::vars_os().count();
+    let args = std::env::args_os().count();
+    let root = std::fs::read_dir("/").is_ok();
+    let cwd = std::fs::read_dir(".").is_ok();
+    let tcp = std::net::TcpStream::connect("127.0.0.1:1").is_ok();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").is_ok();
+    format!("env={env} args={args} root={root} cwd={cwd} tcp={tcp} udp={udp}")
+}
