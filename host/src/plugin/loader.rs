@@ -111,6 +111,14 @@ impl PluginEngine {
             cause,
         };
         let started = Instant::now();
+        let mut limits = limits;
+        let engine_cap = self.config().max_memory_bytes;
+        if limits.memory_bytes > engine_cap {
+            // Pool slots are sized by the engine; a larger per-plugin cap could never be honoured.
+            tracing::warn!(file = %path.display(), requested = limits.memory_bytes, engine_cap,
+                "per-instance memory limit above the engine's maximum; using the maximum");
+            limits.memory_bytes = engine_cap;
+        }
         check_header(bytes).map_err(fail)?;
         let component = self
             .component(bytes)
