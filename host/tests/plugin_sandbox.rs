@@ -55,6 +55,39 @@ async fn looping_guest_hits_its_deadline_and_a_fresh_instance_works_after() {
     assert_eq!(plugin.stats().instantiations.load(Ordering::Relaxed), 3);
 }
 
+#[tokio::test]
+async fn a_trap_discards_the_instance_and_the_next_call_gets_a_fresh_one() {
+    let fakes = Fakes::new();
+    let plugin = start("spin", Limits::default(), &fakes).await;
+    let mut inst = plugin.instance().expect("instance");
+    let (logs, _guard) = support::logs::capture();
+    let err = tokio::time::timeout(T, inst.reconcile("panic"))
+        .await
+        .expect("in time")
+        .expect_err("a panic is a trap");
+    assert!(
+        matches!(&err, GuestError::Trap(m) if m.contains("unreachable")),
+        "{err}"
+    );
+    assert!(!inst.is_live());
+    assert_eq!(plugin.stats().traps.load(Ordering::Relaxed), 1);
+    let lines = logs.lines();
+    assert!(
+        lines.iter().any(|l| l.target == "plugin::stderr"
+            && l.plugin.as_deref() == Some("spin")
+            && l.message.contains("spin refuses key panic")),
+        "the panic message reaches the log: {lines:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.level == tracing::Level::WARN
+            && l.plugin.as_deref() == Some("spin")
+            && l.message.contains("instance discarded")),
+        "{lines:?}"
+    );
+    let out = inst.reconcile("ok").await.expect("fresh instance");
+    assert_eq!(out, Ok(Outcome::Done));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_looping_guest_does_not_block_other_tasks() {
     let fakes = Fakes::new();
@@ -78,6 +111,36 @@ async fn a_looping_guest_does_not_block_other_tasks() {
         .expect("in time")
         .expect("join");
     assert!(matches!(r, Err(GuestError::DeadlineExceeded(_))));
+}
+
+#[tokio::test]
+async fn a_host_call_that_never_returns_still_hits_the_reconcile_deadline() {
+    let fakes = Fakes::new();
+    fakes.client.hang.store(true, Ordering::Relaxed);
+    let limits = Limits {
+        reconcile_deadline: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let plugin = start("rogue", limits, &fakes).await;
+    let mut inst = plugin.instance().expect("instance");
+    let started = Instant::now();
+    let err = tokio::time::timeout(T, inst.reconcile("create-configmap"))
+        .await
+        .expect("the backstop fires long before the test timeout")
+        .expect_err("must not finish");
+    assert_eq!(
+        err,
+        GuestError::DeadlineExceeded(Duration::from_millis(200))
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(fakes.client.writes.lock().len(), 1, "the write was issued");
+    assert!(!inst.is_live());
+    fakes.client.hang.store(false, Ordering::Relaxed);
+    let out = inst
+        .reconcile("create-configmap")
+        .await
+        .expect("fresh instance");
+    assert_eq!(out, Ok(Outcome::Done));
 }
 
 #[tokio::test]

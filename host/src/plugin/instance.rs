@@ -393,11 +393,18 @@ impl PluginInstance {
     /// result is the guest's own answer.
     pub async fn reconcile(&mut self, key: &str) -> Result<ReconcileResult, GuestError> {
         let d = self.inner.limits.reconcile_deadline;
+        // Epoch checks only run while guest code runs; a host call that never returns (a stalled
+        // API request) is caught by this wall-clock backstop one tick later.
+        let backstop = d + self.inner.engine.config().epoch_tick;
         let r = {
             let live = self.live_mut(d).await?;
             // SAFETY: the signature was checked by `typed` in `instantiate`.
             let f: Reconcile<'_> = unsafe { TypedFunc::new_unchecked(live.reconcile) };
-            f.call_async(&mut live.store, (key,)).await
+            let res = tokio::time::timeout(backstop, f.call_async(&mut live.store, (key,))).await;
+            res.unwrap_or_else(|_| {
+                live.store.data_mut().deadline_hit = true;
+                Err(wasmtime::Error::new(DeadlineExceeded))
+            })
         };
         let (res,) = self.settle(r, d)?;
         Ok(res.map(|o| match o {

@@ -136,3 +136,69 @@ impl AsyncWrite for LogStream {
         Poll::Ready(Ok(()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing::field::{Field, Visit};
+    use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<(String, String)>>>);
+
+    struct Msg(String, String);
+
+    impl Visit for Msg {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            match field.name() {
+                "message" => self.0 = format!("{value:?}"),
+                "plugin" => self.1 = format!("{value:?}"),
+                _ => {}
+            }
+        }
+    }
+
+    impl<S: tracing::Subscriber> Layer<S> for Lines {
+        fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+            let mut m = Msg(String::new(), String::new());
+            event.record(&mut m);
+            self.0.lock().push((m.1, m.0));
+        }
+    }
+
+    fn captured(f: impl FnOnce()) -> Vec<(String, String)> {
+        let lines = Lines::default();
+        let sub = tracing_subscriber::registry().with(lines.clone());
+        tracing::subscriber::with_default(sub, f);
+        let out = lines.0.lock().clone();
+        out
+    }
+
+    #[test]
+    fn splits_lines_across_writes_and_flushes_the_tail_on_drop() {
+        let lines = captured(|| {
+            let s = LogStream::new(Arc::from("p"), Stream::Stdout);
+            let mut clone = s.clone();
+            s.push(b"hel");
+            s.push(b"lo\r\nwor");
+            OutputStream::write(&mut clone, Bytes::from_static(b"ld\nlast")).expect("write");
+            drop(s);
+            drop(clone);
+        });
+        let msgs: Vec<&str> = lines.iter().map(|(_, m)| m.as_str()).collect();
+        assert_eq!(msgs, ["hello", "world", "last"]);
+        assert!(lines.iter().all(|(p, _)| p == "p"));
+    }
+
+    #[test]
+    fn overlong_lines_are_cut_so_memory_stays_bounded() {
+        let lines = captured(|| {
+            let s = LogStream::new(Arc::from("p"), Stream::Stderr);
+            s.push(&vec![b'a'; MAX_LINE * 2 + 10]);
+            assert_eq!(s.0.pending.lock().len(), 10);
+        });
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0].1.len(), MAX_LINE);
+        assert_eq!(lines[2].1.len(), 10);
+    }
+}

@@ -66,12 +66,17 @@ impl ListerBackend for FakeLister {
 #[derive(Default)]
 pub struct FakeClient {
     pub writes: Mutex<Vec<WriteRequest>>,
+    /// When set, writes never complete (a stalled API server).
+    pub hang: std::sync::atomic::AtomicBool,
 }
 
 impl ClientBackend for FakeClient {
     fn write(&self, req: WriteRequest) -> BoxFuture<'static, Result<Option<Bytes>, ApiError>> {
         let body = Bytes::from(req.body.clone());
         self.writes.lock().push(req);
+        if self.hang.load(std::sync::atomic::Ordering::Relaxed) {
+            return Box::pin(std::future::pending());
+        }
         Box::pin(async move { Ok(Some(body)) })
     }
 }

@@ -1,4 +1,5 @@
-//! Loops forever in reconcile unless the key is `ok`: exercises the per-call deadline.
+//! Loops forever in reconcile unless the key is `ok` (or panics for `panic`): exercises the
+//! per-call deadline and trap recovery.
 use kube_guest::{watch_all, Manifest, Outcome};
 
 struct Spin;
@@ -19,6 +20,9 @@ impl kube_guest::Guest for Spin {
     fn reconcile(key: String) -> Result<Outcome, String> {
         if key == "ok" {
             return Ok(Outcome::Done);
+        }
+        if key == "panic" {
+            panic!("spin refuses key {key}");
         }
         let mut n: u64 = 0;
         loop {
