@@ -83,6 +83,20 @@ pub struct WriteSpec {
 }
 
 impl WriteSpec {
+    /// A write of `verbs` (sorted and deduplicated here) on `api_version`/`kind`.
+    pub fn new(api_version: &str, kind: &str, verbs: &[Verb]) -> Self {
+        let mut verbs = verbs.to_vec();
+        verbs.sort();
+        verbs.dedup();
+        let verb_bits = verbs.iter().fold(0, |acc, v| acc | v.bit());
+        WriteSpec {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+            verbs,
+            verb_bits,
+        }
+    }
+
     /// Whether `verb` is declared.
     pub fn allows(&self, verb: Verb) -> bool {
         self.verb_bits & verb.bit() != 0
@@ -194,16 +208,8 @@ impl Manifest {
             if w.verbs.is_empty() {
                 return Err(ManifestError::NoVerbs(index));
             }
-            let mut verbs: Vec<Verb> = w.verbs.into_iter().map(Verb::from).collect();
-            verbs.sort();
-            verbs.dedup();
-            let verb_bits = verbs.iter().fold(0, |acc, v| acc | v.bit());
-            writes.push(WriteSpec {
-                api_version: w.api_version,
-                kind: w.kind,
-                verbs,
-                verb_bits,
-            });
+            let verbs: Vec<Verb> = w.verbs.into_iter().map(Verb::from).collect();
+            writes.push(WriteSpec::new(&w.api_version, &w.kind, &verbs));
         }
         Ok(Manifest {
             name: m.name,

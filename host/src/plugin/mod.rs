@@ -14,6 +14,7 @@ pub mod imports;
 pub mod instance;
 pub mod loader;
 pub mod manifest;
+pub mod rbac;
 mod stdio;
 
 pub use backend::{ApiError, Backends, ClientBackend, ListerBackend, QueueBackend, WriteRequest};
