@@ -218,8 +218,13 @@ pub(crate) async fn instantiate(
             ctx.data_mut().deadline_hit = true;
             Err(wasmtime::Error::new(DeadlineExceeded))
         } else {
-            // Not late yet: let other tokio tasks run, then check again next tick.
-            Ok(UpdateDeadline::Yield(1))
+            // Not late yet: let other tokio tasks run, then check again next tick. tokio's own
+            // yield defers the wake-up until the runtime has polled its timers and I/O; a plain
+            // self-waking yield would let timers starve for dozens of ticks on a busy thread.
+            Ok(UpdateDeadline::YieldCustom(
+                1,
+                Box::pin(tokio::task::yield_now()),
+            ))
         }
     });
     store.set_epoch_deadline(1);
