@@ -13,7 +13,7 @@ const T: Duration = Duration::from_secs(120);
 
 #[tokio::test]
 async fn noop_loads_and_its_manifest_is_validated() {
-    let engine = support::engine("noop");
+    let engine = support::engine();
     let path = guest("noop");
     let loaded = tokio::time::timeout(T, engine.load(&path, Limits::default()))
         .await
@@ -38,7 +38,7 @@ async fn noop_loads_and_its_manifest_is_validated() {
 
 #[tokio::test]
 async fn manifest_declared_writes_become_permissions() {
-    let engine = support::engine("rogue-manifest");
+    let engine = support::engine();
     let loaded = tokio::time::timeout(T, engine.load(&guest("rogue"), Limits::default()))
         .await
         .expect("in time")
@@ -52,7 +52,7 @@ async fn manifest_declared_writes_become_permissions() {
 }
 
 async fn load_err(bytes: &[u8], name: &str) -> (String, LoadCause) {
-    let engine = support::engine("bad");
+    let engine = support::engine();
     let path = Path::new("/plugins").join(name);
     let err = tokio::time::timeout(T, engine.load_bytes(&path, bytes, Limits::default()))
         .await
@@ -107,7 +107,7 @@ async fn component_of_another_world_is_refused() {
 
 #[tokio::test]
 async fn missing_file_names_the_file() {
-    let engine = support::engine("missing");
+    let engine = support::engine();
     let err = engine
         .load(Path::new("/nonexistent/x.wasm"), Limits::default())
         .await
@@ -156,6 +156,7 @@ async fn second_load_comes_from_the_compile_cache() {
     );
     assert_eq!(loaded.name(), "noop");
     eprintln!("cached load (deserialize, link, instantiate, manifest): {elapsed:?}");
+    let _ = std::fs::remove_dir_all(&cache);
 }
 
 #[tokio::test]
@@ -207,4 +208,5 @@ async fn corrupt_cache_entry_is_recompiled_and_replaced() {
         .expect("in time")
         .expect("loads");
     assert_eq!(third.compiles(), 0);
+    let _ = std::fs::remove_dir_all(&cache);
 }

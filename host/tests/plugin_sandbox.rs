@@ -13,7 +13,7 @@ use support::guests::guest;
 const T: Duration = Duration::from_secs(120);
 
 async fn start(name: &str, limits: Limits, fakes: &Fakes) -> Plugin {
-    let engine = support::engine(name);
+    let engine = support::engine();
     let loaded = tokio::time::timeout(T, engine.load(&guest(name), limits))
         .await
         .expect("in time")

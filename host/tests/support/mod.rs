@@ -23,10 +23,12 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     d
 }
 
-/// An engine with a private compile cache and a small instance pool.
-pub fn engine(tag: &str) -> PluginEngine {
+/// An engine with a small instance pool and a compile cache shared by the tests that do not
+/// examine the cache itself (entries are keyed by content and engine, so sharing is safe and
+/// spares each test a Cranelift compile).
+pub fn engine() -> PluginEngine {
     PluginEngine::new(EngineConfig {
-        cache_dir: Some(temp_dir(tag)),
+        cache_dir: Some(std::env::temp_dir().join("kube-wasm-host-test-cache")),
         max_instances: 16,
         ..EngineConfig::default()
     })
