@@ -8,4 +8,5 @@
 pub mod emulator;
 pub mod informer;
 pub mod kube;
+pub mod plugin;
 pub mod workqueue;

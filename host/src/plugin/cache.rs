@@ -1,0 +1,180 @@
+//! On-disk cache of compiled components.
+//!
+//! Cranelift takes tens of milliseconds per component and more in debug builds, while
+//! deserializing a cached artifact takes about a tenth of a millisecond; caching is what makes a
+//! plugin load in a few milliseconds. Entries are keyed by the SHA-256 of the component's bytes
+//! and a hash of everything in the engine that affects code generation (wasmtime version,
+//! target, tunables), so an upgraded host or a changed setting never picks up a stale artifact.
+//!
+//! Trust: artifacts are native code loaded without verification, so the directory must only be
+//! writable by the user running the host; it is created with mode 0700. Entries that fail to
+//! deserialize (truncated, from another build, garbage) are recompiled and rewritten.
+
+use std::fs;
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::Component;
+use wasmtime::Engine;
+
+/// Counters of what the cache did, for tests and metrics.
+#[derive(Debug, Default)]
+pub struct CacheStats {
+    /// Components compiled with Cranelift (cache misses, corrupt entries, or no cache).
+    pub compiles: AtomicU64,
+    /// Components loaded from the cache.
+    pub hits: AtomicU64,
+    /// Entries found unusable and replaced.
+    pub corrupt: AtomicU64,
+    /// Entries that could not be written (the load still succeeds).
+    pub write_errors: AtomicU64,
+}
+
+/// The cache directory and the engine fingerprint its keys include.
+pub(crate) struct CompileCache {
+    dir: PathBuf,
+    engine_fingerprint: String,
+}
+
+/// The per-user default: `$XDG_CACHE_HOME/kube-wasm-host`, else `~/.cache/kube-wasm-host`.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".cache"))
+        })?;
+    Some(base.join("kube-wasm-host"))
+}
+
+/// Feeds `Hash` output into SHA-256, so the engine fingerprint is stable across processes
+/// (std's hashers make no such promise).
+struct ShaHasher(Sha256);
+
+impl Hasher for ShaHasher {
+    fn finish(&self) -> u64 {
+        0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+impl CompileCache {
+    pub(crate) fn new(dir: PathBuf, engine: &Engine) -> Self {
+        let mut h = ShaHasher(Sha256::new());
+        engine.precompile_compatibility_hash().hash(&mut h);
+        std::env::consts::ARCH.hash(&mut h);
+        std::env::consts::OS.hash(&mut h);
+        let digest = h.0.finalize();
+        CompileCache {
+            dir,
+            engine_fingerprint: hex(&digest[..12]),
+        }
+    }
+
+    fn entry_path(&self, wasm: &[u8]) -> PathBuf {
+        let content = Sha256::digest(wasm);
+        self.dir.join(format!(
+            "{}-{}.cwasm",
+            hex(&content),
+            self.engine_fingerprint
+        ))
+    }
+
+    /// Loads the compiled form of `wasm`, compiling (and caching) it when needed.
+    pub(crate) fn load(
+        &self,
+        engine: &Engine,
+        wasm: &[u8],
+        stats: &CacheStats,
+    ) -> wasmtime::Result<Component> {
+        let path = self.entry_path(wasm);
+        if path.is_file() {
+            // SAFETY: the entry was written by this host (see the module's trust note) and its
+            // name binds it to this exact input and engine configuration; wasmtime still checks
+            // the artifact's header and version before using it.
+            match unsafe { Component::deserialize_file(engine, &path) } {
+                Ok(c) => {
+                    stats.hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(c);
+                }
+                Err(e) => {
+                    stats.corrupt.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(entry = %path.display(), error = %e,
+                        "compile cache entry unusable; recompiling");
+                }
+            }
+        }
+        let component = compile(engine, wasm, stats)?;
+        if let Err(e) = component
+            .serialize()
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| write_atomically(&path, &bytes))
+        {
+            stats.write_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(entry = %path.display(), error = %e, "could not write compile cache entry");
+        }
+        Ok(component)
+    }
+}
+
+pub(crate) fn compile(
+    engine: &Engine,
+    wasm: &[u8],
+    stats: &CacheStats,
+) -> wasmtime::Result<Component> {
+    stats.compiles.fetch_add(1, Ordering::Relaxed);
+    Component::new(engine, wasm)
+}
+
+/// Writes `bytes` to a temporary file beside `path` and renames it into place, so readers
+/// (other host processes included) never see a half-written entry.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| std::io::Error::other("cache entry has no parent directory"))?;
+    create_private_dir(dir)?;
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let tmp = dir.join(format!(
+        ".{}.{}-{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("entry"),
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut b = fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        b.mode(0o700);
+    }
+    b.create(dir)
+}

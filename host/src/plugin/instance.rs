@@ -1,0 +1,449 @@
+//! Sandboxed guest instances: one store each, with deadlines, memory caps and replacement.
+//!
+//! A [`PluginInstance`] belongs to one worker (or to the plugin's dispatcher) and is used by one
+//! task at a time (`&mut self`), so no lock is ever held across a guest call. It instantiates
+//! lazily; when a call traps, runs past its deadline or exhausts its memory, the store is thrown
+//! away (its state may be inconsistent) and the next call starts from a fresh instance.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::{Func, ResourceTable, TypedFunc};
+use wasmtime::{ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::backend::Backends;
+use super::bindings::kube::controller::types as wit;
+use super::engine::DEFAULT_MAX_MEMORY;
+use super::loader::PluginInner;
+use super::manifest::Manifest;
+use super::stdio::{LogStream, Stream};
+
+/// Per-plugin sandbox limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Deadline of one `on-add`/`on-update`/`on-delete` call (and of `manifest`). Handlers should
+    /// only enqueue keys, so this is short: a slow handler stalls the plugin's event stream.
+    pub handler_deadline: Duration,
+    /// Deadline of one `reconcile` call, wall-clock, including time spent in host calls (API
+    /// writes), so a reconcile cannot hold its worker forever.
+    pub reconcile_deadline: Duration,
+    /// Linear memory cap per instance.
+    pub memory_bytes: usize,
+    /// Table elements cap per table.
+    pub table_elements: usize,
+    /// Instances per plugin (workers plus the dispatcher); further `instance()` calls fail.
+    pub max_instances: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            handler_deadline: Duration::from_secs(1),
+            reconcile_deadline: Duration::from_secs(10),
+            memory_bytes: DEFAULT_MAX_MEMORY,
+            table_elements: 20_000,
+            max_instances: 16,
+        }
+    }
+}
+
+/// Why a guest call failed. After any of these the instance has been discarded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GuestError {
+    /// The call ran past its deadline.
+    #[error("deadline exceeded after {0:?}")]
+    DeadlineExceeded(Duration),
+    /// The guest tried to grow its memory beyond the cap.
+    #[error("memory limit of {limit} bytes exceeded")]
+    MemoryExhausted {
+        /// The cap in bytes.
+        limit: usize,
+    },
+    /// The guest trapped (panic, unreachable, out-of-bounds access, stack overflow, ...).
+    #[error("guest trapped: {0}")]
+    Trap(String),
+    /// A fresh instance could not be created.
+    #[error("instantiation failed: {0}")]
+    Instantiate(String),
+    /// The plugin already has its maximum number of instances.
+    #[error("instance limit of {0} reached")]
+    TooManyInstances(u32),
+}
+
+/// Counters of what happened to a plugin's instances (metrics read these).
+#[derive(Debug, Default)]
+pub struct PluginStats {
+    /// Instances created (first ones and replacements).
+    pub instantiations: AtomicU64,
+    /// Calls that trapped.
+    pub traps: AtomicU64,
+    /// Calls that ran past their deadline.
+    pub deadline_hits: AtomicU64,
+    /// Calls that hit the memory cap.
+    pub memory_exhaustions: AtomicU64,
+}
+
+/// What the host-side import implementations see of their plugin.
+pub(crate) struct PluginCtx {
+    pub(crate) name: Arc<str>,
+    pub(crate) manifest: Arc<Manifest>,
+    pub(crate) backends: Backends,
+}
+
+/// The data of a guest's store.
+pub struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: Limiter,
+    deadline: Instant,
+    deadline_hit: bool,
+    pub(crate) ctx: Arc<PluginCtx>,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// `StoreLimits` plus a record of whether the memory cap was what stopped the guest, so a trap
+/// after a refused `memory.grow` is reported as memory exhaustion rather than a generic trap.
+struct Limiter {
+    limits: StoreLimits,
+    memory_cap: usize,
+    memory_denied: bool,
+}
+
+/// The marker error the epoch callback raises when a call's deadline has passed.
+#[derive(Debug)]
+struct DeadlineExceeded;
+
+impl std::fmt::Display for DeadlineExceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("deadline exceeded")
+    }
+}
+
+impl std::error::Error for DeadlineExceeded {}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let ok = self.limits.memory_growing(current, desired, maximum)?;
+        if !ok && desired > self.memory_cap {
+            self.memory_denied = true;
+        }
+        Ok(ok)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.limits.table_growing(current, desired, maximum)
+    }
+
+    fn instances(&self) -> usize {
+        self.limits.instances()
+    }
+    fn tables(&self) -> usize {
+        self.limits.tables()
+    }
+    fn memories(&self) -> usize {
+        self.limits.memories()
+    }
+}
+
+/// A live instance: its store and the exports called on the hot path.
+pub(crate) struct Live {
+    pub(crate) store: Store<HostState>,
+    pub(crate) manifest: Func,
+    on_add: Func,
+    on_update: Func,
+    on_delete: Func,
+    reconcile: Func,
+}
+
+type OnAdd<'a> = TypedFunc<(u32, &'a [u8]), ()>;
+type OnUpdate<'a> = TypedFunc<(u32, &'a [u8], &'a [u8]), ()>;
+type OnDelete<'a> = TypedFunc<(u32, &'a [u8], bool), ()>;
+type Reconcile<'a> = TypedFunc<(&'a str,), (Result<wit::Outcome, String>,)>;
+pub(crate) type ManifestFn = TypedFunc<(), (wit::Manifest,)>;
+
+/// Creates a store with nothing ambient and instantiates the plugin in it.
+pub(crate) async fn instantiate(
+    inner: &PluginInner,
+    ctx: &Arc<PluginCtx>,
+) -> Result<Live, GuestError> {
+    let mut wasi = WasiCtx::builder();
+    wasi.stdout(LogStream::new(ctx.name.clone(), Stream::Stdout))
+        .stderr(LogStream::new(ctx.name.clone(), Stream::Stderr))
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false);
+    let limits = &inner.limits;
+    let state = HostState {
+        wasi: wasi.build(),
+        table: ResourceTable::new(),
+        limiter: Limiter {
+            limits: StoreLimitsBuilder::new()
+                .memory_size(limits.memory_bytes)
+                .table_elements(limits.table_elements)
+                .instances(64)
+                .tables(64)
+                .memories(8)
+                .build(),
+            memory_cap: limits.memory_bytes,
+            memory_denied: false,
+        },
+        deadline: Instant::now() + limits.handler_deadline,
+        deadline_hit: false,
+        ctx: ctx.clone(),
+    };
+    let mut store = Store::new(inner.engine.engine(), state);
+    store.limiter(|s| &mut s.limiter);
+    store.epoch_deadline_callback(|mut ctx| {
+        if Instant::now() >= ctx.data().deadline {
+            ctx.data_mut().deadline_hit = true;
+            Err(wasmtime::Error::new(DeadlineExceeded))
+        } else {
+            // Not late yet: let other tokio tasks run, then check again next tick. tokio's own
+            // yield defers the wake-up until the runtime has polled its timers and I/O; a plain
+            // self-waking yield would let timers starve for dozens of ticks on a busy thread.
+            Ok(UpdateDeadline::YieldCustom(
+                1,
+                Box::pin(tokio::task::yield_now()),
+            ))
+        }
+    });
+    store.set_epoch_deadline(1);
+    let instance = inner
+        .pre
+        .instance_pre()
+        .instantiate_async(&mut store)
+        .await
+        .map_err(|e| GuestError::Instantiate(format!("{e:#}")))?;
+    inner.stats.instantiations.fetch_add(1, Ordering::Relaxed);
+    let ex = &inner.exports;
+    let mut get = |idx| {
+        instance
+            .get_func(&mut store, idx)
+            .ok_or_else(|| GuestError::Instantiate("export missing after instantiation".into()))
+    };
+    let (manifest, on_add, on_update, on_delete, reconcile) = (
+        get(&ex.manifest)?,
+        get(&ex.on_add)?,
+        get(&ex.on_update)?,
+        get(&ex.on_delete)?,
+        get(&ex.reconcile)?,
+    );
+    // Type-check once per instance, so the per-call `new_unchecked` below is sound.
+    let check = |r: wasmtime::Result<()>| r.map_err(|e| GuestError::Instantiate(format!("{e:#}")));
+    check(manifest.typed::<(), (wit::Manifest,)>(&store).map(drop))?;
+    check(on_add.typed::<(u32, &[u8]), ()>(&store).map(drop))?;
+    check(on_update.typed::<(u32, &[u8], &[u8]), ()>(&store).map(drop))?;
+    check(on_delete.typed::<(u32, &[u8], bool), ()>(&store).map(drop))?;
+    check(
+        reconcile
+            .typed::<(&str,), (Result<wit::Outcome, String>,)>(&store)
+            .map(drop),
+    )?;
+    Ok(Live {
+        store,
+        manifest,
+        on_add,
+        on_update,
+        on_delete,
+        reconcile,
+    })
+}
+
+impl Live {
+    fn arm(&mut self, deadline: Duration) {
+        self.store.data_mut().deadline = Instant::now() + deadline;
+        self.store.set_epoch_deadline(1);
+    }
+
+    /// Calls `manifest` (load time only).
+    pub(crate) async fn call_manifest(
+        &mut self,
+        deadline: Duration,
+    ) -> Result<wit::Manifest, GuestError> {
+        self.arm(deadline);
+        // SAFETY: the signature was checked by `typed` in `instantiate`.
+        let f: ManifestFn = unsafe { TypedFunc::new_unchecked(self.manifest) };
+        match f.call_async(&mut self.store, ()).await {
+            Ok((m,)) => Ok(m),
+            Err(_) if self.store.data().deadline_hit => Err(GuestError::DeadlineExceeded(deadline)),
+            Err(_) if self.store.data().limiter.memory_denied => Err(GuestError::MemoryExhausted {
+                limit: self.store.data().limiter.memory_cap,
+            }),
+            Err(e) => Err(GuestError::Trap(e.root_cause().to_string())),
+        }
+    }
+}
+
+/// What `reconcile` asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Done: forget the key's backoff.
+    Done,
+    /// Reconcile again after this long.
+    RequeueAfter(Duration),
+}
+
+/// The result of a reconcile call that did not fail in the sandbox: the guest's own verdict.
+pub type ReconcileResult = Result<Outcome, String>;
+
+/// One guest instance, owned by one worker. Created by [`super::loader::Plugin::instance`].
+pub struct PluginInstance {
+    inner: Arc<PluginInner>,
+    live: Option<Live>,
+}
+
+impl Drop for PluginInstance {
+    fn drop(&mut self) {
+        self.inner.live_instances.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl PluginInstance {
+    pub(crate) fn new(inner: Arc<PluginInner>) -> Self {
+        PluginInstance { inner, live: None }
+    }
+
+    /// Whether a live instance exists (false before the first call and after a failure).
+    pub fn is_live(&self) -> bool {
+        self.live.is_some()
+    }
+
+    /// Instantiates now rather than on the first call (e.g. at worker start, to fail early).
+    pub async fn warm(&mut self) -> Result<(), GuestError> {
+        self.live_mut(Duration::ZERO).await.map(drop)
+    }
+
+    async fn live_mut(&mut self, deadline: Duration) -> Result<&mut Live, GuestError> {
+        if self.live.is_none() {
+            let started = Instant::now();
+            let live = instantiate(&self.inner, &self.inner.ctx).await?;
+            tracing::debug!(plugin = %self.inner.ctx.name, elapsed_us = started.elapsed().as_micros() as u64, "instantiated");
+            self.live = Some(live);
+        }
+        let live = self
+            .live
+            .as_mut()
+            .ok_or_else(|| GuestError::Instantiate("no instance".into()))?;
+        live.arm(deadline);
+        Ok(live)
+    }
+
+    /// Delivers an add notification for watch number `watch`.
+    pub async fn on_add(&mut self, watch: u32, obj: &[u8]) -> Result<(), GuestError> {
+        let d = self.inner.limits.handler_deadline;
+        let r = {
+            let live = self.live_mut(d).await?;
+            // SAFETY: the signature was checked by `typed` in `instantiate`.
+            let f: OnAdd<'_> = unsafe { TypedFunc::new_unchecked(live.on_add) };
+            f.call_async(&mut live.store, (watch, obj)).await
+        };
+        self.settle(r, d)
+    }
+
+    /// Delivers an update notification (old and new object) for watch number `watch`.
+    pub async fn on_update(
+        &mut self,
+        watch: u32,
+        old: &[u8],
+        new: &[u8],
+    ) -> Result<(), GuestError> {
+        let d = self.inner.limits.handler_deadline;
+        let r = {
+            let live = self.live_mut(d).await?;
+            // SAFETY: the signature was checked by `typed` in `instantiate`.
+            let f: OnUpdate<'_> = unsafe { TypedFunc::new_unchecked(live.on_update) };
+            f.call_async(&mut live.store, (watch, old, new)).await
+        };
+        self.settle(r, d)
+    }
+
+    /// Delivers a delete notification; `tombstone` when the final state is unknown.
+    pub async fn on_delete(
+        &mut self,
+        watch: u32,
+        obj: &[u8],
+        tombstone: bool,
+    ) -> Result<(), GuestError> {
+        let d = self.inner.limits.handler_deadline;
+        let r = {
+            let live = self.live_mut(d).await?;
+            // SAFETY: the signature was checked by `typed` in `instantiate`.
+            let f: OnDelete<'_> = unsafe { TypedFunc::new_unchecked(live.on_delete) };
+            f.call_async(&mut live.store, (watch, obj, tombstone)).await
+        };
+        self.settle(r, d)
+    }
+
+    /// Reconciles `key`. The outer error is a sandbox failure (instance discarded); the inner
+    /// result is the guest's own answer.
+    pub async fn reconcile(&mut self, key: &str) -> Result<ReconcileResult, GuestError> {
+        let d = self.inner.limits.reconcile_deadline;
+        // Epoch checks only run while guest code runs; a host call that never returns (a stalled
+        // API request) is caught by this wall-clock backstop one tick later.
+        let backstop = d + self.inner.engine.config().epoch_tick;
+        let r = {
+            let live = self.live_mut(d).await?;
+            // SAFETY: the signature was checked by `typed` in `instantiate`.
+            let f: Reconcile<'_> = unsafe { TypedFunc::new_unchecked(live.reconcile) };
+            let res = tokio::time::timeout(backstop, f.call_async(&mut live.store, (key,))).await;
+            res.unwrap_or_else(|_| {
+                live.store.data_mut().deadline_hit = true;
+                Err(wasmtime::Error::new(DeadlineExceeded))
+            })
+        };
+        let (res,) = self.settle(r, d)?;
+        Ok(res.map(|o| match o {
+            wit::Outcome::Done => Outcome::Done,
+            wit::Outcome::RequeueAfter(ms) => Outcome::RequeueAfter(Duration::from_millis(ms)),
+        }))
+    }
+
+    /// Passes a successful result through; on failure classifies it, counts it, logs it with the
+    /// plugin's name and discards the instance.
+    fn settle<R>(&mut self, r: wasmtime::Result<R>, deadline: Duration) -> Result<R, GuestError> {
+        let e = match r {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        let (deadline_hit, memory_denied) = self.live.take().map_or((false, false), |l| {
+            let data = l.store.data();
+            (data.deadline_hit, data.limiter.memory_denied)
+        });
+        let stats = &self.inner.stats;
+        let err = if deadline_hit || e.is::<DeadlineExceeded>() {
+            stats.deadline_hits.fetch_add(1, Ordering::Relaxed);
+            GuestError::DeadlineExceeded(deadline)
+        } else if memory_denied {
+            stats.memory_exhaustions.fetch_add(1, Ordering::Relaxed);
+            GuestError::MemoryExhausted {
+                limit: self.inner.limits.memory_bytes,
+            }
+        } else {
+            stats.traps.fetch_add(1, Ordering::Relaxed);
+            GuestError::Trap(e.root_cause().to_string())
+        };
+        tracing::warn!(plugin = %self.inner.ctx.name, error = %err, "guest call failed; instance discarded");
+        tracing::debug!(plugin = %self.inner.ctx.name, detail = ?e, "guest failure detail");
+        Err(err)
+    }
+}

@@ -1,0 +1,490 @@
+//! A plugin's manifest, validated once at load, and the permission checks derived from it.
+
+use std::time::Duration;
+
+use super::bindings::kube::controller::types as wit;
+
+/// A write verb, as RBAC names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Verb {
+    /// `create`.
+    Create,
+    /// `update` (replace).
+    Update,
+    /// `patch` (including server-side apply).
+    Patch,
+    /// `delete`.
+    Delete,
+    /// `update` on the `status` subresource.
+    UpdateStatus,
+}
+
+impl Verb {
+    /// The RBAC verb (the subresource is separate, see [`Verb::subresource`]).
+    pub fn rbac(self) -> &'static str {
+        match self {
+            Verb::Create => "create",
+            Verb::Update | Verb::UpdateStatus => "update",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+        }
+    }
+
+    /// The subresource the verb applies to, if any.
+    pub fn subresource(self) -> Option<&'static str> {
+        match self {
+            Verb::UpdateStatus => Some("status"),
+            _ => None,
+        }
+    }
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+impl From<wit::Verb> for Verb {
+    fn from(v: wit::Verb) -> Self {
+        match v {
+            wit::Verb::Create => Verb::Create,
+            wit::Verb::Update => Verb::Update,
+            wit::Verb::Patch => Verb::Patch,
+            wit::Verb::Delete => Verb::Delete,
+            wit::Verb::UpdateStatus => Verb::UpdateStatus,
+        }
+    }
+}
+
+/// One watch of the manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchSpec {
+    /// `group/version`.
+    pub api_version: String,
+    /// The kind.
+    pub kind: String,
+    /// Restricting namespace.
+    pub namespace: Option<String>,
+    /// Label selector text (validated syntax).
+    pub label_selector: Option<String>,
+    /// Field selector text (validated syntax).
+    pub field_selector: Option<String>,
+}
+
+/// One declared write: a kind and its verbs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteSpec {
+    /// `group/version`.
+    pub api_version: String,
+    /// The kind.
+    pub kind: String,
+    /// The verbs, sorted and deduplicated.
+    pub verbs: Vec<Verb>,
+    verb_bits: u8,
+}
+
+impl WriteSpec {
+    /// A write of `verbs` (sorted and deduplicated here) on `api_version`/`kind`.
+    pub fn new(api_version: &str, kind: &str, verbs: &[Verb]) -> Self {
+        let mut verbs = verbs.to_vec();
+        verbs.sort();
+        verbs.dedup();
+        let verb_bits = verbs.iter().fold(0, |acc, v| acc | v.bit());
+        WriteSpec {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+            verbs,
+            verb_bits,
+        }
+    }
+
+    /// Whether `verb` is declared.
+    pub fn allows(&self, verb: Verb) -> bool {
+        self.verb_bits & verb.bit() != 0
+    }
+}
+
+/// A validated manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Manifest {
+    /// The plugin's name (a DNS label).
+    pub name: String,
+    /// Watches; the index is what handlers receive.
+    pub watches: Vec<WatchSpec>,
+    /// Declared writes.
+    pub writes: Vec<WriteSpec>,
+    /// Resync period; none when disabled.
+    pub resync_period: Option<Duration>,
+    /// Reconcile workers (at least 1).
+    pub workers: u32,
+}
+
+/// Why a manifest was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestError {
+    /// The name is not a DNS label.
+    #[error("invalid plugin name {0:?}: must be 1-63 characters of a-z, 0-9 and '-', starting and ending with a letter or digit")]
+    Name(String),
+    /// No watches at all: the plugin would never be called.
+    #[error("the manifest declares no watches")]
+    NoWatches,
+    /// An empty or malformed apiVersion or kind.
+    #[error("{what} {index}: invalid {field} {value:?}")]
+    Kind {
+        /// `watch` or `write`.
+        what: &'static str,
+        /// Position in its list.
+        index: usize,
+        /// `api-version` or `kind`.
+        field: &'static str,
+        /// The offending value.
+        value: String,
+    },
+    /// A selector that does not parse.
+    #[error("watch {index}: unparsable {which} selector {selector:?}: {cause}")]
+    Selector {
+        /// Position in the watch list.
+        index: usize,
+        /// `label` or `field`.
+        which: &'static str,
+        /// The selector text.
+        selector: String,
+        /// What is wrong with it.
+        cause: String,
+    },
+    /// A write with no verbs.
+    #[error("write {0}: no verbs declared")]
+    NoVerbs(usize),
+    /// An absurd worker count.
+    #[error("workers = {0}: at most {MAX_WORKERS} are allowed")]
+    Workers(u32),
+}
+
+/// Upper bound on reconcile workers per plugin (each one is an instance with its own memory).
+pub const MAX_WORKERS: u32 = 64;
+
+impl Manifest {
+    /// Validates what the guest returned.
+    pub(crate) fn from_wit(m: wit::Manifest) -> Result<Self, ManifestError> {
+        if !is_dns_label(&m.name) {
+            return Err(ManifestError::Name(m.name));
+        }
+        if m.watches.is_empty() {
+            return Err(ManifestError::NoWatches);
+        }
+        if m.workers > MAX_WORKERS {
+            return Err(ManifestError::Workers(m.workers));
+        }
+        let mut watches = Vec::with_capacity(m.watches.len());
+        for (index, w) in m.watches.into_iter().enumerate() {
+            check_kind("watch", index, &w.api_version, &w.kind)?;
+            for (which, sel, check) in [
+                (
+                    "label",
+                    &w.label_selector,
+                    check_label_selector as fn(&str) -> _,
+                ),
+                ("field", &w.field_selector, check_field_selector),
+            ] {
+                if let Some(s) = sel {
+                    check(s).map_err(|cause| ManifestError::Selector {
+                        index,
+                        which,
+                        selector: s.clone(),
+                        cause,
+                    })?;
+                }
+            }
+            watches.push(WatchSpec {
+                api_version: w.api_version,
+                kind: w.kind,
+                namespace: w.namespace.filter(|n| !n.is_empty()),
+                label_selector: w.label_selector.filter(|s| !s.trim().is_empty()),
+                field_selector: w.field_selector.filter(|s| !s.trim().is_empty()),
+            });
+        }
+        let mut writes = Vec::with_capacity(m.writes.len());
+        for (index, w) in m.writes.into_iter().enumerate() {
+            check_kind("write", index, &w.api_version, &w.kind)?;
+            if w.verbs.is_empty() {
+                return Err(ManifestError::NoVerbs(index));
+            }
+            let verbs: Vec<Verb> = w.verbs.into_iter().map(Verb::from).collect();
+            writes.push(WriteSpec::new(&w.api_version, &w.kind, &verbs));
+        }
+        Ok(Manifest {
+            name: m.name,
+            watches,
+            writes,
+            resync_period: (m.resync_period_ms > 0)
+                .then(|| Duration::from_millis(m.resync_period_ms)),
+            workers: m.workers.max(1),
+        })
+    }
+
+    /// Whether the guest may read `api_version`/`kind` from the lister: only watched kinds are
+    /// cached, so only they are readable.
+    pub fn may_read(&self, api_version: &str, kind: &str) -> bool {
+        self.watches
+            .iter()
+            .any(|w| w.api_version == api_version && w.kind == kind)
+    }
+
+    /// Whether the guest may perform `verb` on `api_version`/`kind`.
+    pub fn may_write(&self, api_version: &str, kind: &str, verb: Verb) -> bool {
+        self.writes
+            .iter()
+            .any(|w| w.api_version == api_version && w.kind == kind && w.allows(verb))
+    }
+}
+
+fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+fn check_kind(
+    what: &'static str,
+    index: usize,
+    api_version: &str,
+    kind: &str,
+) -> Result<(), ManifestError> {
+    let bad = |field, value: &str| ManifestError::Kind {
+        what,
+        index,
+        field,
+        value: value.to_string(),
+    };
+    let version_ok = match api_version.split_once('/') {
+        Some((group, version)) => {
+            !group.is_empty() && !version.is_empty() && !version.contains('/')
+        }
+        None => !api_version.is_empty(),
+    };
+    if !version_ok || api_version.contains(char::is_whitespace) {
+        return Err(bad("api-version", api_version));
+    }
+    if kind.is_empty() || !kind.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Err(bad("kind", kind));
+    }
+    Ok(())
+}
+
+/// A syntax check of a label selector, enough to reject garbage at load.
+///
+/// Placeholder: the informer's selector parser replaces this at integration, so that load-time
+/// validation and list-time matching can never disagree.
+fn check_label_selector(s: &str) -> Result<(), String> {
+    for req in split_requirements(s)? {
+        let req = req.trim();
+        if req.is_empty() {
+            return Err("empty requirement".into());
+        }
+        let (key, rest) = if let Some(k) = req.strip_prefix('!') {
+            (k.trim(), "")
+        } else if let Some(i) = req.find([' ', '=', '!']) {
+            (req[..i].trim(), req[i..].trim())
+        } else {
+            (req, "")
+        };
+        check_label_key(key)?;
+        if rest.is_empty() {
+            continue;
+        }
+        let (op_len, set) = if rest.starts_with("==") || rest.starts_with("!=") {
+            (2, false)
+        } else if rest.starts_with('=') {
+            (1, false)
+        } else if let Some(r) = rest.strip_prefix("notin") {
+            (rest.len() - r.len(), true)
+        } else if let Some(r) = rest.strip_prefix("in") {
+            (rest.len() - r.len(), true)
+        } else {
+            return Err(format!("unknown operator in {req:?}"));
+        };
+        let value = rest[op_len..].trim();
+        if set {
+            let inner = value
+                .strip_prefix('(')
+                .and_then(|v| v.strip_suffix(')'))
+                .ok_or_else(|| format!("set operator needs (values) in {req:?}"))?;
+            for v in inner.split(',') {
+                check_label_value(v.trim())?;
+            }
+        } else {
+            check_label_value(value)?;
+        }
+    }
+    Ok(())
+}
+
+/// Splits on commas outside parentheses, rejecting unbalanced ones.
+fn split_requirements(s: &str) -> Result<Vec<&str>, String> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth < 0 {
+                    return Err("unbalanced ')'".into());
+                }
+            }
+            ',' if depth == 0 => {
+                out.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        return Err("unbalanced '('".into());
+    }
+    out.push(&s[start..]);
+    Ok(out)
+}
+
+fn check_label_key(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix {
+        if p.is_empty() || p.len() > 253 || !p.split('.').all(is_dns_label) {
+            return Err(format!("invalid label key prefix {p:?}"));
+        }
+    }
+    if name.is_empty() || name.len() > 63 || !is_label_name(name) {
+        return Err(format!("invalid label key {key:?}"));
+    }
+    Ok(())
+}
+
+fn check_label_value(v: &str) -> Result<(), String> {
+    if v.is_empty() || (v.len() <= 63 && is_label_name(v)) {
+        Ok(())
+    } else {
+        Err(format!("invalid label value {v:?}"))
+    }
+}
+
+fn is_label_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.iter()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && b.first().is_some_and(u8::is_ascii_alphanumeric)
+        && b.last().is_some_and(u8::is_ascii_alphanumeric)
+}
+
+/// A syntax check of a field selector: `field=value`, `field==value` or `field!=value` terms.
+fn check_field_selector(s: &str) -> Result<(), String> {
+    for term in s.split(',') {
+        let term = term.trim();
+        let (field, _value) = term
+            .split_once("!=")
+            .or_else(|| term.split_once("=="))
+            .or_else(|| term.split_once('='))
+            .ok_or_else(|| format!("term {term:?} has no operator"))?;
+        let field = field.trim();
+        if field.is_empty()
+            || !field
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_')
+        {
+            return Err(format!("invalid field {field:?}"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wit_manifest() -> wit::Manifest {
+        wit::Manifest {
+            name: "demo".into(),
+            watches: vec![wit::Watch {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                namespace: None,
+                label_selector: Some("app=web, tier in (a,b),!legacy".into()),
+                field_selector: Some("metadata.name!=x".into()),
+            }],
+            writes: vec![wit::Write {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                verbs: vec![wit::Verb::Patch, wit::Verb::Create, wit::Verb::Patch],
+            }],
+            resync_period_ms: 0,
+            workers: 0,
+        }
+    }
+
+    #[test]
+    fn valid_manifest_normalises_workers_verbs_and_resync() {
+        let m = Manifest::from_wit(wit_manifest()).expect("valid");
+        assert_eq!(m.workers, 1);
+        assert_eq!(m.resync_period, None);
+        assert_eq!(m.writes[0].verbs, vec![Verb::Create, Verb::Patch]);
+        assert!(m.may_write("v1", "ConfigMap", Verb::Patch));
+        assert!(!m.may_write("v1", "ConfigMap", Verb::Delete));
+        assert!(!m.may_write("v1", "Secret", Verb::Create));
+        assert!(m.may_read("apps/v1", "Deployment"));
+        assert!(!m.may_read("v1", "ConfigMap"));
+    }
+
+    #[test]
+    fn bad_selectors_name_and_kinds_are_refused() {
+        let mut w = wit_manifest();
+        w.watches[0].label_selector = Some("app in (a,b".into());
+        let e = Manifest::from_wit(w).unwrap_err();
+        assert!(
+            matches!(e, ManifestError::Selector { which: "label", .. }),
+            "{e}"
+        );
+
+        let mut w = wit_manifest();
+        w.watches[0].label_selector = Some("app=~web".into());
+        assert!(Manifest::from_wit(w).is_err());
+
+        let mut w = wit_manifest();
+        w.watches[0].field_selector = Some("metadata.name".into());
+        let e = Manifest::from_wit(w).unwrap_err();
+        assert!(
+            matches!(e, ManifestError::Selector { which: "field", .. }),
+            "{e}"
+        );
+
+        let mut w = wit_manifest();
+        w.name = "Not_A_Label".into();
+        assert!(matches!(Manifest::from_wit(w), Err(ManifestError::Name(_))));
+
+        let mut w = wit_manifest();
+        w.watches[0].api_version = "apps/".into();
+        assert!(matches!(
+            Manifest::from_wit(w),
+            Err(ManifestError::Kind { .. })
+        ));
+
+        let mut w = wit_manifest();
+        w.writes[0].verbs.clear();
+        assert_eq!(Manifest::from_wit(w), Err(ManifestError::NoVerbs(0)));
+
+        let mut w = wit_manifest();
+        w.watches.clear();
+        assert_eq!(Manifest::from_wit(w), Err(ManifestError::NoWatches));
+
+        let mut w = wit_manifest();
+        w.workers = MAX_WORKERS + 1;
+        assert!(matches!(
+            Manifest::from_wit(w),
+            Err(ManifestError::Workers(_))
+        ));
+    }
+}

@@ -1,0 +1,24 @@
+//! The Wasm plugin runtime: controllers as WebAssembly components of the `kube:controller` world.
+//!
+//! [`engine`] owns the one wasmtime engine and the on-disk compile cache; [`loader`] turns a
+//! `.wasm` file into a [`loader::LoadedPlugin`] (validated manifest, pre-linked instance);
+//! [`instance`] runs guest calls in a sandboxed store with deadlines and memory caps and replaces
+//! an instance that failed. Everything the guest can reach in the host goes through the
+//! [`backend`] traits, checked against the manifest by [`imports`].
+
+pub mod backend;
+mod bindings;
+pub mod cache;
+pub mod engine;
+pub mod imports;
+pub mod instance;
+pub mod loader;
+pub mod manifest;
+pub mod rbac;
+mod stdio;
+
+pub use backend::{ApiError, Backends, ClientBackend, ListerBackend, QueueBackend, WriteRequest};
+pub use engine::{EngineConfig, PluginEngine};
+pub use instance::{GuestError, Limits, Outcome, PluginInstance, ReconcileResult};
+pub use loader::{LoadCause, LoadError, LoadedPlugin, Plugin};
+pub use manifest::{Manifest, ManifestError};

@@ -1,0 +1,50 @@
+//! Reconcile reads its key from the lister: found → requeue after the object's byte length in ms,
+//! absent → done. Also writes to stdout and stderr, and logs through the host.
+use kube_guest::{lister, log, split_key, watch_all, Level, Manifest, Outcome};
+
+struct Getter;
+
+impl kube_guest::Guest for Getter {
+    fn manifest() -> Manifest {
+        println!("getter manifest requested");
+        Manifest {
+            name: "getter".into(),
+            watches: vec![watch_all("v1", "ConfigMap")],
+            writes: vec![],
+            resync_period_ms: 30_000,
+            workers: 1,
+        }
+    }
+    fn on_add(_watch: u32, obj: Vec<u8>) {
+        kube_guest::queue::add(&format!("added-{}", obj.len()));
+    }
+    fn on_update(_watch: u32, _old: Vec<u8>, _new: Vec<u8>) {}
+    fn on_delete(_watch: u32, _obj: Vec<u8>, _tombstone: bool) {}
+    fn reconcile(key: String) -> Result<Outcome, String> {
+        if key == "ambient" {
+            return Err(ambient());
+        }
+        println!("reconciling {key}");
+        eprintln!("stderr line for {key}");
+        log::log(Level::Info, &format!("looking up {key}"));
+        let (ns, name) = split_key(&key);
+        match lister::get("v1", "ConfigMap", ns, name) {
+            Ok(Some(obj)) => Ok(Outcome::RequeueAfter(obj.len() as u64)),
+            Ok(None) => Ok(Outcome::Done),
+            Err(e) => Err(format!("{} {}: {}", e.code, e.reason, e.message)),
+        }
+    }
+}
+
+kube_guest::export!(Getter);
+
+/// Reports what the sandbox grants: environment, arguments, files, network.
+fn ambient() -> String {
+    let env = std::env::vars_os().count();
+    let args = std::env::args_os().count();
+    let root = std::fs::read_dir("/").is_ok();
+    let cwd = std::fs::read_dir(".").is_ok();
+    let tcp = std::net::TcpStream::connect("127.0.0.1:1").is_ok();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").is_ok();
+    format!("env={env} args={args} root={root} cwd={cwd} tcp={tcp} udp={udp}")
+}

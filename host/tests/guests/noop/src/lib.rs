@@ -1,0 +1,24 @@
+//! Does nothing: the baseline for load, manifest and call-overhead tests.
+use kube_guest::{watch_all, Manifest, Outcome};
+
+struct Noop;
+
+impl kube_guest::Guest for Noop {
+    fn manifest() -> Manifest {
+        Manifest {
+            name: "noop".into(),
+            watches: vec![watch_all("v1", "ConfigMap")],
+            writes: vec![],
+            resync_period_ms: 0,
+            workers: 2,
+        }
+    }
+    fn on_add(_watch: u32, _obj: Vec<u8>) {}
+    fn on_update(_watch: u32, _old: Vec<u8>, _new: Vec<u8>) {}
+    fn on_delete(_watch: u32, _obj: Vec<u8>, _tombstone: bool) {}
+    fn reconcile(_key: String) -> Result<Outcome, String> {
+        Ok(Outcome::Done)
+    }
+}
+
+kube_guest::export!(Noop);
