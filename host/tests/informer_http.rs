@@ -60,6 +60,7 @@ enum Outcome {
         code: Option<u16>,
         too_large: bool,
         expired: bool,
+        message: String,
     },
 }
 
@@ -126,6 +127,7 @@ fn failed(e: &Error) -> Outcome {
         code: e.code(),
         too_large: e.is_too_large_rv(),
         expired: e.is_expired(),
+        message: e.to_string(),
     }
 }
 
@@ -1117,13 +1119,15 @@ fn counting_handler() -> (HandlerFns, LastSeen, Arc<AtomicU64>) {
     (h, last, count)
 }
 
-/// Inject `fault` until the informer has observably received it (`delivered` grows), bounded.
+/// Inject a fault until the informer has observably received it (`delivered` grows), bounded.
+/// An injection can miss: e.g. a 410 kick while the reflector is between watches reaches no
+/// stream, so it is repeated every 50 ms.
 async fn deliver(what: &str, mut inject: impl FnMut(), delivered: impl Fn() -> usize) {
     let before = delivered();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         inject();
-        let round = Instant::now() + Duration::from_secs(1);
+        let round = Instant::now() + Duration::from_millis(50);
         while Instant::now() < round {
             if delivered() > before {
                 return;
@@ -1156,6 +1160,7 @@ async fn convergence_under_faults_5000_writes_500_objects() {
     let mut rng = StdRng::seed_from_u64(0x5eed_0003);
     let mut exists = [false; 500];
     let mut injected = [0usize; 7];
+    let mut spent = [Duration::ZERO; 7];
     let mut ever = std::collections::BTreeSet::new();
     for op in 0..5000usize {
         let i = rng.gen_range(0..500);
@@ -1177,8 +1182,9 @@ async fn convergence_under_faults_5000_writes_500_objects() {
         }
         let kind = (op / 14) % FAULT_KINDS.len();
         let f = h.faults();
+        let t = Instant::now();
         match kind {
-            0 => f.close_watches_after(rng.gen_range(1..=20)),
+            0 => f.close_watches_after(rng.gen_range(1..=8)),
             1 => {
                 deliver(
                     "an in-stream 410",
@@ -1203,6 +1209,7 @@ async fn convergence_under_faults_5000_writes_500_objects() {
             _ => f.drop_connections(),
         }
         injected[kind] += 1;
+        spent[kind] += t.elapsed();
     }
     let writes_done = started.elapsed();
     h.faults().clear();
@@ -1241,7 +1248,7 @@ async fn convergence_under_faults_5000_writes_500_objects() {
     assert!(log.stream_closed.load(Ordering::SeqCst) >= 50);
     eprintln!(
         "convergence: {} live objects, {} notifications, {} lists, {} watches, {} streams \
-         expired / {} closed / {} broken; writes {:?}, total {:?}",
+         expired / {} closed / {} broken; writes {:?} (waiting for delivery {:?}), total {:?}",
         server.len(),
         notified.load(Ordering::Relaxed),
         log.lists().len(),
@@ -1250,6 +1257,7 @@ async fn convergence_under_faults_5000_writes_500_objects() {
         log.stream_closed.load(Ordering::SeqCst),
         log.stream_broken.load(Ordering::SeqCst),
         writes_done,
+        spent,
         started.elapsed()
     );
     r.stop().await;
