@@ -60,6 +60,8 @@ enum Outcome {
         code: Option<u16>,
         too_large: bool,
         expired: bool,
+        /// Shown when an assertion prints the log.
+        #[allow(dead_code)]
         message: String,
     },
 }
@@ -1026,7 +1028,7 @@ async fn spec_6_10_selectors_scope_the_cache_and_relabels_move_objects() {
     let keys = |r: &Running| cache_state(r).into_keys().collect::<Vec<_>>();
     assert_eq!(keys(&r), ["default/a", "default/d"]);
     assert_eq!(keys(&f), ["default/a", "default/c", "default/d"]);
-    let mut initial = vec![next(&mut rx).await, next(&mut rx).await];
+    let mut initial = [next(&mut rx).await, next(&mut rx).await];
     initial.sort_by_key(|s| format!("{s:?}"));
     assert!(
         matches!(&initial[..], [Seen::Add(a, _), Seen::Add(d, _)] if a == "default/a" && d == "default/d")
@@ -1037,7 +1039,7 @@ async fn spec_6_10_selectors_scope_the_cache_and_relabels_move_objects() {
     relabel(&e.h, "b", json!({"app": "web"}));
     relabel(&e.h, "c", json!({"app": "api", "tier": "frontend"}));
     let d_rv = touch(&e.h, "d", "still in");
-    let got = vec![
+    let got = [
         next(&mut rx).await,
         next(&mut rx).await,
         next(&mut rx).await,
