@@ -565,6 +565,10 @@ async fn spec_1_7_6_4_6_9_bookmarks_advance_last_sync_rv_without_store_changes()
     let (handler, mut rx) = recorder();
     let r = start(&e, opts("bookmarks"), None, None, Some(handler));
     synced(&r).await;
+    for _ in 0..3 {
+        let s = next(&mut rx).await;
+        assert!(matches!(s, Seen::Add(..)), "{s:?}");
+    }
     let before = cache_state(&r);
     let synced_rv = r.inf.last_sync_resource_version();
     for i in 0..5 {
@@ -577,16 +581,10 @@ async fn spec_1_7_6_4_6_9_bookmarks_advance_last_sync_rv_without_store_changes()
         check(rv == target, || format!("lastSyncRV {rv}"))
     })
     .await;
-    // Only the RV moved: same cache, the same single watch, no relist, no notifications
-    // besides the initial adds.
+    // Only the RV moved: same cache, the same single watch, no relist, no notifications.
     assert_eq!(cache_state(&r), before);
     assert_eq!((r.log.lists().len(), r.log.watches().len()), (1, 1));
-    let mut adds = 0;
-    while let Ok(s) = rx.try_recv() {
-        assert!(matches!(s, Seen::Add(..)), "{s:?}");
-        adds += 1;
-    }
-    assert_eq!(adds, 3);
+    assert!(rx.try_recv().is_err());
     r.stop().await;
     e.h.shutdown().await;
 }
@@ -740,7 +738,7 @@ fn gaps(log: &Log, pick: impl Fn(&Call) -> bool) -> Vec<Duration> {
 /// Each sleep of the default backoff is in [d, 2d) for d = 800 ms, 1.6 s, …; a request's own
 /// time is added to the gap, so the upper bound gets a generous margin.
 fn assert_backoff(gaps: &[Duration]) {
-    let slack = Duration::from_millis(700);
+    let slack = Duration::from_secs(1);
     let mut d = Duration::from_millis(800);
     for (i, g) in gaps.iter().enumerate() {
         assert!(
