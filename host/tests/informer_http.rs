@@ -680,10 +680,10 @@ async fn spec_1_8_in_stream_410_relists_at_last_sync_rv() {
 // ---------------------------------------------------------------------------------------------
 // spec 1.8: normal close
 
-/// spec 1.8: a watch the server closes normally is resumed at once from lastSyncRV, with no
-/// relist: each new watch starts at the RV of the last event the previous one delivered.
+/// spec 1.8, 1.6: a watch the server closes normally is resumed at once from lastSyncRV, with
+/// no relist: each new watch starts at the RV of the last event the previous one delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn spec_1_8_normal_close_rewatches_from_last_sync_rv_without_relist() {
+async fn spec_1_8_1_6_normal_close_rewatches_from_last_sync_rv_without_relist() {
     let e = env(Emulator::builder()).await;
     create_cms(&e.h, 3, json!({}));
     let r = start(&e, opts("close"), None, None, None);
@@ -715,6 +715,16 @@ async fn spec_1_8_normal_close_rewatches_from_last_sync_rv_without_relist() {
             Some(rvs[5].clone())
         ]
     );
+    // spec 1.6: every watch asks for bookmarks and a timeout in [300, 600) s, and nothing of
+    // watch-list.
+    for (p, _) in r.log.watches() {
+        assert!(p.allow_watch_bookmarks, "{p:?}");
+        assert!(matches!(p.timeout_seconds, Some(300..=599)), "{p:?}");
+        assert!(
+            !p.send_initial_events && p.resource_version_match.is_none(),
+            "{p:?}"
+        );
+    }
     assert_eq!(r.log.lists().len(), 1, "a normal close must not relist");
     assert_eq!(r.log.stream_closed.load(Ordering::SeqCst), 3);
     r.stop().await;
