@@ -89,6 +89,10 @@ pub enum FaultCommand {
     StallStreams(f64),
     CompactHistory(bool),
     DropConnections(bool),
+    /// Watch-list streams leave out the initial-events-end bookmark while on.
+    OmitInitialEventsEnd(bool),
+    /// Watches with `sendInitialEvents` get 422 while on.
+    RefuseWatchList(bool),
     Clear(bool),
 }
 
@@ -134,6 +138,8 @@ pub(crate) fn admin(
                 }
                 FaultCommand::CompactHistory(_) => f.compact_history(),
                 FaultCommand::DropConnections(_) => f.drop_connections(),
+                FaultCommand::OmitInitialEventsEnd(on) => f.omit_initial_events_end(on),
+                FaultCommand::RefuseWatchList(on) => f.refuse_watch_list(on),
                 FaultCommand::Clear(_) => f.clear(),
             }
             response::value(StatusCode::OK, &json!({"ok": true}))
@@ -160,6 +166,10 @@ mod tests {
         ));
         let c: FaultCommand = serde_json::from_str(r#"{"closeWatchesAfter":3}"#).unwrap();
         assert!(matches!(c, FaultCommand::CloseWatchesAfter(3)));
+        let c: FaultCommand = serde_json::from_str(r#"{"refuseWatchList":true}"#).unwrap();
+        assert!(matches!(c, FaultCommand::RefuseWatchList(true)));
+        let c: FaultCommand = serde_json::from_str(r#"{"omitInitialEventsEnd":false}"#).unwrap();
+        assert!(matches!(c, FaultCommand::OmitInitialEventsEnd(false)));
         assert!(serde_json::from_str::<FaultCommand>(r#"{"nope":1}"#).is_err());
     }
 }

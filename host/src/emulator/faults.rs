@@ -5,7 +5,7 @@
 //! events, 429 with Retry-After), which only the server can produce precisely.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,6 +37,8 @@ pub struct Faults {
     close_after: AtomicU64,
     fail: Mutex<Option<FailNext>>,
     stall_until: Mutex<Option<Instant>>,
+    omit_initial_events_end: AtomicBool,
+    refuse_watch_list: AtomicBool,
     kicks: watch::Sender<Kicks>,
     store: Arc<Store>,
 }
@@ -63,6 +65,8 @@ impl Faults {
             close_after: AtomicU64::new(0),
             fail: Mutex::new(None),
             stall_until: Mutex::new(None),
+            omit_initial_events_end: AtomicBool::new(false),
+            refuse_watch_list: AtomicBool::new(false),
             kicks: watch::channel(Kicks::default()).0,
             store,
         }
@@ -102,11 +106,33 @@ impl Faults {
         self.kicks.send_modify(|k| k.drop += 1);
     }
 
-    /// Turn off every persistent fault (close-after, fail-next, stall).
+    /// Watch-list streams (`sendInitialEvents=true`) never send the initial-events-end
+    /// bookmark, as a server with the bug of k/k#139716 behaves.
+    pub fn omit_initial_events_end(&self, on: bool) {
+        self.omit_initial_events_end.store(on, Ordering::Relaxed);
+    }
+
+    /// Refuse watches with `sendInitialEvents` with 422, as a server whose WatchList feature
+    /// is off does (spec 6.7).
+    pub fn refuse_watch_list(&self, on: bool) {
+        self.refuse_watch_list.store(on, Ordering::Relaxed);
+    }
+
+    /// Turn off every persistent fault (close-after, fail-next, stall, the watch-list knobs).
     pub fn clear(&self) {
         self.close_watches_after(0);
         *self.fail.lock() = None;
         *self.stall_until.lock() = None;
+        self.omit_initial_events_end(false);
+        self.refuse_watch_list(false);
+    }
+
+    pub(crate) fn omits_initial_events_end(&self) -> bool {
+        self.omit_initial_events_end.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn refuses_watch_list(&self) -> bool {
+        self.refuse_watch_list.load(Ordering::Relaxed)
     }
 
     pub(crate) fn close_after(&self) -> u64 {

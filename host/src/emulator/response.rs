@@ -82,12 +82,15 @@ pub fn value<T: serde::Serialize>(code: StatusCode, v: &T) -> Response<Body> {
 pub fn status(s: &Status) -> Response<Body> {
     let code = StatusCode::from_u16(s.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut r = value_raw(code, s);
-    if s.code == 429 {
-        let secs = s
-            .details
-            .as_ref()
-            .and_then(|d| d.retry_after_seconds)
-            .unwrap_or(1);
+    // The server copies a positive retryAfterSeconds into Retry-After for any code (504
+    // TooLargeRV included); 429 always carries one.
+    let secs = s
+        .details
+        .as_ref()
+        .and_then(|d| d.retry_after_seconds)
+        .filter(|n| *n > 0)
+        .or((s.code == 429).then_some(1));
+    if let Some(secs) = secs {
         if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
             r.headers_mut().insert(header::RETRY_AFTER, v);
         }
@@ -304,7 +307,8 @@ pub fn too_large_rv(requested: u64, current: u64) -> Status {
     let mut s = Status::failure(
         504,
         "Timeout",
-        format!("Too large resource version: {requested}, current: {current}"),
+        // The server builds it with NewTimeoutError, which prefixes "Timeout: ".
+        format!("Timeout: Too large resource version: {requested}, current: {current}"),
     );
     s.details = Some(StatusDetails {
         causes: vec![StatusCause {
@@ -337,6 +341,30 @@ mod tests {
         let v = serde_json::to_value(&s).unwrap();
         assert_eq!(v["details"]["causes"][0]["reason"], "FieldValueInvalid");
         assert!(v["details"].get("group").is_none());
+    }
+
+    #[test]
+    fn too_large_rv_has_the_servers_shape_spec_6_5() {
+        let s = too_large_rv(99, 5);
+        assert!(s.is_too_large_rv());
+        assert_eq!((s.code, s.reason.as_str()), (504, "Timeout"));
+        assert_eq!(
+            s.message,
+            "Timeout: Too large resource version: 99, current: 5"
+        );
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(
+            v["details"]["causes"][0]["reason"],
+            "ResourceVersionTooLarge"
+        );
+        assert_eq!(v["details"]["retryAfterSeconds"], 1);
+        let r = status(&s);
+        assert_eq!(r.status(), StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+        // Without retryAfterSeconds only a 429 gets the header.
+        assert!(!status(&internal("x"))
+            .headers()
+            .contains_key(header::RETRY_AFTER));
     }
 
     #[test]

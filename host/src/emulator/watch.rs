@@ -125,6 +125,13 @@ pub(crate) fn watch(
         Ok(o) => o,
         Err(s) => return response::status(&s),
     };
+    if opts.send_initial_given && shared.faults.refuses_watch_list() {
+        let e = FieldError::forbidden(
+            "sendInitialEvents",
+            "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+        );
+        return response::status(&response::invalid("ListOptions", "meta.k8s.io", "", &[e]));
+    }
     let (tx, rx) = mpsc::channel::<Bytes>(4);
     let task = Watcher {
         shared: shared.clone(),
@@ -191,7 +198,7 @@ impl Watcher {
             }
             Start::After(rv) => rv,
         };
-        if self.opts.initial_events {
+        if self.opts.initial_events && !self.shared.faults.omits_initial_events_end() {
             let line = self.bookmark(cursor, true);
             self.buf.put_slice(&line);
         }
