@@ -173,7 +173,9 @@ impl From<crate::kube::Error> for ApiError {
         use crate::kube::Error as E;
         match e {
             E::Api(s) => ApiError::new(s.code, s.reason, s.message),
-            E::Timeout(d) => ApiError::new(504, "Timeout", format!("request timed out after {d:?}")),
+            E::Timeout(d) => {
+                ApiError::new(504, "Timeout", format!("request timed out after {d:?}"))
+            }
             other => ApiError::unavailable(other.to_string()),
         }
     }
@@ -209,7 +211,10 @@ impl ClientBackend for KubeClientBackend {
             .get(&(req.api_version.clone(), req.kind.clone()))
             .cloned()
         else {
-            let msg = format!("kind {} ({}) was not resolved at load", req.kind, req.api_version);
+            let msg = format!(
+                "kind {} ({}) was not resolved at load",
+                req.kind, req.api_version
+            );
             return Box::pin(async move { Err(ApiError::new(500, "InternalError", msg)) });
         };
         let client = self.client.clone();
@@ -325,7 +330,10 @@ mod tests {
         assert_eq!(l.list("v1", "ConfigMap", None, None).unwrap().len(), 0);
         l.add_store("v1", "ConfigMap", None, store);
         assert_eq!(
-            l.get("v1", "ConfigMap", Some("a"), "x").unwrap().unwrap().name(),
+            l.get("v1", "ConfigMap", Some("a"), "x")
+                .unwrap()
+                .unwrap()
+                .name(),
             "x"
         );
         assert!(l.get("v1", "ConfigMap", Some("b"), "x").unwrap().is_none());
@@ -338,7 +346,12 @@ mod tests {
             .list("v1", "ConfigMap", None, Some("app in (web"))
             .unwrap_err();
         assert_eq!(e.code, 400);
-        assert_eq!(l.by_index("v1", "ConfigMap", "namespace", "b").unwrap().len(), 1);
+        assert_eq!(
+            l.by_index("v1", "ConfigMap", "namespace", "b")
+                .unwrap()
+                .len(),
+            1
+        );
         assert_eq!(
             l.by_index("v1", "ConfigMap", "nope", "b").unwrap_err().code,
             400

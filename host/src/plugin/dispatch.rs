@@ -77,7 +77,9 @@ fn tombstone_stub(key: &str) -> Vec<u8> {
         Some(ns) => serde_json::json!({"namespace": ns, "name": name}),
         None => serde_json::json!({"name": name}),
     };
-    serde_json::json!({ "metadata": meta }).to_string().into_bytes()
+    serde_json::json!({ "metadata": meta })
+        .to_string()
+        .into_bytes()
 }
 
 impl ResourceEventHandler for WatchHandler {

@@ -122,8 +122,12 @@ async fn worker(
             (Next::RateLimited, r) => {
                 stats.errors.fetch_add(1, Ordering::Relaxed);
                 match r {
-                    Ok(Err(msg)) => tracing::warn!(%key, error = %msg, "reconcile failed; requeued with backoff"),
-                    Err(e) => tracing::warn!(%key, error = %e, "reconcile failed in the sandbox; instance replaced, requeued with backoff"),
+                    Ok(Err(msg)) => {
+                        tracing::warn!(%key, error = %msg, "reconcile failed; requeued with backoff")
+                    }
+                    Err(e) => {
+                        tracing::warn!(%key, error = %e, "reconcile failed in the sandbox; instance replaced, requeued with backoff")
+                    }
                     Ok(Ok(_)) => {}
                 }
                 queue.add_rate_limited(key.clone());

@@ -18,9 +18,11 @@ use super::instance::{GuestError, Limits};
 use super::loader::{LoadError, LoadedPlugin, Plugin};
 use super::reconcile::{spawn_workers, ReconcileStats, RECONCILE_BUCKETS};
 use crate::informer::factory::{FactoryRegistration, InformerKey, SharedInformerFactory};
-use crate::informer::shared::InformerError;
+use crate::informer::shared::{InformerError, InformerOptions};
 use crate::kube::{ApiResource, Client, Discovery, ResourceClient};
-use crate::workqueue::{default_controller_rate_limiter, MetricsError, RateLimitingQueue, Registry};
+use crate::workqueue::{
+    default_controller_rate_limiter, MetricsError, RateLimitingQueue, Registry,
+};
 
 /// Why one plugin did not start. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +72,9 @@ pub enum StartError {
         source: InformerError,
     },
 }
+
+/// How often shared informers check whether a handler is due a resync.
+const INFORMER_RESYNC_CHECK: Duration = Duration::from_secs(30);
 
 /// Host-wide settings of the plugin runtime.
 #[derive(Debug, Clone, Default)]
@@ -133,7 +138,12 @@ impl PluginRuntime {
             engine,
             discovery: Arc::new(Discovery::new(client.clone())),
             client,
-            factory: SharedInformerFactory::new(Default::default()),
+            factory: SharedInformerFactory::new(InformerOptions {
+                // The resync check period of shared informers: plugins that want a shorter
+                // resync lower it while the informer is new; 0 would disable resync entirely.
+                resync_period: INFORMER_RESYNC_CHECK,
+                ..InformerOptions::default()
+            }),
             registry: Registry::new(),
             opts,
             plugins: Vec::new(),
@@ -252,7 +262,8 @@ impl PluginRuntime {
                 w.field_selector.as_deref(),
             );
             let make_lw = || {
-                let mut lw = ResourceClient::new(self.client.clone(), res.clone(), namespace.clone());
+                let mut lw =
+                    ResourceClient::new(self.client.clone(), res.clone(), namespace.clone());
                 lw.label_selector = w.label_selector.clone();
                 lw.field_selector = w.field_selector.clone();
                 lw
@@ -263,7 +274,8 @@ impl PluginRuntime {
                     key.clone(),
                     make_lw,
                     dispatcher.handler(i as u32),
-                    manifest.resync_period,
+                    // Zero: this plugin asked for no resync (the factory default would apply).
+                    Some(manifest.resync_period.unwrap_or(Duration::ZERO)),
                 )
                 .map_err(|source| {
                     for h in &workers {
@@ -443,10 +455,16 @@ impl RuntimeStatus {
             let plugin = p.plugin.name();
             let (buckets, sum) = p.stats.histogram();
             for (bound, n) in RECONCILE_BUCKETS.iter().zip(&buckets) {
-                let _ = writeln!(out, "{name}_bucket{{plugin=\"{plugin}\",le=\"{bound}\"}} {n}");
+                let _ = writeln!(
+                    out,
+                    "{name}_bucket{{plugin=\"{plugin}\",le=\"{bound}\"}} {n}"
+                );
             }
             let count = buckets.last().copied().unwrap_or(0);
-            let _ = writeln!(out, "{name}_bucket{{plugin=\"{plugin}\",le=\"+Inf\"}} {count}");
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{plugin=\"{plugin}\",le=\"+Inf\"}} {count}"
+            );
             let _ = writeln!(out, "{name}_sum{{plugin=\"{plugin}\"}} {sum}");
             let _ = writeln!(out, "{name}_count{{plugin=\"{plugin}\"}} {count}");
         }
