@@ -332,6 +332,10 @@ async fn the_binary_serves_metrics_and_readiness_and_drains_on_sigterm() {
     assert!(body.contains("plugin_guest_deadline_hits_total{plugin=\"copier\"} 0"));
     assert!(body.contains("plugin_reconcile_duration_seconds_count{plugin=\"copier\"} 1"));
     assert!(body.contains("plugin_informers_synced{plugin=\"copier\"} 1"));
+    assert!(
+        body.contains("informer_relists_total{informer=\"v1/configmaps|||\"} 0"),
+        "{body}"
+    );
 
     let pid = child.id().expect("pid").to_string();
     let killed = std::process::Command::new("kill")

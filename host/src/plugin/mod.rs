@@ -24,6 +24,7 @@ pub mod rbac;
 pub mod reconcile;
 pub mod runtime;
 mod stdio;
+pub mod watch_counters;
 
 pub use backend::{ApiError, Backends, ClientBackend, ListerBackend, QueueBackend, WriteRequest};
 pub use engine::{EngineConfig, PluginEngine};

@@ -17,6 +17,7 @@ use super::engine::PluginEngine;
 use super::instance::{GuestError, Limits};
 use super::loader::{LoadError, LoadedPlugin, Plugin};
 use super::reconcile::{spawn_workers, ReconcileStats, RECONCILE_BUCKETS};
+use super::watch_counters::{CounterMap, CountingLw};
 use crate::informer::factory::{FactoryRegistration, InformerKey, SharedInformerFactory};
 use crate::informer::shared::{InformerError, InformerOptions};
 use crate::kube::{ApiResource, Client, Discovery, ResourceClient};
@@ -91,7 +92,7 @@ pub struct RuntimeOptions {
 pub struct RunningPlugin {
     plugin: Plugin,
     queue: RateLimitingQueue<String>,
-    regs: Vec<FactoryRegistration<ResourceClient>>,
+    regs: Vec<FactoryRegistration<CountingLw>>,
     workers: Vec<JoinHandle<()>>,
     dispatcher: Arc<Dispatcher>,
     stats: Arc<ReconcileStats>,
@@ -125,8 +126,9 @@ pub struct PluginRuntime {
     engine: PluginEngine,
     client: Client,
     discovery: Arc<Discovery>,
-    factory: SharedInformerFactory<ResourceClient>,
+    factory: SharedInformerFactory<CountingLw>,
     registry: Registry,
+    lw_counters: CounterMap,
     opts: RuntimeOptions,
     plugins: Vec<RunningPlugin>,
 }
@@ -145,6 +147,7 @@ impl PluginRuntime {
                 ..InformerOptions::default()
             }),
             registry: Registry::new(),
+            lw_counters: CounterMap::default(),
             opts,
             plugins: Vec::new(),
         }
@@ -266,7 +269,7 @@ impl PluginRuntime {
                     ResourceClient::new(self.client.clone(), res.clone(), namespace.clone());
                 lw.label_selector = w.label_selector.clone();
                 lw.field_selector = w.field_selector.clone();
-                lw
+                CountingLw::new(lw, key.to_string(), &self.lw_counters)
             };
             let reg = self
                 .factory
@@ -311,7 +314,7 @@ impl PluginRuntime {
     }
 
     /// The informer factory (shared watches).
-    pub fn factory(&self) -> &SharedInformerFactory<ResourceClient> {
+    pub fn factory(&self) -> &SharedInformerFactory<CountingLw> {
         &self.factory
     }
 
@@ -324,6 +327,7 @@ impl PluginRuntime {
     pub fn status(&self) -> RuntimeStatus {
         RuntimeStatus {
             registry: self.registry.clone(),
+            lw_counters: self.lw_counters.clone(),
             plugins: self
                 .plugins
                 .iter()
@@ -382,6 +386,7 @@ struct PluginStatus {
 #[derive(Clone)]
 pub struct RuntimeStatus {
     registry: Registry,
+    lw_counters: CounterMap,
     plugins: Arc<[PluginStatus]>,
 }
 
@@ -480,6 +485,32 @@ impl RuntimeStatus {
                 p.plugin.name(),
                 u8::from(synced)
             );
+        }
+        let informers: Vec<_> = self
+            .lw_counters
+            .lock()
+            .iter()
+            .map(|(k, c)| (k.clone(), c.clone()))
+            .collect();
+        type Count = fn(&super::watch_counters::LwCounters) -> u64;
+        let informer_counters: [(&str, &str, Count); 2] = [
+            (
+                "informer_relists_total",
+                "Full lists after an informer's first one (410 Gone, errors, restarts).",
+                |c| c.relists(),
+            ),
+            (
+                "informer_watch_restarts_total",
+                "Watch requests after an informer's first one.",
+                |c| c.watch_restarts(),
+            ),
+        ];
+        for (name, help, get) in informer_counters {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (key, c) in &informers {
+                let key = key.replace('\\', "\\\\").replace('"', "\\\"");
+                let _ = writeln!(out, "{name}{{informer=\"{key}\"}} {}", get(c));
+            }
         }
         out
     }
