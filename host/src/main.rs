@@ -199,7 +199,16 @@ fn engine(cache_dir: Option<PathBuf>, max_memory: usize) -> anyhow::Result<Plugi
 async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
     let engine = engine(args.cache_dir, DEFAULT_MAX_MEMORY)?;
     let loaded = engine.load(&args.plugin, Limits::default()).await?;
-    let yaml = serde_yaml::to_string(&manifest_value(loaded.manifest()))?;
+    let mut v = manifest_value(loaded.manifest());
+    // Unset optional fields are left out, as kubectl prints objects.
+    if let Some(watches) = v["watches"].as_array_mut() {
+        for w in watches {
+            if let Some(o) = w.as_object_mut() {
+                o.retain(|_, v| !v.is_null());
+            }
+        }
+    }
+    let yaml = serde_yaml::to_string(&v)?;
     print!("{yaml}");
     Ok(())
 }

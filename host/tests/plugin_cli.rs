@@ -15,6 +15,7 @@ async fn host(args: &[&std::ffi::OsStr]) -> Output {
     cmd.args(args)
         .env("XDG_CACHE_HOME", cache)
         .env("RUST_LOG", "error")
+        .env_remove("KUBECONFIG")
         .kill_on_drop(true);
     tokio::time::timeout(T, cmd.output())
         .await
@@ -82,5 +83,40 @@ async fn no_plugin_or_only_broken_plugins_exit_non_zero_with_one_clear_line() {
 
     let out = host(&[os("inspect"), junk.as_os_str()]).await;
     assert!(!out.status.success());
+
+    // JSON logs: every stderr line the host writes through tracing is a JSON object.
+    let out = host(&[
+        os("--log-format"),
+        os("json"),
+        os("--emulator"),
+        os("--plugin"),
+        junk.as_os_str(),
+    ])
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let json_lines = stderr
+        .lines()
+        .filter(|l| serde_json::from_str::<serde_json::Value>(l).is_ok())
+        .count();
+    assert!(json_lines >= 1, "{stderr}");
+
+    // A config file with an unknown key is refused, naming the file.
+    let cfg = dir.join("host.yaml");
+    std::fs::write(&cfg, "reconcileDeadlineMs: 500\nbogus: 1\n").expect("write");
+    let out = host(&[
+        os("--config"),
+        cfg.as_os_str(),
+        os("--plugin"),
+        junk.as_os_str(),
+    ])
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("config {}", cfg.display())),
+        "{stderr}"
+    );
+    assert!(stderr.contains("bogus"), "{stderr}");
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -134,6 +134,28 @@ async fn handlers_see_changes_in_order_and_reconcile_writes_reach_the_emulator()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trapping_handler_is_logged_and_its_instance_replaced() {
+    let em = emulator().await;
+    let mut rt = runtime(&em, Limits::default(), false);
+    start(&mut rt, &["copier"]).await;
+    em.create(cm("handler-panic", json!({}))).expect("create");
+    let copier = rt.plugins()[0].plugin().clone();
+    let dispatcher = || rt.plugins()[0].dispatcher();
+    assert!(eventually(WAIT, || dispatcher().failures.load(Ordering::Relaxed) == 1).await);
+    assert_eq!(copier.stats().traps.load(Ordering::Relaxed), 1);
+    // The next notification reaches a fresh dispatch instance.
+    em.create(cm("after", json!({"v": "1"}))).expect("create");
+    assert!(eventually(WAIT, || get_cm(&em, "after-copy").is_some()).await);
+    assert_eq!(dispatcher().failures.load(Ordering::Relaxed), 1);
+    assert!(
+        get_cm(&em, "handler-panic-copy").is_none(),
+        "the failed add enqueued nothing"
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+    em.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_plugins_share_one_watch_a_looping_guest_hits_its_deadline_and_undeclared_writes_fail()
 {
     let em = emulator().await;

@@ -3,6 +3,7 @@
 //!
 //! Data keys steer it: `requeue-ms` → requeue after that long; `fail` → return an error;
 //! `secret` → also try to create a Secret (undeclared: the 403 is recorded in the copy's data).
+//! A ConfigMap named `handler-panic` makes `on-add` trap.
 use kube_guest::{client, lister, log, split_key, watch_all, Level, Manifest, Outcome, Verb, Write};
 use serde_json::{json, Value};
 
@@ -46,6 +47,9 @@ impl kube_guest::Guest for Copier {
         let v = parse(&obj);
         if is_copy(&v) {
             return;
+        }
+        if v["metadata"]["name"] == "handler-panic" {
+            panic!("copier refuses to handle {}", key_of(&v));
         }
         log::log(Level::Info, &format!("event add {} v={}", key_of(&v), data_v(&v)));
         kube_guest::queue::add(&key_of(&v));
