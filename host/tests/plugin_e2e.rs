@@ -371,3 +371,29 @@ async fn the_binary_serves_metrics_and_readiness_and_drains_on_sigterm() {
         .expect("wait");
     assert!(status.success(), "SIGTERM is a clean exit: {status:?}");
 }
+
+#[tokio::test]
+async fn readiness_waits_for_plugins_and_unknown_paths_are_404() {
+    let em = emulator().await;
+    let rt = runtime(&em, Limits::default(), false);
+    let (addr, task) = host::plugin::ops::serve("127.0.0.1:0".parse().expect("addr"), rt.status())
+        .await
+        .expect("serve");
+    let addr = addr.to_string();
+    assert_eq!(http_get(&addr, "/healthz").await.0, 200);
+    assert_eq!(
+        http_get(&addr, "/readyz").await.0,
+        503,
+        "not ready without a running plugin"
+    );
+    assert_eq!(http_get(&addr, "/nope").await.0, 404);
+    let (code, body) = http_get(&addr, "/metrics").await;
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("# TYPE plugin_reconcile_total counter"),
+        "{body}"
+    );
+    task.abort();
+    rt.shutdown(Duration::from_secs(1)).await;
+    em.shutdown().await;
+}
