@@ -1,42 +1,478 @@
 //! The `host` binary: runs plugins against a cluster or the embedded emulator.
 
-use clap::{Parser, Subcommand};
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::Deserialize;
+
+use host::emulator::{Emulator, EmulatorHandle};
+use host::kube::config::KubeconfigOptions;
+use host::kube::{Client, Config, Discovery};
+use host::plugin::engine::DEFAULT_MAX_MEMORY;
+use host::plugin::{EngineConfig, Limits, Manifest, PluginEngine, PluginRuntime, RuntimeOptions};
 
 #[derive(Parser)]
 #[command(
     name = "host",
     version,
-    about = "WebAssembly-pluggable Kubernetes controller host"
+    about = "WebAssembly-pluggable Kubernetes controller host",
+    args_conflicts_with_subcommands = true
 )]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Run the embedded API-server emulator as a process.
     Emulator(host::emulator::cli::EmulatorArgs),
+    /// Print a plugin's manifest.
+    Inspect(InspectArgs),
+    /// Print the ClusterRole and ClusterRoleBinding the plugins need.
+    Rbac(RbacArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Running plugins. Every limit can also come from `--config`; flags win.
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// A controller component to run (repeatable).
+    #[arg(long = "plugin", value_name = "FILE.wasm")]
+    plugins: Vec<PathBuf>,
+    /// Kubeconfig file (default: KUBECONFIG, in-cluster, then ~/.kube/config).
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context.
+    #[arg(long)]
+    context: Option<String>,
+    /// Restrict watches that name no namespace to this namespace.
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Run against the embedded emulator, optionally seeded from a YAML file.
+    #[arg(long, value_name = "SEED.yaml", num_args = 0..=1)]
+    emulator: Option<Option<PathBuf>>,
+    /// Compile cache directory (default: the per-user cache directory).
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Exit when any plugin fails to load, instead of starting the others.
+    #[arg(long)]
+    fail_fast: bool,
+    /// Deadline of one handler call, in milliseconds (default 1000).
+    #[arg(long, value_name = "MS")]
+    handler_deadline_ms: Option<u64>,
+    /// Deadline of one reconcile call, in milliseconds (default 10000).
+    #[arg(long, value_name = "MS")]
+    reconcile_deadline_ms: Option<u64>,
+    /// Linear memory per instance, in MiB (default 64).
+    #[arg(long, value_name = "MIB")]
+    memory_mb: Option<usize>,
+    /// Instances per plugin: workers plus one dispatcher (default 16).
+    #[arg(long, value_name = "N")]
+    max_instances: Option<u32>,
+    /// Grace period for in-flight reconciles at shutdown, in seconds (default 30).
+    #[arg(long, value_name = "SECONDS")]
+    grace_period: Option<u64>,
+    /// YAML file with any of: handlerDeadlineMs, reconcileDeadlineMs, memoryMb, maxInstances,
+    /// gracePeriodSeconds, cacheDir, metricsAddr, namespace, failFast.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9090.
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<SocketAddr>,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[derive(Args, Debug)]
+struct InspectArgs {
+    /// The component.
+    #[arg(value_name = "FILE.wasm")]
+    plugin: PathBuf,
+    /// Compile cache directory.
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct RbacArgs {
+    /// The components.
+    #[arg(value_name = "FILE.wasm", required = true)]
+    plugins: Vec<PathBuf>,
+    /// Name of the ClusterRole and its binding.
+    #[arg(long, default_value = "kube-wasm-host")]
+    role_name: String,
+    /// Namespace of the host's service account.
+    #[arg(long = "service-account-namespace", default_value = "kube-system")]
+    sa_namespace: String,
+    /// Name of the host's service account.
+    #[arg(long, default_value = "kube-wasm-host")]
+    service_account: String,
+    /// Resolve kinds by discovery against this kubeconfig's cluster (else resources are
+    /// derived from kind names as kubectl guesses them).
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (implies discovery).
+    #[arg(long)]
+    context: Option<String>,
+    /// Compile cache directory.
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+}
+
+/// The `--config` file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FileConfig {
+    handler_deadline_ms: Option<u64>,
+    reconcile_deadline_ms: Option<u64>,
+    memory_mb: Option<usize>,
+    max_instances: Option<u32>,
+    grace_period_seconds: Option<u64>,
+    cache_dir: Option<PathBuf>,
+    metrics_addr: Option<SocketAddr>,
+    namespace: Option<String>,
+    fail_fast: Option<bool>,
+}
+
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    init_logs(cli.run.log_format);
+    let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?;
-    match cli.command {
-        Some(Command::Emulator(args)) => rt.block_on(host::emulator::cli::run(args)),
-        None => {
-            anyhow::bail!(
-                "no command given; try `host emulator` (plugins arrive with the plugin runtime)"
-            )
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
         }
+    };
+    let r = match cli.command {
+        Some(Command::Emulator(args)) => rt.block_on(host::emulator::cli::run(args)),
+        Some(Command::Inspect(args)) => rt.block_on(inspect(args)),
+        Some(Command::Rbac(args)) => rt.block_on(rbac(args)),
+        None => rt.block_on(run(cli.run)),
+    };
+    match r {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => b.init(),
+        LogFormat::Json => b.json().init(),
+    }
+}
+
+fn engine(cache_dir: Option<PathBuf>, max_memory: usize) -> anyhow::Result<PluginEngine> {
+    let defaults = EngineConfig::default();
+    Ok(PluginEngine::new(EngineConfig {
+        cache_dir: cache_dir.or(defaults.cache_dir),
+        max_memory_bytes: max_memory.max(DEFAULT_MAX_MEMORY),
+        ..EngineConfig::default()
+    })?)
+}
+
+async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
+    let engine = engine(args.cache_dir, DEFAULT_MAX_MEMORY)?;
+    let loaded = engine.load(&args.plugin, Limits::default()).await?;
+    let mut v = manifest_value(loaded.manifest());
+    // Unset optional fields are left out, as kubectl prints objects.
+    if let Some(watches) = v["watches"].as_array_mut() {
+        for w in watches {
+            if let Some(o) = w.as_object_mut() {
+                o.retain(|_, v| !v.is_null());
+            }
+        }
+    }
+    let yaml = serde_yaml::to_string(&v)?;
+    print!("{yaml}");
+    Ok(())
+}
+
+fn manifest_value(m: &Manifest) -> serde_json::Value {
+    use serde_json::json;
+    json!({
+        "name": m.name,
+        "watches": m.watches.iter().map(|w| json!({
+            "apiVersion": w.api_version,
+            "kind": w.kind,
+            "namespace": w.namespace,
+            "labelSelector": w.label_selector,
+            "fieldSelector": w.field_selector,
+        })).collect::<Vec<_>>(),
+        "writes": m.writes.iter().map(|w| json!({
+            "apiVersion": w.api_version,
+            "kind": w.kind,
+            "verbs": w.verbs.iter().map(|v| match v.subresource() {
+                Some(s) => format!("{}/{s}", v.rbac()),
+                None => v.rbac().to_string(),
+            }).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "resyncPeriodMs": m.resync_period.map_or(0, |d| d.as_millis() as u64),
+        "workers": m.workers,
+    })
+}
+
+/// kubectl's guess of a resource from a kind (client-go `UnsafeGuessKindToResource`), used by
+/// `host rbac` when no cluster is at hand.
+fn guess_plural(kind: &str) -> String {
+    let lower = kind.to_ascii_lowercase();
+    if lower.ends_with('s') {
+        return format!("{lower}es");
+    }
+    if let Some(stem) = lower.strip_suffix('y') {
+        if !stem.ends_with(['a', 'e', 'i', 'o', 'u']) {
+            return format!("{stem}ies");
+        }
+    }
+    format!("{lower}s")
+}
+
+async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
+    let engine = engine(args.cache_dir, DEFAULT_MAX_MEMORY)?;
+    let mut manifests = Vec::new();
+    for p in &args.plugins {
+        manifests.push(engine.load(p, Limits::default()).await?.manifest().clone());
+    }
+    let mut resolved = std::collections::HashMap::new();
+    if args.kubeconfig.is_some() || args.context.is_some() {
+        let client = Client::new(kube_config(
+            args.kubeconfig.as_deref(),
+            args.context.as_deref(),
+        )?)?;
+        let discovery = Discovery::new(client);
+        for m in &manifests {
+            let kinds = m
+                .watches
+                .iter()
+                .map(|w| (&w.api_version, &w.kind))
+                .chain(m.writes.iter().map(|w| (&w.api_version, &w.kind)));
+            for (av, k) in kinds {
+                let r = discovery
+                    .resolve(av, k)
+                    .await
+                    .with_context(|| format!("plugin {:?}: kind {k} ({av})", m.name))?;
+                resolved.insert((av.clone(), k.clone()), r.plural);
+            }
+        }
+    }
+    let subject = host::plugin::rbac::Subject {
+        role_name: &args.role_name,
+        namespace: &args.sa_namespace,
+        service_account: &args.service_account,
+    };
+    let yaml = host::plugin::rbac::cluster_role_yaml(
+        &manifests,
+        |av, k| {
+            Some(
+                resolved
+                    .get(&(av.to_string(), k.to_string()))
+                    .cloned()
+                    .unwrap_or_else(|| guess_plural(k)),
+            )
+        },
+        &subject,
+    )?;
+    print!("{yaml}");
+    Ok(())
+}
+
+fn kube_config(kubeconfig: Option<&Path>, context: Option<&str>) -> anyhow::Result<Config> {
+    Ok(match kubeconfig {
+        Some(p) => Config::from_kubeconfig_paths(
+            &[p.to_path_buf()],
+            &KubeconfigOptions {
+                context: context.map(str::to_owned),
+                ..Default::default()
+            },
+        )?,
+        None => Config::infer(context)?,
+    })
+}
+
+async fn start_emulator(seed: Option<&Path>) -> anyhow::Result<(EmulatorHandle, PathBuf)> {
+    let handle = Emulator::builder().admin(true).start().await?;
+    if let Some(path) = seed {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read seed {}", path.display()))?;
+        let n = handle
+            .seed_yaml(&text)
+            .with_context(|| format!("seed {}", path.display()))?;
+        tracing::info!(file = %path.display(), objects = n, "emulator seeded");
+    }
+    let kubeconfig =
+        std::env::temp_dir().join(format!("host-emulator-{}.kubeconfig", handle.addr().port()));
+    handle.write_kubeconfig(&kubeconfig)?;
+    Ok((handle, kubeconfig))
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the host");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    if args.plugins.is_empty() {
+        bail!("no plugin given: use `--plugin FILE.wasm` (see `host --help`), or a subcommand");
+    }
+    let file: FileConfig = match &args.config {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read config {}", p.display()))?;
+            serde_yaml::from_str(&text).with_context(|| format!("config {}", p.display()))?
+        }
+        None => FileConfig::default(),
+    };
+    let defaults = Limits::default();
+    let ms = Duration::from_millis;
+    let limits = Limits {
+        handler_deadline: args
+            .handler_deadline_ms
+            .or(file.handler_deadline_ms)
+            .map_or(defaults.handler_deadline, ms),
+        reconcile_deadline: args
+            .reconcile_deadline_ms
+            .or(file.reconcile_deadline_ms)
+            .map_or(defaults.reconcile_deadline, ms),
+        memory_bytes: args
+            .memory_mb
+            .or(file.memory_mb)
+            .map_or(defaults.memory_bytes, |m| m.saturating_mul(1 << 20)),
+        max_instances: args
+            .max_instances
+            .or(file.max_instances)
+            .unwrap_or(defaults.max_instances),
+        ..defaults
+    };
+    let grace = Duration::from_secs(
+        args.grace_period
+            .or(file.grace_period_seconds)
+            .unwrap_or(30),
+    );
+    let metrics_addr = args.metrics_addr.or(file.metrics_addr);
+    let engine = engine(args.cache_dir.or(file.cache_dir), limits.memory_bytes)?;
+
+    let mut emulator = None;
+    let config = match &args.emulator {
+        Some(seed) => {
+            let (handle, kubeconfig) = start_emulator(seed.as_deref()).await?;
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "emulator listening on {}", handle.base_url())?;
+            writeln!(out, "kubeconfig: {}", kubeconfig.display())?;
+            out.flush()?;
+            let config = kube_config(Some(&kubeconfig), None)?;
+            emulator = Some((handle, kubeconfig));
+            config
+        }
+        None => kube_config(args.kubeconfig.as_deref(), args.context.as_deref())?,
+    };
+    let client = Client::new(config)?;
+    let mut runtime = PluginRuntime::new(
+        engine,
+        client,
+        RuntimeOptions {
+            limits,
+            namespace: args.namespace.or(file.namespace),
+            fail_fast: args.fail_fast || file.fail_fast.unwrap_or(false),
+        },
+    );
+    let started = runtime.start_all(&args.plugins).await;
+    let result = match started {
+        Err(e) => Err(anyhow::anyhow!("{e}")),
+        Ok(_) if runtime.plugins().is_empty() => Err(anyhow::anyhow!(
+            "no plugin could be started ({} given)",
+            args.plugins.len()
+        )),
+        Ok(_) => serve(&runtime, metrics_addr).await,
+    };
+    let clean = runtime.shutdown(grace).await;
+    if !clean {
+        tracing::warn!("some reconciles were still running when the grace period ended");
+    }
+    if let Some((handle, kubeconfig)) = emulator {
+        handle.shutdown().await;
+        let _ = std::fs::remove_file(kubeconfig);
+    }
+    result
+}
+
+/// Serves metrics (if asked) until SIGINT/SIGTERM.
+async fn serve(runtime: &PluginRuntime, metrics_addr: Option<SocketAddr>) -> anyhow::Result<()> {
+    let ops = match metrics_addr {
+        Some(addr) => {
+            let (bound, task) = host::plugin::ops::serve(addr, runtime.status())
+                .await
+                .with_context(|| format!("cannot serve metrics on {addr}"))?;
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "metrics on http://{bound}/metrics")?;
+            out.flush()?;
+            Some(task)
+        }
+        None => None,
+    };
+    tracing::info!(
+        plugins = runtime.plugins().len(),
+        "running; SIGINT or SIGTERM stops"
+    );
+    shutdown_signal().await;
+    tracing::info!("signal received; shutting down");
+    if let Some(t) = ops {
+        t.abort();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::guess_plural;
+
+    #[test]
+    fn plural_guess_matches_kubectl() {
+        assert_eq!(guess_plural("ConfigMap"), "configmaps");
+        assert_eq!(guess_plural("Ingress"), "ingresses");
+        assert_eq!(guess_plural("NetworkPolicy"), "networkpolicies");
+        assert_eq!(guess_plural("Gateway"), "gateways");
     }
 }

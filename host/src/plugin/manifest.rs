@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::bindings::kube::controller::types as wit;
+use crate::kube::selector::{FieldSelector, LabelSelector};
 
 /// A write verb, as RBAC names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -274,132 +275,16 @@ fn check_kind(
     Ok(())
 }
 
-/// A syntax check of a label selector, enough to reject garbage at load.
-///
-/// Placeholder: the informer's selector parser replaces this at integration, so that load-time
-/// validation and list-time matching can never disagree.
+/// Load-time validation uses the same parser the informer and lister match with, so a selector
+/// accepted here can never fail later (and one refused here would be refused by the API server).
 fn check_label_selector(s: &str) -> Result<(), String> {
-    for req in split_requirements(s)? {
-        let req = req.trim();
-        if req.is_empty() {
-            return Err("empty requirement".into());
-        }
-        let (key, rest) = if let Some(k) = req.strip_prefix('!') {
-            (k.trim(), "")
-        } else if let Some(i) = req.find([' ', '=', '!']) {
-            (req[..i].trim(), req[i..].trim())
-        } else {
-            (req, "")
-        };
-        check_label_key(key)?;
-        if rest.is_empty() {
-            continue;
-        }
-        let (op_len, set) = if rest.starts_with("==") || rest.starts_with("!=") {
-            (2, false)
-        } else if rest.starts_with('=') {
-            (1, false)
-        } else if let Some(r) = rest.strip_prefix("notin") {
-            (rest.len() - r.len(), true)
-        } else if let Some(r) = rest.strip_prefix("in") {
-            (rest.len() - r.len(), true)
-        } else {
-            return Err(format!("unknown operator in {req:?}"));
-        };
-        let value = rest[op_len..].trim();
-        if set {
-            let inner = value
-                .strip_prefix('(')
-                .and_then(|v| v.strip_suffix(')'))
-                .ok_or_else(|| format!("set operator needs (values) in {req:?}"))?;
-            for v in inner.split(',') {
-                check_label_value(v.trim())?;
-            }
-        } else {
-            check_label_value(value)?;
-        }
-    }
-    Ok(())
+    LabelSelector::parse(s).map(drop).map_err(|e| e.to_string())
 }
 
-/// Splits on commas outside parentheses, rejecting unbalanced ones.
-fn split_requirements(s: &str) -> Result<Vec<&str>, String> {
-    let mut out = Vec::new();
-    let (mut depth, mut start) = (0i32, 0);
-    for (i, c) in s.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => {
-                depth -= 1;
-                if depth < 0 {
-                    return Err("unbalanced ')'".into());
-                }
-            }
-            ',' if depth == 0 => {
-                out.push(&s[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    if depth != 0 {
-        return Err("unbalanced '('".into());
-    }
-    out.push(&s[start..]);
-    Ok(out)
-}
-
-fn check_label_key(key: &str) -> Result<(), String> {
-    let (prefix, name) = match key.rsplit_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, key),
-    };
-    if let Some(p) = prefix {
-        if p.is_empty() || p.len() > 253 || !p.split('.').all(is_dns_label) {
-            return Err(format!("invalid label key prefix {p:?}"));
-        }
-    }
-    if name.is_empty() || name.len() > 63 || !is_label_name(name) {
-        return Err(format!("invalid label key {key:?}"));
-    }
-    Ok(())
-}
-
-fn check_label_value(v: &str) -> Result<(), String> {
-    if v.is_empty() || (v.len() <= 63 && is_label_name(v)) {
-        Ok(())
-    } else {
-        Err(format!("invalid label value {v:?}"))
-    }
-}
-
-fn is_label_name(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.iter()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-        && b.first().is_some_and(u8::is_ascii_alphanumeric)
-        && b.last().is_some_and(u8::is_ascii_alphanumeric)
-}
-
-/// A syntax check of a field selector: `field=value`, `field==value` or `field!=value` terms.
+/// Field selectors are parsed with the API's grammar; which fields a kind supports is the API
+/// server's call, so that part is left to the first LIST.
 fn check_field_selector(s: &str) -> Result<(), String> {
-    for term in s.split(',') {
-        let term = term.trim();
-        let (field, _value) = term
-            .split_once("!=")
-            .or_else(|| term.split_once("=="))
-            .or_else(|| term.split_once('='))
-            .ok_or_else(|| format!("term {term:?} has no operator"))?;
-        let field = field.trim();
-        if field.is_empty()
-            || !field
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_')
-        {
-            return Err(format!("invalid field {field:?}"));
-        }
-    }
-    Ok(())
+    FieldSelector::parse(s).map(drop).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

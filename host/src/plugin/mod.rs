@@ -4,21 +4,31 @@
 //! `.wasm` file into a [`loader::LoadedPlugin`] (validated manifest, pre-linked instance);
 //! [`instance`] runs guest calls in a sandboxed store with deadlines and memory caps and replaces
 //! an instance that failed. Everything the guest can reach in the host goes through the
-//! [`backend`] traits, checked against the manifest by [`imports`].
+//! [`backend`] traits, checked against the manifest by [`imports`]; [`backends`] implements them
+//! over the shared informer stores, the API client and the plugin's workqueue. [`runtime`] wires
+//! it all: [`dispatch`] feeds informer notifications to the guest, [`reconcile`] runs the
+//! workers, [`ops`] serves metrics and health.
 
 pub mod backend;
+pub mod backends;
 mod bindings;
 pub mod cache;
+pub mod dispatch;
 pub mod engine;
 pub mod imports;
 pub mod instance;
 pub mod loader;
 pub mod manifest;
+pub mod ops;
 pub mod rbac;
+pub mod reconcile;
+pub mod runtime;
 mod stdio;
+pub mod watch_counters;
 
 pub use backend::{ApiError, Backends, ClientBackend, ListerBackend, QueueBackend, WriteRequest};
 pub use engine::{EngineConfig, PluginEngine};
 pub use instance::{GuestError, Limits, Outcome, PluginInstance, ReconcileResult};
 pub use loader::{LoadCause, LoadError, LoadedPlugin, Plugin};
 pub use manifest::{Manifest, ManifestError};
+pub use runtime::{PluginRuntime, RuntimeOptions, RuntimeStatus, StartError};

@@ -69,3 +69,19 @@ pub fn capture() -> (Captured, tracing::subscriber::DefaultGuard) {
     let guard = tracing::subscriber::set_default(subscriber);
     (captured, guard)
 }
+
+/// A process-wide capturing subscriber, installed on first use and shared by every test of the
+/// process. Thread-local capture can miss events when tests in one process register and drop
+/// subscribers concurrently; tests using this filter the lines by what only they produce.
+pub fn capture_global() -> Captured {
+    static GLOBAL: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
+    GLOBAL
+        .get_or_init(|| {
+            let captured = Captured::default();
+            let subscriber = tracing_subscriber::registry().with(Capture(captured.clone()));
+            tracing::subscriber::set_global_default(subscriber)
+                .expect("no other global subscriber in this test process");
+            captured
+        })
+        .clone()
+}

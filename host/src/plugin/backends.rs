@@ -1,0 +1,377 @@
+//! The real implementations of the [`super::backend`] traits: the shared informer stores for
+//! reads, `kube::Client` for writes, and the plugin's rate-limited workqueue.
+//!
+//! Kinds are resolved to resources by discovery once, at load; nothing here talks to discovery
+//! again, so a write never waits on a discovery round trip.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::RwLock;
+
+use super::backend::{
+    ApiError, BoxFuture, ClientBackend, DeleteParams, ListerBackend, PatchKind, Propagation,
+    QueueBackend, WriteOp, WriteRequest,
+};
+use crate::informer::store::Store;
+use crate::kube::client::{Deleted, Patch, WriteParams};
+use crate::kube::object::{object_key, Object};
+use crate::kube::selector::LabelSelector;
+use crate::kube::{ApiResource, Client};
+use crate::workqueue::RateLimitingQueue;
+
+/// One watched scope's cache: the informer's indexer and the namespace it is limited to.
+struct Scope {
+    api_version: String,
+    kind: String,
+    namespace: Option<String>,
+    store: Arc<Store>,
+}
+
+/// Lister reads served from the shared informer caches of the plugin's watches.
+///
+/// Filled after the plugin's handlers are registered (the stores belong to informers that only
+/// exist then); until then every read finds nothing, which is what an unsynced cache answers.
+#[derive(Default)]
+pub struct InformerLister {
+    scopes: RwLock<Vec<Scope>>,
+}
+
+impl InformerLister {
+    /// An empty lister.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds the cache of one watch of `api_version`/`kind` (limited to `namespace` if set).
+    pub fn add_store(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        store: Arc<Store>,
+    ) {
+        self.scopes.write().push(Scope {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+            namespace: namespace.map(str::to_string),
+            store,
+        });
+    }
+
+    /// Stores of one kind. Several watches of a kind (different namespaces or selectors) are
+    /// several caches; reads consult each.
+    fn stores(&self, api_version: &str, kind: &str) -> Vec<(Option<String>, Arc<Store>)> {
+        self.scopes
+            .read()
+            .iter()
+            .filter(|s| s.api_version == api_version && s.kind == kind)
+            .map(|s| (s.namespace.clone(), s.store.clone()))
+            .collect()
+    }
+}
+
+fn bad_index(e: impl std::fmt::Display) -> ApiError {
+    ApiError::bad_request(e.to_string())
+}
+
+impl ListerBackend for InformerLister {
+    fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Object>, ApiError> {
+        let key = object_key(namespace, name);
+        Ok(self
+            .stores(api_version, kind)
+            .iter()
+            .find_map(|(_, s)| s.get_by_key(&key)))
+    }
+
+    fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        label_selector: Option<&str>,
+    ) -> Result<Vec<Object>, ApiError> {
+        let selector = match label_selector.filter(|s| !s.trim().is_empty()) {
+            Some(s) => Some(
+                LabelSelector::parse(s)
+                    .map_err(|e| ApiError::bad_request(format!("label selector {s:?}: {e}")))?,
+            ),
+            None => None,
+        };
+        let pred = |o: &Object| selector.as_ref().is_none_or(|s| s.matches_meta(&o.meta()));
+        let stores = self.stores(api_version, kind);
+        let mut out = Vec::new();
+        for (scope_ns, store) in &stores {
+            if let (Some(want), Some(have)) = (namespace, scope_ns.as_deref()) {
+                if want != have {
+                    continue;
+                }
+            }
+            out.extend(store.list_filtered(namespace, &pred));
+        }
+        if stores.len() > 1 {
+            // Overlapping watches of one kind hold the same object twice.
+            out.sort_by(|a, b| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name())));
+            out.dedup_by(|a, b| a.namespace() == b.namespace() && a.name() == b.name());
+        }
+        Ok(out)
+    }
+
+    fn by_index(
+        &self,
+        api_version: &str,
+        kind: &str,
+        index_name: &str,
+        index_value: &str,
+    ) -> Result<Vec<Object>, ApiError> {
+        let stores = self.stores(api_version, kind);
+        let mut out = Vec::new();
+        for (_, store) in &stores {
+            out.extend(store.by_index(index_name, index_value).map_err(bad_index)?);
+        }
+        if stores.len() > 1 {
+            out.sort_by(|a, b| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name())));
+            out.dedup_by(|a, b| a.namespace() == b.namespace() && a.name() == b.name());
+        }
+        Ok(out)
+    }
+}
+
+/// Writes through the API client, with kinds resolved at load.
+pub struct KubeClientBackend {
+    client: Client,
+    field_manager: String,
+    resources: HashMap<(String, String), ApiResource>,
+}
+
+impl KubeClientBackend {
+    /// A backend writing as `field_manager` (the plugin's name) with the given resolved kinds,
+    /// keyed by (apiVersion, kind).
+    pub fn new(
+        client: Client,
+        field_manager: &str,
+        resources: HashMap<(String, String), ApiResource>,
+    ) -> Self {
+        KubeClientBackend {
+            client,
+            field_manager: field_manager.to_string(),
+            resources,
+        }
+    }
+}
+
+impl From<crate::kube::Error> for ApiError {
+    fn from(e: crate::kube::Error) -> Self {
+        use crate::kube::Error as E;
+        match e {
+            E::Api(s) => ApiError::new(s.code, s.reason, s.message),
+            E::Timeout(d) => {
+                ApiError::new(504, "Timeout", format!("request timed out after {d:?}"))
+            }
+            other => ApiError::unavailable(other.to_string()),
+        }
+    }
+}
+
+fn delete_params(d: DeleteParams) -> Result<crate::kube::client::DeleteParams, ApiError> {
+    let grace = match d.grace_period_seconds {
+        Some(g) => Some(u32::try_from(g).map_err(|_| {
+            ApiError::bad_request(format!("gracePeriodSeconds must be non-negative, got {g}"))
+        })?),
+        None => None,
+    };
+    Ok(crate::kube::client::DeleteParams {
+        propagation_policy: d.propagation.map(|p| {
+            match p {
+                Propagation::Orphan => "Orphan",
+                Propagation::Background => "Background",
+                Propagation::Foreground => "Foreground",
+            }
+            .to_string()
+        }),
+        grace_period_seconds: grace,
+        precondition_uid: d.precondition_uid,
+        precondition_resource_version: d.precondition_resource_version,
+        dry_run: false,
+    })
+}
+
+impl ClientBackend for KubeClientBackend {
+    fn write(&self, req: WriteRequest) -> BoxFuture<'static, Result<Option<Bytes>, ApiError>> {
+        let Some(res) = self
+            .resources
+            .get(&(req.api_version.clone(), req.kind.clone()))
+            .cloned()
+        else {
+            let msg = format!(
+                "kind {} ({}) was not resolved at load",
+                req.kind, req.api_version
+            );
+            return Box::pin(async move { Err(ApiError::new(500, "InternalError", msg)) });
+        };
+        let client = self.client.clone();
+        let params = WriteParams {
+            field_manager: Some(self.field_manager.clone()),
+            ..WriteParams::default()
+        };
+        Box::pin(async move {
+            let ns = if res.namespaced {
+                match req.namespace.as_deref() {
+                    Some(ns) => Some(ns),
+                    None => {
+                        return Err(ApiError::bad_request(format!(
+                            "{} is namespaced: a namespace is required",
+                            res.kind
+                        )))
+                    }
+                }
+            } else {
+                None
+            };
+            let body = Bytes::from(req.body);
+            let name = || {
+                req.name
+                    .as_deref()
+                    .ok_or_else(|| ApiError::bad_request("a name is required"))
+            };
+            let obj = match req.op {
+                WriteOp::Create => client.create(&res, ns, body, &params).await?,
+                WriteOp::Replace => client.replace(&res, ns, name()?, body, &params).await?,
+                WriteOp::ReplaceStatus => {
+                    client
+                        .replace_status(&res, ns, name()?, body, &params)
+                        .await?
+                }
+                WriteOp::Patch(kind) => {
+                    let patch = match kind {
+                        PatchKind::Json => Patch::Json(body),
+                        PatchKind::Merge => Patch::Merge(body),
+                        PatchKind::StrategicMerge => Patch::Strategic(body),
+                    };
+                    client
+                        .patch(&res, ns, name()?, None, &patch, &params)
+                        .await?
+                }
+                WriteOp::Apply {
+                    field_manager,
+                    force,
+                } => {
+                    let params = WriteParams {
+                        field_manager: Some(field_manager.to_string()),
+                        force,
+                        dry_run: false,
+                    };
+                    client
+                        .patch(&res, ns, name()?, None, &Patch::Apply(body), &params)
+                        .await?
+                }
+                WriteOp::Delete(d) => {
+                    let p = delete_params(d)?;
+                    return match client.delete(&res, ns, name()?, &p).await? {
+                        Deleted::Object(o) => Ok(Some(o.raw().clone())),
+                        Deleted::Status(_) => Ok(None),
+                    };
+                }
+            };
+            Ok(Some(obj.raw().clone()))
+        })
+    }
+}
+
+/// The guest's `queue` import over the plugin's workqueue.
+pub struct WorkqueueBackend {
+    queue: RateLimitingQueue<String>,
+}
+
+impl WorkqueueBackend {
+    /// Adds go to `queue`.
+    pub fn new(queue: RateLimitingQueue<String>) -> Self {
+        WorkqueueBackend { queue }
+    }
+}
+
+impl QueueBackend for WorkqueueBackend {
+    fn add(&self, key: String) {
+        self.queue.add(key);
+    }
+    fn add_after(&self, key: String, delay: Duration) {
+        self.queue.add_after(key, delay);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cm(ns: &str, name: &str, labels: &str) -> Object {
+        let v = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"namespace": ns, "name": name, "resourceVersion": "1",
+                         "labels": serde_json::from_str::<serde_json::Value>(labels).unwrap()}
+        });
+        Object::from_value(&v).unwrap()
+    }
+
+    #[test]
+    fn lister_reads_only_the_registered_caches_and_filters_by_selector() {
+        let store = Arc::new(Store::with_namespace_index());
+        store.add(cm("a", "x", r#"{"app":"web"}"#));
+        store.add(cm("a", "y", r#"{"app":"db"}"#));
+        store.add(cm("b", "z", r#"{"app":"web"}"#));
+        let l = InformerLister::new();
+        assert_eq!(l.list("v1", "ConfigMap", None, None).unwrap().len(), 0);
+        l.add_store("v1", "ConfigMap", None, store);
+        assert_eq!(
+            l.get("v1", "ConfigMap", Some("a"), "x")
+                .unwrap()
+                .unwrap()
+                .name(),
+            "x"
+        );
+        assert!(l.get("v1", "ConfigMap", Some("b"), "x").unwrap().is_none());
+        assert!(l.get("v1", "Secret", Some("a"), "x").unwrap().is_none());
+        let web = l.list("v1", "ConfigMap", None, Some("app=web")).unwrap();
+        assert_eq!(web.len(), 2);
+        let in_a = l.list("v1", "ConfigMap", Some("a"), Some("app")).unwrap();
+        assert_eq!(in_a.len(), 2);
+        let e = l
+            .list("v1", "ConfigMap", None, Some("app in (web"))
+            .unwrap_err();
+        assert_eq!(e.code, 400);
+        assert_eq!(
+            l.by_index("v1", "ConfigMap", "namespace", "b")
+                .unwrap()
+                .len(),
+            1
+        );
+        assert_eq!(
+            l.by_index("v1", "ConfigMap", "nope", "b").unwrap_err().code,
+            400
+        );
+    }
+
+    #[test]
+    fn api_errors_keep_code_reason_and_message() {
+        let s = crate::kube::Status::failure(409, "Conflict", "the object has been modified");
+        let e: ApiError = crate::kube::Error::Api(Box::new(s)).into();
+        assert_eq!(
+            e,
+            ApiError::new(409, "Conflict", "the object has been modified")
+        );
+        let e: ApiError = crate::kube::Error::Timeout(Duration::from_secs(1)).into();
+        assert_eq!(e.code, 504);
+        assert!(delete_params(DeleteParams {
+            grace_period_seconds: Some(-1),
+            ..DeleteParams::default()
+        })
+        .is_err());
+    }
+}

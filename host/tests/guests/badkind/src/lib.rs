@@ -1,0 +1,24 @@
+//! Watches a kind no API server serves: the host must refuse to start it, naming the file.
+use kube_guest::{watch_all, Manifest, Outcome};
+
+struct BadKind;
+
+impl kube_guest::Guest for BadKind {
+    fn manifest() -> Manifest {
+        Manifest {
+            name: "badkind".into(),
+            watches: vec![watch_all("example.com/v1", "Widget")],
+            writes: vec![],
+            resync_period_ms: 0,
+            workers: 1,
+        }
+    }
+    fn on_add(_watch: u32, _obj: Vec<u8>) {}
+    fn on_update(_watch: u32, _old: Vec<u8>, _new: Vec<u8>) {}
+    fn on_delete(_watch: u32, _obj: Vec<u8>, _tombstone: bool) {}
+    fn reconcile(_key: String) -> Result<Outcome, String> {
+        Ok(Outcome::Done)
+    }
+}
+
+kube_guest::export!(BadKind);

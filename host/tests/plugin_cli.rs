@@ -1,0 +1,122 @@
+//! The `host` binary's plugin commands: `inspect`, `rbac`, and refusals that exit non-zero.
+
+mod support;
+
+use std::process::Output;
+use std::time::Duration;
+
+use support::guests::guest;
+
+const T: Duration = Duration::from_secs(120);
+
+async fn host(args: &[&std::ffi::OsStr]) -> Output {
+    let cache = std::env::temp_dir().join("kube-wasm-host-test-cache");
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_host"));
+    cmd.args(args)
+        .env("XDG_CACHE_HOME", cache)
+        .env("RUST_LOG", "error")
+        .env_remove("KUBECONFIG")
+        .kill_on_drop(true);
+    tokio::time::timeout(T, cmd.output())
+        .await
+        .expect("host finishes")
+        .expect("host runs")
+}
+
+fn os(s: &str) -> &std::ffi::OsStr {
+    std::ffi::OsStr::new(s)
+}
+
+#[tokio::test]
+async fn inspect_prints_the_manifest() {
+    let copier = guest("copier");
+    let out = host(&[os("inspect"), copier.as_os_str()]).await;
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_yaml::Value = serde_yaml::from_slice(&out.stdout).expect("YAML");
+    assert_eq!(v["name"], "copier");
+    assert_eq!(v["workers"], 2);
+    assert_eq!(v["watches"][0]["kind"], "ConfigMap");
+    assert_eq!(v["writes"][0]["verbs"][0], "patch");
+    assert_eq!(v["writes"][0]["verbs"][1], "delete");
+}
+
+#[tokio::test]
+async fn rbac_prints_a_least_privilege_role_and_binding() {
+    let copier = guest("copier");
+    let getter = guest("getter");
+    let out = host(&[os("rbac"), copier.as_os_str(), getter.as_os_str()]).await;
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
+        .collect();
+    assert_eq!(docs.len(), 2, "{text}");
+    assert_eq!(docs[0]["kind"], "ClusterRole");
+    let rules = docs[0]["rules"].as_sequence().expect("rules");
+    assert_eq!(rules.len(), 1, "{text}");
+    assert_eq!(rules[0]["resources"][0], "configmaps");
+    let verbs: Vec<&str> = rules[0]["verbs"]
+        .as_sequence()
+        .expect("verbs")
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert_eq!(verbs, ["delete", "get", "list", "patch", "watch"]);
+    assert_eq!(docs[1]["kind"], "ClusterRoleBinding");
+}
+
+#[tokio::test]
+async fn no_plugin_or_only_broken_plugins_exit_non_zero_with_one_clear_line() {
+    let out = host(&[]).await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no plugin given"));
+
+    let dir = support::temp_dir("cli");
+    let junk = dir.join("junk.wasm");
+    std::fs::write(&junk, b"not wasm at all").expect("write");
+    let out = host(&[os("--emulator"), os("--plugin"), junk.as_os_str()]).await;
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = format!("plugin {}: not a WebAssembly file", junk.display());
+    assert!(stderr.contains(&line), "{stderr}");
+    assert!(stderr.contains("no plugin could be started"), "{stderr}");
+
+    let out = host(&[os("inspect"), junk.as_os_str()]).await;
+    assert!(!out.status.success());
+
+    // JSON logs: every stderr line the host writes through tracing is a JSON object.
+    let out = host(&[
+        os("--log-format"),
+        os("json"),
+        os("--emulator"),
+        os("--plugin"),
+        junk.as_os_str(),
+    ])
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let json_lines = stderr
+        .lines()
+        .filter(|l| serde_json::from_str::<serde_json::Value>(l).is_ok())
+        .count();
+    assert!(json_lines >= 1, "{stderr}");
+
+    // A config file with an unknown key is refused, naming the file.
+    let cfg = dir.join("host.yaml");
+    std::fs::write(&cfg, "reconcileDeadlineMs: 500\nbogus: 1\n").expect("write");
+    let out = host(&[
+        os("--config"),
+        cfg.as_os_str(),
+        os("--plugin"),
+        junk.as_os_str(),
+    ])
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("config {}", cfg.display())),
+        "{stderr}"
+    );
+    assert!(stderr.contains("bogus"), "{stderr}");
+    let _ = std::fs::remove_dir_all(dir);
+}

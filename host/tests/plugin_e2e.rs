@@ -1,0 +1,400 @@
+//! End to end: the plugin runtime against the emulator over HTTP, with real test guests.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use host::emulator::{Emulator, EmulatorHandle};
+use host::kube::config::KubeconfigOptions;
+use host::kube::{Client, Config};
+use host::plugin::{Limits, PluginRuntime, RuntimeOptions, StartError};
+use serde_json::{json, Value};
+use support::guests::guest;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+const T: Duration = Duration::from_secs(120);
+const WAIT: Duration = Duration::from_secs(20);
+
+async fn emulator() -> EmulatorHandle {
+    Emulator::builder().start().await.expect("emulator starts")
+}
+
+fn client(em: &EmulatorHandle) -> Client {
+    let cfg = Config::from_kubeconfig_str(
+        &em.kubeconfig(),
+        &std::env::temp_dir(),
+        &KubeconfigOptions::default(),
+    )
+    .expect("kubeconfig");
+    Client::new(cfg).expect("client")
+}
+
+fn runtime(em: &EmulatorHandle, limits: Limits, fail_fast: bool) -> PluginRuntime {
+    PluginRuntime::new(
+        support::engine(),
+        client(em),
+        RuntimeOptions {
+            limits,
+            namespace: None,
+            fail_fast,
+        },
+    )
+}
+
+/// Polls `cond` every 10 ms until it holds; false if `within` passes first.
+async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    tokio::time::timeout(within, async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
+fn cm(name: &str, data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default"}, "data": data})
+}
+
+fn get_cm(em: &EmulatorHandle, name: &str) -> Option<Value> {
+    em.get("v1", "ConfigMap", Some("default"), name)
+}
+
+async fn start(rt: &mut PluginRuntime, names: &[&str]) {
+    let paths: Vec<PathBuf> = names.iter().map(|n| guest(n)).collect();
+    let failed = tokio::time::timeout(T, rt.start_all(&paths))
+        .await
+        .expect("in time")
+        .expect("not fail-fast");
+    assert!(failed.is_empty(), "{failed:?}");
+    assert!(eventually(WAIT, || rt.is_ready()).await, "informers sync");
+}
+
+#[tokio::test]
+async fn handlers_see_changes_in_order_and_reconcile_writes_reach_the_emulator() {
+    // Global: the lines are picked out by the object name only this test uses.
+    let logs = support::logs::capture_global();
+    let em = emulator().await;
+    let mut rt = runtime(&em, Limits::default(), false);
+    start(&mut rt, &["copier"]).await;
+    assert!(em.wait_for_open_watches("/configmaps", 1, WAIT).await);
+
+    em.create(cm("a", json!({"v": "1"}))).expect("create");
+    assert!(
+        eventually(WAIT, || get_cm(&em, "a-copy")
+            .is_some_and(|c| c["data"]["v"] == "1"))
+        .await,
+        "the copy is created"
+    );
+    let mut a = get_cm(&em, "a").expect("a");
+    a["data"]["v"] = "2".into();
+    em.update(a).expect("update");
+    assert!(
+        eventually(WAIT, || get_cm(&em, "a-copy")
+            .is_some_and(|c| c["data"]["v"] == "2"))
+        .await,
+        "the copy follows the update"
+    );
+    em.delete("v1", "ConfigMap", Some("default"), "a")
+        .expect("delete");
+    assert!(
+        eventually(WAIT, || get_cm(&em, "a-copy").is_none()).await,
+        "the copy is deleted with its source"
+    );
+    let reconciles = rt.plugins()[0]
+        .reconcile_stats()
+        .total
+        .load(Ordering::Relaxed);
+    assert!(
+        reconciles >= 3,
+        "one reconcile per change at least: {reconciles}"
+    );
+
+    let events: Vec<String> = logs
+        .lines()
+        .into_iter()
+        .filter(|l| l.target == "plugin::guest" && l.plugin.as_deref() == Some("copier"))
+        .map(|l| l.message)
+        .filter(|m| m.starts_with("event ") && m.contains(" default/a "))
+        .collect();
+    assert_eq!(
+        events,
+        [
+            "event add default/a v=1",
+            "event update default/a v=1->2",
+            "event delete default/a v=2 tombstone=false",
+        ],
+        "handlers see each change once, in order, with the right old and new objects"
+    );
+    assert!(rt.shutdown(Duration::from_secs(5)).await);
+    em.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trapping_handler_is_logged_and_its_instance_replaced() {
+    let em = emulator().await;
+    let mut rt = runtime(&em, Limits::default(), false);
+    start(&mut rt, &["copier"]).await;
+    em.create(cm("handler-panic", json!({}))).expect("create");
+    let copier = rt.plugins()[0].plugin().clone();
+    let dispatcher = || rt.plugins()[0].dispatcher();
+    assert!(eventually(WAIT, || dispatcher().failures.load(Ordering::Relaxed) == 1).await);
+    assert_eq!(copier.stats().traps.load(Ordering::Relaxed), 1);
+    // The next notification reaches a fresh dispatch instance.
+    em.create(cm("after", json!({"v": "1"}))).expect("create");
+    assert!(eventually(WAIT, || get_cm(&em, "after-copy").is_some()).await);
+    assert_eq!(dispatcher().failures.load(Ordering::Relaxed), 1);
+    assert!(
+        get_cm(&em, "handler-panic-copy").is_none(),
+        "the failed add enqueued nothing"
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+    em.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_plugins_share_one_watch_a_looping_guest_hits_its_deadline_and_undeclared_writes_fail()
+{
+    let em = emulator().await;
+    let limits = Limits {
+        reconcile_deadline: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let mut rt = runtime(&em, limits, false);
+    start(&mut rt, &["copier", "looper"]).await;
+    assert!(em.wait_for_open_watches("/configmaps", 1, WAIT).await);
+    assert_eq!(rt.factory().len(), 1, "one informer for both plugins");
+    assert_eq!(em.stats().open_watches.get("/configmaps"), Some(&1));
+
+    em.create(cm("b", json!({"v": "1", "secret": "yes"})))
+        .expect("create");
+    let looper = rt.plugins()[1].plugin().clone();
+    assert_eq!(looper.name(), "looper");
+    assert!(
+        eventually(WAIT, || looper
+            .stats()
+            .deadline_hits
+            .load(Ordering::Relaxed)
+            >= 1)
+        .await,
+        "the looping reconcile is stopped at its deadline"
+    );
+    assert!(
+        eventually(WAIT, || get_cm(&em, "b-copy").is_some()).await,
+        "the other plugin carries on"
+    );
+    let copy = get_cm(&em, "b-copy").expect("copy");
+    assert_eq!(
+        copy["data"]["secretResult"], "403 Forbidden",
+        "a write to an undeclared kind is refused with a 403 the guest sees"
+    );
+    assert!(em.get("v1", "Secret", Some("default"), "b").is_none());
+
+    // After the deadline (and the replacement of the looper's instance) changes still flow.
+    em.create(cm("c", json!({"v": "1"}))).expect("create");
+    assert!(eventually(WAIT, || get_cm(&em, "c-copy").is_some()).await);
+    assert_eq!(em.stats().open_watches.get("/configmaps"), Some(&1));
+    // The looper's key stays in flight past the grace period: shutdown reports it.
+    rt.shutdown(Duration::from_millis(500)).await;
+    em.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_after_is_honoured_and_errors_back_off() {
+    let em = emulator().await;
+    let mut rt = runtime(&em, Limits::default(), false);
+    start(&mut rt, &["copier"]).await;
+    em.create(cm("r", json!({"requeue-ms": "400"})))
+        .expect("create");
+    let stats = || rt.plugins()[0].reconcile_stats();
+    let n = || stats().requeue_after.load(Ordering::Relaxed);
+    assert!(eventually(WAIT, || n() >= 1).await);
+    let first = Instant::now();
+    let seen = n();
+    assert!(eventually(WAIT, || n() > seen).await);
+    let gap = first.elapsed();
+    assert!(
+        gap >= Duration::from_millis(350) && gap < Duration::from_millis(2400),
+        "requeued after {gap:?}, asked for 400ms"
+    );
+
+    em.create(cm("f", json!({"fail": "yes"}))).expect("create");
+    let queue = rt.plugins()[0].queue().clone();
+    let key = "default/f".to_string();
+    assert!(
+        eventually(WAIT, || queue.num_requeues(&key) >= 4).await,
+        "a failing key is retried with backoff"
+    );
+    assert!(stats().errors.load(Ordering::Relaxed) >= 4);
+    rt.shutdown(Duration::from_secs(5)).await;
+    em.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_unresolvable_kind_stops_only_that_plugin_unless_fail_fast() {
+    let em = emulator().await;
+    let mut rt = runtime(&em, Limits::default(), false);
+    let bad = guest("badkind");
+    let failed = tokio::time::timeout(T, rt.start_all(&[bad.clone(), guest("copier")]))
+        .await
+        .expect("in time")
+        .expect("not fail-fast");
+    assert_eq!(failed.len(), 1);
+    let msg = failed[0].to_string();
+    assert!(matches!(failed[0], StartError::Resolve { .. }), "{msg}");
+    assert!(
+        msg.starts_with(&format!(
+            "plugin {}: cannot resolve kind Widget (example.com/v1)",
+            bad.display()
+        )),
+        "{msg}"
+    );
+    assert_eq!(rt.plugins().len(), 1, "the other plugin still starts");
+    rt.shutdown(Duration::from_secs(5)).await;
+
+    let mut rt = runtime(&em, Limits::default(), true);
+    let r = tokio::time::timeout(T, rt.start_all(&[bad, guest("copier")]))
+        .await
+        .expect("in time");
+    assert!(matches!(r, Err(StartError::Resolve { .. })));
+    assert!(
+        rt.plugins().is_empty(),
+        "fail-fast stops at the first failure"
+    );
+    em.shutdown().await;
+}
+
+/// A minimal HTTP/1.1 GET over loopback: status code and body.
+async fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.expect("read");
+    let code = buf
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (code, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_serves_metrics_and_readiness_and_drains_on_sigterm() {
+    let copier = guest("copier");
+    let seed = support::temp_dir("seed").join("seed.yaml");
+    std::fs::write(
+        &seed,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: seeded, namespace: default}\ndata: {v: '1'}\n",
+    )
+    .expect("seed");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_host"))
+        .arg("--emulator")
+        .arg(&seed)
+        .arg("--plugin")
+        .arg(&copier)
+        .args(["--metrics-addr", "127.0.0.1:0", "--grace-period", "10"])
+        .arg("--cache-dir")
+        .arg(std::env::temp_dir().join("kube-wasm-host-test-cache"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn host");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let mut emulator_url = None;
+    let mut metrics = None;
+    tokio::time::timeout(T, async {
+        while let Some(l) = lines.next_line().await.expect("read") {
+            if let Some(u) = l.strip_prefix("emulator listening on http://") {
+                emulator_url = Some(u.to_string());
+            }
+            if let Some(m) = l.strip_prefix("metrics on http://") {
+                metrics = m.strip_suffix("/metrics").map(str::to_string);
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the host prints its addresses");
+    let metrics = metrics.expect("metrics address");
+    assert!(emulator_url.is_some());
+    assert_eq!(http_get(&metrics, "/healthz").await.0, 200);
+    let ready = tokio::time::timeout(WAIT, async {
+        while http_get(&metrics, "/readyz").await.0 != 200 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(ready.is_ok(), "ready once the informers synced");
+    // The seeded object gets reconciled; the metrics show it.
+    let body = tokio::time::timeout(WAIT, async {
+        loop {
+            let (_, body) = http_get(&metrics, "/metrics").await;
+            if body.contains("plugin_reconcile_total{plugin=\"copier\"} 1") {
+                return body;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("a reconcile is counted");
+    assert!(
+        body.contains("workqueue_adds_total{name=\"copier\"}"),
+        "{body}"
+    );
+    assert!(body.contains("plugin_guest_deadline_hits_total{plugin=\"copier\"} 0"));
+    assert!(body.contains("plugin_reconcile_duration_seconds_count{plugin=\"copier\"} 1"));
+    assert!(body.contains("plugin_informers_synced{plugin=\"copier\"} 1"));
+    assert!(
+        body.contains("informer_relists_total{informer=\"v1/configmaps|||\"} 0"),
+        "{body}"
+    );
+
+    let pid = child.id().expect("pid").to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let status = tokio::time::timeout(WAIT, child.wait())
+        .await
+        .expect("exits within the grace period")
+        .expect("wait");
+    assert!(status.success(), "SIGTERM is a clean exit: {status:?}");
+}
+
+#[tokio::test]
+async fn readiness_waits_for_plugins_and_unknown_paths_are_404() {
+    let em = emulator().await;
+    let rt = runtime(&em, Limits::default(), false);
+    let (addr, task) = host::plugin::ops::serve("127.0.0.1:0".parse().expect("addr"), rt.status())
+        .await
+        .expect("serve");
+    let addr = addr.to_string();
+    assert_eq!(http_get(&addr, "/healthz").await.0, 200);
+    assert_eq!(
+        http_get(&addr, "/readyz").await.0,
+        503,
+        "not ready without a running plugin"
+    );
+    assert_eq!(http_get(&addr, "/nope").await.0, 404);
+    let (code, body) = http_get(&addr, "/metrics").await;
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("# TYPE plugin_reconcile_total counter"),
+        "{body}"
+    );
+    task.abort();
+    rt.shutdown(Duration::from_secs(1)).await;
+    em.shutdown().await;
+}
