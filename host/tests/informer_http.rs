@@ -1167,6 +1167,7 @@ async fn convergence_under_faults_5000_writes_500_objects() {
     let h = &e.h;
     let log = r.log.clone();
 
+    h.create(cm(NS, "fault-probe", json!({"k": "0"}))).unwrap();
     let mut rng = StdRng::seed_from_u64(0x5eed_0003);
     let mut exists = [false; 500];
     let mut injected = [0usize; 7];
@@ -1194,7 +1195,21 @@ async fn convergence_under_faults_5000_writes_500_objects() {
         let f = h.faults();
         let t = Instant::now();
         match kind {
-            0 => f.close_watches_after(rng.gen_range(1..=8)),
+            0 => {
+                // Arm the close, then feed events (writes to a probe object) until the
+                // informer's watch has really been closed by the server.
+                f.close_watches_after(rng.gen_range(1..=8));
+                let mut n = 0u64;
+                deliver(
+                    "a watch close",
+                    || {
+                        n += 1;
+                        touch(h, "fault-probe", &n.to_string());
+                    },
+                    || log.stream_closed.load(Ordering::SeqCst) as usize,
+                )
+                .await
+            }
             1 => {
                 deliver(
                     "an in-stream 410",
