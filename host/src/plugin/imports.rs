@@ -114,7 +114,7 @@ fn expect_object(r: Result<Option<Vec<u8>>, wit::ApiError>) -> Result<Vec<u8>, w
 fn meta_of(o: &Object) -> wit::ObjectMeta {
     let m = o.meta();
     wit::ObjectMeta {
-        namespace: m.namespace.as_deref().map(str::to_string),
+        namespace: m.namespace.map(str::to_string),
         name: m.name.to_string(),
         uid: m.uid.to_string(),
         resource_version: m.resource_version.to_string(),
