@@ -175,7 +175,7 @@ async fn run() {
             r.upd_cpu_us
         );
     }
-    println!("\n## Relist (410 on the watch → paged relist of every object)\n");
+    println!("\n## Relist (410 on the watch → relist at the last synced RV: one unpaged LIST, as a watch cache serves it)\n");
     println!("| objects | n | peak pipeline heap / steady pipeline heap | process VmHWM during relist | process VmRSS before |\n|---|---|---|---|---|");
     for r in &rows {
         println!(
