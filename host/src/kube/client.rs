@@ -475,8 +475,9 @@ fn with_query(mut path: String, query: &str) -> String {
     path
 }
 
-/// Room reserved up front from a `Content-Length`; a larger body still grows past it.
-const MAX_PREALLOCATED_BODY: u64 = 64 << 20;
+/// Room reserved up front from a `Content-Length` (a relist of a large cache is hundreds of
+/// MB); a bogus larger length is not trusted, the buffer then grows as bytes arrive.
+const MAX_PREALLOCATED_BODY: u64 = 1 << 30;
 
 /// Read a whole response body into one buffer. Why not `collect().to_bytes()`: that keeps
 /// every received chunk until it has copied them all into a new buffer, so a large LIST
