@@ -22,6 +22,8 @@ pub struct Kicks {
     pub expire: u64,
     /// Bumped to drop every open connection abruptly.
     pub drop: u64,
+    /// Bumped whenever the stall changes, so stalled streams re-check it at once.
+    pub stall: u64,
 }
 
 /// The next requests to fail.
@@ -94,6 +96,7 @@ impl Faults {
     /// Open watch streams stop sending for `d` (events queue up in the history meanwhile).
     pub fn stall_streams(&self, d: Duration) {
         *self.stall_until.lock() = Some(Instant::now() + d);
+        self.kicks.send_modify(|k| k.stall += 1);
     }
 
     /// Drop the history: any RV before now is too old for watches and Exact lists.
@@ -125,6 +128,7 @@ impl Faults {
         *self.stall_until.lock() = None;
         self.omit_initial_events_end(false);
         self.refuse_watch_list(false);
+        self.kicks.send_modify(|k| k.stall += 1);
     }
 
     pub(crate) fn omits_initial_events_end(&self) -> bool {
@@ -298,7 +302,22 @@ mod tests {
         let rx = f.kicks();
         f.inject_expired();
         f.drop_connections();
-        assert_eq!(*rx.borrow(), Kicks { expire: 1, drop: 1 });
+        assert_eq!(
+            *rx.borrow(),
+            Kicks {
+                expire: 1,
+                drop: 1,
+                stall: 0
+            }
+        );
+        f.stall_streams(Duration::from_secs(60));
+        f.clear();
+        assert_eq!(
+            rx.borrow().stall,
+            2,
+            "stalled streams are woken on every change"
+        );
+        assert!(f.stalled_until().is_none());
         let c = Arc::new(Counters::default());
         c.count("list");
         c.count("bogus");

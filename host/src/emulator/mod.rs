@@ -303,6 +303,12 @@ impl EmulatorHandle {
         .is_ok()
     }
 
+    /// Change how many events per resource the history keeps (shrinking takes effect at the
+    /// next write). Benchmarks widen it so that a long update stream can be replayed.
+    pub fn set_history_window(&self, events: usize) {
+        self.shared.store.set_window(events);
+    }
+
     /// The latest resourceVersion.
     pub fn current_resource_version(&self) -> u64 {
         self.shared.store.current_rv()

@@ -212,8 +212,20 @@ impl Watcher {
         loop {
             // A stalled stream sends nothing until the stall ends (events wait in the history).
             if let Some(until) = self.shared.faults.stalled_until() {
+                // A cleared stall or an expiry kick ends the wait early.
                 tokio::select! {
                     _ = sleep_until(until) => {}
+                    r = kicks.changed() => {
+                        if r.is_err() { return; }
+                        if kicks.borrow_and_update().expire != expire_gen {
+                            let s = response::expired(format!(
+                                "too old resource version: {cursor} ({})",
+                                store.current_rv()
+                            ));
+                            self.error_and_close(&s).await;
+                            return;
+                        }
+                    }
                     _ = self.tx.closed() => return,
                 }
                 continue;

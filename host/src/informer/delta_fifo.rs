@@ -126,9 +126,23 @@ struct State {
     closed: bool,
 }
 
+/// Queue capacity kept once the queue drains; more is given back to the allocator.
+const SPARE_CAPACITY: usize = 1024;
+
 impl State {
     fn has_synced(&self) -> bool {
         self.populated && self.initial_population_count == 0
+    }
+
+    /// Give back the room a relist grew: a drained queue would otherwise keep one slot per
+    /// object of the largest list it ever held, as much as a sixth of a small object's size.
+    fn release_spare(&mut self) {
+        if self.items.capacity() > SPARE_CAPACITY {
+            self.items.shrink_to(SPARE_CAPACITY);
+        }
+        if self.queue.capacity() > SPARE_CAPACITY {
+            self.queue.shrink_to(SPARE_CAPACITY);
+        }
     }
 }
 
@@ -299,6 +313,9 @@ impl DeltaFifo {
                         // Unreachable by the queue/items invariant (spec 2.2); skip the key.
                         continue;
                     };
+                    if s.queue.is_empty() {
+                        s.release_spare();
+                    }
                     return process(deltas, is_in_initial_list).map_err(PopError::Process);
                 }
                 if s.closed {
@@ -667,5 +684,31 @@ mod tests {
         .await
         .unwrap();
         assert!(held);
+    }
+
+    #[tokio::test]
+    async fn drained_queue_gives_back_the_room_a_large_relist_grew() {
+        let f = fifo_with(None);
+        f.replace(
+            (0..5000)
+                .map(|i| obj("ns", &format!("o{i}"), "1"))
+                .collect(),
+        );
+        assert!(f.state.lock().items.capacity() >= 5000);
+        for _ in 0..5000 {
+            pop1(&f).await;
+        }
+        let s = f.state.lock();
+        assert!(s.items.is_empty() && s.queue.is_empty());
+        assert!(
+            s.items.capacity() <= 2 * SPARE_CAPACITY,
+            "{}",
+            s.items.capacity()
+        );
+        assert!(
+            s.queue.capacity() <= 2 * SPARE_CAPACITY,
+            "{}",
+            s.queue.capacity()
+        );
     }
 }

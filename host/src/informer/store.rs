@@ -36,11 +36,13 @@ pub enum StoreError {
     IndexerConflict(String),
 }
 
-type Index = HashMap<String, HashSet<String>>;
+/// Index value → keys. Keys are the same `Arc<str>` as the item map's, so a key costs one
+/// allocation however many indexes hold it.
+type Index = HashMap<String, HashSet<Arc<str>>>;
 
 #[derive(Default)]
 struct Inner {
-    items: HashMap<String, Object>,
+    items: HashMap<Arc<str>, Object>,
     indexers: Indexers,
     indices: HashMap<String, Index>,
 }
@@ -85,14 +87,14 @@ impl Store {
     /// Insert or replace an object (spec 3.3: Add and Update are the same upsert).
     pub fn add(&self, obj: Object) {
         let key = obj.key();
-        self.inner.write().upsert(key, obj);
+        self.inner.write().upsert(&key, obj);
     }
 
     /// Insert or replace, returning the previous object under the key: one lock and one key
     /// computation for the informer's "update or add" decision (spec 4.1).
     pub fn upsert(&self, obj: Object) -> Option<Object> {
         let key = obj.key();
-        self.inner.write().upsert(key, obj)
+        self.inner.write().upsert(&key, obj)
     }
 
     /// Same as [`Store::add`] (spec 3.3).
@@ -112,7 +114,8 @@ impl Store {
 
     /// Replace the whole content and rebuild every index (spec 3.3).
     pub fn replace(&self, list: Vec<Object>) {
-        let items: HashMap<String, Object> = list.into_iter().map(|o| (o.key(), o)).collect();
+        let items: HashMap<Arc<str>, Object> =
+            list.into_iter().map(|o| (Arc::from(o.key()), o)).collect();
         let mut g = self.inner.write();
         g.items = items;
         g.rebuild_indices();
@@ -136,7 +139,12 @@ impl Store {
     }
 
     pub fn list_keys(&self) -> Vec<String> {
-        self.inner.read().items.keys().cloned().collect()
+        self.inner
+            .read()
+            .items
+            .keys()
+            .map(|k| k.to_string())
+            .collect()
     }
 
     pub fn len(&self) -> usize {
@@ -193,7 +201,12 @@ impl Store {
     pub fn index_keys(&self, index_name: &str, value: &str) -> Result<Vec<String>, StoreError> {
         let g = self.inner.read();
         let ix = g.index(index_name)?;
-        let mut keys: Vec<String> = ix.get(value).into_iter().flatten().cloned().collect();
+        let mut keys: Vec<String> = ix
+            .get(value)
+            .into_iter()
+            .flatten()
+            .map(|k| k.to_string())
+            .collect();
         keys.sort_unstable();
         Ok(keys)
     }
@@ -207,7 +220,7 @@ impl Store {
             .ok_or_else(|| StoreError::UnknownIndex(index_name.to_owned()))?;
         let ix = g.index(index_name)?;
         let values = f(obj);
-        let mut keys: HashSet<&String> = HashSet::new();
+        let mut keys: HashSet<&Arc<str>> = HashSet::new();
         for v in &values {
             keys.extend(ix.get(v).into_iter().flatten());
         }
@@ -263,15 +276,20 @@ impl Inner {
             .ok_or_else(|| StoreError::UnknownIndex(name.to_owned()))
     }
 
-    fn upsert(&mut self, key: String, obj: Object) -> Option<Object> {
+    fn upsert(&mut self, key: &str, obj: Object) -> Option<Object> {
+        // An update keeps the key allocation the item already has.
+        let key: Arc<str> = match self.items.get_key_value(key) {
+            Some((k, _)) => k.clone(),
+            None => Arc::from(key),
+        };
         let old = self.items.insert(key.clone(), obj.clone());
         self.update_indices(old.as_ref(), Some(&obj), &key);
         old
     }
 
     fn remove(&mut self, key: &str) {
-        if let Some(old) = self.items.remove(key) {
-            self.update_indices(Some(&old), None, key);
+        if let Some((key, old)) = self.items.remove_entry(key) {
+            self.update_indices(Some(&old), None, &key);
         }
     }
 
@@ -293,7 +311,7 @@ impl Inner {
     }
 
     /// Move `key` from the old object's index values to the new one's (spec 3.3).
-    fn update_indices(&mut self, old: Option<&Object>, new: Option<&Object>, key: &str) {
+    fn update_indices(&mut self, old: Option<&Object>, new: Option<&Object>, key: &Arc<str>) {
         for (name, f) in &self.indexers {
             let old_vals = old.map(|o| f(o)).unwrap_or_default();
             let new_vals = new.map(|o| f(o)).unwrap_or_default();
@@ -312,7 +330,7 @@ impl Inner {
                 }
             }
             for v in new_vals {
-                ix.entry(v).or_default().insert(key.to_owned());
+                ix.entry(v).or_default().insert(key.clone());
             }
         }
     }

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
 use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
@@ -475,11 +475,41 @@ fn with_query(mut path: String, query: &str) -> String {
     path
 }
 
-async fn read_body(body: Incoming) -> Result<Bytes, Error> {
-    body.collect()
-        .await
-        .map(|c| c.to_bytes())
-        .map_err(|e| Error::Http(format!("reading response body: {e}")))
+/// Room reserved up front from a `Content-Length` (a relist of a large cache is hundreds of
+/// MB); a bogus larger length is not trusted, the buffer then grows as bytes arrive.
+const MAX_PREALLOCATED_BODY: u64 = 1 << 30;
+
+/// Read a whole response body into one buffer. Why not `collect().to_bytes()`: that keeps
+/// every received chunk until it has copied them all into a new buffer, so a large LIST
+/// (a relist of the whole cache) briefly costs twice its size. Here chunks are appended to a
+/// buffer sized from `Content-Length` and dropped at once; a single chunk is returned as is.
+async fn read_body(mut body: Incoming) -> Result<Bytes, Error> {
+    let hint = hyper::body::Body::size_hint(&body);
+    let expected = hint
+        .exact()
+        .unwrap_or(hint.lower())
+        .min(MAX_PREALLOCATED_BODY) as usize;
+    let mut first: Option<Bytes> = None;
+    let mut buf = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| Error::Http(format!("reading response body: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers
+        };
+        if first.is_none() && buf.is_empty() {
+            first = Some(data);
+            continue;
+        }
+        if let Some(f) = first.take() {
+            buf.reserve(expected.max(f.len() + data.len()));
+            buf.extend_from_slice(&f);
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok(match first {
+        Some(f) => f,
+        None => buf.freeze(),
+    })
 }
 
 /// Connection-level failures are [`Error::Connect`] (the reflector backs off and retries);

@@ -1,0 +1,269 @@
+//! Shared pieces of the benchmark binaries: a counting allocator, process figures from /proc
+//! and getrusage, object generators, a raw HTTP/1.1 client and table printing.
+//!
+//! Why a counting allocator: the emulator and the pipeline share one process, so RSS alone
+//! cannot say what the informer's cache holds; live heap bytes before and after a phase can.
+
+#![allow(dead_code)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+
+/// Counts live heap bytes and their high-water mark.
+pub struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        let p = System.alloc(l);
+        if !p.is_null() {
+            let now = LIVE.fetch_add(l.size(), Ordering::Relaxed) + l.size();
+            PEAK.fetch_max(now, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        System.dealloc(p, l);
+        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        let p = System.alloc_zeroed(l);
+        if !p.is_null() {
+            let now = LIVE.fetch_add(l.size(), Ordering::Relaxed) + l.size();
+            PEAK.fetch_max(now, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        let q = System.realloc(p, l, new);
+        if !q.is_null() {
+            if new >= l.size() {
+                let now = LIVE.fetch_add(new - l.size(), Ordering::Relaxed) + new - l.size();
+                PEAK.fetch_max(now, Ordering::Relaxed);
+            } else {
+                LIVE.fetch_sub(l.size() - new, Ordering::Relaxed);
+            }
+        }
+        q
+    }
+}
+
+/// Live heap bytes now.
+pub fn live() -> usize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// Reset the heap high-water mark to the current live bytes.
+pub fn reset_peak() {
+    PEAK.store(live(), Ordering::Relaxed);
+}
+
+/// Heap high-water mark since the last reset.
+pub fn peak() -> usize {
+    PEAK.load(Ordering::Relaxed)
+}
+
+/// A `kB` field of /proc/self/status (VmRSS, VmHWM), in bytes.
+pub fn proc_status(field: &str) -> usize {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Reset VmHWM to the current RSS (Linux ≥ 4.0); false when the kernel refuses.
+pub fn reset_hwm() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// User + system CPU time of the whole process.
+pub fn cpu_time() -> Duration {
+    let mut ru = std::mem::MaybeUninit::<libc_rusage::Rusage>::zeroed();
+    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is 0.
+    let ok = unsafe { libc_rusage::getrusage(0, ru.as_mut_ptr()) } == 0;
+    if !ok {
+        return Duration::ZERO;
+    }
+    // SAFETY: initialised by the successful call above.
+    let ru = unsafe { ru.assume_init() };
+    let tv = |t: libc_rusage::Timeval| Duration::new(t.sec as u64, (t.usec as u32) * 1000);
+    tv(ru.utime) + tv(ru.stime)
+}
+
+/// The two fields of `struct rusage` we read, declared by hand to avoid a libc dependency
+/// (x86_64/aarch64 Linux layout: two `timeval`s first).
+mod libc_rusage {
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    pub struct Timeval {
+        pub sec: i64,
+        pub usec: i64,
+    }
+    #[repr(C)]
+    pub struct Rusage {
+        pub utime: Timeval,
+        pub stime: Timeval,
+        pub rest: [i64; 14],
+    }
+    extern "C" {
+        pub fn getrusage(who: i32, usage: *mut Rusage) -> i32;
+    }
+}
+
+/// A ConfigMap named `cm-<i>` in `ns` whose data pads it to about `size` bytes.
+pub fn configmap(ns: &str, i: usize, pad: usize) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": format!("cm-{i:06}"), "namespace": ns, "labels": {"app": "bench", "shard": (i % 16).to_string()}},
+        "data": {"payload": "x".repeat(pad)}
+    })
+}
+
+/// A Pod named `pod-<i>` in `ns` with a realistic spec; `pad` sizes an annotation.
+pub fn pod(ns: &str, i: usize, pad: usize) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": format!("pod-{i:06}"), "namespace": ns,
+            "labels": {"app": "bench", "pod-template-hash": "5d8f7c9b4", "shard": (i % 16).to_string()},
+            "annotations": {"bench/pad": "y".repeat(pad)},
+        },
+        "spec": {
+            "containers": [{
+                "name": "app", "image": "registry.example/app:1.2.3",
+                "args": ["--port=8080", "--verbose"],
+                "ports": [{"containerPort": 8080, "protocol": "TCP", "name": "http"}],
+                "env": [{"name": "MODE", "value": "bench"}, {"name": "LEVEL", "value": "info"}],
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
+                "volumeMounts": [{"name": "cfg", "mountPath": "/etc/app"}],
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 5},
+            }],
+            "volumes": [{"name": "cfg", "configMap": {"name": "app-config"}}],
+            "nodeName": format!("node-{}", i % 50),
+            "restartPolicy": "Always", "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "default", "terminationGracePeriodSeconds": 30,
+        }
+    })
+}
+
+/// Set `metadata.labels.rev` (an update that changes content and RV).
+pub fn bump(mut v: Value, rev: usize) -> Value {
+    v["metadata"]["labels"]["rev"] = Value::String(rev.to_string());
+    v
+}
+
+/// A bare HTTP/1.1 connection to the emulator.
+pub struct Raw {
+    sender: hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+}
+
+impl Raw {
+    pub async fn connect(addr: SocketAddr) -> Raw {
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        tcp.set_nodelay(true).expect("nodelay");
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .await
+            .expect("handshake");
+        tokio::spawn(conn);
+        Raw { sender }
+    }
+
+    async fn get(&mut self, path: &str) -> hyper::body::Incoming {
+        self.sender.ready().await.expect("ready");
+        let req = http::Request::get(path)
+            .header("host", "127.0.0.1")
+            .header("accept", "application/json")
+            .body(Empty::new())
+            .expect("request");
+        let resp = self.sender.send_request(req).await.expect("response");
+        assert!(resp.status().is_success(), "GET {path}: {}", resp.status());
+        resp.into_body()
+    }
+
+    /// GET `path` and read the whole body.
+    pub async fn get_all(&mut self, path: &str) -> Bytes {
+        self.get(path)
+            .await
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes()
+    }
+
+    /// GET a watch and count newline-terminated events until `want` arrived.
+    pub async fn count_events(&mut self, path: &str, want: u64) -> u64 {
+        let mut body = self.get(path).await;
+        let mut n = 0u64;
+        while n < want {
+            match body.frame().await {
+                Some(Ok(f)) => {
+                    if let Some(d) = f.data_ref() {
+                        n += d.iter().filter(|&&b| b == b'\n').count() as u64;
+                    }
+                }
+                _ => break,
+            }
+        }
+        n
+    }
+}
+
+/// The median of some measurements.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Run `f` `runs` times; the median of its returned figure.
+pub async fn median_of<F, Fut>(runs: usize, mut f: F) -> f64
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = f64>,
+{
+    let mut v = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        v.push(f().await);
+    }
+    median(v)
+}
+
+pub fn secs(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64()
+}
+
+pub fn mb(b: usize) -> String {
+    format!("{:.1} MB", b as f64 / 1e6)
+}
+
+/// `1234567.0` → `1,234,567`.
+pub fn thousands(x: f64) -> String {
+    let s = format!("{:.0}", x);
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `uptime`'s load averages, for the record.
+pub fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
