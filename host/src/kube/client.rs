@@ -19,7 +19,7 @@ use tracing::Instrument;
 
 use super::auth::Auth;
 use super::config::Config;
-use super::decode::{decode_list, error_from_response};
+use super::decode::{error_from_response, ListDecoder};
 use super::error::{Error, Status};
 use super::object::{IngestOptions, Object};
 use super::params::{and_selectors, ListParams, Query, WatchParams};
@@ -27,9 +27,6 @@ use super::resource::ApiResource;
 use super::tls::{Connector, TlsState};
 use super::watch::{event_stream, ObjectList};
 use crate::informer::lister_watcher::{ListerWatcher, WatchStream};
-
-/// LIST bodies at least this large are decoded on the blocking pool.
-const BLOCKING_DECODE_BYTES: usize = 4 << 20;
 
 /// A PATCH body and its type (spec 6.11).
 #[derive(Debug, Clone)]
@@ -330,15 +327,27 @@ impl Client {
         params: &ListParams,
     ) -> Result<ObjectList, Error> {
         let path = with_query(res.collection_path(namespace), &params.to_query());
-        let body = self.call(Method::GET, &path, None).await?;
-        let opts = self.0.ingest;
-        if body.len() < BLOCKING_DECODE_BYTES {
-            return decode_list(&body, &opts);
+        let t = self.0.request_timeout;
+        let span = tracing::debug_span!("kube list", path = %path);
+        let fut = async {
+            let resp = self.send(Method::GET, &path, None, t).await?;
+            // Items are decoded as the body arrives so that a relist never holds the whole
+            // body next to the old cache and the new objects.
+            let mut decoder = ListDecoder::new(self.0.ingest);
+            let mut body = resp.into_body();
+            while let Some(frame) = body.frame().await {
+                let frame =
+                    frame.map_err(|e| Error::Http(format!("reading response body: {e}")))?;
+                if let Ok(data) = frame.into_data() {
+                    decoder.push(&data)?;
+                }
+            }
+            decoder.finish()
+        };
+        match tokio::time::timeout(t, fut.instrument(span)).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Timeout(t)),
         }
-        // Decoding a large page takes milliseconds of CPU: keep it off the async workers.
-        tokio::task::spawn_blocking(move || decode_list(&body, &opts))
-            .await
-            .map_err(|e| Error::Decode(format!("list decoder failed: {e}")))?
     }
 
     /// Start a WATCH. The response head must arrive within the request timeout; then the

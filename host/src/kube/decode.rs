@@ -1,87 +1,364 @@
-//! Decoding of whole response bodies: LIST pages (spec 6.2) and `Status` errors (spec 6.5).
+//! Decoding of response bodies: LIST pages (spec 6.2) and `Status` errors (spec 6.5).
 //!
-//! Why here and not with serde: a LIST body is the initial sync's bulk. Items are taken in
-//! with the same borrowing scanner as watch events, each copied into its own allocation with
-//! `managedFields` cut, and nothing else of the body is materialised.
+//! Why a streaming LIST decoder: a LIST body is the initial sync's (and a relist's) bulk.
+//! Reading it whole before decoding made the old cache, the entire body (`managedFields`
+//! included) and the new objects coexist. [`ListDecoder`] instead takes each item in as soon
+//! as its last byte arrives, copying it into its own allocation with `managedFields` cut, and
+//! drops the consumed bytes, so only the unfinished tail of the body is buffered.
+
+use bytes::{Buf, Bytes, BytesMut};
 
 use super::error::{Error, Status, StatusDetails};
-use super::json::Scanner;
+use super::json::{self, Scanner, ValueEnd};
 use super::object::{IngestOptions, Object};
 use super::watch::ObjectList;
 
-/// Decode a LIST response. Items get the `kind` and `apiVersion` that the server leaves out of
-/// list items (the list's kind without `List`), as client-go's dynamic client does, so that
-/// objects from a LIST and from a WATCH look alike.
+/// Decode a complete LIST response held in memory (the streaming decoder fed one chunk).
 pub fn decode_list(body: &[u8], opts: &IngestOptions) -> Result<ObjectList, Error> {
-    let text = std::str::from_utf8(body).map_err(|e| {
+    let mut d = ListDecoder::new(*opts);
+    d.push(body)?;
+    d.finish()
+}
+
+/// Which top-level member of the list the decoder is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Member {
+    Kind,
+    ApiVersion,
+    Metadata,
+    Items,
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Before the opening `{`.
+    Start,
+    /// After `{`: a key or `}`.
+    FirstKey,
+    /// After `,`: a key.
+    Key,
+    /// Inside a key's string.
+    InKey,
+    /// After a key: `:`.
+    Colon(Member),
+    /// Before a member's value.
+    Value(Member),
+    /// Inside a member's value (not `items`).
+    InValue(Member),
+    /// After a member: `,` or `}`.
+    AfterMember,
+    /// After `[` of `items`: an item or `]`.
+    FirstItem,
+    /// After `,` in `items`: an item.
+    Item,
+    /// Inside an item.
+    InItem,
+    /// After an item: `,` or `]`.
+    AfterItem,
+    /// After the closing `}`: only whitespace may follow.
+    Done,
+}
+
+/// Incremental decoder of a LIST body: feed chunks with [`push`](Self::push) as they arrive
+/// and call [`finish`](Self::finish) at the end of the body. Items get the `kind` and
+/// `apiVersion` that the server leaves out of list items (the list's kind without `List`), as
+/// client-go's dynamic client does, so that objects from a LIST and from a WATCH look alike.
+/// Members may come in any order; items that arrive before `kind` are kept raw and taken in
+/// at the end, once the kind is known.
+#[derive(Debug)]
+pub struct ListDecoder {
+    buf: BytesMut,
+    opts: IngestOptions,
+    state: State,
+    /// End-of-value search for the key, value or item at the start of `buf`.
+    value: ValueEnd,
+    /// How far that search has got in `buf`.
+    scanned: usize,
+    list: ObjectList,
+    kind: Option<String>,
+    api_version: Option<String>,
+    deferred: Vec<Bytes>,
+    /// Bytes dropped before `buf`, for error messages.
+    consumed: u64,
+}
+
+impl ListDecoder {
+    pub fn new(opts: IngestOptions) -> Self {
+        ListDecoder {
+            buf: BytesMut::new(),
+            opts,
+            state: State::Start,
+            value: ValueEnd::default(),
+            scanned: 0,
+            list: ObjectList::default(),
+            kind: None,
+            api_version: None,
+            deferred: Vec::new(),
+            consumed: 0,
+        }
+    }
+
+    /// Append bytes read from the body and take in every item they complete. After an error
+    /// the decoder is unusable.
+    pub fn push(&mut self, chunk: &[u8]) -> Result<(), Error> {
+        self.buf.extend_from_slice(chunk);
+        self.run()
+    }
+
+    /// End of the body: the list, or an error if the body was truncated.
+    pub fn finish(mut self) -> Result<ObjectList, Error> {
+        if self.state != State::Done {
+            return Err(self.error(format!(
+                "body ended inside the list ({} bytes unconsumed)",
+                self.buf.len()
+            )));
+        }
+        let type_meta = item_type(self.kind.as_deref(), self.api_version.as_deref());
+        for raw in std::mem::take(&mut self.deferred) {
+            let mut sc = Scanner::new(&raw);
+            let o = Object::ingest_from(&mut sc, &self.opts, type_meta)
+                .map_err(|e| self.error(format!("item {}: {e}", self.list.items.len())))?;
+            self.list.items.push(o);
+        }
+        Ok(self.list)
+    }
+
+    fn error(&self, message: String) -> Error {
         Error::Decode(format!(
-            "list response is not UTF-8 at byte {}",
-            e.valid_up_to()
+            "list response (body byte {}): {message}",
+            self.consumed
         ))
-    })?;
-    let body = text.as_bytes();
-    let mut sc = Scanner::new(body);
-    let mut list = ObjectList::default();
-    let mut kind: Option<&str> = None;
-    let mut api_version: Option<&str> = None;
-    let mut deferred: Vec<usize> = Vec::new();
-    let mut item_err: Option<String> = None;
-    let res = sc.object(|sc, key, _| {
-        match key {
-            b"kind" => kind = Some(plain_str(sc, text)?),
-            b"apiVersion" => api_version = Some(plain_str(sc, text)?),
-            b"metadata" => {
-                let (a, b) = sc.skip_value()?;
-                match serde_json::from_slice::<ListMeta>(&body[a..b]) {
-                    Ok(m) => {
-                        list.resource_version = m.resource_version.unwrap_or_default();
-                        list.continue_token = m.continue_.filter(|c| !c.is_empty());
-                        list.remaining_item_count = m.remaining_item_count;
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.consumed += n as u64;
+        self.buf.advance(n);
+        self.scanned = 0;
+    }
+
+    /// The next non-whitespace byte, dropping the whitespace before it.
+    fn next_byte(&mut self) -> Option<u8> {
+        let i = json::skip_ws(&self.buf, 0);
+        self.advance(i);
+        self.buf.first().copied()
+    }
+
+    /// Resume the end-of-value search for the value at the start of `buf`.
+    fn value_end(&mut self) -> Option<usize> {
+        match self.value.resume(&self.buf, self.scanned.max(1)) {
+            Ok(end) => Some(end),
+            Err(scanned) => {
+                self.scanned = scanned;
+                None
+            }
+        }
+    }
+
+    fn expect(&self, c: u8, what: &str) -> Result<(), Error> {
+        Err(self.error(format!("expected {what}, found {:?}", char::from(c))))
+    }
+
+    fn run(&mut self) -> Result<(), Error> {
+        loop {
+            match self.state {
+                State::Start => {
+                    let Some(c) = self.next_byte() else {
+                        return Ok(());
+                    };
+                    if c != b'{' {
+                        return self.expect(c, "'{' at the start of the list");
                     }
-                    Err(e) => item_err = Some(format!("list metadata: {e}")),
+                    self.advance(1);
+                    self.state = State::FirstKey;
+                }
+                State::FirstKey | State::Key => {
+                    let Some(c) = self.next_byte() else {
+                        return Ok(());
+                    };
+                    match c {
+                        b'}' if self.state == State::FirstKey => {
+                            self.advance(1);
+                            self.state = State::Done;
+                        }
+                        b'"' => {
+                            self.value = ValueEnd::begin(c);
+                            self.state = State::InKey;
+                        }
+                        _ => return self.expect(c, "a key"),
+                    }
+                }
+                State::InKey => {
+                    let Some(end) = self.value_end() else {
+                        return Ok(());
+                    };
+                    let mut sc = Scanner::new(&self.buf[..end]);
+                    let (a, b, _) = sc.string().map_err(|e| self.error(format!("key: {e}")))?;
+                    let member = match &self.buf[a..b] {
+                        b"kind" => Member::Kind,
+                        b"apiVersion" => Member::ApiVersion,
+                        b"metadata" => Member::Metadata,
+                        b"items" => Member::Items,
+                        _ => Member::Other,
+                    };
+                    self.advance(end);
+                    self.state = State::Colon(member);
+                }
+                State::Colon(m) => {
+                    let Some(c) = self.next_byte() else {
+                        return Ok(());
+                    };
+                    if c != b':' {
+                        return self.expect(c, "':' after a key");
+                    }
+                    self.advance(1);
+                    self.state = State::Value(m);
+                }
+                State::Value(m) => {
+                    let Some(c) = self.next_byte() else {
+                        return Ok(());
+                    };
+                    if m == Member::Items && c == b'[' {
+                        self.advance(1);
+                        self.state = State::FirstItem;
+                        continue;
+                    }
+                    if m == Member::Items && c != b'n' {
+                        return self.expect(c, "an array of items");
+                    }
+                    self.value = ValueEnd::begin(c);
+                    self.state = State::InValue(m);
+                }
+                State::InValue(m) => {
+                    let Some(end) = self.value_end() else {
+                        return Ok(());
+                    };
+                    self.member(m, end)?;
+                    self.advance(end);
+                    self.state = State::AfterMember;
+                }
+                State::AfterMember => {
+                    let Some(c) = self.next_byte() else {
+                        return Ok(());
+                    };
+                    self.state = match c {
+                        b',' => State::Key,
+                        b'}' => State::Done,
+                        _ => return self.expect(c, "',' or '}' after a member"),
+                    };
+                    self.advance(1);
+                }
+                State::FirstItem | State::Item => {
+                    let Some(c) = self.next_byte() else {
+                        return Ok(());
+                    };
+                    if c == b']' && self.state == State::FirstItem {
+                        self.advance(1);
+                        self.state = State::AfterMember;
+                        continue;
+                    }
+                    if c != b'{' {
+                        return self.expect(c, "an object in items");
+                    }
+                    self.value = ValueEnd::begin(c);
+                    self.state = State::InItem;
+                }
+                State::InItem => {
+                    let Some(end) = self.value_end() else {
+                        return Ok(());
+                    };
+                    self.item(end)?;
+                    self.advance(end);
+                    self.state = State::AfterItem;
+                }
+                State::AfterItem => {
+                    let Some(c) = self.next_byte() else {
+                        return Ok(());
+                    };
+                    self.state = match c {
+                        b',' => State::Item,
+                        b']' => State::AfterMember,
+                        _ => return self.expect(c, "',' or ']' after an item"),
+                    };
+                    self.advance(1);
+                }
+                State::Done => {
+                    let i = json::skip_ws(&self.buf, 0);
+                    if i < self.buf.len() {
+                        let c = self.buf[i];
+                        return self.expect(c, "nothing after the list");
+                    }
+                    self.advance(i);
+                    return Ok(());
                 }
             }
-            b"items" if !sc.peek_null() => {
-                let type_meta = item_type(kind, api_version);
-                sc.array(|sc| {
-                    if kind.is_none() {
-                        // `items` before `kind`: come back once the kind is known.
-                        deferred.push(sc.pos());
-                        sc.skip_value()?;
-                        return Ok(());
-                    }
-                    match Object::ingest_from(sc, opts, type_meta) {
-                        Ok(o) => list.items.push(o),
-                        Err(e) => {
-                            if item_err.is_none() {
-                                item_err = Some(format!("item {}: {e}", list.items.len()));
-                            }
-                            sc.skip_value()?;
-                        }
-                    }
-                    Ok(())
-                })?;
+        }
+    }
+
+    /// The complete value `buf[..end]` of a member other than `items` (or `items: null`).
+    fn member(&mut self, m: Member, end: usize) -> Result<(), Error> {
+        let raw = &self.buf[..end];
+        let text = std::str::from_utf8(raw)
+            .map_err(|e| self.error(format!("not UTF-8 at byte {}", e.valid_up_to())))?;
+        match m {
+            Member::Kind | Member::ApiVersion => {
+                let mut sc = Scanner::new(raw);
+                let (a, b, escaped) = sc
+                    .string()
+                    .map_err(|e| self.error(format!("kind or apiVersion: {e}")))?;
+                if escaped {
+                    return Err(self.error("unexpected escape in kind or apiVersion".into()));
+                }
+                let v = Some(text[a..b].to_owned());
+                if m == Member::Kind {
+                    self.kind = v;
+                } else {
+                    self.api_version = v;
+                }
             }
-            _ => {
-                sc.skip_value()?;
+            Member::Metadata => {
+                let meta = serde_json::from_str::<ListMeta>(text)
+                    .map_err(|e| self.error(format!("list metadata: {e}")))?;
+                self.list.resource_version = meta.resource_version.unwrap_or_default();
+                self.list.continue_token = meta.continue_.filter(|c| !c.is_empty());
+                self.list.remaining_item_count = meta.remaining_item_count;
+            }
+            Member::Items | Member::Other => {
+                let mut sc = Scanner::new(raw);
+                let r = sc.skip_value().and_then(|_| sc.end());
+                if let Err(e) = r {
+                    return Err(self.error(format!("{e}")));
+                }
+                if m == Member::Items && raw != b"null" {
+                    return Err(self.error("items is neither an array nor null".into()));
+                }
             }
         }
         Ok(())
-    });
-    res.and_then(|_| sc.end())
-        .map_err(|e| Error::Decode(format!("list response: {e}")))?;
-    if let Some(e) = item_err {
-        return Err(Error::Decode(format!("list response: {e}")));
     }
-    let type_meta = item_type(kind, api_version);
-    for pos in deferred {
-        let mut sc = Scanner::new(body);
-        sc.seek(pos);
-        let o = Object::ingest_from(&mut sc, opts, type_meta)
-            .map_err(|e| Error::Decode(format!("list response: item: {e}")))?;
-        list.items.push(o);
+
+    /// The complete item `buf[..end]`: taken in now, or kept raw until `kind` is known.
+    fn item(&mut self, end: usize) -> Result<(), Error> {
+        let raw = &self.buf[..end];
+        if let Err(e) = std::str::from_utf8(raw) {
+            return Err(self.error(format!(
+                "item {} is not UTF-8 at byte {}",
+                self.list.items.len(),
+                e.valid_up_to()
+            )));
+        }
+        if self.kind.is_none() {
+            self.deferred.push(Bytes::copy_from_slice(raw));
+            return Ok(());
+        }
+        let type_meta = item_type(self.kind.as_deref(), self.api_version.as_deref());
+        let mut sc = Scanner::new(raw);
+        let o = Object::ingest_from(&mut sc, &self.opts, type_meta)
+            .and_then(|o| sc.end().map(|_| o).map_err(Into::into))
+            .map_err(|e| self.error(format!("item {}: {e}", self.list.items.len())))?;
+        self.list.items.push(o);
+        Ok(())
     }
-    Ok(list)
 }
 
 fn item_type<'a>(
@@ -90,15 +367,6 @@ fn item_type<'a>(
 ) -> Option<(&'a str, &'a str)> {
     let item_kind = kind?.strip_suffix("List").filter(|k| !k.is_empty())?;
     Some((item_kind, api_version?))
-}
-
-/// A string value without escapes (kind, apiVersion), borrowed from the body.
-fn plain_str<'a>(sc: &mut Scanner<'a>, body: &'a str) -> Result<&'a str, super::json::SyntaxError> {
-    let (a, b, escaped) = sc.string()?;
-    if escaped {
-        return Err(sc.error_at(a, "unexpected escape in kind or apiVersion"));
-    }
-    Ok(body.get(a..b).unwrap_or_default())
 }
 
 #[derive(serde::Deserialize)]
@@ -222,13 +490,7 @@ mod tests {
 
     #[test]
     fn every_list_sample_decodes_like_serde() {
-        for name in [
-            "list-page1.json",
-            "list-page2.json",
-            "list-page3.json",
-            "list-before-compaction-page1.json",
-            "list-rv0-from-watch-cache.json",
-        ] {
+        for name in LIST_SAMPLES {
             let raw = read(name);
             let v: serde_json::Value = serde_json::from_slice(&raw).unwrap();
             let keep = IngestOptions {
@@ -261,6 +523,123 @@ mod tests {
         ] {
             let e = decode_list(bad, &IngestOptions::default()).unwrap_err();
             assert!(matches!(e, Error::Decode(_)), "{e}");
+        }
+    }
+
+    const LIST_SAMPLES: [&str; 5] = [
+        "list-page1.json",
+        "list-page2.json",
+        "list-page3.json",
+        "list-before-compaction-page1.json",
+        "list-rv0-from-watch-cache.json",
+    ];
+
+    /// Everything an `ObjectList` carries, comparable.
+    fn summary(l: &ObjectList) -> (String, Option<String>, Option<i64>, Vec<Bytes>) {
+        (
+            l.resource_version.clone(),
+            l.continue_token.clone(),
+            l.remaining_item_count,
+            l.items.iter().map(|o| o.raw().clone()).collect(),
+        )
+    }
+
+    fn decode_chunks(chunks: &[&[u8]], opts: &IngestOptions) -> Result<ObjectList, Error> {
+        let mut d = ListDecoder::new(*opts);
+        for c in chunks {
+            d.push(c)?;
+        }
+        d.finish()
+    }
+
+    #[test]
+    fn every_chunk_boundary_of_every_list_sample_spec_6_2() {
+        for keep in [false, true] {
+            let opts = IngestOptions {
+                keep_managed_fields: keep,
+            };
+            for name in LIST_SAMPLES {
+                let raw = read(name);
+                let want = summary(&decode_list(&raw, &opts).unwrap());
+                assert!(!want.3.is_empty(), "{name}");
+                for cut in 0..=raw.len() {
+                    let (a, b) = raw.split_at(cut);
+                    let got = decode_chunks(&[a, b], &opts).unwrap();
+                    assert_eq!(summary(&got), want, "{name} split at {cut}");
+                }
+                let bytes: Vec<&[u8]> = raw.chunks(1).collect();
+                assert_eq!(summary(&decode_chunks(&bytes, &opts).unwrap()), want);
+            }
+        }
+    }
+
+    #[test]
+    fn truncated_list_bodies_are_decode_errors_spec_6_2() {
+        for name in LIST_SAMPLES {
+            let raw = read(name);
+            // Every prefix that stops before the closing brace is incomplete.
+            let close = raw.iter().rposition(|&c| c == b'}').unwrap();
+            for cut in 0..=close {
+                let e = decode_chunks(&[&raw[..cut]], &IngestOptions::default()).unwrap_err();
+                assert!(matches!(e, Error::Decode(_)), "{name} cut at {cut}: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn metadata_after_items_escapes_and_scalars_in_any_order() {
+        let body = br#" { "items" : [ { "metadata" : { "name" : "a\"}{]" , "namespace":"n"} , "n": -1.5e3, "t":true } ,
+            {"metadata":{"name":"b"}} ] , "extra":[1,{"x":"]"}], "num": 42 , "kind" : "ConfigMapList",
+            "apiVersion":"v1", "metadata": {"resourceVersion":"9","continue":"","remainingItemCount":0} }
+        "#;
+        let want = decode_list(body, &IngestOptions::default()).unwrap();
+        assert_eq!(want.resource_version, "9");
+        assert_eq!(want.continue_token, None);
+        assert_eq!(want.remaining_item_count, Some(0));
+        assert_eq!(want.items.len(), 2);
+        assert_eq!(want.items[0].name(), "a\"}{]");
+        let v = want.items[0].to_value().unwrap();
+        assert_eq!(
+            (v["kind"].as_str(), v["apiVersion"].as_str()),
+            (Some("ConfigMap"), Some("v1"))
+        );
+        assert_eq!(v["n"], -1500.0);
+        for cut in 0..=body.len() {
+            let (a, b) = body.split_at(cut);
+            let got = decode_chunks(&[a, b], &IngestOptions::default()).unwrap();
+            assert_eq!(summary(&got), summary(&want), "split at {cut}");
+        }
+        let empty = decode_list(
+            br#"{"kind":"PodList","items":null,"metadata":{}}"#,
+            &IngestOptions::default(),
+        )
+        .unwrap();
+        assert!(empty.items.is_empty());
+        let empty = decode_list(b"{}", &IngestOptions::default()).unwrap();
+        assert!(empty.items.is_empty());
+    }
+
+    #[test]
+    fn malformed_list_bodies_are_decode_errors() {
+        for bad in [
+            &b""[..],
+            b"   ",
+            br#"{"kind":"PodList","items":{}}"#,
+            br#"{"kind":"PodList","items":[{}]"#,
+            br#"{"kind":"PodList","items":[{"metadata":{}}],}"#,
+            br#"{"kind":"PodList","items":[{"metadata":{}},]}"#,
+            br#"{"kind":"PodList" "items":[]}"#,
+            br#"{"kind":"PodList","items":[]} {}"#,
+            br#"{"kind":"PodList","items":[{"metadata":{"name":"a"}}]]}"#,
+            br#"{"kind":"PodList","metadata":{"resourceVersion":5}}"#,
+            br#"{"kind":"PodList","x":tru}"#,
+            b"{\"kind\":\"PodList\",\"items\":[{\"metadata\":{\"name\":\"\xff\"}}]}",
+        ] {
+            for cut in 0..=bad.len() {
+                let (a, b) = bad.split_at(cut);
+                let e = decode_chunks(&[a, b], &IngestOptions::default()).unwrap_err();
+                assert!(matches!(e, Error::Decode(_)), "{e}");
+            }
         }
     }
 

@@ -47,6 +47,86 @@ pub(crate) fn skip_ws(b: &[u8], mut pos: usize) -> usize {
     pos
 }
 
+/// Resumable search for the end of one JSON value in a growing buffer: chunks from the network
+/// split values anywhere, and rescanning from the value's start on every chunk would be
+/// quadratic for large values. Only brackets, quotes and escapes are tracked; the complete
+/// value is then validated by [`Scanner`]. Shared by the watch and LIST decoders.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct ValueEnd {
+    depth: u32,
+    in_string: bool,
+    escape: bool,
+    scalar: bool,
+}
+
+impl ValueEnd {
+    /// Start at a value whose first (non-whitespace) byte is `first`; scanning resumes just
+    /// after it.
+    pub(crate) fn begin(first: u8) -> Self {
+        let mut v = ValueEnd::default();
+        match first {
+            b'{' | b'[' => v.depth = 1,
+            b'"' => v.in_string = true,
+            _ => v.scalar = true,
+        }
+        v
+    }
+
+    /// Continue scanning `b` from `i`: `Ok(end)` when the value ends at `end` (exclusive),
+    /// `Err(scanned)` when more input is needed (resume from `scanned`). A number or literal
+    /// ends at the first delimiter, so one at the very end of the buffer needs more input.
+    pub(crate) fn resume(&mut self, b: &[u8], mut i: usize) -> Result<usize, usize> {
+        if self.scalar {
+            return match b[i..]
+                .iter()
+                .position(|c| matches!(c, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t'))
+            {
+                Some(p) => Ok(i + p),
+                None => Err(b.len()),
+            };
+        }
+        while i < b.len() {
+            if self.in_string {
+                if self.escape {
+                    self.escape = false;
+                    i += 1;
+                    continue;
+                }
+                // Fast path: jump to the next quote or backslash.
+                match b[i..].iter().position(|&c| c == b'"' || c == b'\\') {
+                    None => i = b.len(),
+                    Some(p) => {
+                        i += p;
+                        if b[i] == b'\\' {
+                            self.escape = true;
+                        } else {
+                            self.in_string = false;
+                            if self.depth == 0 {
+                                return Ok(i + 1);
+                            }
+                        }
+                        i += 1;
+                    }
+                }
+                continue;
+            }
+            match b[i] {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' => {
+                    self.depth = self.depth.saturating_sub(1);
+                    if self.depth == 0 {
+                        return Ok(i + 1);
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        Err(i)
+    }
+}
+
 /// A cursor over one JSON text.
 pub(crate) struct Scanner<'a> {
     b: &'a [u8],

@@ -63,9 +63,7 @@ pub struct WatchDecoder {
     scanned: usize,
     /// Fast path: no newline in `buf[..no_newline_before]` (valid while not `started`).
     no_newline_before: usize,
-    depth: u32,
-    in_string: bool,
-    escape: bool,
+    value: json::ValueEnd,
     started: bool,
     /// Events decoded so far, and bytes consumed before `buf`, for error messages.
     events: u64,
@@ -86,9 +84,7 @@ impl WatchDecoder {
             max_event: DEFAULT_MAX_EVENT_BYTES,
             scanned: 0,
             no_newline_before: 0,
-            depth: 0,
-            in_string: false,
-            escape: false,
+            value: json::ValueEnd::default(),
             started: false,
             events: 0,
             consumed: 0,
@@ -206,50 +202,19 @@ impl WatchDecoder {
                 )));
             }
             self.started = true;
-            self.depth = 1;
-            self.in_string = false;
-            self.escape = false;
+            self.value = json::ValueEnd::begin(b'{');
             i += 1;
         }
-        let b = &self.buf[..];
-        while i < b.len() {
-            if self.in_string {
-                if self.escape {
-                    self.escape = false;
-                    i += 1;
-                    continue;
-                }
-                // Fast path: jump to the next quote or backslash.
-                match b[i..].iter().position(|&c| c == b'"' || c == b'\\') {
-                    None => i = b.len(),
-                    Some(p) => {
-                        i += p;
-                        if b[i] == b'\\' {
-                            self.escape = true;
-                        } else {
-                            self.in_string = false;
-                        }
-                        i += 1;
-                    }
-                }
-                continue;
+        match self.value.resume(&self.buf, i) {
+            Ok(end) => {
+                self.scanned = end;
+                Ok(Some(end))
             }
-            match b[i] {
-                b'"' => self.in_string = true,
-                b'{' | b'[' => self.depth += 1,
-                b'}' | b']' => {
-                    self.depth -= 1;
-                    if self.depth == 0 {
-                        self.scanned = i + 1;
-                        return Ok(Some(i + 1));
-                    }
-                }
-                _ => {}
+            Err(scanned) => {
+                self.scanned = scanned;
+                Ok(None)
             }
-            i += 1;
         }
-        self.scanned = i;
-        Ok(None)
     }
 }
 
