@@ -28,6 +28,9 @@ use super::tls::{Connector, TlsState};
 use super::watch::{event_stream, ObjectList};
 use crate::informer::lister_watcher::{ListerWatcher, WatchStream};
 
+/// Content type of whole-object write bodies.
+const JSON: &str = "application/json";
+
 /// A PATCH body and its type (spec 6.11).
 #[derive(Debug, Clone)]
 pub enum Patch {
@@ -144,6 +147,7 @@ struct Inner {
 
 /// A cheap-to-clone handle on one API server.
 #[derive(Clone)]
+
 pub struct Client(Arc<Inner>);
 
 impl std::fmt::Debug for Client {
@@ -379,11 +383,14 @@ impl Client {
         body: Bytes,
         params: &WriteParams,
     ) -> Result<Object, Error> {
-        let path = with_query(res.collection_path(namespace), &params.to_query());
-        let body = self
-            .call(Method::POST, &path, Some((body, "application/json")))
-            .await?;
-        self.object(&body)
+        self.send_object(
+            Method::POST,
+            res.collection_path(namespace),
+            params,
+            body,
+            JSON,
+        )
+        .await
     }
 
     /// PUT the whole object; a stale `metadata.resourceVersion` gives 409 Conflict (spec 6.5).
@@ -395,11 +402,14 @@ impl Client {
         body: Bytes,
         params: &WriteParams,
     ) -> Result<Object, Error> {
-        let path = with_query(res.object_path(namespace, name), &params.to_query());
-        let body = self
-            .call(Method::PUT, &path, Some((body, "application/json")))
-            .await?;
-        self.object(&body)
+        self.send_object(
+            Method::PUT,
+            res.object_path(namespace, name),
+            params,
+            body,
+            JSON,
+        )
+        .await
     }
 
     /// PUT to the `status` subresource (spec 6.12).
@@ -411,14 +421,9 @@ impl Client {
         body: Bytes,
         params: &WriteParams,
     ) -> Result<Object, Error> {
-        let path = with_query(
-            res.subresource_path(namespace, name, "status"),
-            &params.to_query(),
-        );
-        let body = self
-            .call(Method::PUT, &path, Some((body, "application/json")))
-            .await?;
-        self.object(&body)
+        let path = res.subresource_path(namespace, name, "status");
+        self.send_object(Method::PUT, path, params, body, JSON)
+            .await
     }
 
     /// PATCH the object (or a subresource, e.g. `Some("status")`).
@@ -440,15 +445,23 @@ impl Client {
             Some(s) => res.subresource_path(namespace, name, s),
             None => res.object_path(namespace, name),
         };
+        let (body, content_type) = (patch.body().clone(), patch.content_type());
+        self.send_object(Method::PATCH, path, params, body, content_type)
+            .await
+    }
+
+    /// One write: the path with the write parameters as query, the body, one object back.
+    async fn send_object(
+        &self,
+        method: Method,
+        path: String,
+        params: &WriteParams,
+        body: Bytes,
+        content_type: &str,
+    ) -> Result<Object, Error> {
         let path = with_query(path, &params.to_query());
-        let body = self
-            .call(
-                Method::PATCH,
-                &path,
-                Some((patch.body().clone(), patch.content_type())),
-            )
-            .await?;
-        self.object(&body)
+        let answer = self.call(method, &path, Some((body, content_type))).await?;
+        self.object(&answer)
     }
 
     /// DELETE with `DeleteOptions` (preconditions, propagation policy).
