@@ -42,6 +42,7 @@ pub fn watch_all(api_version: &str, kind: &str) -> Watch {
         namespace: None,
         label_selector: None,
         field_selector: None,
+        indexes: Vec::new(),
     }
 }
 

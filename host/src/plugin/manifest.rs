@@ -69,6 +69,19 @@ pub struct WatchSpec {
     pub label_selector: Option<String>,
     /// Field selector text (validated syntax).
     pub field_selector: Option<String>,
+    /// Custom indexes the guest queries by name (validated syntax).
+    pub indexes: Vec<IndexSpec>,
+}
+
+/// A custom index on a watched kind, declared by field paths (see `index` in the WIT file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexSpec {
+    /// The name the guest queries it by.
+    pub name: String,
+    /// Dot-separated field paths; `[*]` steps into every array element.
+    pub paths: Vec<String>,
+    /// Whether values are prefixed with the object's namespace and `/`.
+    pub namespaced: bool,
 }
 
 /// One declared write: a kind and its verbs.
@@ -155,6 +168,16 @@ pub enum ManifestError {
     /// A write with no verbs.
     #[error("write {0}: no verbs declared")]
     NoVerbs(usize),
+    /// A custom index with a bad name or path.
+    #[error("watch {index}: index {name:?}: {cause}")]
+    Index {
+        /// Position in the watch list.
+        index: usize,
+        /// The index's name.
+        name: String,
+        /// What is wrong with it.
+        cause: String,
+    },
     /// An absurd worker count.
     #[error("workers = {0}: at most {MAX_WORKERS} are allowed")]
     Workers(u32),
@@ -195,7 +218,9 @@ impl Manifest {
                     })?;
                 }
             }
+            let indexes = check_indexes(index, w.indexes)?;
             watches.push(WatchSpec {
+                indexes,
                 api_version: w.api_version,
                 kind: w.kind,
                 namespace: w.namespace.filter(|n| !n.is_empty()),
@@ -287,6 +312,45 @@ fn check_field_selector(s: &str) -> Result<(), String> {
     FieldSelector::parse(s).map(drop).map_err(|e| e.to_string())
 }
 
+/// Validates a watch's custom indexes: unique names other than the built-in `namespace`, and
+/// paths of non-empty field names, each optionally followed by `[*]`.
+fn check_indexes(index: usize, defs: Vec<wit::Index>) -> Result<Vec<IndexSpec>, ManifestError> {
+    let mut out: Vec<IndexSpec> = Vec::with_capacity(defs.len());
+    for d in defs {
+        let bad = |cause: String| ManifestError::Index {
+            index,
+            name: d.name.clone(),
+            cause,
+        };
+        if d.name.is_empty() || d.name == "namespace" {
+            return Err(bad(
+                "the name must be non-empty and not the built-in \"namespace\"".into(),
+            ));
+        }
+        if out.iter().any(|o| o.name == d.name) {
+            return Err(bad("declared twice".into()));
+        }
+        if d.paths.is_empty() {
+            return Err(bad("no paths".into()));
+        }
+        for p in &d.paths {
+            let ok = p.split('.').all(|seg| {
+                let field = seg.strip_suffix("[*]").unwrap_or(seg);
+                !field.is_empty() && !field.contains(['[', ']', '*'])
+            });
+            if !ok {
+                return Err(bad(format!("unparsable path {p:?}")));
+            }
+        }
+        out.push(IndexSpec {
+            name: d.name.clone(),
+            paths: d.paths.clone(),
+            namespaced: d.namespaced,
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,6 +364,11 @@ mod tests {
                 namespace: None,
                 label_selector: Some("app=web, tier in (a,b),!legacy".into()),
                 field_selector: Some("metadata.name!=x".into()),
+                indexes: vec![wit::Index {
+                    name: "configmap".into(),
+                    paths: vec!["spec.template.spec.volumes[*].configMap.name".into()],
+                    namespaced: true,
+                }],
             }],
             writes: vec![wit::Write {
                 api_version: "v1".into(),
@@ -322,6 +391,8 @@ mod tests {
         assert!(!m.may_write("v1", "Secret", Verb::Create));
         assert!(m.may_read("apps/v1", "Deployment"));
         assert!(!m.may_read("v1", "ConfigMap"));
+        assert_eq!(m.watches[0].indexes[0].name, "configmap");
+        assert!(m.watches[0].indexes[0].namespaced);
     }
 
     #[test]
@@ -364,6 +435,30 @@ mod tests {
         let mut w = wit_manifest();
         w.watches.clear();
         assert_eq!(Manifest::from_wit(w), Err(ManifestError::NoWatches));
+
+        for (name, path) in [
+            ("namespace", "a.b"),
+            ("", "a.b"),
+            ("refs", "a..b"),
+            ("refs", "a[0].b"),
+            ("refs", "a[*"),
+        ] {
+            let mut w = wit_manifest();
+            w.watches[0].indexes[0].name = name.into();
+            w.watches[0].indexes[0].paths = vec![path.into()];
+            let e = Manifest::from_wit(w).unwrap_err();
+            assert!(
+                matches!(e, ManifestError::Index { .. }),
+                "{name} {path}: {e}"
+            );
+        }
+        let mut w = wit_manifest();
+        let dup = w.watches[0].indexes[0].clone();
+        w.watches[0].indexes.push(dup);
+        assert!(matches!(
+            Manifest::from_wit(w),
+            Err(ManifestError::Index { .. })
+        ));
 
         let mut w = wit_manifest();
         w.workers = MAX_WORKERS + 1;

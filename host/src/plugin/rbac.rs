@@ -132,6 +132,7 @@ mod tests {
                 namespace: None,
                 label_selector: None,
                 field_selector: None,
+                indexes: Vec::new(),
             }],
             writes: Vec::new(),
             resync_period: None,
