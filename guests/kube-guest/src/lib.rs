@@ -23,7 +23,7 @@ pub mod bindings {
 }
 
 pub use bindings::kube::controller::types::{
-    ApiError, DeleteOptions, Level, ObjectMeta, PatchType, Preconditions, PropagationPolicy, Verb,
+    ApiError, DeleteOptions, Index, Level, ObjectMeta, PatchType, Preconditions, PropagationPolicy, Verb,
     Watch, Write,
 };
 pub use bindings::kube::controller::{client, lister, log, queue};
