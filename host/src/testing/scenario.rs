@@ -1,0 +1,1 @@
+//! Scenario files (YAML): given objects, steps, expectations.
