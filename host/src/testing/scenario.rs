@@ -1,1 +1,0 @@
-//! Scenario files (YAML): given objects, steps, expectations.
