@@ -23,7 +23,8 @@ use crate::plugin::backend::{
     ApiError, BoxFuture, ClientBackend, PatchKind, WriteOp, WriteRequest,
 };
 use crate::plugin::backends::InformerLister;
-use crate::plugin::manifest::{Manifest, WatchSpec};
+use crate::plugin::index::register as register_indexes;
+use crate::plugin::manifest::Manifest;
 
 /// A change the informer of watch `watch` delivers to the plugin's handlers.
 #[derive(Debug, Clone)]
@@ -202,15 +203,6 @@ pub struct UnservedKind {
     pub kind: String,
 }
 
-fn indexers(_spec: &WatchSpec) -> crate::informer::store::Indexers {
-    let mut ix = crate::informer::store::Indexers::new();
-    ix.insert(
-        "namespace".to_string(),
-        crate::informer::store::namespace_index_func(),
-    );
-    ix
-}
-
 impl World {
     /// Caches for every watch of `manifest`, filled from the cluster's current state without
     /// notifications (the test's "given" state).
@@ -233,9 +225,12 @@ impl World {
                 fields: FieldSelector::parse(w.field_selector.as_deref().unwrap_or(""))
                     .unwrap_or_default(),
             };
-            let store = Arc::new(Store::with_indexers(indexers(w)));
+            // What production registers on the shared informer store: the `namespace` index
+            // and the watch's declared indexes, resolved through the plugin's own names.
+            let store = Arc::new(Store::with_namespace_index());
+            let indexes = register_indexes(&store, &w.indexes);
             let namespace = w.namespace.as_deref().filter(|_| def.namespaced);
-            lister.add_store(&w.api_version, &w.kind, namespace, store.clone());
+            lister.add_indexed_store(&w.api_version, &w.kind, namespace, store.clone(), indexes);
             caches.push(WatchCache {
                 prefix: prefix_of(&def, namespace),
                 def,
