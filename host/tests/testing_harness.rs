@@ -7,8 +7,10 @@ mod support;
 use std::time::Duration;
 
 use host::plugin::backend::WriteOp;
-use host::plugin::GuestError;
-use host::testing::{Harness, LogLevel, LogSource, Origin, ReconcileOutcome, WriteVerb};
+use host::plugin::{GuestError, Limits};
+use host::testing::{
+    Harness, HarnessError, LogLevel, LogLine, LogSource, Origin, ReconcileOutcome, WriteVerb,
+};
 use serde_json::{json, Value};
 use support::guests::guest;
 
@@ -182,6 +184,339 @@ async fn reconcile_trap_is_reported_and_backs_off_exponentially() {
         assert_eq!(h.reconcile("default/none").await, ReconcileOutcome::Done);
         let msg = h.reconcile("bogus/op/x").await;
         assert!(matches!(msg, ReconcileOutcome::Done), "{msg:?}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn every_write_kind_is_recorded_with_its_result_and_applied_as_the_api_server_would() {
+    bounded(async {
+        let mut h = harness("ttl").await;
+        h.seed_yaml(
+            "apiVersion: v1\nkind: Service\nmetadata: {name: svc, namespace: default}\nspec: {ports: [{port: 80}]}\n",
+        )
+        .expect("seed service");
+
+        // create: uid, creationTimestamp (virtual), resourceVersion; again → 409 AlreadyExists.
+        assert_eq!(h.reconcile("create/default/made").await, ReconcileOutcome::Done);
+        let w = h.take_writes().remove(0);
+        assert_eq!((w.verb, w.key().as_str()), (WriteVerb::Create, "default/made"));
+        assert_eq!(w.body["data"]["made"], "yes");
+        let stored = w.result.expect("created").expect("object");
+        assert!(stored["metadata"]["uid"].as_str().is_some_and(|u| !u.is_empty()));
+        assert_eq!(stored["metadata"]["creationTimestamp"], "2025-01-01T00:00:00Z");
+        match h.reconcile("create/default/made").await {
+            ReconcileOutcome::Error(e) => assert!(e.starts_with("409 AlreadyExists"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(h.take_writes()[0].result.as_ref().unwrap_err().reason, "AlreadyExists");
+
+        // replace from the cache: ok; after a change the cache has not seen, 409 Conflict.
+        assert_eq!(h.reconcile("replace/default/made").await, ReconcileOutcome::Done);
+        let w = h.take_writes().remove(0);
+        assert_eq!(w.verb, WriteVerb::Replace);
+        let rv1 = w.result.expect("ok").expect("object")["metadata"]["resourceVersion"].clone();
+        assert_ne!(rv1, stored["metadata"]["resourceVersion"], "resourceVersion bumps");
+        h.cluster()
+            .replace(cm("default", "made", json!({"by": "someone else"})))
+            .expect("out-of-band write");
+        match h.reconcile("replace/default/made").await {
+            ReconcileOutcome::Error(e) => assert!(e.starts_with("409 Conflict"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        h.take_writes();
+
+        // json and strategic-merge patches.
+        assert_eq!(h.reconcile("json-patch/default/made").await, ReconcileOutcome::Done);
+        assert_eq!(h.reconcile("sm-patch/default/made").await, ReconcileOutcome::Done);
+        let w = h.take_writes();
+        assert_eq!(w.iter().map(|w| w.verb).collect::<Vec<_>>(), [WriteVerb::JsonPatch, WriteVerb::StrategicMergePatch]);
+        let made = h.get("v1", "ConfigMap", Some("default"), "made").expect("made");
+        assert_eq!(made["data"], json!({"patched": "json"}));
+        assert_eq!(made["metadata"]["labels"]["patched"], "strategic");
+        // Both patches reached the guest's cache too.
+        let cached = h.cached(0, "default/made").expect("cached").to_value().expect("json");
+        assert_eq!(cached["metadata"]["labels"]["patched"], "strategic");
+
+        // replace-status changes only the status subresource.
+        assert_eq!(h.reconcile("status/default/svc").await, ReconcileOutcome::Done);
+        let w = h.take_writes().remove(0);
+        assert_eq!((w.verb, w.request.kind.as_str()), (WriteVerb::ReplaceStatus, "Service"));
+        let svc = h.get("v1", "Service", Some("default"), "svc").expect("svc");
+        assert_eq!(svc["status"]["loadBalancer"]["ingress"][0]["ip"], "10.0.0.7");
+        assert_eq!(svc["spec"]["ports"][0]["port"], 80);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn queue_adds_keep_their_delays_and_come_due_on_the_virtual_clock() {
+    bounded(async {
+        let mut h = harness("ttl").await;
+        assert_eq!(
+            h.reconcile("enqueue/1500/default/k").await,
+            ReconcileOutcome::Done
+        );
+        let q = h.take_enqueued();
+        let got: Vec<_> = q
+            .iter()
+            .map(|e| (e.key.as_str(), e.delay, e.origin))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("default/k", None, Origin::Guest),
+                (
+                    "default/k",
+                    Some(Duration::from_millis(1500)),
+                    Origin::Guest
+                )
+            ]
+        );
+        assert_eq!(h.ready_keys(), ["default/k"]);
+        assert_eq!(
+            h.waiting_keys(),
+            [("default/k".to_string(), Duration::from_millis(1500))]
+        );
+        let out = h.run_queue().await;
+        assert_eq!(out, [("default/k".to_string(), ReconcileOutcome::Done)]);
+        assert!(
+            h.run_queue().await.is_empty(),
+            "the delayed add is not due yet"
+        );
+        assert!(h.advance(Duration::from_millis(1499)).is_empty());
+        assert_eq!(h.advance(Duration::from_millis(1)), ["default/k"]);
+        assert_eq!(h.run_queue().await.len(), 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn finalizers_defer_deletion_and_missed_deletes_arrive_as_tombstones() {
+    bounded(async {
+        let mut h = harness("copier").await;
+        let mut held = cm("default", "held", json!({"v": "1"}));
+        held["metadata"]["finalizers"] = json!(["example.com/keep"]);
+        h.add(held).await.expect("add");
+        h.take_logs();
+        h.delete("v1", "ConfigMap", Some("default"), "held")
+            .await
+            .expect("delete");
+        // Still there, with deletionTimestamp: the informer delivers an update, not a delete.
+        let logs: Vec<String> = h.take_logs().into_iter().map(|l| l.message).collect();
+        assert_eq!(logs, ["event update default/held v=1->1"]);
+        let o = h
+            .get("v1", "ConfigMap", Some("default"), "held")
+            .expect("held");
+        assert_eq!(o["metadata"]["deletionTimestamp"], "2025-01-01T00:00:00Z");
+        // Removing the finalizer completes the delete.
+        let mut done = o.clone();
+        done["metadata"]["finalizers"] = json!([]);
+        h.update(done).await.expect("update");
+        let logs: Vec<String> = h.take_logs().into_iter().map(|l| l.message).collect();
+        assert_eq!(logs, ["event delete default/held v=1 tombstone=false"]);
+
+        h.add(cm("default", "missed", json!({"v": "9"})))
+            .await
+            .expect("add");
+        h.take_logs();
+        h.delete_missed("v1", "ConfigMap", Some("default"), "missed")
+            .await
+            .expect("delete");
+        let logs: Vec<String> = h.take_logs().into_iter().map(|l| l.message).collect();
+        assert_eq!(logs, ["event delete default/missed v=9 tombstone=true"]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn handler_trap_is_reported_and_the_dispatch_instance_replaced() {
+    bounded(async {
+        let mut h = harness("copier").await;
+        let err = h
+            .add(cm("default", "handler-panic", json!({})))
+            .await
+            .unwrap_err();
+        match err {
+            HarnessError::Handler(f) => {
+                assert_eq!(
+                    (f.call, f.watch, f.key.as_str()),
+                    ("on-add", 0, "default/handler-panic")
+                );
+                assert!(matches!(f.error, GuestError::Trap(_)), "{:?}", f.error);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(h.handler_failures().len(), 1);
+        // The panic message reached stderr, captured as a log line.
+        assert!(
+            h.logs()
+                .iter()
+                .any(|l| l.source == LogSource::Stderr && l.message.contains("copier refuses")),
+            "{:?}",
+            h.logs()
+        );
+        h.add(cm("default", "fine", json!({"v": "1"})))
+            .await
+            .expect("next event works");
+        assert_eq!(h.ready_keys(), ["default/fine"]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn manifest_permission_checks_are_production_ones() {
+    bounded(async {
+        let mut h = harness("rogue").await;
+        for key in ["create-secret", "delete-configmap", "read-secret"] {
+            match h.reconcile(key).await {
+                ReconcileOutcome::Error(e) => assert!(e.starts_with("403 Forbidden"), "{key}: {e}"),
+                other => panic!("{key}: {other:?}"),
+            }
+        }
+        assert!(
+            h.writes().is_empty(),
+            "refused writes never reach the cluster"
+        );
+        let refusals: Vec<LogLine> = h
+            .take_logs()
+            .into_iter()
+            .filter(|l| l.source == LogSource::Host)
+            .collect();
+        assert_eq!(refusals.len(), 3, "{refusals:?}");
+        assert!(
+            refusals[0].message.contains("client write refused"),
+            "{:?}",
+            refusals[0]
+        );
+        assert!(
+            refusals[2].message.contains("lister read refused"),
+            "{:?}",
+            refusals[2]
+        );
+        // The declared verb works and the object lands in the cluster.
+        assert_eq!(
+            h.reconcile("create-configmap").await,
+            ReconcileOutcome::Done
+        );
+        assert_eq!(h.writes().len(), 1);
+        assert!(h.get("v1", "ConfigMap", Some("default"), "ok").is_some());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn stdout_stderr_and_log_lines_are_captured_with_source_and_level() {
+    bounded(async {
+        let mut h = harness("getter").await;
+        h.seed(cm("default", "x", json!({}))).expect("seed");
+        let out = h.reconcile("default/x").await;
+        assert!(matches!(out, ReconcileOutcome::RequeueAfter(_)), "{out:?}");
+        let logs = h.take_logs();
+        let got: Vec<(LogSource, LogLevel, &str)> = logs
+            .iter()
+            .map(|l| (l.source, l.level, l.message.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (LogSource::Stdout, LogLevel::Info, "reconciling default/x"),
+                (
+                    LogSource::Stderr,
+                    LogLevel::Warn,
+                    "stderr line for default/x"
+                ),
+                (LogSource::Log, LogLevel::Info, "looking up default/x"),
+            ]
+        );
+        // Nothing ambient in the sandbox, exactly as in production.
+        match h.reconcile("ambient").await {
+            ReconcileOutcome::Error(e) => {
+                assert_eq!(e, "env=0 args=0 root=false cwd=false tcp=false udp=false")
+            }
+            other => panic!("{other:?}"),
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn custom_indexes_serve_lister_reads() {
+    bounded(async {
+        let mut h = harness("indexer").await;
+        h.seed_yaml(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: default}\ndata: {ref: t}\n---\n\
+             apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b, namespace: default}\ndata: {ref: t}\n---\n\
+             apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: other}\ndata: {ref: t}\n",
+        )
+        .expect("seed");
+        assert_eq!(h.reconcile("default/t").await, ReconcileOutcome::Done);
+        let report = h.get("v1", "ConfigMap", Some("default"), "t-refs").expect("report");
+        assert_eq!(report["data"]["keys"], "default/a,default/b");
+        assert_eq!(report["data"]["objects"], "2");
+        assert_eq!(report["data"]["unknown"], "400 BadRequest");
+        // An event that moves a reference is seen by the index at once.
+        h.update(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "b", "namespace": "default"}, "data": {"ref": "u"}}))
+            .await
+            .expect("update");
+        assert_eq!(h.ready_keys(), ["default/t", "default/u"]);
+        h.run_queue().await;
+        let report = h.get("v1", "ConfigMap", Some("default"), "t-refs").expect("report");
+        assert_eq!(report["data"]["keys"], "default/a");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_spinning_reconcile_hits_its_deadline_and_is_reported_as_a_trap() {
+    bounded(async {
+        let mut h = Harness::builder(guest("spin"))
+            .engine(support::engine())
+            .limits(Limits {
+                reconcile_deadline: Duration::from_millis(200),
+                ..Limits::default()
+            })
+            .build()
+            .await
+            .expect("harness");
+        match h.reconcile("forever").await {
+            ReconcileOutcome::Trap(GuestError::DeadlineExceeded(d)) => {
+                assert_eq!(d, Duration::from_millis(200))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(h.reconcile("ok").await, ReconcileOutcome::Done);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn unserved_kinds_and_bad_seeds_fail_the_build_clearly() {
+    bounded(async {
+        let err = Harness::builder(guest("badkind"))
+            .engine(support::engine())
+            .build()
+            .await
+            .err()
+            .expect("badkind must not build");
+        assert!(matches!(err, HarnessError::UnservedKind(_)), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "watch 0: kind Widget (example.com/v1) is not served by the fake cluster"
+        );
+        let err = Harness::builder(guest("copier"))
+            .engine(support::engine())
+            .seed_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {namespace: x}\n")
+            .build()
+            .await
+            .err()
+            .expect("a nameless seed must be refused");
+        assert!(matches!(err, HarnessError::Seed(_)), "{err:?}");
+        assert!(
+            err.to_string().contains("name or generateName is required"),
+            "{err}"
+        );
     })
     .await;
 }
