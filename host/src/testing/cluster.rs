@@ -382,3 +382,49 @@ mod tests {
         assert!(c.get("v1", "ConfigMap", Some("ns"), "a").is_none());
     }
 }
+
+#[cfg(test)]
+mod crd_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_seeded_crd_serves_its_kind_with_a_status_subresource() {
+        let c = FakeCluster::new(VirtualClock::default()).expect("cluster");
+        c.seed_yaml(
+            r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget, listKind: WidgetList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      subresources: {status: {}}
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+---
+apiVersion: example.com/v1
+kind: Widget
+metadata: {name: w, namespace: team}
+spec: {size: 1}
+"#,
+        )
+        .expect("seed");
+        let w = c
+            .get("example.com/v1", "Widget", Some("team"), "w")
+            .expect("widget");
+        assert_eq!(w.meta().generation, 1);
+        let status = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "team"}, "spec": {"size": 9},
+            "status": {"ready": true}});
+        let o = c.replace_status(status).expect("status");
+        let v = o.to_value().expect("json");
+        assert_eq!(v["status"]["ready"], true);
+        assert_eq!(v["spec"]["size"], 1, "a status write leaves spec alone");
+        assert_eq!(o.meta().generation, 1);
+    }
+}

@@ -423,3 +423,96 @@ impl ClientBackend for FakeClient {
         Box::pin(async move { r })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::manifest::{Manifest, WatchSpec};
+    use crate::testing::VirtualClock;
+    use serde_json::json;
+
+    fn watch(namespace: Option<&str>, labels: Option<&str>) -> WatchSpec {
+        WatchSpec {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: namespace.map(str::to_owned),
+            label_selector: labels.map(str::to_owned),
+            field_selector: None,
+            indexes: Vec::new(),
+        }
+    }
+
+    fn world(watches: Vec<WatchSpec>) -> World {
+        let cluster = FakeCluster::new(VirtualClock::default()).expect("cluster");
+        let m = Manifest {
+            name: "t".into(),
+            watches,
+            writes: Vec::new(),
+            resync_period: None,
+            workers: 1,
+        };
+        World::new(cluster, &m).expect("world")
+    }
+
+    fn cm(ns: &str, name: &str, app: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns, "labels": {"app": app}}})
+    }
+
+    fn calls(n: &[Notification]) -> Vec<String> {
+        n.iter()
+            .map(|n| format!("{} {} {}", n.call(), n.watch(), n.key()))
+            .collect()
+    }
+
+    #[test]
+    fn selector_transitions_become_adds_and_deletes_and_namespaces_scope_watches() {
+        let w = world(vec![watch(None, Some("app=web")), watch(Some("a"), None)]);
+        let c = &w.cluster;
+        c.create(cm("a", "x", "web")).expect("create");
+        c.create(cm("b", "y", "db")).expect("create");
+        assert_eq!(calls(&w.sync()), ["on-add 0 a/x", "on-add 1 a/x"]);
+        c.replace(cm("a", "x", "db")).expect("relabel");
+        assert_eq!(calls(&w.sync()), ["on-delete 0 a/x", "on-update 1 a/x"]);
+        assert!(w.cached(0, "a/x").is_none());
+        c.replace(cm("b", "y", "web")).expect("relabel");
+        assert_eq!(calls(&w.sync()), ["on-add 0 b/y"]);
+        c.delete("v1", "ConfigMap", Some("b"), "y").expect("delete");
+        let n = w.sync();
+        assert_eq!(calls(&n), ["on-delete 0 b/y"]);
+        assert!(matches!(
+            n[0],
+            Notification::Delete {
+                tombstone: false,
+                ..
+            }
+        ));
+        // Old and new states of an update are the cached one and the stored one.
+        c.replace(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x", "namespace": "a"}, "data": {"v": "2"}}))
+            .expect("replace");
+        match &w.sync()[..] {
+            [Notification::Update { old, new, .. }] => {
+                assert_eq!(old.meta().label("app"), Some("db"));
+                assert_eq!(new.to_value().expect("json")["data"]["v"], "2");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn given_state_fills_caches_without_notifications() {
+        let cluster = FakeCluster::new(VirtualClock::default()).expect("cluster");
+        cluster.create(cm("a", "x", "web")).expect("create");
+        let m = Manifest {
+            name: "t".into(),
+            watches: vec![watch(None, None)],
+            writes: Vec::new(),
+            resync_period: None,
+            workers: 1,
+        };
+        let w = World::new(cluster, &m).expect("world");
+        assert!(w.cached(0, "a/x").is_some());
+        assert!(w.sync().is_empty());
+    }
+}

@@ -603,3 +603,106 @@ fn log(v: &Value, at: &str) -> R<LogExpect> {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(text: &str) -> Result<Scenario, ScenarioError> {
+        parse(Path::new("s.yaml"), text)
+    }
+
+    fn err(text: &str) -> String {
+        p(text).expect_err("must be refused").to_string()
+    }
+
+    #[test]
+    fn a_full_scenario_parses_into_typed_steps() {
+        let s = p(r#"
+name: n
+start: 2024-02-03T04:05:06Z
+limits: {handlerDeadline: 500ms, reconcileDeadline: 2s}
+given:
+  - {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: x}}
+steps:
+  - add: {apiVersion: v1, kind: ConfigMap, metadata: {name: b, namespace: x}}
+    expect:
+      enqueued: [x/b, {key: x/c, after: 1m}]
+      logs: ["hello", {contains: bad, level: error, source: host}]
+      handlerFailure: true
+  - reconcile: x/b
+    expect:
+      outcome: requeue-after 1m30s
+      writes: [{verb: patch, result: 409, object: {data: {}}}, {result: NotFound}, {result: ok}]
+  - runQueue: true
+    expect: {reconciled: [x/b]}
+  - advance: 90
+  - delete: {apiVersion: v1, kind: ConfigMap, namespace: x, name: b}
+  - expect:
+      waiting: [{key: x/b, in: 2s}]
+      absent: [{apiVersion: v1, kind: ConfigMap, name: c}]
+"#)
+        .expect("parses");
+        assert_eq!(s.name, "n");
+        assert_eq!(
+            s.start,
+            Some(UNIX_EPOCH + Duration::from_secs(1_706_933_106))
+        );
+        assert_eq!(s.handler_deadline, Some(Duration::from_millis(500)));
+        assert_eq!(s.given.len(), 1);
+        assert_eq!(s.steps.len(), 6);
+        let e = &s.steps[0].expect;
+        assert_eq!(
+            e.enqueued.as_ref().expect("enqueued")[1],
+            EnqueueExpect {
+                key: "x/c".into(),
+                after: Some(Duration::from_secs(60))
+            }
+        );
+        assert_eq!(
+            e.logs.as_ref().expect("logs")[1].level,
+            Some(LogLevel::Error)
+        );
+        assert_eq!(e.handler_failure, Some(None));
+        let r = &s.steps[1].expect;
+        assert_eq!(
+            r.outcome,
+            Some(OutcomeExpect::RequeueAfter(Duration::from_secs(90)))
+        );
+        let w = r.writes.as_ref().expect("writes");
+        assert_eq!(w[0].result, Some(ResultExpect::Code(409)));
+        assert_eq!(w[1].result, Some(ResultExpect::Reason("NotFound".into())));
+        assert_eq!(w[2].result, Some(ResultExpect::Ok));
+        assert!(matches!(s.steps[3].action, Action::Advance(d) if d == Duration::from_millis(90)));
+        assert!(matches!(s.steps[5].action, Action::Check));
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_field() {
+        assert_eq!(err("name: x\n"), "s.yaml: missing `steps`");
+        assert_eq!(err("steps: []\n"), "s.yaml: steps: no steps");
+        assert_eq!(
+            err("steps:\n  - reconcile: a\n    advance: 1s\n"),
+            "s.yaml: steps[0]: one action per step, found reconcile and advance"
+        );
+        assert_eq!(
+            err("steps:\n  - add: {kind: ConfigMap}\n"),
+            "s.yaml: steps[0].add: an object needs `apiVersion`"
+        );
+        assert_eq!(
+            err("steps:\n  - advance: 1s\n    expect: {outcome: done}\n"),
+            "s.yaml: steps[0].expect.outcome: only a `reconcile` step has an outcome (use `reconciled` for runQueue)"
+        );
+        assert_eq!(
+            err("steps:\n  - reconcile: a\n    expect: {logs: [{level: loud}]}\n"),
+            "s.yaml: steps[0].expect.logs[0].level: unknown level \"loud\" (trace, debug, info, warn, error)"
+        );
+        assert_eq!(
+            err("steps:\n  - reconcile: a\n    expect: {waiting: [{key: a}]}\n"),
+            "s.yaml: steps[0].expect.waiting[0].in: expected a duration, found nothing"
+        );
+        assert!(err("start: yesterday\nsteps: [{runQueue: true}]\n")
+            .starts_with("s.yaml: start: invalid time \"yesterday\""));
+        assert!(err(": :\n").starts_with("s.yaml: not valid YAML"));
+    }
+}
