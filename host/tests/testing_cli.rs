@@ -47,7 +47,7 @@ async fn passing_scenario_exits_zero_with_a_pass_row() {
     assert!(lines[0].starts_with("RESULT"), "{stdout}");
     assert!(lines[1].starts_with("PASS"), "{stdout}");
     assert!(lines[1].contains("copier.yaml"), "{stdout}");
-    assert!(lines[1].contains("10/10"), "{stdout}");
+    assert!(lines[1].contains("12/12"), "{stdout}");
     assert_eq!(lines[2], "1 scenario: 1 passed, 0 failed");
     assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
 }

@@ -520,3 +520,26 @@ async fn unserved_kinds_and_bad_seeds_fail_the_build_clearly() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn initial_list_and_resync_replay_the_caches_to_the_handlers() {
+    bounded(async {
+        let mut h = Harness::builder(guest("copier"))
+            .engine(support::engine())
+            .seed(cm("a", "one", json!({"v": "1"})))
+            .seed_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: two, namespace: b}\ndata: {v: '2'}\n")
+            .build()
+            .await
+            .expect("harness");
+        assert!(h.logs().is_empty());
+        // The default namespaces hold no ConfigMaps; only the two seeds are delivered.
+        assert_eq!(h.deliver_initial_list().await.expect("initial list"), 2);
+        let msgs: Vec<String> = h.take_logs().into_iter().map(|l| l.message).collect();
+        assert_eq!(msgs, ["event add a/one v=1", "event add b/two v=2"]);
+        assert_eq!(h.ready_keys(), ["a/one", "b/two"]);
+        assert_eq!(h.resync().await.expect("resync"), 2);
+        let msgs: Vec<String> = h.take_logs().into_iter().map(|l| l.message).collect();
+        assert_eq!(msgs, ["event update a/one v=1->1", "event update b/two v=2->2"]);
+    })
+    .await;
+}

@@ -364,6 +364,46 @@ impl Harness {
         Ok(n)
     }
 
+    /// Delivers `on-add` for every object the caches hold (watch by watch, in key order), as the
+    /// informers' initial list does when the plugin starts: for testing start-up against
+    /// existing ("given") objects. Returns how many were delivered.
+    pub async fn deliver_initial_list(&mut self) -> Result<usize, HarnessError> {
+        self.deliver_pending().await?;
+        let notes: Vec<Notification> = self
+            .world
+            .cached_all()
+            .into_iter()
+            .flat_map(|(watch, objs)| {
+                objs.into_iter()
+                    .map(move |obj| Notification::Add { watch, obj })
+            })
+            .collect();
+        let n = notes.len();
+        self.deliver(notes).await?;
+        Ok(n)
+    }
+
+    /// Delivers `on-update` with old and new equal for every cached object, as a resync does.
+    /// Returns how many were delivered.
+    pub async fn resync(&mut self) -> Result<usize, HarnessError> {
+        self.deliver_pending().await?;
+        let notes: Vec<Notification> = self
+            .world
+            .cached_all()
+            .into_iter()
+            .flat_map(|(watch, objs)| {
+                objs.into_iter().map(move |obj| Notification::Update {
+                    watch,
+                    old: obj.clone(),
+                    new: obj,
+                })
+            })
+            .collect();
+        let n = notes.len();
+        self.deliver(notes).await?;
+        Ok(n)
+    }
+
     /// How many notifications wait for [`Harness::deliver_pending`].
     pub fn pending_notifications(&self) -> usize {
         self.world.pending_len()

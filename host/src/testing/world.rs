@@ -327,6 +327,20 @@ impl World {
         std::mem::take(&mut *self.writes.lock())
     }
 
+    /// Every cached object, per watch, in key order.
+    pub(crate) fn cached_all(&self) -> Vec<(u32, Vec<Object>)> {
+        self.caches
+            .lock()
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let mut objs = c.store.list();
+                objs.sort_by(|a, b| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name())));
+                (i as u32, objs)
+            })
+            .collect()
+    }
+
     /// A cached object of watch `watch`, by key.
     pub(crate) fn cached(&self, watch: usize, key: &str) -> Option<Object> {
         self.caches.lock().get(watch)?.store.get_by_key(key)

@@ -91,6 +91,10 @@ pub enum Action {
     DeleteMissed(ObjectRef),
     /// `deliver: pending`: deliver the notifications the guest's own writes caused.
     Deliver,
+    /// `deliver: initialList`: `on-add` for every cached object, as at plugin start.
+    InitialList,
+    /// `deliver: resync`: `on-update` (old = new) for every cached object.
+    Resync,
     /// `reconcile: KEY`.
     Reconcile(String),
     /// `runQueue: true`: reconcile ready keys until none is ready.
@@ -125,6 +129,8 @@ impl Action {
             Action::Delete(o) => format!("delete {}", r(o)),
             Action::DeleteMissed(o) => format!("deleteMissed {}", r(o)),
             Action::Deliver => "deliver pending".into(),
+            Action::InitialList => "deliver initialList".into(),
+            Action::Resync => "deliver resync".into(),
             Action::Reconcile(k) => format!("reconcile {k}"),
             Action::RunQueue => "runQueue".into(),
             Action::Advance(d) => format!("advance {d:?}"),

@@ -269,10 +269,11 @@ fn step(v: &Value, at: &str) -> R<Step> {
                 "updateStatus" => Action::UpdateStatus(object(val, &here)?),
                 "delete" => Action::Delete(object_ref(val, &here)?),
                 "deleteMissed" => Action::DeleteMissed(object_ref(val, &here)?),
-                "deliver" => match val {
-                    Value::String(s) if s == "pending" => Action::Deliver,
-                    Value::Bool(true) => Action::Deliver,
-                    _ => return fail(&here, "expected `pending`"),
+                "deliver" => match val.as_str() {
+                    Some("pending") => Action::Deliver,
+                    Some("initialList") => Action::InitialList,
+                    Some("resync") => Action::Resync,
+                    _ => return fail(&here, "expected `pending`, `initialList` or `resync`"),
                 },
                 "reconcile" => Action::Reconcile(string(val, &here)?),
                 "runQueue" => match val {

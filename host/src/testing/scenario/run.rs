@@ -91,6 +91,8 @@ async fn run_step(h: &mut Harness, step: &Step) -> Vec<String> {
             .await
             .map(drop),
         Action::Deliver => h.deliver_pending().await.map(drop),
+        Action::InitialList => h.deliver_initial_list().await.map(drop),
+        Action::Resync => h.resync().await.map(drop),
         Action::Reconcile(key) => {
             seen.outcome = Some(h.reconcile(key).await);
             Ok(())
