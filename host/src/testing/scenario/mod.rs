@@ -34,7 +34,8 @@ pub struct Scenario {
     pub handler_deadline: Option<Duration>,
     /// `limits.reconcileDeadline`.
     pub reconcile_deadline: Option<Duration>,
-    /// `given:`: objects (as YAML/JSON text) that exist before the plugin starts.
+    /// `givenFiles:` then `given:`: objects (as YAML/JSON text) that exist before the plugin
+    /// starts.
     pub given: Vec<String>,
     /// The steps, in order.
     pub steps: Vec<Step>,

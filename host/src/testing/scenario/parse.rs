@@ -125,7 +125,11 @@ fn join(at: &str, field: &str) -> String {
 
 fn scenario(file: &Path, doc: &Value) -> R<Scenario> {
     let m = map(doc, "")?;
-    only(m, "", &["name", "start", "limits", "given", "steps"])?;
+    only(
+        m,
+        "",
+        &["name", "start", "limits", "given", "givenFiles", "steps"],
+    )?;
     let name = match m.get("name") {
         Some(v) => string(v, "name")?,
         None => file
@@ -157,10 +161,22 @@ fn scenario(file: &Path, doc: &Value) -> R<Scenario> {
             reconcile_deadline = Some(duration(v, "limits.reconcileDeadline")?);
         }
     }
-    let given = match m.get("given") {
-        Some(v) => objects_text(v, "given")?,
-        None => Vec::new(),
-    };
+    let mut given = Vec::new();
+    if let Some(files) = m.get("givenFiles") {
+        // Relative to the scenario file, so a suite can share fixtures wherever it is run from.
+        let dir = file.parent().unwrap_or(Path::new(""));
+        for (i, f) in list(files, "givenFiles")?.iter().enumerate() {
+            let at = format!("givenFiles[{i}]");
+            let rel = string(f, &at)?;
+            let path = dir.join(&rel);
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| (at, format!("cannot read {}: {e}", path.display())))?;
+            given.push(text);
+        }
+    }
+    if let Some(v) = m.get("given") {
+        given.extend(objects_text(v, "given")?);
+    }
     let steps_v = m
         .get("steps")
         .ok_or_else(|| (String::new(), "missing `steps`".to_string()))?;
