@@ -125,6 +125,11 @@ async fn virtual_clock_drives_the_guests_wall_and_monotonic_clocks() {
         assert_eq!(out, ReconcileOutcome::RequeueAfter(Duration::from_secs(90)));
         let w = h.take_writes();
         assert_eq!(w[0].verb, WriteVerb::MergePatch);
+        let patched = w[0].result.clone().expect("patched").expect("object");
+        let uid = patched["metadata"]["uid"]
+            .as_str()
+            .expect("uid")
+            .to_string();
         let start = h.clock().unix_secs();
         assert_eq!(
             w[0].body["metadata"]["annotations"]["ttl.example.com/checked-at"],
@@ -150,6 +155,13 @@ async fn virtual_clock_drives_the_guests_wall_and_monotonic_clocks() {
         assert_eq!(out, [("default/short".to_string(), ReconcileOutcome::Done)]);
         let w = h.take_writes();
         assert_eq!(w.last().map(|w| w.verb), Some(WriteVerb::Delete));
+        // The delete carried the uid precondition the guest set, as DeleteOptions.
+        let del = w.last().expect("delete");
+        assert_eq!(del.body["kind"], "DeleteOptions");
+        assert_eq!(
+            del.body["preconditions"]["uid"].as_str(),
+            Some(uid.as_str())
+        );
         assert!(h.get("v1", "ConfigMap", Some("default"), "short").is_none());
         let logs: Vec<String> = h.take_logs().into_iter().map(|l| l.message).collect();
         assert!(

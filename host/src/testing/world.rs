@@ -20,7 +20,7 @@ use crate::informer::store::Store;
 use crate::kube::object::{object_key, Object};
 use crate::kube::selector::{FieldSelector, LabelSelector};
 use crate::plugin::backend::{
-    ApiError, BoxFuture, ClientBackend, PatchKind, WriteOp, WriteRequest,
+    ApiError, BoxFuture, ClientBackend, DeleteParams, PatchKind, Propagation, WriteOp, WriteRequest,
 };
 use crate::plugin::backends::InformerLister;
 use crate::plugin::index::register as register_indexes;
@@ -153,7 +153,8 @@ pub struct RecordedWrite {
     pub verb: WriteVerb,
     /// The full request (operation with delete options / apply force, target, raw body).
     pub request: WriteRequest,
-    /// The request body as JSON (YAML for an apply that sent YAML); `Null` for deletes.
+    /// The request body as JSON (YAML for an apply that sent YAML); for a delete, the
+    /// `DeleteOptions` the client sends (preconditions, propagationPolicy, gracePeriodSeconds).
     pub body: Value,
     /// The object's name: the request's, or for a create the stored object's.
     pub name: String,
@@ -360,9 +361,13 @@ impl World {
                 .unwrap_or("")
                 .to_owned(),
         };
+        let body = match &req.op {
+            WriteOp::Delete(d) => delete_body(d),
+            _ => body_value(&req.body),
+        };
         self.writes.lock().push(RecordedWrite {
             verb: WriteVerb::of(&req.op),
-            body: body_value(&req.body),
+            body,
             name,
             result: result.clone().map(|_| stored),
             request: req,
@@ -380,6 +385,33 @@ fn body_value(body: &[u8]) -> Value {
     serde_json::from_slice(body)
         .or_else(|_| serde_yaml::from_slice(body))
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
+}
+
+/// The `DeleteOptions` body the production client sends for `d`.
+fn delete_body(d: &DeleteParams) -> Value {
+    let mut v = serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1"});
+    if let Some(p) = d.propagation {
+        v["propagationPolicy"] = match p {
+            Propagation::Orphan => "Orphan",
+            Propagation::Background => "Background",
+            Propagation::Foreground => "Foreground",
+        }
+        .into();
+    }
+    if let Some(g) = d.grace_period_seconds {
+        v["gracePeriodSeconds"] = g.into();
+    }
+    if d.precondition_uid.is_some() || d.precondition_resource_version.is_some() {
+        let mut pre = serde_json::Map::new();
+        if let Some(u) = &d.precondition_uid {
+            pre.insert("uid".into(), u.clone().into());
+        }
+        if let Some(r) = &d.precondition_resource_version {
+            pre.insert("resourceVersion".into(), r.clone().into());
+        }
+        v["preconditions"] = pre.into();
+    }
+    v
 }
 
 fn matches(c: &WatchCache, key: &str, o: &Object) -> bool {
