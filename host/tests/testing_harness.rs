@@ -555,3 +555,38 @@ async fn initial_list_and_resync_replay_the_caches_to_the_handlers() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_scenario_step_reports_every_expectation_that_did_not_hold() {
+    bounded(async {
+        use host::testing::scenario;
+        let s = scenario::parse(
+            std::path::Path::new("inline.yaml"),
+            r#"
+steps:
+  - add: {apiVersion: v1, kind: ConfigMap, metadata: {name: web, namespace: default}, data: {v: "1"}}
+  - reconcile: default/web
+    expect:
+      outcome: done
+      writes: [{verb: create, body: {data: {v: "2"}}}]
+      logs: ["never logged"]
+      objects: [{apiVersion: v1, kind: ConfigMap, metadata: {name: web-copy, namespace: default}, data: {v: "1"}}]
+  - reconcile: default/web
+"#,
+        )
+        .expect("parses");
+        let r = scenario::run(&s, &guest("copier"), &support::engine()).await;
+        assert!(!r.passed());
+        assert_eq!((r.steps, r.passed_steps), (3, 1));
+        let f = r.failure.expect("failure");
+        assert_eq!((f.step, f.action.as_str()), (Some(2), "reconcile default/web"));
+        assert_eq!(f.problems.len(), 2, "{:?}", f.problems);
+        assert!(
+            f.problems[0].starts_with("writes[0] (apply ConfigMap default/web-copy → ok): verb: expected create, got apply, body data.v: expected \"2\", got \"1\""),
+            "{}",
+            f.problems[0]
+        );
+        assert!(f.problems[1].starts_with("logs[0]: no line containing \"never logged\""), "{}", f.problems[1]);
+    })
+    .await;
+}

@@ -178,8 +178,8 @@ impl HarnessBuilder {
 }
 
 /// The engine harnesses share unless given one: on-demand allocation (no large address-space
-/// reservation per test process) and the default compile cache.
-fn default_engine() -> Result<PluginEngine, HarnessError> {
+/// reservation per test process) and the default compile cache. Created once per process.
+pub fn default_engine() -> Result<PluginEngine, HarnessError> {
     static ENGINE: OnceLock<Result<PluginEngine, String>> = OnceLock::new();
     ENGINE
         .get_or_init(|| {
