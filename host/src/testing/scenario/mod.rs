@@ -6,10 +6,12 @@
 //! a typo is one error naming the file, the step and the field, not a confusing failure later.
 
 mod duration;
+mod expect;
 mod matcher;
 mod parse;
 mod report;
 mod run;
+mod yaml;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
