@@ -587,6 +587,18 @@ steps:
             f.problems[0]
         );
         assert!(f.problems[1].starts_with("logs[0]: no line containing \"never logged\""), "{}", f.problems[1]);
+        assert!(f.logs.is_empty(), "copier's reconcile logs nothing: {:?}", f.logs);
+
+        // A failing event step keeps what the handler logged, for `--show-logs`.
+        let s = scenario::parse(
+            std::path::Path::new("inline.yaml"),
+            "steps:\n  - add: {apiVersion: v1, kind: ConfigMap, metadata: {name: web, namespace: default}, data: {v: '1'}}\n    expect: {enqueued: []}\n",
+        )
+        .expect("parses");
+        let r = scenario::run(&s, &guest("copier"), &support::engine()).await;
+        let f = r.failure.expect("failure");
+        assert_eq!(f.problems, [r#"enqueued: expected [], got ["default/web"]"#]);
+        assert_eq!(f.logs, ["[info log] event add default/web v=1"]);
     })
     .await;
 }

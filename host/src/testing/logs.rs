@@ -26,6 +26,18 @@ pub enum LogSource {
     Host,
 }
 
+impl LogSource {
+    /// `log`, `stdout`, `stderr` or `host`, as scenario files name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogSource::Log => "log",
+            LogSource::Stdout => "stdout",
+            LogSource::Stderr => "stderr",
+            LogSource::Host => "host",
+        }
+    }
+}
+
 /// Severity, as the `level` enum of the contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LogLevel {

@@ -20,7 +20,7 @@ use serde_json::Value;
 
 pub use duration::parse_duration;
 pub use parse::{parse, ScenarioError};
-pub use report::{render_table, ScenarioReport, StepFailure};
+pub use report::{render_failure_logs, render_table, ScenarioReport, StepFailure};
 pub use run::run;
 
 /// A parsed scenario.
