@@ -281,18 +281,36 @@ impl World {
                     c.rv = rv;
                 }
                 Err(_) => {
-                    // History outgrew the window (10,000 events per resource): relist, and
-                    // report objects that vanished meanwhile as missed deletions.
-                    let before = c.store.list();
+                    // History outgrew the window (10,000 events per resource): relist, as the
+                    // reflector does after a 410, and deliver what a Replace delivers.
+                    let before: std::collections::HashMap<String, Object> = c
+                        .store
+                        .list()
+                        .into_iter()
+                        .map(|o| (object_key(o.namespace(), o.name()), o))
+                        .collect();
                     relist(&self.cluster, c);
-                    for o in before {
-                        if !c.store.contains_key(&object_key(o.namespace(), o.name())) {
+                    let watch = i as u32;
+                    for new in c.store.list() {
+                        let key = object_key(new.namespace(), new.name());
+                        match before.get(&key) {
+                            None => out.push((c.rv, Notification::Add { watch, obj: new })),
+                            Some(old) if old.resource_version() != new.resource_version() => {
+                                let old = old.clone();
+                                out.push((c.rv, Notification::Update { watch, old, new }));
+                            }
+                            Some(_) => {}
+                        }
+                    }
+                    for (key, obj) in before {
+                        if !c.store.contains_key(&key) {
+                            let tombstone = true;
                             out.push((
                                 c.rv,
                                 Notification::Delete {
-                                    watch: i as u32,
-                                    obj: o,
-                                    tombstone: true,
+                                    watch,
+                                    obj,
+                                    tombstone,
                                 },
                             ));
                         }
@@ -544,6 +562,41 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn history_beyond_the_window_is_recovered_by_a_relist() {
+        let w = world(vec![watch(None, None)]);
+        let c = &w.cluster;
+        c.create(cm("a", "x", "web")).expect("create");
+        c.create(cm("a", "gone", "web")).expect("create");
+        assert_eq!(w.sync().len(), 2);
+        c.shared().store.set_window(1);
+        c.replace(cm("a", "x", "db")).expect("update");
+        c.delete("v1", "ConfigMap", Some("a"), "gone")
+            .expect("delete");
+        c.create(cm("a", "new", "web")).expect("create");
+        c.create(cm("a", "newer", "web")).expect("create");
+        let n = w.sync();
+        let mut got = calls(&n);
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                "on-add 0 a/new",
+                "on-add 0 a/newer",
+                "on-delete 0 a/gone",
+                "on-update 0 a/x"
+            ]
+        );
+        assert!(n.iter().any(|n| matches!(
+            n,
+            Notification::Delete {
+                tombstone: true,
+                ..
+            }
+        )));
+        assert!(w.cached(0, "a/gone").is_none());
     }
 
     #[test]
