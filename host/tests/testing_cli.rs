@@ -47,9 +47,18 @@ async fn passing_scenario_exits_zero_with_a_pass_row() {
     assert!(lines[0].starts_with("RESULT"), "{stdout}");
     assert!(lines[1].starts_with("PASS"), "{stdout}");
     assert!(lines[1].contains("copier.yaml"), "{stdout}");
-    assert!(lines[1].contains("10/10"), "{stdout}");
+    assert!(lines[1].contains("12/12"), "{stdout}");
     assert_eq!(lines[2], "1 scenario: 1 passed, 0 failed");
     assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+}
+
+#[tokio::test]
+async fn the_guest_sees_virtual_time_through_the_cli_too() {
+    let out = host_test("ttl", &[scenario("ttl.yaml")]).await;
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{out:?}\n{stdout}");
+    assert!(stdout.contains("PASS"), "{stdout}");
+    assert!(stdout.contains("5/5"), "{stdout}");
 }
 
 #[tokio::test]

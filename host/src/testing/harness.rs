@@ -178,8 +178,8 @@ impl HarnessBuilder {
 }
 
 /// The engine harnesses share unless given one: on-demand allocation (no large address-space
-/// reservation per test process) and the default compile cache.
-fn default_engine() -> Result<PluginEngine, HarnessError> {
+/// reservation per test process) and the default compile cache. Created once per process.
+pub fn default_engine() -> Result<PluginEngine, HarnessError> {
     static ENGINE: OnceLock<Result<PluginEngine, String>> = OnceLock::new();
     ENGINE
         .get_or_init(|| {
@@ -324,7 +324,8 @@ impl Harness {
     }
 
     /// Deletes an object so that the informers miss it: the plugin gets `on-delete` with
-    /// `tombstone = true` and the last cached state, as after a relist.
+    /// `tombstone = true` and the last state its cache held (not the final one), as after a
+    /// relist that no longer finds the object.
     pub async fn delete_missed(
         &mut self,
         api_version: &str,
@@ -333,6 +334,10 @@ impl Harness {
         name: &str,
     ) -> Result<Object, HarnessError> {
         self.deliver_pending().await?;
+        let key = crate::kube::object::object_key(namespace, name);
+        let last_known: Vec<Option<Object>> = (0..self.manifest().watches.len())
+            .map(|w| self.world.cached(w, &key))
+            .collect();
         let o = self
             .world
             .cluster
@@ -344,7 +349,11 @@ impl Harness {
             .map(|n| match n {
                 Notification::Delete { watch, obj, .. } => Notification::Delete {
                     watch,
-                    obj,
+                    obj: last_known
+                        .get(watch as usize)
+                        .cloned()
+                        .flatten()
+                        .unwrap_or(obj),
                     tombstone: true,
                 },
                 other => other,
@@ -359,6 +368,46 @@ impl Harness {
     pub async fn deliver_pending(&mut self) -> Result<usize, HarnessError> {
         self.world.sync_pending();
         let notes = self.world.take_pending();
+        let n = notes.len();
+        self.deliver(notes).await?;
+        Ok(n)
+    }
+
+    /// Delivers `on-add` for every object the caches hold (watch by watch, in key order), as the
+    /// informers' initial list does when the plugin starts: for testing start-up against
+    /// existing ("given") objects. Returns how many were delivered.
+    pub async fn deliver_initial_list(&mut self) -> Result<usize, HarnessError> {
+        self.deliver_pending().await?;
+        let notes: Vec<Notification> = self
+            .world
+            .cached_all()
+            .into_iter()
+            .flat_map(|(watch, objs)| {
+                objs.into_iter()
+                    .map(move |obj| Notification::Add { watch, obj })
+            })
+            .collect();
+        let n = notes.len();
+        self.deliver(notes).await?;
+        Ok(n)
+    }
+
+    /// Delivers `on-update` with old and new equal for every cached object, as a resync does.
+    /// Returns how many were delivered.
+    pub async fn resync(&mut self) -> Result<usize, HarnessError> {
+        self.deliver_pending().await?;
+        let notes: Vec<Notification> = self
+            .world
+            .cached_all()
+            .into_iter()
+            .flat_map(|(watch, objs)| {
+                objs.into_iter().map(move |obj| Notification::Update {
+                    watch,
+                    old: obj.clone(),
+                    new: obj,
+                })
+            })
+            .collect();
         let n = notes.len();
         self.deliver(notes).await?;
         Ok(n)

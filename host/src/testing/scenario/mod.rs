@@ -6,10 +6,12 @@
 //! a typo is one error naming the file, the step and the field, not a confusing failure later.
 
 mod duration;
+mod expect;
 mod matcher;
 mod parse;
 mod report;
 mod run;
+mod yaml;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -18,7 +20,7 @@ use serde_json::Value;
 
 pub use duration::parse_duration;
 pub use parse::{parse, ScenarioError};
-pub use report::{render_table, ScenarioReport, StepFailure};
+pub use report::{render_failure_logs, render_table, ScenarioReport, StepFailure};
 pub use run::run;
 
 /// A parsed scenario.
@@ -34,7 +36,8 @@ pub struct Scenario {
     pub handler_deadline: Option<Duration>,
     /// `limits.reconcileDeadline`.
     pub reconcile_deadline: Option<Duration>,
-    /// `given:`: objects (as YAML/JSON text) that exist before the plugin starts.
+    /// `givenFiles:` then `given:`: objects (as YAML/JSON text) that exist before the plugin
+    /// starts.
     pub given: Vec<String>,
     /// The steps, in order.
     pub steps: Vec<Step>,
@@ -91,6 +94,10 @@ pub enum Action {
     DeleteMissed(ObjectRef),
     /// `deliver: pending`: deliver the notifications the guest's own writes caused.
     Deliver,
+    /// `deliver: initialList`: `on-add` for every cached object, as at plugin start.
+    InitialList,
+    /// `deliver: resync`: `on-update` (old = new) for every cached object.
+    Resync,
     /// `reconcile: KEY`.
     Reconcile(String),
     /// `runQueue: true`: reconcile ready keys until none is ready.
@@ -125,6 +132,8 @@ impl Action {
             Action::Delete(o) => format!("delete {}", r(o)),
             Action::DeleteMissed(o) => format!("deleteMissed {}", r(o)),
             Action::Deliver => "deliver pending".into(),
+            Action::InitialList => "deliver initialList".into(),
+            Action::Resync => "deliver resync".into(),
             Action::Reconcile(k) => format!("reconcile {k}"),
             Action::RunQueue => "runQueue".into(),
             Action::Advance(d) => format!("advance {d:?}"),
