@@ -11,7 +11,9 @@
 //! graceful deletion (`gracePeriodSeconds`) is immediate because no kubelet runs here; garbage
 //! collection runs synchronously at the end of the DELETE that removed the owner (background:
 //! owner first, then dependents; foreground: dependents first); deleting a namespace removes its
-//! contents at once instead of going through `Terminating`.
+//! contents at once instead of going through `Terminating`. The propagation policy of a delete
+//! held by finalizers is not remembered (no `orphan` finalizer): when the last finalizer goes,
+//! dependents are collected in the background.
 
 use std::sync::Arc;
 
@@ -72,7 +74,8 @@ impl<'a> WriteOpts<'a> {
 /// The parts of `DeleteOptions` the emulator honours.
 #[derive(Debug, Clone, Default)]
 pub struct DeleteOptions {
-    pub propagation: Propagation,
+    /// `None` uses the kind's default ([`default_propagation`]).
+    pub propagation: Option<Propagation>,
     /// `dryRun=All`.
     pub dry_run: bool,
     pub precondition_uid: Option<String>,
@@ -621,6 +624,9 @@ fn next_state(
         fields::record_update(Some(cur_v), &mut new, manager, operation, sub, now);
     }
     let deleting = cm.contains_key("deletionTimestamp");
+    if deleting {
+        no_new_finalizers(def, cur, &new)?;
+    }
     let no_finalizers = new
         .pointer("/metadata/finalizers")
         .and_then(Value::as_array)
@@ -629,6 +635,40 @@ fn next_state(
         return Ok(Mutation::Delete);
     }
     Ok(Mutation::Put(new))
+}
+
+/// An object being deleted may lose finalizers but never gain one (kube-apiserver's metadata
+/// validation): otherwise a controller racing the deletion could keep it forever.
+fn no_new_finalizers(def: &ResourceDef, cur: &Object, new: &Value) -> Result<(), Status> {
+    let meta = cur.meta();
+    let mut added: Vec<&str> = new
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|f| !meta.finalizers.contains(f))
+        .collect();
+    if added.is_empty() {
+        return Ok(());
+    }
+    added.sort_unstable();
+    added.dedup();
+    // Go's `%#v` of the sorted set, as the server words it.
+    let quoted: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
+    Err(response::invalid(
+        &def.kind,
+        &def.group,
+        cur.name(),
+        &[FieldError {
+            reason: "FieldValueForbidden",
+            field: "metadata.finalizers".into(),
+            detail: format!(
+                "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                quoted.join(", ")
+            ),
+        }],
+    ))
 }
 
 /// PATCH an object or its `/status` (spec 6.11); server-side apply may create.
@@ -770,9 +810,10 @@ fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, Status> {
         .map(|v| v == "true")
         .or(b.orphan_dependents);
     let propagation = match (policy.as_deref(), orphan) {
-        (Some("Foreground"), _) => Propagation::Foreground,
-        (Some("Orphan"), _) | (None, Some(true)) => Propagation::Orphan,
-        (Some("Background") | None, _) => Propagation::Background,
+        (Some("Foreground"), _) => Some(Propagation::Foreground),
+        (Some("Orphan"), _) | (None, Some(true)) => Some(Propagation::Orphan),
+        (Some("Background"), _) | (None, Some(false)) => Some(Propagation::Background),
+        (None, None) => None,
         (Some(p), _) => {
             return Err(response::invalid(
                 "DeleteOptions",
@@ -807,6 +848,21 @@ pub(crate) fn delete(
     delete_inner(shared, def, ns, name, opts).map(|(o, _)| o)
 }
 
+/// The propagation a DELETE without a policy gets. Like kube-apiserver, `batch/v1` Jobs and `v1`
+/// ReplicationControllers orphan their dependents by default (kept for compatibility with their
+/// first versions), so a client deleting a Job must ask for `Background` to take its Pods along;
+/// every other kind deletes dependents in the background.
+pub fn default_propagation(def: &ResourceDef) -> Propagation {
+    match (
+        def.group.as_str(),
+        def.version.as_str(),
+        def.plural.as_str(),
+    ) {
+        ("batch", "v1", "jobs") | ("", "v1", "replicationcontrollers") => Propagation::Orphan,
+        _ => Propagation::Background,
+    }
+}
+
 /// [`delete`], also telling whether the object is gone (rather than waiting on finalizers).
 fn delete_inner(
     shared: &Shared,
@@ -817,7 +873,8 @@ fn delete_inner(
 ) -> Result<(Object, bool), Status> {
     let ns = ns_of(def, ns);
     let key = key_of(ns, name);
-    if opts.propagation == Propagation::Foreground && !opts.dry_run {
+    let propagation = opts.propagation.unwrap_or_else(|| default_propagation(def));
+    if propagation == Propagation::Foreground && !opts.dry_run {
         if let Some(o) = shared.store.get(&def.store_key, &key) {
             collect_dependents(shared, o.uid(), Propagation::Foreground);
         }
@@ -859,12 +916,17 @@ fn delete_inner(
         let m = meta_mut(&mut v);
         m.insert("deletionTimestamp".into(), now.clone().into());
         m.insert("deletionGracePeriodSeconds".into(), 0.into());
+        // As the apiserver does when it marks an object for deletion: a bumped generation tells
+        // controllers that compare generations that something happened.
+        if let Some(g) = m.get("generation").and_then(Value::as_i64).filter(|g| *g > 0) {
+            m.insert("generation".into(), (g + 1).into());
+        }
         Ok(Mutation::Put(v))
     })?;
     match out {
         Outcome::Deleted(o) => {
             if !opts.dry_run {
-                after_delete(shared, def, &o, opts.propagation);
+                after_delete(shared, def, &o, propagation);
             }
             Ok((o, true))
         }
@@ -940,8 +1002,9 @@ fn collect_dependents(shared: &Shared, uid: &str, propagation: Propagation) {
                 Ok(Mutation::Put(v))
             });
         } else {
+            // The collector names its policy explicitly, so a dependent Job takes its Pods along.
             let opts = DeleteOptions {
-                propagation,
+                propagation: Some(propagation),
                 ..Default::default()
             };
             if let Err(e) = delete(shared, &def, dep.namespace(), dep.name(), &opts) {
