@@ -1,15 +1,53 @@
-//! Guest SDK for controllers hosted as WebAssembly components.
+//! Guest SDK for Kubernetes controllers hosted as WebAssembly components (`kube:controller`).
 //!
-//! A controller implements [`Guest`] and registers it with [`export!`]:
+//! The host runs the informers, caches, workqueue and API client natively; a guest declares what
+//! it watches and writes, maps events to keys, and reconciles keys. This crate gives that the
+//! shape of kube-runtime / controller-runtime:
 //!
-//! ```ignore
-//! struct MyController;
-//! impl kube_guest::Guest for MyController { /* manifest, on_add, ..., reconcile */ }
-//! kube_guest::export!(MyController);
+//! - [`Controller`]: `manifest` + `reconcile`, with event handlers that default to enqueueing
+//!   the object's key; [`export_controller!`] turns it into the component's exports.
+//! - [`Manifest`], [`Watch`], [`Index`], [`Write`] builders: the plugin's rights and caches.
+//! - [`Object`]: the JSON object with typed metadata (name, namespace, labels, annotations,
+//!   owner references, finalizers, generation, ...), keys ([`object_key`], [`split_key`]) and
+//!   owner references ([`Object::controller_owner_ref`]).
+//! - [`Api`]: cache reads (get, list, by-index) and writes (create, replace, patch, server-side
+//!   apply, status, delete, finalizers), failing with [`Error`]s that keep the API's code and
+//!   reason (`is_not_found()`, `is_conflict()`, ...).
+//! - [`finalizer`], [`conditions`], [`time`]: pure helpers, unit-testable on the host target.
+//!
+//! A complete controller:
+//!
+//! ```no_run
+//! use kube_guest::{Action, Api, Controller, Manifest, Object, Result, Verb, Watch, Write};
+//!
+//! /// Keeps a `<name>-copy` of every ConfigMap labelled `copy=yes`.
+//! struct Copier;
+//!
+//! impl Controller for Copier {
+//!     fn manifest() -> Manifest {
+//!         Manifest::new("copier")
+//!             .watch(Watch::new("v1", "ConfigMap").with_labels("copy=yes"))
+//!             .write(Write::new("v1", "ConfigMap", &[Verb::Patch]))
+//!     }
+//!
+//!     fn reconcile(key: &str) -> Result<Action> {
+//!         let api = Api::all("v1", "ConfigMap");
+//!         let Some(src) = api.get_by_key(key)? else { return Ok(Action::Done) };
+//!         let mut copy = Object::new("v1", "ConfigMap", src.namespace(), &format!("{}-copy", src.name()));
+//!         copy["data"] = src["data"].clone();
+//!         copy.set_owner_reference(src.controller_owner_ref().ok_or("no uid")?);
+//!         api.apply(&copy, true)?;
+//!         Ok(Action::Done)
+//!     }
+//! }
+//!
+//! kube_guest::export_controller!(Copier);
 //! ```
 //!
-//! This is the minimal layer (raw bindings plus a few helpers); typed objects and a richer client
-//! come later. Objects are JSON bytes in both directions, see `wit/controller.wit`.
+//! Build with `cargo build --target wasm32-wasip2 --release`; the `.wasm` in
+//! `target/wasm32-wasip2/release/` is the plugin. The raw bindings stay available ([`Guest`],
+//! [`export!`], and the [`lister`], [`client`], [`queue`], [`log`] import modules) for guests
+//! that want bytes in and out.
 
 /// The raw bindings generated from the WIT world.
 pub mod bindings {
@@ -19,37 +57,75 @@ pub mod bindings {
         pub_export_macro: true,
         export_macro_name: "export",
         default_bindings_module: "kube_guest::bindings",
+        additional_derives: [PartialEq],
     });
 }
 
+pub mod api;
+pub mod conditions;
+pub mod controller;
+mod error;
+pub mod finalizer;
+mod manifest;
+mod object;
+pub mod time;
+
+pub use api::{Api, Patch};
 pub use bindings::kube::controller::types::{
-    ApiError, DeleteOptions, Level, ObjectMeta, PatchType, Preconditions, PropagationPolicy, Verb,
-    Watch, Write,
+    ApiError, DeleteOptions, Index, Level, ObjectMeta, PatchType, Preconditions, PropagationPolicy,
+    Verb, Watch, Write,
 };
 pub use bindings::kube::controller::{client, lister, log, queue};
 pub use bindings::{export, Guest, Manifest, Outcome};
+pub use controller::{Action, Controller};
+pub use error::{Error, Result};
+pub use manifest::watch_all;
+pub use object::{object_key, split_key, Object, OwnerReference};
 
-/// Logs `message` at `level` through the host.
+/// Enqueues `key` for reconcile (deduplicated by the host's workqueue).
+pub fn enqueue(key: &str) {
+    queue::add(key);
+}
+
+/// Enqueues `key` for reconcile after `delay`.
+pub fn enqueue_after(key: &str, delay: std::time::Duration) {
+    queue::add_after(key, delay.as_millis().try_into().unwrap_or(u64::MAX));
+}
+
+/// Logs `message` at `level` through the host (tagged with the plugin's name).
 pub fn log_at(level: Level, message: &str) {
     log::log(level, message);
 }
 
-/// Builds a watch of every object of a kind, cluster-wide, without selectors.
-pub fn watch_all(api_version: &str, kind: &str) -> Watch {
-    Watch {
-        api_version: api_version.to_string(),
-        kind: kind.to_string(),
-        namespace: None,
-        label_selector: None,
-        field_selector: None,
-        indexes: Vec::new(),
-    }
+/// Whether the host would write a line at `level`: the log macros check it before formatting.
+pub fn log_enabled(level: Level) -> bool {
+    log::enabled(level)
 }
 
-/// Splits a `namespace/name` key (or a bare `name` for cluster-scoped objects).
-pub fn split_key(key: &str) -> (Option<&str>, &str) {
-    match key.split_once('/') {
-        Some((ns, name)) => (Some(ns), name),
-        None => (None, key),
-    }
+/// Logs through the host at a level, formatting only if the host would keep the line:
+/// `kube_guest::log!(Level::Info, "synced {key}")`. See also [`info!`], [`warn!`], etc.
+#[macro_export]
+macro_rules! log {
+    ($level:expr, $($arg:tt)+) => {{
+        let level = $level;
+        if $crate::log_enabled(level) {
+            $crate::log_at(level, &::std::format!($($arg)+));
+        }
+    }};
 }
+
+/// Logs at `Trace`.
+#[macro_export]
+macro_rules! trace { ($($arg:tt)+) => { $crate::log!($crate::Level::Trace, $($arg)+) }; }
+/// Logs at `Debug`.
+#[macro_export]
+macro_rules! debug { ($($arg:tt)+) => { $crate::log!($crate::Level::Debug, $($arg)+) }; }
+/// Logs at `Info`.
+#[macro_export]
+macro_rules! info { ($($arg:tt)+) => { $crate::log!($crate::Level::Info, $($arg)+) }; }
+/// Logs at `Warn`.
+#[macro_export]
+macro_rules! warn { ($($arg:tt)+) => { $crate::log!($crate::Level::Warn, $($arg)+) }; }
+/// Logs at `Error`.
+#[macro_export]
+macro_rules! error { ($($arg:tt)+) => { $crate::log!($crate::Level::Error, $($arg)+) }; }

@@ -15,19 +15,22 @@ use super::backend::{
     ApiError, BoxFuture, ClientBackend, DeleteParams, ListerBackend, PatchKind, Propagation,
     QueueBackend, WriteOp, WriteRequest,
 };
-use crate::informer::store::Store;
+use super::index::IndexNames;
+use crate::informer::store::{Store, NAMESPACE_INDEX};
 use crate::kube::client::{Deleted, Patch, WriteParams};
 use crate::kube::object::{object_key, Object};
 use crate::kube::selector::LabelSelector;
 use crate::kube::{ApiResource, Client};
 use crate::workqueue::RateLimitingQueue;
 
-/// One watched scope's cache: the informer's indexer and the namespace it is limited to.
+/// One watched scope's cache: the informer's indexer, the namespace it is limited to, and the
+/// custom indexes the plugin declared on that watch (its index name → the store's).
 struct Scope {
     api_version: String,
     kind: String,
     namespace: Option<String>,
     store: Arc<Store>,
+    indexes: IndexNames,
 }
 
 /// Lister reads served from the shared informer caches of the plugin's watches.
@@ -53,11 +56,27 @@ impl InformerLister {
         namespace: Option<&str>,
         store: Arc<Store>,
     ) {
+        self.add_indexed_store(api_version, kind, namespace, store, IndexNames::new());
+    }
+
+    /// Adds the cache of one watch together with the custom indexes the plugin declared on it
+    /// (already registered on `store`, see [`super::index::register`]). Index queries resolve
+    /// the guest's names through `indexes` only, so a plugin reaches the built-in `namespace`
+    /// index and its own indexes, never another plugin's on the same shared store.
+    pub fn add_indexed_store(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        store: Arc<Store>,
+        indexes: IndexNames,
+    ) {
         self.scopes.write().push(Scope {
             api_version: api_version.to_string(),
             kind: kind.to_string(),
             namespace: namespace.map(str::to_string),
             store,
+            indexes,
         });
     }
 
@@ -132,10 +151,44 @@ impl ListerBackend for InformerLister {
         index_name: &str,
         index_value: &str,
     ) -> Result<Vec<Object>, ApiError> {
-        let stores = self.stores(api_version, kind);
+        // (store, the store's name for the index) of every cache of the kind that has it.
+        let mut stores: Vec<(Arc<Store>, String)> = Vec::new();
+        let mut declared: Vec<&str> = Vec::new();
+        let scopes = self.scopes.read();
+        let mut any_scope = false;
+        for sc in scopes
+            .iter()
+            .filter(|s| s.api_version == api_version && s.kind == kind)
+        {
+            any_scope = true;
+            declared.extend(sc.indexes.keys().map(String::as_str));
+            let internal = if index_name == NAMESPACE_INDEX {
+                Some(NAMESPACE_INDEX.to_string())
+            } else {
+                sc.indexes.get(index_name).cloned()
+            };
+            if let Some(internal) = internal {
+                stores.push((sc.store.clone(), internal));
+            }
+        }
+        if !any_scope {
+            // Not wired yet: an unsynced cache finds nothing.
+            return Ok(Vec::new());
+        }
+        if stores.is_empty() {
+            declared.sort_unstable();
+            declared.dedup();
+            declared.insert(0, NAMESPACE_INDEX);
+            return Err(ApiError::bad_request(format!(
+                "no index {index_name:?} on {kind} ({api_version}): the manifest's watches of that \
+                 kind declare {}",
+                declared.join(", ")
+            )));
+        }
+        drop(scopes);
         let mut out = Vec::new();
-        for (_, store) in &stores {
-            out.extend(store.by_index(index_name, index_value).map_err(bad_index)?);
+        for (store, internal) in &stores {
+            out.extend(store.by_index(internal, index_value).map_err(bad_index)?);
         }
         if stores.len() > 1 {
             out.sort_by(|a, b| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name())));
@@ -356,6 +409,69 @@ mod tests {
             l.by_index("v1", "ConfigMap", "nope", "b").unwrap_err().code,
             400
         );
+    }
+
+    #[test]
+    fn custom_indexes_resolve_through_each_plugins_own_names() {
+        use super::super::index::{internal_name, register};
+        use super::super::manifest::IndexSpec;
+        let spec = |name: &str, path: &str| IndexSpec {
+            name: name.into(),
+            paths: vec![path.into()],
+            namespaced: true,
+        };
+        let cm_with = |ns: &str, name: &str, data: serde_json::Value| {
+            Object::from_value(&serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"namespace": ns, "name": name}, "data": data
+            }))
+            .unwrap()
+        };
+        // One shared store, as two plugins watching the same kind get from the factory.
+        let store = Arc::new(Store::with_namespace_index());
+        store.add(cm_with(
+            "a",
+            "x",
+            serde_json::json!({"ref": "t", "other": "u"}),
+        ));
+        let a = InformerLister::new();
+        let a_ix = register(&store, &[spec("refs", "data.ref")]);
+        a.add_indexed_store("v1", "ConfigMap", None, store.clone(), a_ix);
+        let b = InformerLister::new();
+        // Same paths under another name share the store's index; different paths get their own.
+        let b_ix = register(
+            &store,
+            &[spec("mine", "data.ref"), spec("refs", "data.other")],
+        );
+        b.add_indexed_store("v1", "ConfigMap", None, store.clone(), b_ix);
+        assert_eq!(store.index_names().len(), 3, "namespace + two definitions");
+
+        let names = |l: &InformerLister, ix: &str, v: &str| -> Vec<String> {
+            l.by_index("v1", "ConfigMap", ix, v)
+                .unwrap()
+                .iter()
+                .map(|o| o.key())
+                .collect()
+        };
+        assert_eq!(names(&a, "refs", "a/t"), vec!["a/x"]);
+        assert!(names(&a, "refs", "a/u").is_empty());
+        assert_eq!(names(&b, "refs", "a/u"), vec!["a/x"]);
+        assert_eq!(names(&b, "mine", "a/t"), vec!["a/x"]);
+        assert_eq!(names(&a, "namespace", "a"), vec!["a/x"]);
+
+        // A name only the other plugin declared, or the store's own name, is not reachable.
+        let e = a.by_index("v1", "ConfigMap", "mine", "a/t").unwrap_err();
+        assert_eq!((e.code, e.reason.as_str()), (400, "BadRequest"));
+        assert!(e.message.contains("namespace, refs"), "{}", e.message);
+        let internal = internal_name(&spec("refs", "data.ref"));
+        assert_eq!(
+            a.by_index("v1", "ConfigMap", &internal, "a/t")
+                .unwrap_err()
+                .code,
+            400
+        );
+        // A kind with no cache wired yet finds nothing, as an unsynced cache does.
+        assert!(a.by_index("v1", "Secret", "refs", "x").unwrap().is_empty());
     }
 
     #[test]

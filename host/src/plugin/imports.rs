@@ -231,7 +231,10 @@ impl lister::Host for HostState {
                 .backends
                 .lister
                 .by_index(&api_version, &kind, &index_name, &index_value)?;
-        Ok(objs.iter().map(key_of).collect())
+        // Sorted, as client-go's `IndexKeys` answers (spec 3.4): guests may compare or hash it.
+        let mut keys: Vec<String> = objs.iter().map(key_of).collect();
+        keys.sort_unstable();
+        Ok(keys)
     }
 }
 

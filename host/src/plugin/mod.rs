@@ -16,6 +16,7 @@ pub mod cache;
 pub mod dispatch;
 pub mod engine;
 pub mod imports;
+pub mod index;
 pub mod instance;
 pub mod loader;
 pub mod manifest;

@@ -14,6 +14,7 @@ use super::backend::Backends;
 use super::backends::{InformerLister, KubeClientBackend, WorkqueueBackend};
 use super::dispatch::Dispatcher;
 use super::engine::PluginEngine;
+use super::index::register as register_indexes;
 use super::instance::{GuestError, Limits};
 use super::loader::{LoadError, LoadedPlugin, Plugin};
 use super::reconcile::{spawn_workers, ReconcileStats, RECONCILE_BUCKETS};
@@ -290,11 +291,14 @@ impl PluginRuntime {
                         source,
                     }
                 })?;
-            lister.add_store(
+            let store = reg.informer().indexer().clone();
+            let indexes = register_indexes(&store, &w.indexes);
+            lister.add_indexed_store(
                 &w.api_version,
                 &w.kind,
                 namespace.as_deref(),
-                reg.informer().indexer().clone(),
+                store,
+                indexes,
             );
             regs.push(reg);
         }

@@ -1,0 +1,182 @@
+//! Status conditions (`status.conditions[]`, metav1.Condition) with Kubernetes' transition rule:
+//! `lastTransitionTime` changes only when a condition's `status` changes, so it tells when the
+//! state was entered, not when a controller last looked.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// One condition, as metav1.Condition serialises it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// The condition's type, e.g. `Ready`, in CamelCase.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// A CamelCase machine-readable reason for the last change.
+    #[serde(default)]
+    pub reason: String,
+    /// A human-readable message.
+    #[serde(default)]
+    pub message: String,
+    /// The `metadata.generation` the condition was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// When `status` last changed (RFC 3339); filled by [`set`].
+    #[serde(default)]
+    pub last_transition_time: String,
+}
+
+impl Condition {
+    /// A condition of `type_` with `status` (`True`, `False`, `Unknown`), reason and message.
+    pub fn new(type_: &str, status: &str, reason: &str, message: &str) -> Self {
+        Condition {
+            type_: type_.to_string(),
+            status: status.to_string(),
+            reason: reason.to_string(),
+            message: message.to_string(),
+            observed_generation: None,
+            last_transition_time: String::new(),
+        }
+    }
+
+    /// The same with `observedGeneration` set (usually the object's `metadata.generation`).
+    pub fn observed_generation(mut self, generation: i64) -> Self {
+        self.observed_generation = Some(generation);
+        self
+    }
+
+    /// Whether `status` is `True`.
+    pub fn is_true(&self) -> bool {
+        self.status == "True"
+    }
+}
+
+/// The conditions in `status` (entries that do not parse are skipped).
+pub fn list(status: &Value) -> Vec<Condition> {
+    status
+        .get("conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| Condition::deserialize(c).ok())
+        .collect()
+}
+
+/// The condition of `type_` in `status`.
+pub fn get(status: &Value, type_: &str) -> Option<Condition> {
+    list(status).into_iter().find(|c| c.type_ == type_)
+}
+
+/// Whether `status` has condition `type_` with status `True`.
+pub fn is_true(status: &Value, type_: &str) -> bool {
+    get(status, type_).is_some_and(|c| c.is_true())
+}
+
+/// Sets `cond` in `status` (an object; made one if it is not) with metav1's semantics: a new
+/// condition, or one whose `status` changed, gets `lastTransitionTime = now` (unless `cond`
+/// carries one); otherwise the old transition time is kept while reason, message and
+/// observedGeneration are updated. Returns whether anything changed, so a reconcile can skip a
+/// status write that would change nothing.
+///
+/// ```
+/// use kube_guest::conditions::{self, Condition};
+/// let mut status = serde_json::json!({});
+/// let ready = Condition::new("Ready", "False", "Waiting", "0/1 ready");
+/// assert!(conditions::set(&mut status, ready, "2024-01-01T00:00:00Z"));
+/// // Same status later, new message: the transition time stays.
+/// let ready = Condition::new("Ready", "False", "Waiting", "0/2 ready");
+/// assert!(conditions::set(&mut status, ready.clone(), "2024-01-01T00:05:00Z"));
+/// assert!(!conditions::set(&mut status, ready, "2024-01-01T00:06:00Z"));
+/// assert_eq!(status["conditions"][0]["lastTransitionTime"], "2024-01-01T00:00:00Z");
+/// // A new status is a transition.
+/// let ready = Condition::new("Ready", "True", "Available", "");
+/// conditions::set(&mut status, ready, "2024-01-01T00:10:00Z");
+/// assert_eq!(status["conditions"][0]["lastTransitionTime"], "2024-01-01T00:10:00Z");
+/// ```
+pub fn set(status: &mut Value, mut cond: Condition, now: &str) -> bool {
+    if !status.is_object() {
+        *status = Value::Object(Map::new());
+    }
+    let Some(root) = status.as_object_mut() else {
+        return false;
+    };
+    let list = root
+        .entry("conditions")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if !list.is_array() {
+        *list = Value::Array(Vec::new());
+    }
+    let Some(list) = list.as_array_mut() else {
+        return false;
+    };
+    let pos = list
+        .iter()
+        .position(|c| c.get("type").and_then(Value::as_str) == Some(cond.type_.as_str()));
+    let old = pos.and_then(|i| Condition::deserialize(&list[i]).ok());
+    match &old {
+        Some(o) if o.status == cond.status => {
+            cond.last_transition_time = o.last_transition_time.clone();
+        }
+        _ if cond.last_transition_time.is_empty() => cond.last_transition_time = now.to_string(),
+        _ => {}
+    }
+    if old.as_ref() == Some(&cond) {
+        return false;
+    }
+    let v = serde_json::to_value(&cond).unwrap_or(Value::Null);
+    match pos {
+        Some(i) => list[i] = v,
+        None => list.push(v),
+    }
+    true
+}
+
+/// Removes the condition of `type_`; returns whether there was one.
+pub fn remove(status: &mut Value, type_: &str) -> bool {
+    let Some(list) = status.get_mut("conditions").and_then(Value::as_array_mut) else {
+        return false;
+    };
+    let before = list.len();
+    list.retain(|c| c.get("type").and_then(Value::as_str) != Some(type_));
+    list.len() != before
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn transition_time_moves_only_with_status() {
+        let mut s = json!(null);
+        assert!(set(
+            &mut s,
+            Condition::new("A", "True", "R", "m").observed_generation(1),
+            "t1"
+        ));
+        assert!(set(&mut s, Condition::new("B", "False", "R", "m"), "t1"));
+        assert!(set(
+            &mut s,
+            Condition::new("A", "True", "R", "m").observed_generation(2),
+            "t2"
+        ));
+        let a = get(&s, "A").unwrap();
+        assert_eq!(
+            (a.last_transition_time.as_str(), a.observed_generation),
+            ("t1", Some(2))
+        );
+        assert!(set(&mut s, Condition::new("A", "False", "R", "m"), "t3"));
+        assert_eq!(get(&s, "A").unwrap().last_transition_time, "t3");
+        assert!(!is_true(&s, "A") && !is_true(&s, "B") && !is_true(&s, "C"));
+        assert_eq!(list(&s).len(), 2);
+        assert!(remove(&mut s, "B") && !remove(&mut s, "B"));
+        assert_eq!(list(&s).len(), 1);
+        // An explicit transition time on a new condition is kept.
+        let mut c = Condition::new("C", "True", "", "");
+        c.last_transition_time = "t0".into();
+        set(&mut s, c, "t9");
+        assert_eq!(get(&s, "C").unwrap().last_transition_time, "t0");
+    }
+}

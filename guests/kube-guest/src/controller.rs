@@ -1,0 +1,173 @@
+//! The [`Controller`] trait and the [`export_controller!`](crate::export_controller) macro that
+//! turns an implementation into the component's exports.
+
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::object::Object;
+use crate::{Manifest, Outcome};
+
+/// What to do with a key after a successful reconcile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Up to date: the key's backoff history is forgotten and it waits for the next event.
+    Done,
+    /// Reconcile again after this long (e.g. a TTL expires then), without backoff.
+    RequeueAfter(Duration),
+}
+
+impl From<Action> for Outcome {
+    fn from(a: Action) -> Outcome {
+        match a {
+            Action::Done => Outcome::Done,
+            Action::RequeueAfter(d) => {
+                Outcome::RequeueAfter(d.as_millis().try_into().unwrap_or(u64::MAX))
+            }
+        }
+    }
+}
+
+/// A controller, in the shape of controller-runtime's reconciler with its event handlers.
+///
+/// The host calls the handlers when a watched object changes (`watch` is the position of the
+/// watch in the manifest) and `reconcile` for each key they enqueue, one key at a time per key,
+/// retrying failures with backoff. Handlers default to enqueueing the changed object's own key,
+/// so the simplest controller implements only `manifest` and `reconcile`. Override a handler
+/// to map an event to other keys, e.g. a ConfigMap change to the Deployments that use it.
+///
+/// Handlers cannot fail: they run on the host's dispatch path and should only decide what to
+/// enqueue. All work with side effects belongs in `reconcile`, which must be idempotent: it is
+/// called again after restarts, resyncs and failures, with only the key to go by.
+///
+/// ```no_run
+/// use kube_guest::{Action, Api, Controller, Manifest, Result, Verb, Watch, Write};
+/// use serde_json::json;
+///
+/// struct Labeler;
+///
+/// impl Controller for Labeler {
+///     fn manifest() -> Manifest {
+///         Manifest::new("labeler")
+///             .watch(Watch::new("v1", "ConfigMap"))
+///             .write(Write::new("v1", "ConfigMap", &[Verb::Patch]))
+///     }
+///
+///     fn reconcile(key: &str) -> Result<Action> {
+///         let api = Api::all("v1", "ConfigMap");
+///         let Some(cm) = api.get_by_key(key)? else { return Ok(Action::Done) };
+///         if cm.label("seen").is_none() {
+///             let mut want = kube_guest::Object::new("v1", "ConfigMap", cm.namespace(), cm.name());
+///             want.set_label("seen", "yes");
+///             api.apply(&want, true)?;
+///         }
+///         Ok(Action::Done)
+///     }
+/// }
+///
+/// kube_guest::export_controller!(Labeler);
+/// ```
+pub trait Controller {
+    /// What the plugin watches and writes; called once, at load.
+    fn manifest() -> Manifest;
+
+    /// An object appeared in watch `watch`'s cache. Default: enqueue its key.
+    fn on_add(watch: u32, obj: Object) {
+        let _ = watch;
+        crate::enqueue(&obj.key());
+    }
+
+    /// An object changed (on a resync, `old` equals `new`). Default: enqueue the new key.
+    fn on_update(watch: u32, old: Object, new: Object) {
+        let _ = (watch, old);
+        crate::enqueue(&new.key());
+    }
+
+    /// An object was deleted; `tombstone` means the host missed the delete and `obj` is the
+    /// last state it knew. Default: enqueue its key (reconcile then finds it gone).
+    fn on_delete(watch: u32, obj: Object, tombstone: bool) {
+        let _ = (watch, tombstone);
+        crate::enqueue(&obj.key());
+    }
+
+    /// Brings the object named by `key` to its desired state. An error is logged by the host
+    /// and the key retried with rate-limited backoff.
+    fn reconcile(key: &str) -> Result<Action>;
+}
+
+/// The glue [`export_controller!`](crate::export_controller) expands to: bytes in, [`Object`]s
+/// out. Objects from the host are always JSON objects; if one ever were not, the event is logged
+/// and dropped rather than trapping the instance.
+#[doc(hidden)]
+pub mod glue {
+    use super::*;
+
+    fn parse(what: &str, bytes: &[u8]) -> Option<Object> {
+        match Object::from_slice(bytes) {
+            Ok(o) => Some(o),
+            Err(e) => {
+                crate::log_at(crate::Level::Error, &format!("dropping {what} event: {e}"));
+                None
+            }
+        }
+    }
+
+    pub fn on_add<C: Controller>(watch: u32, obj: Vec<u8>) {
+        if let Some(o) = parse("add", &obj) {
+            C::on_add(watch, o);
+        }
+    }
+
+    pub fn on_update<C: Controller>(watch: u32, old: Vec<u8>, new: Vec<u8>) {
+        if let (Some(o), Some(n)) = (parse("update", &old), parse("update", &new)) {
+            C::on_update(watch, o, n);
+        }
+    }
+
+    pub fn on_delete<C: Controller>(watch: u32, obj: Vec<u8>, tombstone: bool) {
+        if let Some(o) = parse("delete", &obj) {
+            C::on_delete(watch, o, tombstone);
+        }
+    }
+
+    pub fn reconcile<C: Controller>(key: String) -> std::result::Result<Outcome, String> {
+        C::reconcile(&key)
+            .map(Outcome::from)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Exports a [`Controller`] implementation as the component's `kube:controller` world.
+///
+/// ```ignore
+/// struct MyController;
+/// impl kube_guest::Controller for MyController { /* manifest, reconcile, ... */ }
+/// kube_guest::export_controller!(MyController);
+/// ```
+#[macro_export]
+macro_rules! export_controller {
+    ($ty:ty) => {
+        const _: () = {
+            struct KubeGuestExports;
+            impl $crate::Guest for KubeGuestExports {
+                fn manifest() -> $crate::Manifest {
+                    <$ty as $crate::Controller>::manifest()
+                }
+                fn on_add(watch: u32, obj: ::std::vec::Vec<u8>) {
+                    $crate::controller::glue::on_add::<$ty>(watch, obj)
+                }
+                fn on_update(watch: u32, old: ::std::vec::Vec<u8>, new: ::std::vec::Vec<u8>) {
+                    $crate::controller::glue::on_update::<$ty>(watch, old, new)
+                }
+                fn on_delete(watch: u32, obj: ::std::vec::Vec<u8>, tombstone: bool) {
+                    $crate::controller::glue::on_delete::<$ty>(watch, obj, tombstone)
+                }
+                fn reconcile(
+                    key: ::std::string::String,
+                ) -> ::std::result::Result<$crate::Outcome, ::std::string::String> {
+                    $crate::controller::glue::reconcile::<$ty>(key)
+                }
+            }
+    $crate::export!(KubeGuestExports with_types_in $crate::bindings);
+        };
+    };
+}
