@@ -1,0 +1,233 @@
+//! End to end: the janitor example (examples/janitor) in the real plugin runtime against the
+//! emulator over HTTP. Expired objects disappear when their TTL runs out (within a tolerance),
+//! not before; a Job takes its Pods along; a dry run only reports; no polling.
+
+mod support;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use host::emulator::{Emulator, EmulatorHandle};
+use host::kube::config::KubeconfigOptions;
+use host::kube::{Client, Config};
+use host::plugin::{Limits, PluginRuntime, RuntimeOptions};
+use serde_json::{json, Value};
+use support::guests::example;
+
+/// Bound for loading the plugin (the first test run compiles the component).
+const LOAD: Duration = Duration::from_secs(120);
+/// Bound for any single expected change.
+const WAIT: Duration = Duration::from_secs(20);
+/// How late after its expiry an object may still be seen: the requeue timer, one reconcile, the
+/// DELETE and this test's 10 ms polling.
+const LATE: Duration = Duration::from_millis(1500);
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Seconds since the epoch of a `YYYY-MM-DDTHH:MM:SSZ` timestamp (what the emulator writes).
+fn parse_ts(s: &str) -> i64 {
+    let n = |r: std::ops::Range<usize>| -> i64 { s[r].parse().expect("timestamp digits") };
+    let (y, m, d) = (n(0..4), n(5..7), n(8..10));
+    let (y, m) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let doy = (153 * m + 2) / 5 + d - 1;
+    let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468;
+    days * 86_400 + n(11..13) * 3600 + n(14..16) * 60 + n(17..19)
+}
+
+async fn setup() -> (EmulatorHandle, PluginRuntime) {
+    let em = Emulator::builder().start().await.expect("emulator starts");
+    let cfg = Config::from_kubeconfig_str(
+        &em.kubeconfig(),
+        &std::env::temp_dir(),
+        &KubeconfigOptions::default(),
+    )
+    .expect("kubeconfig");
+    let mut rt = PluginRuntime::new(
+        support::engine(),
+        Client::new(cfg).expect("client"),
+        RuntimeOptions {
+            limits: Limits::default(),
+            namespace: None,
+            fail_fast: true,
+        },
+    );
+    let failed = tokio::time::timeout(LOAD, rt.start_all(&[example("janitor")]))
+        .await
+        .expect("loads in time")
+        .expect("starts");
+    assert!(failed.is_empty(), "{failed:?}");
+    assert!(eventually(WAIT, || rt.is_ready()).await, "informers sync");
+    (em, rt)
+}
+
+async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    tokio::time::timeout(within, async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
+fn cm(name: &str, annotations: Value, labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default",
+            "annotations": annotations, "labels": labels},
+        "data": {"k": "v"}})
+}
+
+/// When the janitor should delete `obj` (ms since the epoch): creation + `ttl_s`.
+fn expiry_of(obj: &Value, ttl_s: i64) -> i64 {
+    let created = obj["metadata"]["creationTimestamp"]
+        .as_str()
+        .expect("creationTimestamp");
+    (parse_ts(created) + ttl_s) * 1000
+}
+
+/// Whether `cond` holds at every 10 ms poll until `until_ms` (ms since the epoch).
+async fn holds_until(until_ms: i64, mut cond: impl FnMut() -> bool) -> bool {
+    while now_ms() < until_ms {
+        if !cond() {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cond()
+}
+
+/// Waits until `gone()` and asserts it happened in [expiry, expiry + LATE].
+async fn assert_gone_on_time(what: &str, expiry_ms: i64, mut gone: impl FnMut() -> bool) {
+    let deadline = Duration::from_millis((expiry_ms - now_ms()).max(0) as u64) + WAIT;
+    assert!(
+        eventually(deadline, &mut gone).await,
+        "{what} is deleted eventually"
+    );
+    let at = now_ms();
+    // Polling every 10 ms: the deletion happened at most that long before `at`.
+    assert!(
+        at + 20 >= expiry_ms,
+        "{what} was deleted {} ms before its expiry",
+        expiry_ms - at
+    );
+    assert!(
+        at <= expiry_ms + LATE.as_millis() as i64,
+        "{what} was deleted {} ms after its expiry",
+        at - expiry_ms
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_objects_go_on_time_others_stay_and_dry_runs_only_report() {
+    let (em, rt) = setup().await;
+    let get = |kind: &str, api: &str, name: &str| em.get(api, kind, Some("default"), name);
+
+    let soon = em
+        .create(cm("soon", json!({"janitor/ttl": "3s"}), json!({})))
+        .expect("create");
+    let later = em
+        .create(cm("later", json!({"janitor/ttl": "6s"}), json!({})))
+        .expect("create");
+    let dry = em
+        .create(cm(
+            "dry",
+            json!({"janitor/ttl": "1s"}),
+            json!({"janitor/dry-run": "true"}),
+        ))
+        .expect("create");
+    em.create(cm("keep", json!({}), json!({}))).expect("create");
+    em.create(cm("bad", json!({"janitor/ttl": "soon"}), json!({})))
+        .expect("create");
+    let job = em
+        .create(json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "batch", "namespace": "default",
+                "annotations": {"janitor/ttl": "2s"}},
+            "spec": {"template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "busybox"}]}}}}))
+        .expect("job");
+    em.create(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "batch-pod", "namespace": "default",
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "batch",
+                "uid": job["metadata"]["uid"], "controller": true}]},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+        .expect("pod");
+
+    // The dry run expires first: reported with its expiry time, never deleted.
+    let dry_at = expiry_of(&dry, 1) / 1000;
+    assert!(
+        eventually(WAIT, || get("ConfigMap", "v1", "dry").is_some_and(|d| d
+            ["metadata"]["annotations"]["janitor/would-delete-at"]
+            .as_str()
+            .is_some_and(|s| parse_ts(s) == dry_at)))
+        .await,
+        "the dry run records when the object expired"
+    );
+
+    // The Job expires at 2 s and its Pod goes with it (the janitor asks for Background).
+    assert_gone_on_time("the job", expiry_of(&job, 2), || {
+        get("Job", "batch/v1", "batch").is_none()
+    })
+    .await;
+    assert!(
+        eventually(WAIT, || get("Pod", "v1", "batch-pod").is_none()).await,
+        "the job's pod is collected with it"
+    );
+
+    assert_gone_on_time("soon", expiry_of(&soon, 3), || {
+        get("ConfigMap", "v1", "soon").is_none()
+    })
+    .await;
+    let later_at = expiry_of(&later, 6);
+    assert!(
+        holds_until(later_at - 300, || get("ConfigMap", "v1", "later").is_some()).await,
+        "not expired yet, so still there"
+    );
+    assert_gone_on_time("later", later_at, || {
+        get("ConfigMap", "v1", "later").is_none()
+    })
+    .await;
+
+    for name in ["dry", "keep", "bad"] {
+        assert!(
+            get("ConfigMap", "v1", name).is_some(),
+            "{name} stays: dry run, no TTL, malformed TTL"
+        );
+    }
+    // Requeue-after, not polling: a handful of reconciles per annotated object over 6+ seconds.
+    let stats = rt.plugins()[0].reconcile_stats();
+    let total = stats.total.load(Ordering::Relaxed);
+    assert!(total <= 20, "{total} reconciles: the janitor must not poll");
+    assert!(stats.requeue_after.load(Ordering::Relaxed) >= 3);
+    assert_eq!(stats.errors.load(Ordering::Relaxed), 0);
+
+    assert!(rt.shutdown(Duration::from_secs(5)).await);
+    em.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extended_ttl_postpones_the_deletion() {
+    let (em, rt) = setup().await;
+    let get = || em.get("v1", "ConfigMap", Some("default"), "extended");
+    let created = em
+        .create(cm("extended", json!({"janitor/ttl": "2s"}), json!({})))
+        .expect("create");
+    // Extend it before it expires; the pending requeue finds the new TTL.
+    let mut c = get().expect("exists");
+    c["metadata"]["annotations"]["janitor/ttl"] = "4s".into();
+    em.update(c).expect("update");
+    let first = expiry_of(&created, 2);
+    assert!(
+        holds_until(first + 800, || get().is_some()).await,
+        "it stays past the old expiry"
+    );
+    assert_gone_on_time("extended", expiry_of(&created, 4), || get().is_none()).await;
+    assert!(rt.shutdown(Duration::from_secs(5)).await);
+    em.shutdown().await;
+}
