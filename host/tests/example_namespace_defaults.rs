@@ -1,0 +1,252 @@
+//! End to end: the namespace-defaults example (examples/namespace-defaults) in the real plugin
+//! runtime against the emulator over HTTP, seeded with the example's own `crd.yaml` and
+//! `example.yaml`: selected namespaces get the defaults (also ones created later), a changed spec
+//! updates them, a namespace that stops matching is pruned, drift is repaired, and deleting the
+//! owner cleans up through its finalizer.
+
+mod support;
+
+use std::time::Duration;
+
+use host::emulator::{Emulator, EmulatorHandle};
+use host::kube::config::KubeconfigOptions;
+use host::kube::{Client, Config};
+use host::plugin::{Limits, PluginRuntime, RuntimeOptions};
+use serde_json::{json, Value};
+use support::guests::example;
+
+const LOAD: Duration = Duration::from_secs(120);
+const WAIT: Duration = Duration::from_secs(20);
+
+const API: &str = "defaults.kube-wasm.dev/v1alpha1";
+const KIND: &str = "NamespaceDefaults";
+const FINALIZER: &str = "defaults.kube-wasm.dev/cleanup";
+
+fn example_file(name: &str) -> String {
+    let path = format!(
+        "{}/../examples/namespace-defaults/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"))
+}
+
+async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    tokio::time::timeout(within, async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
+/// The emulator with the CRD and the example applied, and the plugin running against it.
+async fn setup() -> (EmulatorHandle, PluginRuntime) {
+    let em = Emulator::builder().start().await.expect("emulator starts");
+    em.seed_yaml(&example_file("crd.yaml"))
+        .expect("the CRD is accepted");
+    em.seed_yaml(&example_file("example.yaml"))
+        .expect("the example is accepted");
+    em.create(json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "unselected"}}))
+        .expect("namespace");
+    let cfg = Config::from_kubeconfig_str(
+        &em.kubeconfig(),
+        &std::env::temp_dir(),
+        &KubeconfigOptions::default(),
+    )
+    .expect("kubeconfig");
+    let mut rt = PluginRuntime::new(
+        support::engine(),
+        Client::new(cfg).expect("client"),
+        RuntimeOptions {
+            limits: Limits::default(),
+            namespace: None,
+            fail_fast: true,
+        },
+    );
+    let failed = tokio::time::timeout(LOAD, rt.start_all(&[example("namespace-defaults")]))
+        .await
+        .expect("loads in time")
+        .expect("starts");
+    assert!(failed.is_empty(), "{failed:?}");
+    assert!(eventually(WAIT, || rt.is_ready()).await, "informers sync");
+    (em, rt)
+}
+
+fn owner(em: &EmulatorHandle) -> Option<Value> {
+    em.get(API, KIND, None, "team-defaults")
+}
+
+fn settings(em: &EmulatorHandle, ns: &str) -> Option<Value> {
+    em.get("v1", "ConfigMap", Some(ns), "team-settings")
+}
+
+fn quota(em: &EmulatorHandle, ns: &str) -> Option<Value> {
+    em.get("v1", "ResourceQuota", Some(ns), "team-quota")
+}
+
+/// `status.managed` as `Kind ns/name` strings.
+fn managed(em: &EmulatorHandle) -> Vec<String> {
+    owner(em)
+        .and_then(|o| o["status"]["managed"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|m| format!("{} {}/{}", m["kind"], m["namespace"], m["name"]).replace('"', ""))
+        .collect()
+}
+
+fn ready(em: &EmulatorHandle) -> Option<(String, i64)> {
+    let o = owner(em)?;
+    let c = o["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")?
+        .clone();
+    Some((
+        c["status"].as_str()?.to_owned(),
+        c["observedGeneration"].as_i64()?,
+    ))
+}
+
+fn namespace(name: &str, labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": name, "labels": labels}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn defaults_follow_namespaces_and_spec_and_the_finalizer_cleans_up() {
+    let (em, rt) = setup().await;
+
+    // The example's namespace gets both objects, owned by the NamespaceDefaults.
+    assert!(
+        eventually(WAIT, || settings(&em, "team-a").is_some()
+            && quota(&em, "team-a").is_some())
+        .await,
+        "team-a gets its defaults"
+    );
+    let o = owner(&em).expect("owner");
+    let uid = o["metadata"]["uid"].clone();
+    assert!(o["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|x| x == FINALIZER)));
+    let cm = settings(&em, "team-a").expect("cm");
+    assert_eq!(
+        cm["data"],
+        json!({"LOG_LEVEL": "info", "REGION": "eu-west-1"})
+    );
+    assert_eq!(cm["metadata"]["ownerReferences"][0]["uid"], uid);
+    assert_eq!(cm["metadata"]["ownerReferences"][0]["controller"], true);
+    assert_eq!(
+        cm["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "namespace-defaults"
+    );
+    assert_eq!(
+        quota(&em, "team-a").expect("quota")["spec"]["hard"],
+        json!({"pods": "20", "requests.cpu": "8", "requests.memory": "16Gi"})
+    );
+    assert!(settings(&em, "unselected").is_none() && quota(&em, "unselected").is_none());
+    assert!(
+        eventually(WAIT, || managed(&em)
+            == [
+                "ConfigMap team-a/team-settings",
+                "ResourceQuota team-a/team-quota"
+            ]
+            && ready(&em) == Some(("True".into(), 1)))
+        .await,
+        "status lists what it manages: {:?}",
+        owner(&em).map(|o| o["status"].clone())
+    );
+
+    // A namespace created later gets its defaults.
+    em.create(namespace("team-b", json!({"team": "b"})))
+        .expect("namespace");
+    assert!(
+        eventually(WAIT, || settings(&em, "team-b").is_some()
+            && quota(&em, "team-b").is_some())
+        .await,
+        "team-b, created later, gets its defaults"
+    );
+    assert!(eventually(WAIT, || managed(&em).len() == 4).await);
+
+    // A changed spec updates every managed object; a field dropped from the spec goes.
+    let mut o = owner(&em).expect("owner");
+    o["spec"]["configMap"]["data"]["LOG_LEVEL"] = "debug".into();
+    o["spec"]["resourceQuota"]["hard"] = json!({"pods": 30});
+    em.update(o).expect("spec update");
+    for ns in ["team-a", "team-b"] {
+        assert!(
+            eventually(WAIT, || settings(&em, ns)
+                .is_some_and(|c| c["data"]["LOG_LEVEL"] == "debug")
+                && quota(&em, ns)
+                    .is_some_and(|q| q["spec"]["hard"] == json!({"pods": "30"})))
+            .await,
+            "{ns} follows the new spec: {:?}",
+            quota(&em, ns)
+        );
+    }
+    assert!(
+        eventually(WAIT, || ready(&em) == Some(("True".into(), 2))).await,
+        "the condition observes the new generation"
+    );
+
+    // Drift is repaired: a managed object deleted by hand comes back.
+    em.delete("v1", "ConfigMap", Some("team-b"), "team-settings")
+        .expect("delete");
+    assert!(
+        eventually(WAIT, || settings(&em, "team-b").is_some()).await,
+        "the deleted ConfigMap is recreated"
+    );
+
+    // A namespace that stops matching loses its defaults.
+    let mut a = em.get("v1", "Namespace", None, "team-a").expect("ns");
+    a["metadata"]["labels"]
+        .as_object_mut()
+        .expect("labels")
+        .remove("team");
+    em.update(a).expect("relabel");
+    assert!(
+        eventually(WAIT, || settings(&em, "team-a").is_none()
+            && quota(&em, "team-a").is_none())
+        .await,
+        "team-a no longer matches and is pruned"
+    );
+    assert!(
+        eventually(WAIT, || managed(&em)
+            == [
+                "ConfigMap team-b/team-settings",
+                "ResourceQuota team-b/team-quota"
+            ])
+        .await
+    );
+
+    // Deleting the owner: a second finalizer (this test's) holds it after the controller is
+    // done, which shows the cleanup came from the controller's finalizer, not the collector.
+    let mut o = owner(&em).expect("owner");
+    o["metadata"]["finalizers"] = json!([FINALIZER, "test.kube-wasm.dev/hold"]);
+    em.update(o).expect("hold");
+    em.delete(API, KIND, None, "team-defaults").expect("delete");
+    assert!(
+        eventually(WAIT, || owner(&em).is_some_and(|o| o["metadata"]
+            ["finalizers"]
+            == json!(["test.kube-wasm.dev/hold"])))
+        .await,
+        "the controller removes its finalizer: {:?}",
+        owner(&em).map(|o| o["metadata"].clone())
+    );
+    assert!(
+        owner(&em).is_some_and(|o| o["metadata"]["deletionTimestamp"].is_string()),
+        "the owner is still there, held by the test's finalizer"
+    );
+    assert!(
+        settings(&em, "team-b").is_none() && quota(&em, "team-b").is_none(),
+        "the finalizer deleted the managed objects before letting go"
+    );
+    let mut o = owner(&em).expect("owner");
+    o["metadata"]["finalizers"] = json!([]);
+    em.update(o).expect("release");
+    assert!(owner(&em).is_none());
+
+    assert!(rt.shutdown(Duration::from_secs(5)).await);
+    em.shutdown().await;
+}
