@@ -9,4 +9,5 @@ pub mod emulator;
 pub mod informer;
 pub mod kube;
 pub mod plugin;
+pub mod testing;
 pub mod workqueue;

@@ -37,6 +37,9 @@ enum Command {
     Inspect(InspectArgs),
     /// Print the ClusterRole and ClusterRoleBinding the plugins need.
     Rbac(RbacArgs),
+    /// Run scenario files against a plugin in the test harness (fake cluster, virtual clock)
+    /// and print a pass/fail table; exits 0 only when every scenario passes.
+    Test(TestArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -132,6 +135,19 @@ struct RbacArgs {
     cache_dir: Option<PathBuf>,
 }
 
+#[derive(Args, Debug)]
+struct TestArgs {
+    /// The controller component under test.
+    #[arg(long = "plugin", value_name = "FILE.wasm")]
+    plugin: PathBuf,
+    /// Scenario files (format: docs/testing.md).
+    #[arg(value_name = "SCENARIO.yaml", required = true)]
+    scenarios: Vec<PathBuf>,
+    /// Compile cache directory (default: the per-user cache directory).
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+}
+
 /// The `--config` file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -149,7 +165,12 @@ struct FileConfig {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_logs(cli.run.log_format);
+    // `host test` reports through its table; only warnings (e.g. a cache problem) go to stderr.
+    let default_level = match cli.command {
+        Some(Command::Test(_)) => "warn",
+        _ => "info",
+    };
+    init_logs(cli.run.log_format, default_level);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -164,6 +185,7 @@ fn main() -> std::process::ExitCode {
         Some(Command::Emulator(args)) => rt.block_on(host::emulator::cli::run(args)),
         Some(Command::Inspect(args)) => rt.block_on(inspect(args)),
         Some(Command::Rbac(args)) => rt.block_on(rbac(args)),
+        Some(Command::Test(args)) => return rt.block_on(test(args)),
         None => rt.block_on(run(cli.run)),
     };
     match r {
@@ -175,9 +197,9 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn init_logs(format: LogFormat) {
+fn init_logs(format: LogFormat, default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -194,6 +216,55 @@ fn engine(cache_dir: Option<PathBuf>, max_memory: usize) -> anyhow::Result<Plugi
         max_memory_bytes: max_memory.max(DEFAULT_MAX_MEMORY),
         ..EngineConfig::default()
     })?)
+}
+
+/// `host test`: every scenario file is parsed before anything runs (a bad file is one line
+/// naming it and the cause, exit 2); the plugin is loaded once up front for the same reason;
+/// then each scenario runs in its own harness. Exit 0 only when all pass, else 1.
+async fn test(args: TestArgs) -> std::process::ExitCode {
+    use host::testing::scenario::{self, Scenario};
+    use std::process::ExitCode;
+    let mut scenarios = Vec::new();
+    let mut invalid = false;
+    for path in &args.scenarios {
+        match Scenario::from_file(path) {
+            Ok(s) => scenarios.push(s),
+            Err(e) => {
+                eprintln!("error: scenario {e}");
+                invalid = true;
+            }
+        }
+    }
+    if invalid {
+        return ExitCode::from(2);
+    }
+    let defaults = EngineConfig::default();
+    let engine = match PluginEngine::new(EngineConfig {
+        cache_dir: args.cache_dir.or(defaults.cache_dir),
+        pooling: false,
+        ..defaults
+    }) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = engine.load(&args.plugin, Limits::default()).await {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
+    let mut reports = Vec::new();
+    for s in &scenarios {
+        reports.push(scenario::run(s, &args.plugin, &engine).await);
+    }
+    print!("{}", scenario::render_table(&reports));
+    let _ = std::io::stdout().flush();
+    if reports.iter().all(|r| r.passed()) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 async fn inspect(args: InspectArgs) -> anyhow::Result<()> {

@@ -101,6 +101,51 @@ pub(crate) struct Shared {
     pub tls: bool,
     pub bookmark_interval: Duration,
     pub admin: bool,
+    /// Where server-set timestamps (creation, deletion, managedFields) come from: the system
+    /// clock when none, a virtual clock (seconds since the Unix epoch) in the test harness.
+    pub clock: Option<Arc<dyn Fn() -> u64 + Send + Sync>>,
+}
+
+impl Shared {
+    /// The emulator's state without a listener: the same store, registry and write logic,
+    /// called in-process (the guest test harness's fake cluster). The default namespaces exist.
+    pub(crate) fn in_process(
+        clock: Option<Arc<dyn Fn() -> u64 + Send + Sync>>,
+    ) -> Result<Arc<Shared>, Status> {
+        let store = Arc::new(Store::new(10_000));
+        let shared = Arc::new(Shared {
+            faults: Faults::new(store.clone()),
+            store,
+            registry: Registry::new(),
+            counters: Arc::new(Counters::default()),
+            token: None,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            tls: false,
+            bookmark_interval: Duration::from_secs(60),
+            admin: false,
+            clock,
+        });
+        seed_default_namespaces(&shared)?;
+        Ok(shared)
+    }
+
+    /// "Now" for server-set timestamps, as RFC 3339 in whole seconds.
+    pub(crate) fn now_rfc3339(&self) -> String {
+        match &self.clock {
+            Some(c) => util::rfc3339(c()),
+            None => util::now_rfc3339(),
+        }
+    }
+}
+
+/// The namespaces every cluster starts with.
+fn seed_default_namespaces(shared: &Shared) -> Result<(), Status> {
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        let v =
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        write::create_value(shared, v, "emulator")?;
+    }
+    Ok(())
 }
 
 /// Entry point: `Emulator::builder()…start().await`.
@@ -190,14 +235,12 @@ impl EmulatorBuilder {
             tls: self.tls,
             bookmark_interval: self.bookmark_interval,
             admin: self.admin,
+            clock: None,
         });
-        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
-            let v = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
-            write::create_value(&shared, v, "emulator").map_err(|s| EmulatorError::Rejected {
-                index: 0,
-                status: s.message,
-            })?;
-        }
+        seed_default_namespaces(&shared).map_err(|s| EmulatorError::Rejected {
+            index: 0,
+            status: s.message,
+        })?;
         let (stop_tx, stop_rx) = tokio_watch::channel(false);
         let task = tokio::spawn(server::serve(listener, acceptor, shared.clone(), stop_rx));
         tracing::info!(%addr, tls = self.tls, "emulator listening");
@@ -373,53 +416,7 @@ impl EmulatorHandle {
     /// Create every object of a multi-document YAML text (`kind: List` documents are unpacked).
     /// Returns how many objects were created.
     pub fn seed_yaml(&self, text: &str) -> Result<usize, EmulatorError> {
-        let mut n = 0;
-        for (index, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-            let v: Value =
-                serde::Deserialize::deserialize(doc).map_err(|e| EmulatorError::Yaml {
-                    index,
-                    message: e.to_string(),
-                })?;
-            if v.is_null() {
-                continue;
-            }
-            let items = match v.get("kind").and_then(Value::as_str) {
-                Some(k) if k == "List" || k.ends_with("List") && v.get("items").is_some() => v
-                    .get("items")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default(),
-                _ => vec![v],
-            };
-            for item in items {
-                self.seed_one(item).map_err(|s| EmulatorError::Rejected {
-                    index,
-                    status: s.message,
-                })?;
-                n += 1;
-            }
-        }
-        Ok(n)
-    }
-
-    /// Create one seed object, creating its namespace first when it is missing (so a seed file
-    /// need not list namespaces).
-    fn seed_one(&self, item: Value) -> Result<(), Status> {
-        match write::create_value(&self.shared, item.clone(), "emulator-seed") {
-            Err(s)
-                if s.code == 404 && s.details.as_ref().is_some_and(|d| d.kind == "namespaces") =>
-            {
-                let ns = s
-                    .details
-                    .as_ref()
-                    .map(|d| d.name.clone())
-                    .unwrap_or_default();
-                let v = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
-                write::create_value(&self.shared, v, "emulator-seed")?;
-                write::create_value(&self.shared, item, "emulator-seed").map(drop)
-            }
-            r => r.map(drop),
-        }
+        seed_yaml(&self.shared, text, "emulator-seed").map(|objs| objs.len())
     }
 
     /// Stop accepting, close every connection and wait for the server task.
@@ -429,6 +426,63 @@ impl EmulatorHandle {
         if let Some(t) = task {
             let _ = t.await;
         }
+    }
+}
+
+/// Create every object of a multi-document YAML (or JSON) text as `manager`, unpacking `List`
+/// documents and creating missing namespaces first. Returns the stored objects in order.
+pub(crate) fn seed_yaml(
+    shared: &Shared,
+    text: &str,
+    manager: &str,
+) -> Result<Vec<crate::kube::Object>, EmulatorError> {
+    let mut out = Vec::new();
+    for (index, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let v: Value = serde::Deserialize::deserialize(doc).map_err(|e| EmulatorError::Yaml {
+            index,
+            message: e.to_string(),
+        })?;
+        if v.is_null() {
+            continue;
+        }
+        let items = match v.get("kind").and_then(Value::as_str) {
+            Some(k) if k == "List" || k.ends_with("List") && v.get("items").is_some() => v
+                .get("items")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+            _ => vec![v],
+        };
+        for item in items {
+            let o = seed_value(shared, item, manager).map_err(|s| EmulatorError::Rejected {
+                index,
+                status: s.message,
+            })?;
+            out.push(o);
+        }
+    }
+    Ok(out)
+}
+
+/// Create one seed object, creating its namespace first when it is missing (so a seed file
+/// need not list namespaces).
+pub(crate) fn seed_value(
+    shared: &Shared,
+    item: Value,
+    manager: &str,
+) -> Result<crate::kube::Object, Status> {
+    match write::create_value(shared, item.clone(), manager) {
+        Err(s) if s.code == 404 && s.details.as_ref().is_some_and(|d| d.kind == "namespaces") => {
+            let ns = s
+                .details
+                .as_ref()
+                .map(|d| d.name.clone())
+                .unwrap_or_default();
+            let v = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+            write::create_value(shared, v, manager)?;
+            write::create_value(shared, item, manager)
+        }
+        r => r,
     }
 }
 

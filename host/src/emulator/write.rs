@@ -26,7 +26,7 @@ use super::registry::{Registry, ResourceDef};
 use super::response::{self, Body, FieldError};
 use super::router::{Query, ResourceRequest};
 use super::store::{key_of, Mutation, Outcome, StoreError};
-use super::util::{name_suffix, new_uid, now_rfc3339, validate_dns_subdomain};
+use super::util::{name_suffix, new_uid, validate_dns_subdomain};
 use super::{fields, patch, Shared};
 use crate::kube::object::Object;
 use crate::kube::Status;
@@ -298,7 +298,7 @@ fn prepare_create(
             o.remove("status");
         }
     }
-    kind_defaults(def, v, &name)?;
+    kind_defaults(def, v, &name, now)?;
     // An apply's managedFields come from the apply itself.
     if !apply {
         fields::record_update(None, v, manager, "Update", None, now);
@@ -307,7 +307,7 @@ fn prepare_create(
 }
 
 /// Server-populated fields of particular kinds.
-fn kind_defaults(def: &ResourceDef, v: &mut Value, name: &str) -> Result<(), Status> {
+fn kind_defaults(def: &ResourceDef, v: &mut Value, name: &str, now: &str) -> Result<(), Status> {
     match &*def.store_key {
         NAMESPACES => {
             let m = meta_mut(v);
@@ -341,7 +341,7 @@ fn kind_defaults(def: &ResourceDef, v: &mut Value, name: &str) -> Result<(), Sta
                         .collect()
                 })
                 .unwrap_or_default();
-            let now = now_rfc3339();
+            let now = now.to_owned();
             let cond = |t: &str, reason: &str, msg: &str| json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": reason, "message": msg});
             v["status"] = json!({
                 "conditions": [
@@ -389,7 +389,7 @@ fn create_in(
     w: WriteOpts,
 ) -> Result<Object, Status> {
     object_body(&v)?;
-    let now = now_rfc3339();
+    let now = shared.now_rfc3339();
     let generated = meta_str(&v, "name").unwrap_or("").is_empty();
     // Only a generated name can collide and be retried; keep the input for that case only.
     let original = generated.then(|| v.clone());
@@ -501,7 +501,7 @@ fn update_in(
             ));
         }
     }
-    let now = now_rfc3339();
+    let now = shared.now_rfc3339();
     let key = key_of(ns, name);
     let out = shared
         .store
@@ -699,7 +699,7 @@ pub(crate) fn patch(
     let name = r.name.as_deref().unwrap_or("");
     let sub = r.subresource.as_deref();
     let key = key_of(ns, name);
-    let now = now_rfc3339();
+    let now = shared.now_rfc3339();
     let builtin = def.builtin_gk();
     let apply = matches!(ty, patch::PatchType::Apply);
     let op = if apply { "Apply" } else { "Update" };
@@ -864,7 +864,7 @@ pub fn default_propagation(def: &ResourceDef) -> Propagation {
 }
 
 /// [`delete`], also telling whether the object is gone (rather than waiting on finalizers).
-fn delete_inner(
+pub(crate) fn delete_inner(
     shared: &Shared,
     def: &ResourceDef,
     ns: Option<&str>,
@@ -879,7 +879,7 @@ fn delete_inner(
             collect_dependents(shared, o.uid(), Propagation::Foreground);
         }
     }
-    let now = now_rfc3339();
+    let now = shared.now_rfc3339();
     let out = shared.store.mutate_with(&def.store_key, &key, opts.dry_run, |cur| {
         let cur = cur.ok_or_else(|| response::not_found(&def.plural, name))?;
         if let Some(uid) = opts.precondition_uid.as_deref() {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use wasmtime::component::{Func, ResourceTable, TypedFunc};
 use wasmtime::{ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
 use super::backend::Backends;
 use super::bindings::kube::controller::types as wit;
@@ -70,6 +70,43 @@ pub enum GuestError {
     /// The plugin already has its maximum number of instances.
     #[error("instance limit of {0} reached")]
     TooManyInstances(u32),
+}
+
+/// The clocks a guest reads through WASI (`wasi:clocks`), when they are not the host's own.
+///
+/// Production instances always see the real clocks. The test harness substitutes a virtual
+/// clock, so a guest that computes an expiry from `SystemTime::now()` (or measures an interval
+/// with `Instant`) can be driven through time deterministically instead of by sleeping.
+pub trait GuestClock: Send + Sync + 'static {
+    /// Wall-clock time as a duration since the Unix epoch (`wasi:clocks/wall-clock.now`).
+    fn wall(&self) -> Duration;
+    /// Monotonic time in nanoseconds since an arbitrary fixed point; never goes backwards
+    /// (`wasi:clocks/monotonic-clock.now`).
+    fn monotonic_ns(&self) -> u64;
+}
+
+/// Adapts a shared [`GuestClock`] to wasmtime-wasi's wall-clock trait (one per store).
+struct WallOf(Arc<dyn GuestClock>);
+
+impl HostWallClock for WallOf {
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(1)
+    }
+    fn now(&self) -> Duration {
+        self.0.wall()
+    }
+}
+
+/// Adapts a shared [`GuestClock`] to wasmtime-wasi's monotonic-clock trait (one per store).
+struct MonotonicOf(Arc<dyn GuestClock>);
+
+impl HostMonotonicClock for MonotonicOf {
+    fn resolution(&self) -> u64 {
+        1
+    }
+    fn now(&self) -> u64 {
+        self.0.monotonic_ns()
+    }
 }
 
 /// Counters of what happened to a plugin's instances (metrics read these).
@@ -186,12 +223,25 @@ pub(crate) async fn instantiate(
     inner: &PluginInner,
     ctx: &Arc<PluginCtx>,
 ) -> Result<Live, GuestError> {
+    instantiate_with_clock(inner, ctx, None).await
+}
+
+/// [`instantiate`], with the guest's WASI clocks replaced by `clock` when one is given.
+async fn instantiate_with_clock(
+    inner: &PluginInner,
+    ctx: &Arc<PluginCtx>,
+    clock: Option<&Arc<dyn GuestClock>>,
+) -> Result<Live, GuestError> {
     let mut wasi = WasiCtx::builder();
     wasi.stdout(LogStream::new(ctx.name.clone(), Stream::Stdout))
         .stderr(LogStream::new(ctx.name.clone(), Stream::Stderr))
         .allow_tcp(false)
         .allow_udp(false)
         .allow_ip_name_lookup(false);
+    if let Some(c) = clock {
+        wasi.wall_clock(WallOf(c.clone()))
+            .monotonic_clock(MonotonicOf(c.clone()));
+    }
     let limits = &inner.limits;
     let state = HostState {
         wasi: wasi.build(),
@@ -310,6 +360,7 @@ pub type ReconcileResult = Result<Outcome, String>;
 pub struct PluginInstance {
     inner: Arc<PluginInner>,
     live: Option<Live>,
+    clock: Option<Arc<dyn GuestClock>>,
 }
 
 impl Drop for PluginInstance {
@@ -320,7 +371,20 @@ impl Drop for PluginInstance {
 
 impl PluginInstance {
     pub(crate) fn new(inner: Arc<PluginInner>) -> Self {
-        PluginInstance { inner, live: None }
+        PluginInstance {
+            inner,
+            live: None,
+            clock: None,
+        }
+    }
+
+    /// Makes this instance (and every replacement of it after a failure) read `clock` through
+    /// WASI instead of the host's clocks. Set it before the first call: a live instance keeps
+    /// the clocks it was created with. Production never sets one; the test harness does.
+    pub fn with_clock(mut self, clock: Arc<dyn GuestClock>) -> Self {
+        self.clock = Some(clock);
+        self.live = None;
+        self
     }
 
     /// Whether a live instance exists (false before the first call and after a failure).
@@ -336,7 +400,8 @@ impl PluginInstance {
     async fn live_mut(&mut self, deadline: Duration) -> Result<&mut Live, GuestError> {
         if self.live.is_none() {
             let started = Instant::now();
-            let live = instantiate(&self.inner, &self.inner.ctx).await?;
+            let live =
+                instantiate_with_clock(&self.inner, &self.inner.ctx, self.clock.as_ref()).await?;
             tracing::debug!(plugin = %self.inner.ctx.name, elapsed_us = started.elapsed().as_micros() as u64, "instantiated");
             self.live = Some(live);
         }

@@ -29,7 +29,7 @@ pub mod watch_counters;
 
 pub use backend::{ApiError, Backends, ClientBackend, ListerBackend, QueueBackend, WriteRequest};
 pub use engine::{EngineConfig, PluginEngine};
-pub use instance::{GuestError, Limits, Outcome, PluginInstance, ReconcileResult};
+pub use instance::{GuestClock, GuestError, Limits, Outcome, PluginInstance, ReconcileResult};
 pub use loader::{LoadCause, LoadError, LoadedPlugin, Plugin};
 pub use manifest::{Manifest, ManifestError};
 pub use runtime::{PluginRuntime, RuntimeOptions, RuntimeStatus, StartError};
