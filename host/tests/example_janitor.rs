@@ -1,16 +1,23 @@
-//! End to end: the janitor example (examples/janitor) in the real plugin runtime against the
-//! emulator over HTTP. Expired objects disappear when their TTL runs out (within a tolerance),
-//! not before; a Job takes its Pods along; a dry run only reports; no polling.
+//! The janitor example (examples/janitor):
+//! - end to end, in the real plugin runtime against the emulator over HTTP: expired objects
+//!   disappear when their TTL runs out (within a tolerance), not before; a Job takes its Pods
+//!   along; a dry run only reports; no polling;
+//! - unit tests through the guest harness (`host::testing`) on a virtual clock: the exact
+//!   requeue delays, the delete request, the dry-run patch, what is not touched;
+//! - the example's scenario files, run by `host test`.
 
 mod support;
 
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use host::emulator::{Emulator, EmulatorHandle};
 use host::kube::config::KubeconfigOptions;
 use host::kube::{Client, Config};
+use host::plugin::backend::{DeleteParams, Propagation, WriteOp};
 use host::plugin::{Limits, PluginRuntime, RuntimeOptions};
+use host::testing::{Harness, LogLevel, Origin, ReconcileOutcome, WriteVerb};
 use serde_json::{json, Value};
 use support::guests::example;
 
@@ -230,4 +237,239 @@ async fn an_extended_ttl_postpones_the_deletion() {
     assert_gone_on_time("extended", expiry_of(&created, 4), || get().is_none()).await;
     assert!(rt.shutdown(Duration::from_secs(5)).await);
     em.shutdown().await;
+}
+
+// ---- unit tests through the harness, on a virtual clock -------------------------------------
+
+/// Harness clock start (the harness default): 2025-01-01T00:00:00Z.
+const START: &str = "2025-01-01T00:00:00Z";
+
+async fn harness() -> Harness {
+    tokio::time::timeout(
+        LOAD,
+        Harness::builder(example("janitor"))
+            .engine(support::engine())
+            .build(),
+    )
+    .await
+    .expect("loads in time")
+    .expect("harness")
+}
+
+#[tokio::test]
+async fn harness_ttl_requeues_exactly_until_expiry_then_deletes_with_preconditions() {
+    let mut h = harness().await;
+    let c = h
+        .add(cm("short", json!({"janitor/ttl": "5m"}), json!({})))
+        .await
+        .expect("add");
+    let stored = h
+        .get("v1", "ConfigMap", Some("default"), "short")
+        .expect("stored");
+    assert_eq!(stored["metadata"]["creationTimestamp"], START);
+    let q = h.take_enqueued();
+    assert_eq!(q.len(), 1);
+    assert_eq!(
+        (q[0].key.as_str(), q[0].origin),
+        ("ConfigMap:default/short", Origin::Guest),
+        "the key names the kind"
+    );
+
+    // Two minutes in, three minutes are left: one requeue for exactly that, no write.
+    h.advance(Duration::from_secs(120));
+    let out = h.run_queue().await;
+    assert_eq!(
+        out,
+        [(
+            "ConfigMap:default/short".to_string(),
+            ReconcileOutcome::RequeueAfter(Duration::from_secs(180))
+        )]
+    );
+    assert!(h.writes().is_empty());
+    assert!(
+        h.advance(Duration::from_millis(179_999)).is_empty(),
+        "not early"
+    );
+    assert_eq!(
+        h.advance(Duration::from_millis(1)),
+        ["ConfigMap:default/short"]
+    );
+
+    let out = h.run_queue().await;
+    assert_eq!(out[0].1, ReconcileOutcome::Done);
+    let w = h.take_writes();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert_eq!(
+        (w[0].verb, w[0].key().as_str()),
+        (WriteVerb::Delete, "default/short")
+    );
+    assert_eq!(
+        w[0].request.op,
+        WriteOp::Delete(DeleteParams {
+            precondition_uid: Some(c.uid().to_string()),
+            precondition_resource_version: Some(c.resource_version().to_string()),
+            propagation: Some(Propagation::Background),
+            grace_period_seconds: None,
+        }),
+        "exactly the object that was judged, dependents included"
+    );
+    assert!(h.get("v1", "ConfigMap", Some("default"), "short").is_none());
+    assert!(h.logs().iter().any(|l| l.level == LogLevel::Info
+        && l.message == "deleted ConfigMap:default/short: expired at 2025-01-01T00:05:00Z"));
+}
+
+#[tokio::test]
+async fn harness_absolute_expiry_and_jobs_take_their_pods() {
+    let mut h = harness().await;
+    let job = h
+        .add(json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "nightly", "namespace": "default",
+                "annotations": {"janitor/expires": "2025-01-01T01:00:00+01:00"}},
+            "spec": {"template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "busybox"}]}}}}))
+        .await
+        .expect("job");
+    h.seed(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "nightly-x", "namespace": "default",
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "nightly",
+                "uid": job.uid(), "controller": true}]},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+        .expect("pod");
+    // 01:00+01:00 is the start itself: expired at once.
+    let out = h.run_queue().await;
+    assert_eq!(
+        out,
+        [("Job:default/nightly".to_string(), ReconcileOutcome::Done)]
+    );
+    assert!(h
+        .get("batch/v1", "Job", Some("default"), "nightly")
+        .is_none());
+    assert!(
+        h.get("v1", "Pod", Some("default"), "nightly-x").is_none(),
+        "background propagation takes the pod too"
+    );
+}
+
+#[tokio::test]
+async fn harness_dry_run_reports_once_and_never_deletes() {
+    let mut h = harness().await;
+    h.add(cm(
+        "report-only",
+        json!({"janitor/ttl": "1m"}),
+        json!({"janitor/dry-run": "true"}),
+    ))
+    .await
+    .expect("add");
+    assert_eq!(
+        h.run_queue().await[0].1,
+        ReconcileOutcome::RequeueAfter(Duration::from_secs(60))
+    );
+    h.advance(Duration::from_secs(60));
+    assert_eq!(h.run_queue().await[0].1, ReconcileOutcome::Done);
+    let w = h.take_writes();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert_eq!(w[0].verb, WriteVerb::MergePatch);
+    assert_eq!(
+        w[0].body,
+        json!({"metadata": {"annotations": {"janitor/would-delete-at": "2025-01-01T00:01:00Z"}}})
+    );
+    assert!(h
+        .logs()
+        .iter()
+        .any(|l| l.message == "dry run: would delete ConfigMap:default/report-only (expired at 2025-01-01T00:01:00Z)"));
+
+    // Its own patch comes back as an update; the report is not written again.
+    h.deliver_pending().await.expect("deliver");
+    h.advance(Duration::from_secs(3600));
+    let out = h.run_queue().await;
+    assert!(!out.is_empty(), "the update was enqueued");
+    assert!(out.iter().all(|(_, o)| *o == ReconcileOutcome::Done));
+    assert!(h.take_writes().is_empty(), "idempotent");
+    assert!(h
+        .get("v1", "ConfigMap", Some("default"), "report-only")
+        .is_some());
+}
+
+#[tokio::test]
+async fn harness_unannotated_objects_are_ignored_and_bad_annotations_only_warned_about() {
+    let mut h = harness().await;
+    h.add(cm("plain", json!({}), json!({}))).await.expect("add");
+    h.add(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "s", "namespace": "default"}}))
+        .await
+        .expect("add");
+    assert!(
+        h.take_enqueued().is_empty(),
+        "nothing to do, nothing enqueued"
+    );
+
+    h.add(cm("typo", json!({"janitor/ttl": "5 minutes"}), json!({})))
+        .await
+        .expect("add");
+    let out = h.run_queue().await;
+    assert_eq!(
+        out,
+        [("ConfigMap:default/typo".to_string(), ReconcileOutcome::Done)],
+        "no retry storm for a typo"
+    );
+    assert!(h.writes().is_empty());
+    let warn = h
+        .logs()
+        .into_iter()
+        .find(|l| l.level == LogLevel::Warn)
+        .expect("a warning");
+    assert!(
+        warn.message
+            .starts_with("ConfigMap:default/typo: janitor/ttl: invalid duration"),
+        "{}",
+        warn.message
+    );
+
+    // A reconcile for a key of an object that is gone is simply done.
+    assert_eq!(
+        h.reconcile("Pod:default/never-existed").await,
+        ReconcileOutcome::Done
+    );
+    assert_eq!(h.reconcile("garbage").await, ReconcileOutcome::Done);
+}
+
+// ---- scenario files through `host test` ------------------------------------------------------
+
+#[tokio::test]
+async fn scenario_files_pass_under_host_test() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/janitor/scenarios");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("scenarios dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty());
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_host"));
+    cmd.arg("test")
+        .arg("--plugin")
+        .arg(example("janitor"))
+        .args(&files)
+        .env(
+            "XDG_CACHE_HOME",
+            std::env::temp_dir().join("kube-wasm-host-test-cache"),
+        )
+        .env_remove("RUST_LOG")
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(LOAD, cmd.output())
+        .await
+        .expect("host test finishes")
+        .expect("host runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let n = files.len();
+    let plural = if n == 1 { "" } else { "s" };
+    assert!(
+        stdout.ends_with(&format!("{n} scenario{plural}: {n} passed, 0 failed\n")),
+        "{stdout}"
+    );
 }

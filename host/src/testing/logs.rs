@@ -158,7 +158,9 @@ impl Visit for Fields {
 
 impl Subscriber for Capturer {
     fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        metadata.is_event() && source_of(metadata.target()).is_some()
+        // Events, and the level hints `tracing::enabled!` asks about (the guest's `log.enabled`,
+        // which SDK log macros check before formatting).
+        !metadata.is_span() && source_of(metadata.target()).is_some()
     }
 
     fn new_span(&self, _: &Attributes<'_>) -> Id {
