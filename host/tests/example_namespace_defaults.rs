@@ -1,17 +1,22 @@
-//! End to end: the namespace-defaults example (examples/namespace-defaults) in the real plugin
-//! runtime against the emulator over HTTP, seeded with the example's own `crd.yaml` and
-//! `example.yaml`: selected namespaces get the defaults (also ones created later), a changed spec
-//! updates them, a namespace that stops matching is pruned, drift is repaired, and deleting the
-//! owner cleans up through its finalizer.
+//! The namespace-defaults example (examples/namespace-defaults):
+//! - end to end, in the real plugin runtime against the emulator over HTTP, seeded with the
+//!   example's own `crd.yaml` and `example.yaml`: selected namespaces get the defaults (also ones
+//!   created later), a changed spec updates them, a namespace that stops matching is pruned,
+//!   drift is repaired, and deleting the owner cleans up through its finalizer;
+//! - unit tests through the guest harness (`host::testing`): the exact writes of a first
+//!   reconcile, none in the steady state, namespace events, finalization, a bad spec;
+//! - the example's scenario files, run by `host test`.
 
 mod support;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use host::emulator::{Emulator, EmulatorHandle};
 use host::kube::config::KubeconfigOptions;
 use host::kube::{Client, Config};
 use host::plugin::{Limits, PluginRuntime, RuntimeOptions};
+use host::testing::{Harness, ReconcileOutcome, WriteVerb};
 use serde_json::{json, Value};
 use support::guests::example;
 
@@ -249,4 +254,209 @@ async fn defaults_follow_namespaces_and_spec_and_the_finalizer_cleans_up() {
 
     assert!(rt.shutdown(Duration::from_secs(5)).await);
     em.shutdown().await;
+}
+
+// ---- unit tests through the harness --------------------------------------------------------
+
+fn owner_json(hard: Value) -> Value {
+    json!({"apiVersion": API, "kind": KIND, "metadata": {"name": "team-defaults"},
+        "spec": {"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "Exists"}]},
+            "configMap": {"name": "team-settings", "data": {"LOG_LEVEL": "info"}},
+            "resourceQuota": {"name": "team-quota", "hard": hard}}})
+}
+
+/// A harness with the CRD, a selected and an unselected namespace.
+async fn harness() -> Harness {
+    tokio::time::timeout(
+        LOAD,
+        Harness::builder(example("namespace-defaults"))
+            .engine(support::engine())
+            .seed_yaml(example_file("crd.yaml"))
+            .seed(namespace("team-a", json!({"team": "a"})))
+            .seed(namespace("unselected", json!({})))
+            .build(),
+    )
+    .await
+    .expect("loads in time")
+    .expect("harness")
+}
+
+/// (verb, kind, key) of each write.
+fn writes(h: &Harness) -> Vec<(WriteVerb, String, String)> {
+    h.take_writes()
+        .iter()
+        .map(|w| (w.verb, w.request.kind.clone(), w.key()))
+        .collect()
+}
+
+fn w(verb: WriteVerb, kind: &str, key: &str) -> (WriteVerb, String, String) {
+    (verb, kind.to_string(), key.to_string())
+}
+
+#[tokio::test]
+async fn harness_first_reconcile_writes_finalizer_objects_status_then_steady_state_writes_nothing()
+{
+    let mut h = harness().await;
+    h.add(owner_json(json!({"pods": 10}))).await.expect("add");
+    assert_eq!(h.ready_keys(), ["team-defaults"]);
+    assert_eq!(
+        h.run_queue().await,
+        [("team-defaults".to_string(), ReconcileOutcome::Done)]
+    );
+    let recorded = h.writes();
+    assert_eq!(
+        writes(&h),
+        [
+            w(WriteVerb::MergePatch, KIND, "team-defaults"),
+            w(WriteVerb::Apply, "ConfigMap", "team-a/team-settings"),
+            w(WriteVerb::Apply, "ResourceQuota", "team-a/team-quota"),
+            w(WriteVerb::ReplaceStatus, KIND, "team-defaults"),
+        ]
+    );
+    assert_eq!(
+        recorded[0].body["metadata"]["finalizers"],
+        json!([FINALIZER])
+    );
+    assert_eq!(recorded[2].body["spec"]["hard"], json!({"pods": "10"}));
+    let status = &recorded[3].body["status"];
+    assert_eq!(
+        status["managed"],
+        json!([{"kind": "ConfigMap", "namespace": "team-a", "name": "team-settings"},
+               {"kind": "ResourceQuota", "namespace": "team-a", "name": "team-quota"}])
+    );
+    assert_eq!(status["conditions"][0]["status"], "True");
+    assert_eq!(status["conditions"][0]["observedGeneration"], 1);
+    assert!(h
+        .get("v1", "ConfigMap", Some("unselected"), "team-settings")
+        .is_none());
+
+    // Its own writes come back as events; the reconcile they cause changes nothing.
+    h.deliver_pending().await.expect("deliver");
+    let out = h.run_queue().await;
+    assert!(!out.is_empty() && out.iter().all(|(_, o)| *o == ReconcileOutcome::Done));
+    assert_eq!(writes(&h), [], "the steady state makes no API calls");
+}
+
+#[tokio::test]
+async fn harness_new_namespaces_enqueue_owners_and_deletion_runs_the_finalizer() {
+    let mut h = harness().await;
+    h.add(owner_json(json!({"pods": 10}))).await.expect("add");
+    h.run_queue().await;
+    h.deliver_pending().await.expect("deliver");
+    h.run_queue().await;
+    h.clear_records();
+
+    h.add(namespace("team-b", json!({"team": "b"})))
+        .await
+        .expect("namespace");
+    assert_eq!(h.ready_keys(), ["team-defaults"]);
+    h.run_queue().await;
+    assert_eq!(
+        writes(&h),
+        [
+            w(WriteVerb::Apply, "ConfigMap", "team-b/team-settings"),
+            w(WriteVerb::Apply, "ResourceQuota", "team-b/team-quota"),
+            w(WriteVerb::ReplaceStatus, KIND, "team-defaults"),
+        ]
+    );
+    h.deliver_pending().await.expect("deliver");
+    h.run_queue().await;
+    h.clear_records();
+
+    // Deleting: the finalizer holds the owner; the reconcile deletes what it manages, then
+    // removes the finalizer, and the owner is gone.
+    h.delete(API, KIND, None, "team-defaults")
+        .await
+        .expect("delete");
+    assert_eq!(h.ready_keys(), ["team-defaults"]);
+    assert!(h.get(API, KIND, None, "team-defaults").is_some());
+    h.run_queue().await;
+    let mut got = writes(&h);
+    let last = got.pop().expect("writes");
+    assert_eq!(last, w(WriteVerb::MergePatch, KIND, "team-defaults"));
+    got.sort_by(|a, b| (&a.1, &a.2).cmp(&(&b.1, &b.2)));
+    assert_eq!(
+        got,
+        [
+            w(WriteVerb::Delete, "ConfigMap", "team-a/team-settings"),
+            w(WriteVerb::Delete, "ConfigMap", "team-b/team-settings"),
+            w(WriteVerb::Delete, "ResourceQuota", "team-a/team-quota"),
+            w(WriteVerb::Delete, "ResourceQuota", "team-b/team-quota"),
+        ]
+    );
+    assert!(h.get(API, KIND, None, "team-defaults").is_none());
+    for ns in ["team-a", "team-b"] {
+        assert!(h
+            .get("v1", "ConfigMap", Some(ns), "team-settings")
+            .is_none());
+    }
+}
+
+#[tokio::test]
+async fn harness_a_bad_spec_is_reported_in_status_and_nothing_is_applied() {
+    let mut h = harness().await;
+    h.add(owner_json(json!({"pods": true}))).await.expect("add");
+    assert_eq!(
+        h.run_queue().await,
+        [("team-defaults".to_string(), ReconcileOutcome::Done)],
+        "retrying cannot fix a spec"
+    );
+    let recorded = h.writes();
+    assert_eq!(
+        writes(&h),
+        [
+            w(WriteVerb::MergePatch, KIND, "team-defaults"),
+            w(WriteVerb::ReplaceStatus, KIND, "team-defaults"),
+        ]
+    );
+    let cond = &recorded[1].body["status"]["conditions"][0];
+    assert_eq!(
+        (&cond["status"], &cond["reason"]),
+        (&json!("False"), &json!("InvalidSpec"))
+    );
+    assert!(cond["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("spec.resourceQuota.hard.pods")));
+}
+
+// ---- scenario files through `host test` ------------------------------------------------------
+
+#[tokio::test]
+async fn scenario_files_pass_under_host_test() {
+    let dir =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/namespace-defaults/scenarios");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("scenarios dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty());
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_host"));
+    cmd.arg("test")
+        .arg("--plugin")
+        .arg(example("namespace-defaults"))
+        .args(&files)
+        .env(
+            "XDG_CACHE_HOME",
+            std::env::temp_dir().join("kube-wasm-host-test-cache"),
+        )
+        .env_remove("RUST_LOG")
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(LOAD, cmd.output())
+        .await
+        .expect("host test finishes")
+        .expect("host runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let n = files.len();
+    let plural = if n == 1 { "" } else { "s" };
+    assert!(
+        stdout.ends_with(&format!("{n} scenario{plural}: {n} passed, 0 failed\n")),
+        "{stdout}"
+    );
 }
