@@ -1,6 +1,7 @@
 //! [`Api`]: one kind's cache reads and API writes, with objects as [`Object`] and errors as
-//! [`Error`]. A thin layer over the `lister` and `client` imports; every call is still checked
-//! by the host against the manifest (a call it does not declare fails with 403 `Forbidden`).
+//! [`Error`](crate::Error). A thin layer over the `lister` and `client` imports; every call is
+//! still checked by the host against the manifest (an undeclared call fails with 403
+//! `Forbidden`).
 
 use serde_json::{json, Value};
 

@@ -46,7 +46,7 @@
 //!
 //! Build with `cargo build --target wasm32-wasip2 --release`; the `.wasm` in
 //! `target/wasm32-wasip2/release/` is the plugin. The raw bindings stay available ([`Guest`],
-//! [`export!`], and the [`lister`], [`client`], [`queue`], [`log`] import modules) for guests
+//! [`export!`], and the [`lister`], [`client`], [`queue`], [`log`](mod@log) import modules) for guests
 //! that want bytes in and out.
 
 /// The raw bindings generated from the WIT world.
