@@ -2,7 +2,8 @@
 //! a cluster-scoped custom resource with a status subresource owning namespaced objects,
 //! finalizers and deletionTimestamp (no new finalizers once deleting, generation bumped when the
 //! deletion is marked), garbage collection through a finalizer's removal, server-side apply with
-//! owner references, and the kinds whose DELETE orphans dependents by default (batch/v1 Jobs).
+//! owner references, the kinds whose DELETE orphans dependents by default (batch/v1 Jobs), and
+//! namespaces that terminate while finalizers hold some of their contents.
 
 mod emulator_common;
 
@@ -263,5 +264,65 @@ async fn deleting_a_batch_v1_job_orphans_its_pods_unless_asked_otherwise() {
         200
     );
     assert!(h.get("v1", "ConfigMap", Some("default"), "dep").is_none());
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_namespace_held_by_finalizers_terminates_and_refuses_new_content() {
+    let (h, http) = start().await;
+    h.create(ns("ending")).expect("namespace");
+    let mut held = cm("ending", "held", json!({}));
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    h.create(held).expect("held");
+    h.create(cm("ending", "free", json!({}))).expect("free");
+
+    let r = http.delete("/api/v1/namespaces/ending").await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["status"]["phase"], "Terminating");
+    assert!(v["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(
+        http.get("/api/v1/namespaces/ending").await.json()["status"]["phase"],
+        "Terminating"
+    );
+    assert!(
+        h.get("v1", "ConfigMap", Some("ending"), "free").is_none(),
+        "contents without finalizers go at once"
+    );
+    let held = h
+        .get("v1", "ConfigMap", Some("ending"), "held")
+        .expect("held by its finalizer");
+    assert!(held["metadata"]["deletionTimestamp"].is_string());
+
+    // New content is refused while the namespace terminates, as NamespaceLifecycle does.
+    let r = http
+        .post(
+            "/api/v1/namespaces/ending/configmaps",
+            &cm("ending", "new", json!({})),
+        )
+        .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.json(),
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "configmaps \"new\" is forbidden: unable to create new content in namespace ending because it is being terminated",
+            "reason": "Forbidden",
+            "details": {"name": "new", "kind": "configmaps", "causes": [{
+                "reason": "NamespaceTerminating",
+                "message": "namespace ending is being terminated",
+                "field": "metadata.namespace"}]},
+            "code": 403})
+    );
+
+    // Releasing the last finalizer removes the object, and with it the namespace.
+    let r = http
+        .patch(
+            "/api/v1/namespaces/ending/configmaps/held",
+            "application/merge-patch+json",
+            r#"{"metadata":{"finalizers":null}}"#,
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(http.get("/api/v1/namespaces/ending").await.status, 404);
     h.shutdown().await;
 }

@@ -11,7 +11,9 @@
 //! graceful deletion (`gracePeriodSeconds`) is immediate because no kubelet runs here; garbage
 //! collection runs synchronously at the end of the DELETE that removed the owner (background:
 //! owner first, then dependents; foreground: dependents first); deleting a namespace removes its
-//! contents at once instead of going through `Terminating`. The propagation policy of a delete
+//! contents at once instead of going through `Terminating`, unless finalizers hold some of
+//! them: then the namespace is `Terminating` (refusing new objects with 403) until the last is
+//! gone, as with the namespace controller. The propagation policy of a delete
 //! held by finalizers is not remembered (no `orphan` finalizer): when the last finalizer goes,
 //! dependents are collected in the background.
 
@@ -272,8 +274,12 @@ fn prepare_create(
                 ))
             }
         };
-        if shared.store.get(NAMESPACES, &ns).is_none() {
-            return Err(response::not_found("namespaces", &ns));
+        match shared.store.get(NAMESPACES, &ns) {
+            None => return Err(response::not_found("namespaces", &ns)),
+            Some(n) if n.meta().deletion_timestamp.is_some() => {
+                return Err(response::namespace_terminating(&def.plural, &name, &ns))
+            }
+            Some(_) => {}
         }
         meta_mut(v).insert("namespace".into(), ns.clone().into());
         Some(ns)
@@ -874,6 +880,11 @@ pub(crate) fn delete_inner(
     let ns = ns_of(def, ns);
     let key = key_of(ns, name);
     let propagation = opts.propagation.unwrap_or_else(|| default_propagation(def));
+    if &*def.store_key == NAMESPACES && !opts.dry_run {
+        if let Some(held) = terminate_namespace(shared, name)? {
+            return Ok((held, false));
+        }
+    }
     if propagation == Propagation::Foreground && !opts.dry_run {
         if let Some(o) = shared.store.get(&def.store_key, &key) {
             collect_dependents(shared, o.uid(), Propagation::Foreground);
@@ -935,8 +946,89 @@ pub(crate) fn delete_inner(
     }
 }
 
+/// Every object in namespace `ns`, as (definition, object), one definition per resource.
+fn namespace_contents(shared: &Shared, ns: &str) -> Vec<(Arc<ResourceDef>, Object)> {
+    let mut seen = std::collections::HashSet::new();
+    let prefix = format!("{ns}/");
+    let mut out = Vec::new();
+    for d in shared.registry.all().into_iter().filter(|d| d.namespaced) {
+        if !seen.insert(d.store_key.clone()) {
+            continue;
+        }
+        for k in shared.store.keys(&d.store_key, &prefix) {
+            if let Some(o) = shared.store.get(&d.store_key, &k) {
+                out.push((d.clone(), o));
+            }
+        }
+    }
+    out
+}
+
+/// Deleting a namespace whose contents include objects held by finalizers: like the namespace
+/// controller, mark the namespace `Terminating`, delete its contents (finalizers defer some), and
+/// keep the namespace until the last of them is gone ([`finish_namespace`]). New objects are
+/// refused meanwhile. Returns the marked namespace, or none when nothing holds it, in which case
+/// it is removed with its contents at once (the emulator's shortcut).
+fn terminate_namespace(shared: &Shared, name: &str) -> Result<Option<Object>, Status> {
+    let Some(ns) = shared.store.get(NAMESPACES, name) else {
+        return Ok(None);
+    };
+    if ns.meta().deletion_timestamp.is_some() {
+        return Ok(Some(ns));
+    }
+    let contents = namespace_contents(shared, name);
+    if contents.iter().all(|(_, o)| o.meta().finalizers.is_empty()) {
+        return Ok(None);
+    }
+    let now = shared.now_rfc3339();
+    let namespaces: Arc<str> = Arc::from(NAMESPACES);
+    let out = shared.store.mutate::<Status>(&namespaces, name, |cur| {
+        let cur = cur.ok_or_else(|| response::not_found("namespaces", name))?;
+        let mut v = cur.to_value().map_err(StoreError::from)?;
+        let m = meta_mut(&mut v);
+        m.insert("deletionTimestamp".into(), now.clone().into());
+        m.insert("deletionGracePeriodSeconds".into(), 0.into());
+        v["status"] = json!({"phase": "Terminating"});
+        Ok(Mutation::Put(v))
+    })?;
+    let marked = match out {
+        Outcome::Updated(o) | Outcome::Created(o) | Outcome::Unchanged(Some(o)) => o,
+        Outcome::Deleted(_) | Outcome::Unchanged(None) => {
+            return Err(response::not_found("namespaces", name))
+        }
+    };
+    for (def, o) in contents {
+        let opts = DeleteOptions {
+            propagation: Some(Propagation::Background),
+            ..Default::default()
+        };
+        if let Err(e) = delete(shared, &def, Some(name), o.name(), &opts) {
+            tracing::debug!(error = %e.message, "namespace cleanup skipped an object");
+        }
+    }
+    Ok(Some(shared.store.get(NAMESPACES, name).unwrap_or(marked)))
+}
+
+/// Removes a `Terminating` namespace once its last object is gone.
+fn finish_namespace(shared: &Shared, name: &str) {
+    let terminating = shared
+        .store
+        .get(NAMESPACES, name)
+        .is_some_and(|n| n.meta().deletion_timestamp.is_some());
+    if terminating && namespace_contents(shared, name).is_empty() {
+        let _ = shared
+            .store
+            .mutate::<Status>(&Arc::from(NAMESPACES), name, |_| Ok(Mutation::Delete));
+    }
+}
+
 /// What removing an object implies: its dependents, a CRD's resource, a namespace's contents.
 fn after_delete(shared: &Shared, def: &ResourceDef, o: &Object, propagation: Propagation) {
+    if def.namespaced {
+        if let Some(ns) = o.namespace() {
+            finish_namespace(shared, ns);
+        }
+    }
     match &*def.store_key {
         CRDS => {
             if let Ok(v) = o.to_value() {
