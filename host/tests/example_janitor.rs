@@ -26,8 +26,9 @@ const LOAD: Duration = Duration::from_secs(120);
 /// Bound for any single expected change.
 const WAIT: Duration = Duration::from_secs(20);
 /// How late after its expiry an object may still be seen: the requeue timer, one reconcile, the
-/// DELETE and this test's 10 ms polling.
-const LATE: Duration = Duration::from_millis(1500);
+/// DELETE and this test's 10 ms polling, with room for a busy 2-core CI machine (never early is
+/// checked exactly).
+const LATE: Duration = Duration::from_millis(2500);
 
 fn now_ms() -> i64 {
     SystemTime::now()

@@ -1,8 +1,9 @@
 //! The namespace-defaults example (examples/namespace-defaults):
 //! - end to end, in the real plugin runtime against the emulator over HTTP, seeded with the
 //!   example's own `crd.yaml` and `example.yaml`: selected namespaces get the defaults (also ones
-//!   created later), a changed spec updates them, a namespace that stops matching is pruned,
-//!   drift is repaired, and deleting the owner cleans up through its finalizer;
+//!   created later), a changed spec updates them, a terminating namespace is left alone, a
+//!   namespace that stops matching is pruned, drift is repaired, and deleting the owner cleans
+//!   up through its finalizer;
 //! - unit tests through the guest harness (`host::testing`): the exact writes of a first
 //!   reconcile, none in the steady state, namespace events, finalization, a bad spec;
 //! - the example's scenario files, run by `host test`.
@@ -194,6 +195,39 @@ async fn defaults_follow_namespaces_and_spec_and_the_finalizer_cleans_up() {
         eventually(WAIT, || ready(&em) == Some(("True".into(), 2))).await,
         "the condition observes the new generation"
     );
+
+    // A terminating namespace is left to its end: no applies into it (they would be refused),
+    // and it drops out of the status.
+    em.create(namespace("team-c", json!({"team": "c"})))
+        .expect("namespace");
+    assert!(eventually(WAIT, || settings(&em, "team-c").is_some()).await);
+    assert!(eventually(WAIT, || managed(&em).len() == 6).await);
+    em.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "pinned", "namespace": "team-c",
+            "finalizers": ["test.kube-wasm.dev/hold"]}}))
+        .expect("pinned");
+    em.delete("v1", "Namespace", None, "team-c")
+        .expect("delete namespace");
+    assert_eq!(
+        em.get("v1", "Namespace", None, "team-c")
+            .expect("terminating")["status"]["phase"],
+        "Terminating"
+    );
+    assert!(
+        eventually(WAIT, || managed(&em).len() == 4
+            && !managed(&em).iter().any(|m| m.contains("team-c/"))
+            && ready(&em) == Some(("True".into(), 2)))
+        .await,
+        "the terminating namespace leaves the status, without apply failures: {:?}",
+        owner(&em).map(|o| o["status"].clone())
+    );
+    assert!(settings(&em, "team-c").is_none() && quota(&em, "team-c").is_none());
+    let mut pinned = em
+        .get("v1", "ConfigMap", Some("team-c"), "pinned")
+        .expect("held by its finalizer");
+    pinned["metadata"]["finalizers"] = json!([]);
+    em.update(pinned).expect("release");
+    assert!(em.get("v1", "Namespace", None, "team-c").is_none());
 
     // Drift is repaired: a managed object deleted by hand comes back.
     em.delete("v1", "ConfigMap", Some("team-b"), "team-settings")
