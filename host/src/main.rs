@@ -146,6 +146,9 @@ struct TestArgs {
     /// Compile cache directory (default: the per-user cache directory).
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
+    /// After the table, print what the guest logged during each failed step.
+    #[arg(long)]
+    show_logs: bool,
 }
 
 /// The `--config` file.
@@ -259,6 +262,9 @@ async fn test(args: TestArgs) -> std::process::ExitCode {
         reports.push(scenario::run(s, &args.plugin, &engine).await);
     }
     print!("{}", scenario::render_table(&reports));
+    if args.show_logs {
+        print!("{}", scenario::render_failure_logs(&reports));
+    }
     let _ = std::io::stdout().flush();
     if reports.iter().all(|r| r.passed()) {
         ExitCode::SUCCESS

@@ -53,6 +53,15 @@ async fn passing_scenario_exits_zero_with_a_pass_row() {
 }
 
 #[tokio::test]
+async fn the_guest_sees_virtual_time_through_the_cli_too() {
+    let out = host_test("ttl", &[scenario("ttl.yaml")]).await;
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{out:?}\n{stdout}");
+    assert!(stdout.contains("PASS"), "{stdout}");
+    assert!(stdout.contains("5/5"), "{stdout}");
+}
+
+#[tokio::test]
 async fn a_failing_scenario_exits_non_zero_and_the_table_names_the_failure() {
     let out = host_test(
         "copier",

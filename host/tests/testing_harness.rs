@@ -125,6 +125,11 @@ async fn virtual_clock_drives_the_guests_wall_and_monotonic_clocks() {
         assert_eq!(out, ReconcileOutcome::RequeueAfter(Duration::from_secs(90)));
         let w = h.take_writes();
         assert_eq!(w[0].verb, WriteVerb::MergePatch);
+        let patched = w[0].result.clone().expect("patched").expect("object");
+        let uid = patched["metadata"]["uid"]
+            .as_str()
+            .expect("uid")
+            .to_string();
         let start = h.clock().unix_secs();
         assert_eq!(
             w[0].body["metadata"]["annotations"]["ttl.example.com/checked-at"],
@@ -150,6 +155,13 @@ async fn virtual_clock_drives_the_guests_wall_and_monotonic_clocks() {
         assert_eq!(out, [("default/short".to_string(), ReconcileOutcome::Done)]);
         let w = h.take_writes();
         assert_eq!(w.last().map(|w| w.verb), Some(WriteVerb::Delete));
+        // The delete carried the uid precondition the guest set, as DeleteOptions.
+        let del = w.last().expect("delete");
+        assert_eq!(del.body["kind"], "DeleteOptions");
+        assert_eq!(
+            del.body["preconditions"]["uid"].as_str(),
+            Some(uid.as_str())
+        );
         assert!(h.get("v1", "ConfigMap", Some("default"), "short").is_none());
         let logs: Vec<String> = h.take_logs().into_iter().map(|l| l.message).collect();
         assert!(
@@ -540,6 +552,53 @@ async fn initial_list_and_resync_replay_the_caches_to_the_handlers() {
         assert_eq!(h.resync().await.expect("resync"), 2);
         let msgs: Vec<String> = h.take_logs().into_iter().map(|l| l.message).collect();
         assert_eq!(msgs, ["event update a/one v=1->1", "event update b/two v=2->2"]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_scenario_step_reports_every_expectation_that_did_not_hold() {
+    bounded(async {
+        use host::testing::scenario;
+        let s = scenario::parse(
+            std::path::Path::new("inline.yaml"),
+            r#"
+steps:
+  - add: {apiVersion: v1, kind: ConfigMap, metadata: {name: web, namespace: default}, data: {v: "1"}}
+  - reconcile: default/web
+    expect:
+      outcome: done
+      writes: [{verb: create, body: {data: {v: "2"}}}]
+      logs: ["never logged"]
+      objects: [{apiVersion: v1, kind: ConfigMap, metadata: {name: web-copy, namespace: default}, data: {v: "1"}}]
+  - reconcile: default/web
+"#,
+        )
+        .expect("parses");
+        let r = scenario::run(&s, &guest("copier"), &support::engine()).await;
+        assert!(!r.passed());
+        assert_eq!((r.steps, r.passed_steps), (3, 1));
+        let f = r.failure.expect("failure");
+        assert_eq!((f.step, f.action.as_str()), (Some(2), "reconcile default/web"));
+        assert_eq!(f.problems.len(), 2, "{:?}", f.problems);
+        assert!(
+            f.problems[0].starts_with("writes[0] (apply ConfigMap default/web-copy → ok): verb: expected create, got apply, body data.v: expected \"2\", got \"1\""),
+            "{}",
+            f.problems[0]
+        );
+        assert!(f.problems[1].starts_with("logs[0]: no line containing \"never logged\""), "{}", f.problems[1]);
+        assert!(f.logs.is_empty(), "copier's reconcile logs nothing: {:?}", f.logs);
+
+        // A failing event step keeps what the handler logged, for `--show-logs`.
+        let s = scenario::parse(
+            std::path::Path::new("inline.yaml"),
+            "steps:\n  - add: {apiVersion: v1, kind: ConfigMap, metadata: {name: web, namespace: default}, data: {v: '1'}}\n    expect: {enqueued: []}\n",
+        )
+        .expect("parses");
+        let r = scenario::run(&s, &guest("copier"), &support::engine()).await;
+        let f = r.failure.expect("failure");
+        assert_eq!(f.problems, [r#"enqueued: expected [], got ["default/web"]"#]);
+        assert_eq!(f.logs, ["[info log] event add default/web v=1"]);
     })
     .await;
 }

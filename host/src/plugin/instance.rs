@@ -379,8 +379,9 @@ impl PluginInstance {
     }
 
     /// Makes this instance (and every replacement of it after a failure) read `clock` through
-    /// WASI instead of the host's clocks. Set it before the first call: a live instance keeps
-    /// the clocks it was created with. Production never sets one; the test harness does.
+    /// WASI instead of the host's clocks. A store's clocks are fixed when it is created, so a
+    /// live instance is discarded and the next call starts a fresh one. Production never sets
+    /// a clock; the test harness does.
     pub fn with_clock(mut self, clock: Arc<dyn GuestClock>) -> Self {
         self.clock = Some(clock);
         self.live = None;

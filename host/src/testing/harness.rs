@@ -178,8 +178,8 @@ impl HarnessBuilder {
 }
 
 /// The engine harnesses share unless given one: on-demand allocation (no large address-space
-/// reservation per test process) and the default compile cache.
-fn default_engine() -> Result<PluginEngine, HarnessError> {
+/// reservation per test process) and the default compile cache. Created once per process.
+pub fn default_engine() -> Result<PluginEngine, HarnessError> {
     static ENGINE: OnceLock<Result<PluginEngine, String>> = OnceLock::new();
     ENGINE
         .get_or_init(|| {
@@ -324,7 +324,8 @@ impl Harness {
     }
 
     /// Deletes an object so that the informers miss it: the plugin gets `on-delete` with
-    /// `tombstone = true` and the last cached state, as after a relist.
+    /// `tombstone = true` and the last state its cache held (not the final one), as after a
+    /// relist that no longer finds the object.
     pub async fn delete_missed(
         &mut self,
         api_version: &str,
@@ -333,6 +334,10 @@ impl Harness {
         name: &str,
     ) -> Result<Object, HarnessError> {
         self.deliver_pending().await?;
+        let key = crate::kube::object::object_key(namespace, name);
+        let last_known: Vec<Option<Object>> = (0..self.manifest().watches.len())
+            .map(|w| self.world.cached(w, &key))
+            .collect();
         let o = self
             .world
             .cluster
@@ -344,7 +349,11 @@ impl Harness {
             .map(|n| match n {
                 Notification::Delete { watch, obj, .. } => Notification::Delete {
                     watch,
-                    obj,
+                    obj: last_known
+                        .get(watch as usize)
+                        .cloned()
+                        .flatten()
+                        .unwrap_or(obj),
                     tombstone: true,
                 },
                 other => other,

@@ -26,6 +26,18 @@ pub enum LogSource {
     Host,
 }
 
+impl LogSource {
+    /// `log`, `stdout`, `stderr` or `host`, as scenario files name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogSource::Log => "log",
+            LogSource::Stdout => "stdout",
+            LogSource::Stderr => "stderr",
+            LogSource::Host => "host",
+        }
+    }
+}
+
 /// Severity, as the `level` enum of the contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LogLevel {
@@ -194,4 +206,38 @@ impl Subscriber for Capturer {
     fn enter(&self, _: &Id) {}
 
     fn exit(&self, _: &Id) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guest_lines_are_captured_and_enabled_at_every_level_others_are_not() {
+        let cap = LogCapture::new();
+        tracing::dispatcher::with_default(cap.dispatch(), || {
+            // What the `log.enabled` import asks before a guest formats a message.
+            assert!(tracing::enabled!(target: "plugin::guest", tracing::Level::TRACE));
+            assert!(!tracing::enabled!(target: "host::other", tracing::Level::ERROR));
+            tracing::debug!(target: "plugin::guest", plugin = "p", "hello {}", 1);
+            tracing::warn!(target: "host::plugin::imports", plugin = "p", kind = "Secret", "refused");
+            tracing::error!(target: "host::other", "not the guest's");
+        });
+        assert_eq!(
+            cap.take(),
+            [
+                LogLine {
+                    source: LogSource::Log,
+                    level: LogLevel::Debug,
+                    message: "hello 1".into()
+                },
+                LogLine {
+                    source: LogSource::Host,
+                    level: LogLevel::Warn,
+                    message: "refused (kind=Secret)".into()
+                },
+            ]
+        );
+        assert!(cap.lines().is_empty());
+    }
 }

@@ -9,7 +9,11 @@
 //! - [`FakeQueue`]: records `add` / `add-after`, holds delayed keys on the [`VirtualClock`];
 //! - the guest's WASI wall and monotonic clocks read the [`VirtualClock`], so a guest computing
 //!   an expiry from `SystemTime::now()` is tested by [`Harness::advance`], not by sleeping;
-//! - [`scenario`]: the same, driven by YAML files (`host test --plugin x.wasm s.yaml`).
+//! - [`scenario`]: the same, driven by YAML files (`host test --plugin x.wasm s.yaml`, or
+//!   [`scenario::Scenario::from_file`] + [`scenario::run`] with [`default_engine`] from Rust).
+//!
+//! Use an ordinary `#[tokio::test]` (not `start_paused`): the harness keeps its own virtual
+//! time, and the sandbox's deadlines are real time so that a spinning guest still stops.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -48,10 +52,12 @@ pub mod queue;
 pub mod scenario;
 pub mod world;
 
+pub use crate::plugin::{GuestError, Limits};
 pub use clock::VirtualClock;
 pub use cluster::{FakeCluster, SeedError};
 pub use harness::{
-    HandlerFailure, Harness, HarnessBuilder, HarnessError, ReconcileOutcome, RUN_QUEUE_LIMIT,
+    default_engine, HandlerFailure, Harness, HarnessBuilder, HarnessError, ReconcileOutcome,
+    RUN_QUEUE_LIMIT,
 };
 pub use logs::{LogLevel, LogLine, LogSource};
 pub use queue::{Enqueued, FakeQueue, Origin};

@@ -20,7 +20,7 @@ use crate::informer::store::Store;
 use crate::kube::object::{object_key, Object};
 use crate::kube::selector::{FieldSelector, LabelSelector};
 use crate::plugin::backend::{
-    ApiError, BoxFuture, ClientBackend, PatchKind, WriteOp, WriteRequest,
+    ApiError, BoxFuture, ClientBackend, DeleteParams, PatchKind, Propagation, WriteOp, WriteRequest,
 };
 use crate::plugin::backends::InformerLister;
 use crate::plugin::index::register as register_indexes;
@@ -153,7 +153,8 @@ pub struct RecordedWrite {
     pub verb: WriteVerb,
     /// The full request (operation with delete options / apply force, target, raw body).
     pub request: WriteRequest,
-    /// The request body as JSON (YAML for an apply that sent YAML); `Null` for deletes.
+    /// The request body as JSON (YAML for an apply that sent YAML); for a delete, the
+    /// `DeleteOptions` the client sends (preconditions, propagationPolicy, gracePeriodSeconds).
     pub body: Value,
     /// The object's name: the request's, or for a create the stored object's.
     pub name: String,
@@ -280,18 +281,36 @@ impl World {
                     c.rv = rv;
                 }
                 Err(_) => {
-                    // History outgrew the window (10,000 events per resource): relist, and
-                    // report objects that vanished meanwhile as missed deletions.
-                    let before = c.store.list();
+                    // History outgrew the window (10,000 events per resource): relist, as the
+                    // reflector does after a 410, and deliver what a Replace delivers.
+                    let before: std::collections::HashMap<String, Object> = c
+                        .store
+                        .list()
+                        .into_iter()
+                        .map(|o| (object_key(o.namespace(), o.name()), o))
+                        .collect();
                     relist(&self.cluster, c);
-                    for o in before {
-                        if !c.store.contains_key(&object_key(o.namespace(), o.name())) {
+                    let watch = i as u32;
+                    for new in c.store.list() {
+                        let key = object_key(new.namespace(), new.name());
+                        match before.get(&key) {
+                            None => out.push((c.rv, Notification::Add { watch, obj: new })),
+                            Some(old) if old.resource_version() != new.resource_version() => {
+                                let old = old.clone();
+                                out.push((c.rv, Notification::Update { watch, old, new }));
+                            }
+                            Some(_) => {}
+                        }
+                    }
+                    for (key, obj) in before {
+                        if !c.store.contains_key(&key) {
+                            let tombstone = true;
                             out.push((
                                 c.rv,
                                 Notification::Delete {
-                                    watch: i as u32,
-                                    obj: o,
-                                    tombstone: true,
+                                    watch,
+                                    obj,
+                                    tombstone,
                                 },
                             ));
                         }
@@ -360,9 +379,13 @@ impl World {
                 .unwrap_or("")
                 .to_owned(),
         };
+        let body = match &req.op {
+            WriteOp::Delete(d) => delete_body(d),
+            _ => body_value(&req.body),
+        };
         self.writes.lock().push(RecordedWrite {
             verb: WriteVerb::of(&req.op),
-            body: body_value(&req.body),
+            body,
             name,
             result: result.clone().map(|_| stored),
             request: req,
@@ -380,6 +403,33 @@ fn body_value(body: &[u8]) -> Value {
     serde_json::from_slice(body)
         .or_else(|_| serde_yaml::from_slice(body))
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
+}
+
+/// The `DeleteOptions` body the production client sends for `d`.
+fn delete_body(d: &DeleteParams) -> Value {
+    let mut v = serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1"});
+    if let Some(p) = d.propagation {
+        v["propagationPolicy"] = match p {
+            Propagation::Orphan => "Orphan",
+            Propagation::Background => "Background",
+            Propagation::Foreground => "Foreground",
+        }
+        .into();
+    }
+    if let Some(g) = d.grace_period_seconds {
+        v["gracePeriodSeconds"] = g.into();
+    }
+    if d.precondition_uid.is_some() || d.precondition_resource_version.is_some() {
+        let mut pre = serde_json::Map::new();
+        if let Some(u) = &d.precondition_uid {
+            pre.insert("uid".into(), u.clone().into());
+        }
+        if let Some(r) = &d.precondition_resource_version {
+            pre.insert("resourceVersion".into(), r.clone().into());
+        }
+        v["preconditions"] = pre.into();
+    }
+    v
 }
 
 fn matches(c: &WatchCache, key: &str, o: &Object) -> bool {
@@ -512,6 +562,41 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn history_beyond_the_window_is_recovered_by_a_relist() {
+        let w = world(vec![watch(None, None)]);
+        let c = &w.cluster;
+        c.create(cm("a", "x", "web")).expect("create");
+        c.create(cm("a", "gone", "web")).expect("create");
+        assert_eq!(w.sync().len(), 2);
+        c.shared().store.set_window(1);
+        c.replace(cm("a", "x", "db")).expect("update");
+        c.delete("v1", "ConfigMap", Some("a"), "gone")
+            .expect("delete");
+        c.create(cm("a", "new", "web")).expect("create");
+        c.create(cm("a", "newer", "web")).expect("create");
+        let n = w.sync();
+        let mut got = calls(&n);
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                "on-add 0 a/new",
+                "on-add 0 a/newer",
+                "on-delete 0 a/gone",
+                "on-update 0 a/x"
+            ]
+        );
+        assert!(n.iter().any(|n| matches!(
+            n,
+            Notification::Delete {
+                tombstone: true,
+                ..
+            }
+        )));
+        assert!(w.cached(0, "a/gone").is_none());
     }
 
     #[test]

@@ -6,10 +6,12 @@
 //! a typo is one error naming the file, the step and the field, not a confusing failure later.
 
 mod duration;
+mod expect;
 mod matcher;
 mod parse;
 mod report;
 mod run;
+mod yaml;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -18,7 +20,7 @@ use serde_json::Value;
 
 pub use duration::parse_duration;
 pub use parse::{parse, ScenarioError};
-pub use report::{render_table, ScenarioReport, StepFailure};
+pub use report::{render_failure_logs, render_table, ScenarioReport, StepFailure};
 pub use run::run;
 
 /// A parsed scenario.
@@ -34,7 +36,8 @@ pub struct Scenario {
     pub handler_deadline: Option<Duration>,
     /// `limits.reconcileDeadline`.
     pub reconcile_deadline: Option<Duration>,
-    /// `given:`: objects (as YAML/JSON text) that exist before the plugin starts.
+    /// `givenFiles:` then `given:`: objects (as YAML/JSON text) that exist before the plugin
+    /// starts.
     pub given: Vec<String>,
     /// The steps, in order.
     pub steps: Vec<Step>,

@@ -34,6 +34,8 @@ pub struct StepFailure {
     pub action: String,
     /// What did not hold, e.g. `outcome: expected done, got requeue-after 1s`.
     pub problems: Vec<String>,
+    /// What the guest logged during the step, `[level source] message`, for diagnosis.
+    pub logs: Vec<String>,
 }
 
 impl std::fmt::Display for StepFailure {
@@ -48,6 +50,26 @@ impl std::fmt::Display for StepFailure {
             None => write!(f, "{}: {}", self.action, self.problems.join("; ")),
         }
     }
+}
+
+/// The logs of each failed step, under a heading naming the scenario and step (empty when no
+/// failed step logged anything): what `host test --show-logs` prints after the table.
+pub fn render_failure_logs(reports: &[ScenarioReport]) -> String {
+    let mut out = String::new();
+    for r in reports {
+        let Some(f) = &r.failure else { continue };
+        if f.logs.is_empty() {
+            continue;
+        }
+        let step = f
+            .step
+            .map_or_else(|| "setup".to_string(), |n| format!("step {n}"));
+        let _ = writeln!(out, "\n{} {step} ({}) logged:", r.file.display(), f.action);
+        for l in &f.logs {
+            let _ = writeln!(out, "  {l}");
+        }
+    }
+    out
 }
 
 /// One row per scenario (result, file, name, steps passed, first failure), then a summary line.
@@ -120,9 +142,10 @@ mod tests {
                 step: Some(2),
                 action: "reconcile a/b".into(),
                 problems: vec!["outcome: expected done, got error: x".into()],
+                logs: vec!["[info log] hello".into()],
             }),
         };
-        let t = render_table(&[ok, bad]);
+        let t = render_table(&[ok.clone(), bad.clone()]);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(
             lines[0],
@@ -134,5 +157,10 @@ mod tests {
             "FAIL    longer-name.yaml  breaks    1/4    step 2 (reconcile a/b): outcome: expected done, got error: x"
         );
         assert_eq!(lines[3], "2 scenarios: 1 passed, 1 failed");
+        let reports = [ok, bad];
+        assert_eq!(
+            render_failure_logs(&reports),
+            "\nlonger-name.yaml step 2 (reconcile a/b) logged:\n  [info log] hello\n"
+        );
     }
 }

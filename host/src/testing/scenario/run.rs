@@ -54,17 +54,22 @@ pub async fn run(scenario: &Scenario, plugin: &Path, engine: &PluginEngine) -> S
                 step: None,
                 action: "setup".into(),
                 problems: vec![e.to_string()],
+                logs: Vec::new(),
             });
             return report;
         }
     };
     for (i, step) in scenario.steps.iter().enumerate() {
-        let problems = run_step(&mut h, step).await;
+        let (problems, logs) = run_step(&mut h, step).await;
         if !problems.is_empty() {
             report.failure = Some(StepFailure {
                 step: Some(i + 1),
                 action: step.action.describe(),
                 problems,
+                logs: logs
+                    .iter()
+                    .map(|l| format!("[{} {}] {}", l.level.as_str(), l.source.as_str(), l.message))
+                    .collect(),
             });
             return report;
         }
@@ -73,7 +78,7 @@ pub async fn run(scenario: &Scenario, plugin: &Path, engine: &PluginEngine) -> S
     report
 }
 
-async fn run_step(h: &mut Harness, step: &Step) -> Vec<String> {
+async fn run_step(h: &mut Harness, step: &Step) -> (Vec<String>, Vec<LogLine>) {
     h.clear_records();
     let mut problems = Vec::new();
     let mut seen = Observed::default();
@@ -120,7 +125,7 @@ async fn run_step(h: &mut Harness, step: &Step) -> Vec<String> {
         .collect();
     seen.logs = h.take_logs();
     check(h, &step.expect, &seen, &mut problems);
-    problems
+    (problems, seen.logs)
 }
 
 fn check(h: &Harness, e: &Expect, seen: &Observed, problems: &mut Vec<String>) {
