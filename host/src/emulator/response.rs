@@ -120,6 +120,30 @@ fn with_details(mut s: Status, name: &str, kind: &str) -> Status {
     s
 }
 
+/// 403 for a create in a namespace being deleted, as the NamespaceLifecycle admission plugin
+/// answers it.
+pub fn namespace_terminating(resource: &str, name: &str, namespace: &str) -> Status {
+    let mut s = with_details(
+        Status::failure(
+            403,
+            "Forbidden",
+            format!(
+                "{resource} \"{name}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated"
+            ),
+        ),
+        name,
+        resource,
+    );
+    if let Some(d) = s.details.as_mut() {
+        d.causes.push(StatusCause {
+            reason: "NamespaceTerminating".into(),
+            message: format!("namespace {namespace} is being terminated"),
+            field: "metadata.namespace".into(),
+        });
+    }
+    s
+}
+
 /// 404 for a missing object: `configmaps "x" not found`.
 pub fn not_found(resource: &str, name: &str) -> Status {
     with_details(

@@ -11,7 +11,11 @@
 //! graceful deletion (`gracePeriodSeconds`) is immediate because no kubelet runs here; garbage
 //! collection runs synchronously at the end of the DELETE that removed the owner (background:
 //! owner first, then dependents; foreground: dependents first); deleting a namespace removes its
-//! contents at once instead of going through `Terminating`.
+//! contents at once instead of going through `Terminating`, unless finalizers hold some of
+//! them: then the namespace is `Terminating` (refusing new objects with 403) until the last is
+//! gone, as with the namespace controller. The propagation policy of a delete
+//! held by finalizers is not remembered (no `orphan` finalizer): when the last finalizer goes,
+//! dependents are collected in the background.
 
 use std::sync::Arc;
 
@@ -72,7 +76,8 @@ impl<'a> WriteOpts<'a> {
 /// The parts of `DeleteOptions` the emulator honours.
 #[derive(Debug, Clone, Default)]
 pub struct DeleteOptions {
-    pub propagation: Propagation,
+    /// `None` uses the kind's default ([`default_propagation`]).
+    pub propagation: Option<Propagation>,
     /// `dryRun=All`.
     pub dry_run: bool,
     pub precondition_uid: Option<String>,
@@ -269,8 +274,12 @@ fn prepare_create(
                 ))
             }
         };
-        if shared.store.get(NAMESPACES, &ns).is_none() {
-            return Err(response::not_found("namespaces", &ns));
+        match shared.store.get(NAMESPACES, &ns) {
+            None => return Err(response::not_found("namespaces", &ns)),
+            Some(n) if n.meta().deletion_timestamp.is_some() => {
+                return Err(response::namespace_terminating(&def.plural, &name, &ns))
+            }
+            Some(_) => {}
         }
         meta_mut(v).insert("namespace".into(), ns.clone().into());
         Some(ns)
@@ -621,6 +630,9 @@ fn next_state(
         fields::record_update(Some(cur_v), &mut new, manager, operation, sub, now);
     }
     let deleting = cm.contains_key("deletionTimestamp");
+    if deleting {
+        no_new_finalizers(def, cur, &new)?;
+    }
     let no_finalizers = new
         .pointer("/metadata/finalizers")
         .and_then(Value::as_array)
@@ -629,6 +641,40 @@ fn next_state(
         return Ok(Mutation::Delete);
     }
     Ok(Mutation::Put(new))
+}
+
+/// An object being deleted may lose finalizers but never gain one (kube-apiserver's metadata
+/// validation): otherwise a controller racing the deletion could keep it forever.
+fn no_new_finalizers(def: &ResourceDef, cur: &Object, new: &Value) -> Result<(), Status> {
+    let meta = cur.meta();
+    let mut added: Vec<&str> = new
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|f| !meta.finalizers.contains(f))
+        .collect();
+    if added.is_empty() {
+        return Ok(());
+    }
+    added.sort_unstable();
+    added.dedup();
+    // Go's `%#v` of the sorted set, as the server words it.
+    let quoted: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
+    Err(response::invalid(
+        &def.kind,
+        &def.group,
+        cur.name(),
+        &[FieldError {
+            reason: "FieldValueForbidden",
+            field: "metadata.finalizers".into(),
+            detail: format!(
+                "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                quoted.join(", ")
+            ),
+        }],
+    ))
 }
 
 /// PATCH an object or its `/status` (spec 6.11); server-side apply may create.
@@ -770,9 +816,10 @@ fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, Status> {
         .map(|v| v == "true")
         .or(b.orphan_dependents);
     let propagation = match (policy.as_deref(), orphan) {
-        (Some("Foreground"), _) => Propagation::Foreground,
-        (Some("Orphan"), _) | (None, Some(true)) => Propagation::Orphan,
-        (Some("Background") | None, _) => Propagation::Background,
+        (Some("Foreground"), _) => Some(Propagation::Foreground),
+        (Some("Orphan"), _) | (None, Some(true)) => Some(Propagation::Orphan),
+        (Some("Background"), _) | (None, Some(false)) => Some(Propagation::Background),
+        (None, None) => None,
         (Some(p), _) => {
             return Err(response::invalid(
                 "DeleteOptions",
@@ -807,6 +854,21 @@ pub(crate) fn delete(
     delete_inner(shared, def, ns, name, opts).map(|(o, _)| o)
 }
 
+/// The propagation a DELETE without a policy gets. Like kube-apiserver, `batch/v1` Jobs and `v1`
+/// ReplicationControllers orphan their dependents by default (kept for compatibility with their
+/// first versions), so a client deleting a Job must ask for `Background` to take its Pods along;
+/// every other kind deletes dependents in the background.
+pub fn default_propagation(def: &ResourceDef) -> Propagation {
+    match (
+        def.group.as_str(),
+        def.version.as_str(),
+        def.plural.as_str(),
+    ) {
+        ("batch", "v1", "jobs") | ("", "v1", "replicationcontrollers") => Propagation::Orphan,
+        _ => Propagation::Background,
+    }
+}
+
 /// [`delete`], also telling whether the object is gone (rather than waiting on finalizers).
 pub(crate) fn delete_inner(
     shared: &Shared,
@@ -817,7 +879,13 @@ pub(crate) fn delete_inner(
 ) -> Result<(Object, bool), Status> {
     let ns = ns_of(def, ns);
     let key = key_of(ns, name);
-    if opts.propagation == Propagation::Foreground && !opts.dry_run {
+    let propagation = opts.propagation.unwrap_or_else(|| default_propagation(def));
+    if &*def.store_key == NAMESPACES && !opts.dry_run {
+        if let Some(held) = terminate_namespace(shared, name)? {
+            return Ok((held, false));
+        }
+    }
+    if propagation == Propagation::Foreground && !opts.dry_run {
         if let Some(o) = shared.store.get(&def.store_key, &key) {
             collect_dependents(shared, o.uid(), Propagation::Foreground);
         }
@@ -859,12 +927,17 @@ pub(crate) fn delete_inner(
         let m = meta_mut(&mut v);
         m.insert("deletionTimestamp".into(), now.clone().into());
         m.insert("deletionGracePeriodSeconds".into(), 0.into());
+        // As the apiserver does when it marks an object for deletion: a bumped generation tells
+        // controllers that compare generations that something happened.
+        if let Some(g) = m.get("generation").and_then(Value::as_i64).filter(|g| *g > 0) {
+            m.insert("generation".into(), (g + 1).into());
+        }
         Ok(Mutation::Put(v))
     })?;
     match out {
         Outcome::Deleted(o) => {
             if !opts.dry_run {
-                after_delete(shared, def, &o, opts.propagation);
+                after_delete(shared, def, &o, propagation);
             }
             Ok((o, true))
         }
@@ -873,8 +946,89 @@ pub(crate) fn delete_inner(
     }
 }
 
+/// Every object in namespace `ns`, as (definition, object), one definition per resource.
+fn namespace_contents(shared: &Shared, ns: &str) -> Vec<(Arc<ResourceDef>, Object)> {
+    let mut seen = std::collections::HashSet::new();
+    let prefix = format!("{ns}/");
+    let mut out = Vec::new();
+    for d in shared.registry.all().into_iter().filter(|d| d.namespaced) {
+        if !seen.insert(d.store_key.clone()) {
+            continue;
+        }
+        for k in shared.store.keys(&d.store_key, &prefix) {
+            if let Some(o) = shared.store.get(&d.store_key, &k) {
+                out.push((d.clone(), o));
+            }
+        }
+    }
+    out
+}
+
+/// Deleting a namespace whose contents include objects held by finalizers: like the namespace
+/// controller, mark the namespace `Terminating`, delete its contents (finalizers defer some), and
+/// keep the namespace until the last of them is gone ([`finish_namespace`]). New objects are
+/// refused meanwhile. Returns the marked namespace, or none when nothing holds it, in which case
+/// it is removed with its contents at once (the emulator's shortcut).
+fn terminate_namespace(shared: &Shared, name: &str) -> Result<Option<Object>, Status> {
+    let Some(ns) = shared.store.get(NAMESPACES, name) else {
+        return Ok(None);
+    };
+    if ns.meta().deletion_timestamp.is_some() {
+        return Ok(Some(ns));
+    }
+    let contents = namespace_contents(shared, name);
+    if contents.iter().all(|(_, o)| o.meta().finalizers.is_empty()) {
+        return Ok(None);
+    }
+    let now = shared.now_rfc3339();
+    let namespaces: Arc<str> = Arc::from(NAMESPACES);
+    let out = shared.store.mutate::<Status>(&namespaces, name, |cur| {
+        let cur = cur.ok_or_else(|| response::not_found("namespaces", name))?;
+        let mut v = cur.to_value().map_err(StoreError::from)?;
+        let m = meta_mut(&mut v);
+        m.insert("deletionTimestamp".into(), now.clone().into());
+        m.insert("deletionGracePeriodSeconds".into(), 0.into());
+        v["status"] = json!({"phase": "Terminating"});
+        Ok(Mutation::Put(v))
+    })?;
+    let marked = match out {
+        Outcome::Updated(o) | Outcome::Created(o) | Outcome::Unchanged(Some(o)) => o,
+        Outcome::Deleted(_) | Outcome::Unchanged(None) => {
+            return Err(response::not_found("namespaces", name))
+        }
+    };
+    for (def, o) in contents {
+        let opts = DeleteOptions {
+            propagation: Some(Propagation::Background),
+            ..Default::default()
+        };
+        if let Err(e) = delete(shared, &def, Some(name), o.name(), &opts) {
+            tracing::debug!(error = %e.message, "namespace cleanup skipped an object");
+        }
+    }
+    Ok(Some(shared.store.get(NAMESPACES, name).unwrap_or(marked)))
+}
+
+/// Removes a `Terminating` namespace once its last object is gone.
+fn finish_namespace(shared: &Shared, name: &str) {
+    let terminating = shared
+        .store
+        .get(NAMESPACES, name)
+        .is_some_and(|n| n.meta().deletion_timestamp.is_some());
+    if terminating && namespace_contents(shared, name).is_empty() {
+        let _ = shared
+            .store
+            .mutate::<Status>(&Arc::from(NAMESPACES), name, |_| Ok(Mutation::Delete));
+    }
+}
+
 /// What removing an object implies: its dependents, a CRD's resource, a namespace's contents.
 fn after_delete(shared: &Shared, def: &ResourceDef, o: &Object, propagation: Propagation) {
+    if def.namespaced {
+        if let Some(ns) = o.namespace() {
+            finish_namespace(shared, ns);
+        }
+    }
     match &*def.store_key {
         CRDS => {
             if let Ok(v) = o.to_value() {
@@ -940,8 +1094,9 @@ fn collect_dependents(shared: &Shared, uid: &str, propagation: Propagation) {
                 Ok(Mutation::Put(v))
             });
         } else {
+            // The collector names its policy explicitly, so a dependent Job takes its Pods along.
             let opts = DeleteOptions {
-                propagation,
+                propagation: Some(propagation),
                 ..Default::default()
             };
             if let Err(e) = delete(shared, &def, dep.namespace(), dep.name(), &opts) {

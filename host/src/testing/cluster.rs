@@ -286,11 +286,12 @@ fn delete_options(d: &DeleteParams) -> Result<DeleteOptions, ApiError> {
         )));
     }
     Ok(DeleteOptions {
-        propagation: match d.propagation {
-            Some(Propagation::Orphan) => write::Propagation::Orphan,
-            Some(Propagation::Foreground) => write::Propagation::Foreground,
-            Some(Propagation::Background) | None => write::Propagation::Background,
-        },
+        // None: the kind's default, as the API server decides it.
+        propagation: d.propagation.map(|p| match p {
+            Propagation::Orphan => write::Propagation::Orphan,
+            Propagation::Foreground => write::Propagation::Foreground,
+            Propagation::Background => write::Propagation::Background,
+        }),
         dry_run: false,
         precondition_uid: d.precondition_uid.clone(),
         precondition_rv: d.precondition_resource_version.clone(),

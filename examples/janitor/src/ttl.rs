@@ -1,0 +1,251 @@
+//! When an object expires: the `janitor/ttl` duration after its creation, or the absolute
+//! `janitor/expires` time, whichever comes first. Pure functions of the object and "now", so the
+//! rules are unit-tested without a host.
+
+use std::time::Duration;
+
+use kube_guest::time::{format_rfc3339, parse_rfc3339};
+use kube_guest::Object;
+
+/// Time to live, measured from `metadata.creationTimestamp`: `30s`, `5m`, `2h`, `1h30m`, `7d`.
+pub const TTL: &str = "janitor/ttl";
+/// An absolute expiry time in RFC 3339, e.g. `2030-01-01T00:00:00Z`.
+pub const EXPIRES: &str = "janitor/expires";
+/// Label that turns deletion into a report: `janitor/dry-run=true`.
+pub const DRY_RUN: &str = "janitor/dry-run";
+/// Annotation a dry run writes instead of deleting: the time the object expired.
+pub const WOULD_DELETE: &str = "janitor/would-delete-at";
+
+/// What the janitor should do with an object at a given moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// No expiry annotation: not the janitor's business.
+    Unmanaged,
+    /// An annotation is malformed; the object is left alone until someone fixes it.
+    Invalid(String),
+    /// Not expired yet: look again after this long.
+    Wait(Duration),
+    /// Expired at `at` (seconds since the epoch); delete it, or only report it on a dry run.
+    Expired { at: i64, dry_run: bool },
+}
+
+/// Parses a duration as Go's `time.ParseDuration` writes them (a sequence of decimal numbers,
+/// each with a unit), plus `d` for days: `90s`, `1.5h`, `1h30m`, `2d`. Units: `ms`, `s`, `m`,
+/// `h`, `d`. Negative durations are refused: an object cannot be meant to expire before it exists.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let text = s.trim();
+    if text.is_empty() {
+        return Err("empty duration".into());
+    }
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut rest = text;
+    let mut total_ms: f64 = 0.0;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (num, after) = rest.split_at(num_len);
+        if num.is_empty() || num == "." || num.matches('.').count() > 1 {
+            return Err(format!("invalid duration {s:?}: expected a number"));
+        }
+        let value: f64 = num
+            .parse()
+            .map_err(|_| format!("invalid duration {s:?}: bad number {num:?}"))?;
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, next) = after.split_at(unit_len);
+        let ms_per_unit = match unit {
+            "ms" => 1.0,
+            "s" => 1_000.0,
+            "m" => 60_000.0,
+            "h" => 3_600_000.0,
+            "d" => 86_400_000.0,
+            "" => return Err(format!("invalid duration {s:?}: missing unit after {num}")),
+            u => {
+                return Err(format!(
+                    "invalid duration {s:?}: unknown unit {u:?} (use ms, s, m, h or d)"
+                ))
+            }
+        };
+        total_ms += value * ms_per_unit;
+        rest = next;
+    }
+    // Ten thousand years is "never" for every practical purpose and keeps the arithmetic exact.
+    if !total_ms.is_finite() || total_ms > 3.2e14 {
+        return Err(format!("invalid duration {s:?}: too long"));
+    }
+    Ok(Duration::from_millis(total_ms.round() as u64))
+}
+
+/// When `obj` expires, in milliseconds since the epoch; none without an expiry annotation.
+pub fn expiry_ms(obj: &Object) -> Option<Result<i64, String>> {
+    let ttl = obj.annotation(TTL).map(|t| {
+        let d = parse_duration(t).map_err(|e| format!("{TTL}: {e}"))?;
+        let created = obj
+            .creation_timestamp()
+            .and_then(parse_rfc3339)
+            .ok_or_else(|| format!("{TTL} needs a creationTimestamp to count from"))?;
+        Ok(created * 1000 + d.as_millis() as i64)
+    });
+    let expires = obj.annotation(EXPIRES).map(|e| {
+        parse_rfc3339(e)
+            .map(|secs| secs * 1000)
+            .ok_or_else(|| format!("{EXPIRES}: {e:?} is not an RFC 3339 time"))
+    });
+    match (ttl, expires) {
+        (None, None) => None,
+        (Some(t), None) => Some(t),
+        (None, Some(e)) => Some(e),
+        (Some(t), Some(e)) => Some(match (t, e) {
+            (Ok(a), Ok(b)) => Ok(a.min(b)),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        }),
+    }
+}
+
+/// Whether the object asks for a dry run (`janitor/dry-run=true`).
+pub fn is_dry_run(obj: &Object) -> bool {
+    obj.label(DRY_RUN) == Some("true")
+}
+
+/// What to do with `obj` at `now_ms` (milliseconds since the epoch).
+pub fn decide(obj: &Object, now_ms: i64) -> Decision {
+    match expiry_ms(obj) {
+        None => Decision::Unmanaged,
+        Some(Err(e)) => Decision::Invalid(e),
+        Some(Ok(at)) if at > now_ms => Decision::Wait(Duration::from_millis((at - now_ms) as u64)),
+        Some(Ok(at)) => Decision::Expired {
+            // Expiry times are kept to the millisecond but reported to the second, as
+            // Kubernetes timestamps are; round up so the report never predates the expiry.
+            at: at.div_euclid(1000) + i64::from(at.rem_euclid(1000) != 0),
+            dry_run: is_dry_run(obj),
+        },
+    }
+}
+
+/// The value a dry run writes into [`WOULD_DELETE`].
+pub fn report_value(at: i64) -> String {
+    format_rfc3339(at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(annotations: serde_json::Value, labels: serde_json::Value) -> Object {
+        Object::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x", "namespace": "d",
+                "creationTimestamp": "2030-01-01T00:00:00Z",
+                "annotations": annotations, "labels": labels}}))
+        .unwrap()
+    }
+
+    const CREATED_MS: i64 = 1_893_456_000_000; // 2030-01-01T00:00:00Z
+
+    #[test]
+    fn durations_in_go_syntax_with_days() {
+        for (s, ms) in [
+            ("30s", 30_000),
+            ("5m", 300_000),
+            ("2h", 7_200_000),
+            ("1h30m", 5_400_000),
+            ("1.5h", 5_400_000),
+            ("250ms", 250),
+            ("2d", 172_800_000),
+            ("0", 0),
+            (" 10s ", 10_000),
+        ] {
+            assert_eq!(parse_duration(s), Ok(Duration::from_millis(ms)), "{s}");
+        }
+        for bad in [
+            "",
+            "10",
+            "s",
+            "-5m",
+            "5 m",
+            "1.2.3s",
+            "3w",
+            "1e3s",
+            "9999999999999d",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn ttl_counts_from_creation_and_waits_until_then() {
+        let o = obj(json!({TTL: "5m"}), json!({}));
+        assert_eq!(expiry_ms(&o), Some(Ok(CREATED_MS + 300_000)));
+        assert_eq!(
+            decide(&o, CREATED_MS + 60_000),
+            Decision::Wait(Duration::from_secs(240))
+        );
+        assert_eq!(
+            decide(&o, CREATED_MS + 300_000),
+            Decision::Expired {
+                at: CREATED_MS / 1000 + 300,
+                dry_run: false
+            }
+        );
+    }
+
+    #[test]
+    fn the_earlier_of_ttl_and_expires_wins() {
+        let o = obj(
+            json!({TTL: "1h", EXPIRES: "2030-01-01T00:10:00Z"}),
+            json!({}),
+        );
+        assert_eq!(expiry_ms(&o), Some(Ok(CREATED_MS + 600_000)));
+        let o = obj(json!({EXPIRES: "2030-01-01T01:00:00+01:00"}), json!({}));
+        assert_eq!(expiry_ms(&o), Some(Ok(CREATED_MS)));
+    }
+
+    #[test]
+    fn dry_run_label_and_malformed_annotations() {
+        let o = obj(json!({TTL: "1s"}), json!({DRY_RUN: "true"}));
+        assert_eq!(
+            decide(&o, CREATED_MS + 1_500),
+            Decision::Expired {
+                at: CREATED_MS / 1000 + 1,
+                dry_run: true
+            }
+        );
+        let o = obj(json!({TTL: "1s"}), json!({DRY_RUN: "false"}));
+        assert!(matches!(
+            decide(&o, CREATED_MS + 1_500),
+            Decision::Expired { dry_run: false, .. }
+        ));
+        assert!(matches!(
+            decide(&obj(json!({TTL: "soon"}), json!({})), 0),
+            Decision::Invalid(e) if e.contains("janitor/ttl")
+        ));
+        assert!(matches!(
+            decide(&obj(json!({TTL: "1h", EXPIRES: "tomorrow"}), json!({})), 0),
+            Decision::Invalid(e) if e.contains("janitor/expires")
+        ));
+        assert_eq!(decide(&obj(json!({}), json!({})), 0), Decision::Unmanaged);
+        let mut no_created = obj(json!({TTL: "1s"}), json!({}));
+        no_created["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("creationTimestamp");
+        assert!(matches!(decide(&no_created, 0), Decision::Invalid(_)));
+    }
+
+    #[test]
+    fn reports_round_sub_second_expiry_up() {
+        let o = obj(json!({TTL: "1500ms"}), json!({}));
+        assert_eq!(
+            decide(&o, CREATED_MS + 2_000),
+            Decision::Expired {
+                at: CREATED_MS / 1000 + 2,
+                dry_run: false
+            }
+        );
+        assert_eq!(report_value(CREATED_MS / 1000), "2030-01-01T00:00:00Z");
+    }
+}
