@@ -1,6 +1,7 @@
 //! Builds the test guests in `host/tests/guests` for wasm32-wasip2, once per test process, and
 //! hands out the paths of the resulting components. Cargo's own target-dir lock serialises test
-//! binaries building at the same time; the build is bounded by a timeout.
+//! binaries building at the same time; the build is bounded by a timeout. Guests written in
+//! other languages build through the same bounded runner (`run_build`), each with its own script.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -9,31 +10,26 @@ use std::time::{Duration, Instant};
 
 const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
 
-fn build() -> Result<PathBuf, String> {
+/// The target directory of this build (`CARGO_TARGET_DIR`, else `target/` beside the crate).
+pub fn target_dir() -> PathBuf {
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let workspace = manifest_dir.join("tests/guests");
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+    std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| manifest_dir.join("../target"))
-        .join("guests");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut child = Command::new(cargo)
-        .args([
-            "build",
-            "--release",
-            "--target",
-            "wasm32-wasip2",
-            "--manifest-path",
-        ])
-        .arg(workspace.join("Cargo.toml"))
-        .env("CARGO_TARGET_DIR", &target_dir)
-        // Host-side instrumentation flags (coverage, sanitizers) make no sense for wasm guests.
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+}
+
+/// Runs a guest build command to completion within `timeout`, killing it past that. Its stdout
+/// is discarded; its stderr is returned in the error when it fails.
+pub fn run_build(what: &str, mut command: Command, timeout: Duration) -> Result<(), String> {
+    // Its own process group, so a timeout ends the whole build (a script's children included).
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut child = command
+        .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
+        .map_err(|e| format!("cannot run the {what} build: {e}"))?;
     // Drain stderr concurrently so a chatty build cannot fill the pipe and stall.
     let stderr = child.stderr.take();
     let reader = std::thread::spawn(move || {
@@ -48,18 +44,46 @@ fn build() -> Result<PathBuf, String> {
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break s,
-            Ok(None) if started.elapsed() > BUILD_TIMEOUT => {
+            Ok(None) if started.elapsed() > timeout => {
+                #[cfg(unix)]
+                let _ = Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{}", child.id())])
+                    .status();
                 let _ = child.kill();
-                return Err(format!("guest build exceeded {BUILD_TIMEOUT:?}"));
+                let _ = child.wait();
+                return Err(format!("{what} build exceeded {timeout:?}"));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(100)),
-            Err(e) => return Err(format!("waiting for cargo: {e}")),
+            Err(e) => return Err(format!("waiting for the {what} build: {e}")),
         }
     };
     if !status.success() {
         let err = reader.join().unwrap_or_default();
-        return Err(format!("guest build failed ({status}):\n{err}"));
+        return Err(format!("{what} build failed ({status}):\n{err}"));
     }
+    Ok(())
+}
+
+fn build() -> Result<PathBuf, String> {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let workspace = manifest_dir.join("tests/guests");
+    let target_dir = target_dir().join("guests");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--manifest-path",
+        ])
+        .arg(workspace.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target_dir)
+        // Host-side instrumentation flags (coverage, sanitizers) make no sense for wasm guests.
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS");
+    run_build("guest", command, BUILD_TIMEOUT)?;
     Ok(target_dir.join("wasm32-wasip2/release"))
 }
 
@@ -71,4 +95,42 @@ pub fn guest(name: &str) -> PathBuf {
         Ok(d) => d.join(format!("guest_{}.wasm", name.replace('-', "_"))),
         Err(e) => panic!("{e}"),
     }
+}
+
+/// Builds an example written in Python with its `build.sh` (which installs componentize-py into
+/// a virtual environment under the target directory on first use, and rebuilds only when a
+/// source changed), once per test process. Returns the component's path.
+pub fn python_example(example: &str) -> PathBuf {
+    static BUILT: OnceLock<parking_lot::Mutex<Vec<(String, Result<PathBuf, String>)>>> =
+        OnceLock::new();
+    let built = BUILT.get_or_init(Default::default);
+    let mut built = built.lock();
+    if !built.iter().any(|(name, _)| name == example) {
+        let r = build_python(example);
+        built.push((example.to_string(), r));
+    }
+    match built.iter().find(|(name, _)| name == example) {
+        Some((_, Ok(path))) => path.clone(),
+        Some((_, Err(e))) => panic!("{e}"),
+        None => unreachable!("just inserted"),
+    }
+}
+
+/// A first build downloads componentize-py (~17 MB) and snapshots CPython; later ones only the
+/// latter, in seconds.
+const PYTHON_BUILD_TIMEOUT: Duration = Duration::from_secs(600);
+
+fn build_python(example: &str) -> Result<PathBuf, String> {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = manifest_dir.join("../examples").join(example).join("build.sh");
+    let out = target_dir()
+        .join("python-guests")
+        .join(format!("{}.wasm", example.replace('-', "_")));
+    let mut command = Command::new("sh");
+    command
+        .arg(&script)
+        .arg(&out)
+        .env("CARGO_TARGET_DIR", target_dir());
+    run_build(&format!("{example} (componentize-py)"), command, PYTHON_BUILD_TIMEOUT)?;
+    Ok(out)
 }
