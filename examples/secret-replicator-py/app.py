@@ -42,12 +42,12 @@ class HostApi(replicator.Api):
             raise _api_error(e) from None
         return None if raw is None else replicator.parse(raw)
 
-    def list(self, label_selector):
+    def list_meta(self, label_selector):
         try:
-            items = lister.list("v1", "Secret", None, label_selector)
+            items = lister.list_metadata("v1", "Secret", None, label_selector)
         except Err as e:
             raise _api_error(e) from None
-        return [o for o in (replicator.parse(raw) for raw in items) if o is not None]
+        return [{"namespace": m.namespace, "name": m.name, "uid": m.uid} for m in items]
 
     def apply(self, namespace, name, obj):
         body = json.dumps(obj, separators=(",", ":")).encode()

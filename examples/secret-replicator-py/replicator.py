@@ -1,10 +1,15 @@
 """Secret replication logic, independent of the WebAssembly bindings.
 
 A Secret annotated ``replicator.kube/replicate-to: ns1,ns2`` (the *source*) is copied into each
-listed namespace under the same name (a *replica*). Replicas carry the label
-``replicator.kube/replica: "true"`` and record their source as ``namespace/name`` in the
-annotation ``replicator.kube/source``; they hold the source's ``type`` and ``data`` and nothing
-else of it.
+listed namespace under the same name (a *replica*). Replicas carry the labels
+``replicator.kube/replica: "true"`` and ``replicator.kube/source-namespace: <ns>`` and record
+their source as ``namespace/name`` in the annotation ``replicator.kube/source``; they hold the
+source's ``type`` and ``data`` and nothing else of it.
+
+Why the source's namespace is a label: a source's replicas are found with a label selector over
+the host's cache (metadata only), so a reconcile never copies unrelated Secrets into the guest.
+The name needs no label (names can be longer than label values may be): a replica has its
+source's name.
 
 Everything the controller does to the cluster goes through an ``api`` object (see ``Api``), so
 this module runs unchanged inside the component (``app.py`` adapts the host's imports to it) and
@@ -20,6 +25,7 @@ import json
 TARGETS_ANNOTATION = "replicator.kube/replicate-to"
 SOURCE_ANNOTATION = "replicator.kube/source"
 REPLICA_LABEL = "replicator.kube/replica"
+SOURCE_NAMESPACE_LABEL = "replicator.kube/source-namespace"
 REPLICA_SELECTOR = REPLICA_LABEL + "=true"
 
 # How long to wait before trying again when a listed namespace does not exist (yet). The
@@ -48,8 +54,9 @@ class Api:
         """The Secret ``namespace/name`` as a dict, or None."""
         raise NotImplementedError
 
-    def list(self, label_selector):
-        """Secrets in every namespace matching ``label_selector``, as dicts."""
+    def list_meta(self, label_selector):
+        """Metadata of the Secrets in every namespace matching ``label_selector``: dicts with
+        ``namespace``, ``name`` and ``uid``."""
         raise NotImplementedError
 
     def apply(self, namespace, name, obj):
@@ -152,7 +159,7 @@ def desired_replica(source, namespace):
         "metadata": {
             "name": meta.get("name"),
             "namespace": namespace,
-            "labels": {REPLICA_LABEL: "true"},
+            "labels": {REPLICA_LABEL: "true", SOURCE_NAMESPACE_LABEL: meta.get("namespace")},
             "annotations": {SOURCE_ANNOTATION: key_of(source)},
         },
         "type": source.get("type") or "Opaque",
@@ -165,10 +172,11 @@ def desired_replica(source, namespace):
 def up_to_date(current, desired):
     """Whether ``current`` already matches ``desired`` exactly (data keys included)."""
     meta, want = _meta(current), desired["metadata"]
+    labels = _map(meta, "labels")
     return (
         (current.get("type") or "Opaque") == desired["type"]
         and (current.get("data") or {}) == desired["data"]
-        and _map(meta, "labels").get(REPLICA_LABEL) == "true"
+        and all(labels.get(k) == v for k, v in want["labels"].items())
         and _map(meta, "annotations").get(SOURCE_ANNOTATION)
         == want["annotations"][SOURCE_ANNOTATION]
     )
@@ -233,15 +241,13 @@ def reconcile(api, key):
         for bad in invalid:
             api.log("warn", f"{key}: {TARGETS_ANNOTATION} names an invalid namespace {bad!r}")
 
-    # Stale replicas: ours, recorded with this source, in a namespace no longer listed.
-    for replica in api.list(REPLICA_SELECTOR):
-        if source_of(replica) != key:
+    # Stale replicas: this source's (its namespace by label, its name), in a namespace no longer
+    # listed.
+    for replica in api.list_meta(f"{REPLICA_SELECTOR},{SOURCE_NAMESPACE_LABEL}={ns}"):
+        rns = replica.get("namespace")
+        if replica.get("name") != name or rns in targets:
             continue
-        rmeta = _meta(replica)
-        rns = rmeta.get("namespace")
-        if rns in targets or rmeta.get("name") != name:
-            continue
-        _delete(api, rns, name, rmeta.get("uid"))
+        _delete(api, rns, name, replica.get("uid"))
         api.log("info", f"{key}: deleted replica {rns}/{name}")
 
     missing = []

@@ -128,6 +128,13 @@ fn secret(ns: &str, name: &str, targets: Option<&str>, data: Value) -> Value {
     s
 }
 
+fn namespaces(em: &EmulatorHandle, names: &[&str]) {
+    for ns in names {
+        em.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
+            .expect("create namespace");
+    }
+}
+
 fn get(em: &EmulatorHandle, ns: &str, name: &str) -> Option<Value> {
     em.get("v1", "Secret", Some(ns), name)
 }
@@ -158,6 +165,7 @@ async fn replicas_follow_their_source_through_create_update_and_delete() {
     let m = rt.plugins()[0].plugin().manifest();
     assert_eq!(m.name, "secret-replicator");
 
+    namespaces(&em, &["team-a", "team-b", "team-c"]);
     // Created: replicas appear in the listed namespaces, and only there.
     let v1 = json!({"password": "czNjcmV0"});
     em.create(secret("default", "creds", Some("team-a, team-b"), v1.clone()))
@@ -168,6 +176,7 @@ async fn replicas_follow_their_source_through_create_update_and_delete() {
         .await,
         "replicas appear in team-a and team-b"
     );
+    assert!(get(&em, "team-c", "creds").is_none());
     let replica = get(&em, "team-a", "creds").expect("replica");
     assert_eq!(replica["type"], "Opaque");
     assert!(
@@ -209,6 +218,7 @@ async fn replicas_follow_their_source_through_create_update_and_delete() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespace_dropped_from_the_annotation_loses_its_replica() {
     let (em, rt) = start().await;
+    namespaces(&em, &["ns1", "ns2"]);
     let data = json!({"token": "dG9rZW4="});
     em.create(secret("default", "api", Some("ns1,ns2"), data.clone()))
         .expect("create");
@@ -243,6 +253,7 @@ async fn a_namespace_dropped_from_the_annotation_loses_its_replica() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_edited_replica_is_restored_and_foreign_secrets_are_left_alone() {
     let (em, rt) = start().await;
+    namespaces(&em, &["mine", "other"]);
     // A Secret of someone else's already has the name in one target namespace.
     let theirs = json!({"k": "dGhlaXJz"});
     em.create(secret("other", "db", None, theirs.clone()))
@@ -266,6 +277,64 @@ async fn a_hand_edited_replica_is_restored_and_foreign_secrets_are_left_alone() 
     let foreign = get(&em, "other", "db").expect("foreign secret");
     assert_eq!(foreign["data"], theirs, "a Secret it does not own is never overwritten");
     assert!(foreign["metadata"]["labels"].get(REPLICA).is_none());
+    assert!(rt.shutdown(Duration::from_secs(5)).await);
+    em.shutdown().await;
+}
+
+/// Resident set size of this process, in bytes (Linux; none elsewhere).
+fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cpython_instance_starts_and_answers_within_the_default_limits() {
+    let (em, rt) = start().await;
+    let plugin = rt.plugins()[0].plugin().clone();
+    assert_eq!(plugin.limits(), &Limits::default());
+    let mut instance = plugin.instance().expect("an instance slot");
+
+    let rss = rss_bytes();
+    let started = Instant::now();
+    tokio::time::timeout(T, instance.warm())
+        .await
+        .expect("in time")
+        .expect("instantiates in the default pool slot and memory cap");
+    let instantiate = started.elapsed();
+    let rss_delta = rss.zip(rss_bytes()).map(|(a, b)| b.saturating_sub(a));
+
+    // The first call runs in an interpreter initialised at build time: no start-up cost, well
+    // inside the default one-second handler deadline (which the instance enforces).
+    let plain = serde_json::to_vec(&secret("default", "plain", None, json!({}))).expect("json");
+    let started = Instant::now();
+    tokio::time::timeout(T, instance.on_add(0, &plain))
+        .await
+        .expect("in time")
+        .expect("the first handler call meets its deadline");
+    let first_call = started.elapsed();
+    let started = Instant::now();
+    instance.on_add(0, &plain).await.expect("second call");
+    let second_call = started.elapsed();
+
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(T, instance.reconcile("default/absent"))
+        .await
+        .expect("in time")
+        .expect("the first reconcile meets its deadline");
+    let first_reconcile = started.elapsed();
+    assert_eq!(
+        outcome,
+        Ok(host::plugin::Outcome::Done),
+        "nothing to do for an absent source"
+    );
+    assert_eq!(plugin.stats().traps.load(std::sync::atomic::Ordering::Relaxed), 0);
+    eprintln!(
+        "secret-replicator-py: instantiate {instantiate:?} (resident +{} KiB), first on-add \
+         {first_call:?}, second {second_call:?}, first reconcile {first_reconcile:?}",
+        rss_delta.map_or(0, |d| d / 1024)
+    );
+    drop(instance);
     assert!(rt.shutdown(Duration::from_secs(5)).await);
     em.shutdown().await;
 }

@@ -63,12 +63,12 @@ class FakeCluster(replicator.Api):
         obj = self.secrets.get((namespace, name))
         return json.loads(json.dumps(obj)) if obj is not None else None
 
-    def list(self, label_selector):
-        key, _, value = label_selector.partition("=")
+    def list_meta(self, label_selector):
+        terms = [t.partition("=") for t in label_selector.split(",")]
         return [
-            json.loads(json.dumps(o))
+            {k: o["metadata"][k] for k in ("namespace", "name", "uid")}
             for o in self.secrets.values()
-            if o["metadata"].get("labels", {}).get(key) == value
+            if all(o["metadata"].get("labels", {}).get(k) == v for k, _, v in terms)
         ]
 
     def apply(self, namespace, name, obj):
@@ -200,7 +200,10 @@ class Reconcile(Base):
             rep = self.replica(ns)
             self.assertEqual(rep["data"], src["data"])
             self.assertEqual(rep["type"], "Opaque")
-            self.assertEqual(rep["metadata"]["labels"], {REPLICA_LABEL: "true"})
+            self.assertEqual(
+                rep["metadata"]["labels"],
+                {REPLICA_LABEL: "true", replicator.SOURCE_NAMESPACE_LABEL: "default"},
+            )
             self.assertEqual(
                 rep["metadata"]["annotations"], {SOURCE_ANNOTATION: "default/creds"}
             )
@@ -248,6 +251,17 @@ class Reconcile(Base):
         self.assertIsNone(self.replica("b"))
         self.assertEqual(self.replica("a", "other")["data"], other["data"])
 
+    def test_a_same_named_source_elsewhere_keeps_its_replicas(self):
+        self.source("a")
+        self.source("b", ns="c")
+        replicator.reconcile(self.k, "default/creds")
+        replicator.reconcile(self.k, "c/creds")
+        del self.k.secrets[("default", "creds")]
+        replicator.reconcile(self.k, "default/creds")
+        self.assertIsNone(self.replica("a"))
+        kept = self.replica("b")
+        self.assertEqual(kept["metadata"]["annotations"][SOURCE_ANNOTATION], "c/creds")
+
     def test_a_removed_annotation_deletes_the_replicas(self):
         src = self.source("a")
         replicator.reconcile(self.k, "default/creds")
@@ -285,10 +299,10 @@ class Reconcile(Base):
         # The cache still shows the old replica; the server has a new object under that name.
         self.source("a")
         replicator.reconcile(self.k, "default/creds")
-        stale = self.k.list(replicator.REPLICA_SELECTOR)
+        stale = self.k.list_meta(replicator.REPLICA_SELECTOR)
         self.k.secrets[("a", "creds")]["metadata"]["uid"] = "someone-else"
         del self.k.secrets[("default", "creds")]
-        self.k.list = lambda _sel: stale
+        self.k.list_meta = lambda _sel: stale
         replicator.reconcile(self.k, "default/creds")
         self.assertEqual(self.replica("a")["metadata"]["uid"], "someone-else")
 
