@@ -168,8 +168,13 @@ async fn replicas_follow_their_source_through_create_update_and_delete() {
     namespaces(&em, &["team-a", "team-b", "team-c"]);
     // Created: replicas appear in the listed namespaces, and only there.
     let v1 = json!({"password": "czNjcmV0"});
-    em.create(secret("default", "creds", Some("team-a, team-b"), v1.clone()))
-        .expect("create");
+    em.create(secret(
+        "default",
+        "creds",
+        Some("team-a, team-b"),
+        v1.clone(),
+    ))
+    .expect("create");
     assert!(
         eventually(WAIT, || is_replica_with(&em, "team-a", "creds", &v1)
             && is_replica_with(&em, "team-b", "creds", &v1))
@@ -275,7 +280,10 @@ async fn a_hand_edited_replica_is_restored_and_foreign_secrets_are_left_alone() 
         get(&em, "mine", "db").map(|r| r["data"].clone())
     );
     let foreign = get(&em, "other", "db").expect("foreign secret");
-    assert_eq!(foreign["data"], theirs, "a Secret it does not own is never overwritten");
+    assert_eq!(
+        foreign["data"], theirs,
+        "a Secret it does not own is never overwritten"
+    );
     assert!(foreign["metadata"]["labels"].get(REPLICA).is_none());
     assert!(rt.shutdown(Duration::from_secs(5)).await);
     em.shutdown().await;
@@ -328,7 +336,13 @@ async fn a_cpython_instance_starts_and_answers_within_the_default_limits() {
         Ok(host::plugin::Outcome::Done),
         "nothing to do for an absent source"
     );
-    assert_eq!(plugin.stats().traps.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(
+        plugin
+            .stats()
+            .traps
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
     eprintln!(
         "secret-replicator-py: instantiate {instantiate:?} (resident +{} KiB), first on-add \
          {first_call:?}, second {second_call:?}, first reconcile {first_reconcile:?}",

@@ -101,18 +101,19 @@ pub fn guest(name: &str) -> PathBuf {
 /// a virtual environment under the target directory on first use, and rebuilds only when a
 /// source changed), once per test process. Returns the component's path.
 pub fn python_example(example: &str) -> PathBuf {
-    static BUILT: OnceLock<parking_lot::Mutex<Vec<(String, Result<PathBuf, String>)>>> =
-        OnceLock::new();
-    let built = BUILT.get_or_init(Default::default);
-    let mut built = built.lock();
-    if !built.iter().any(|(name, _)| name == example) {
-        let r = build_python(example);
-        built.push((example.to_string(), r));
-    }
-    match built.iter().find(|(name, _)| name == example) {
-        Some((_, Ok(path))) => path.clone(),
-        Some((_, Err(e))) => panic!("{e}"),
-        None => unreachable!("just inserted"),
+    type Built = (String, Result<PathBuf, String>);
+    static BUILT: parking_lot::Mutex<Vec<Built>> = parking_lot::Mutex::new(Vec::new());
+    let mut built = BUILT.lock();
+    let i = match built.iter().position(|(name, _)| name == example) {
+        Some(i) => i,
+        None => {
+            built.push((example.to_string(), build_python(example)));
+            built.len() - 1
+        }
+    };
+    match &built[i].1 {
+        Ok(path) => path.clone(),
+        Err(e) => panic!("{e}"),
     }
 }
 
@@ -122,7 +123,10 @@ const PYTHON_BUILD_TIMEOUT: Duration = Duration::from_secs(600);
 
 fn build_python(example: &str) -> Result<PathBuf, String> {
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let script = manifest_dir.join("../examples").join(example).join("build.sh");
+    let script = manifest_dir
+        .join("../examples")
+        .join(example)
+        .join("build.sh");
     let out = target_dir()
         .join("python-guests")
         .join(format!("{}.wasm", example.replace('-', "_")));
@@ -131,6 +135,10 @@ fn build_python(example: &str) -> Result<PathBuf, String> {
         .arg(&script)
         .arg(&out)
         .env("CARGO_TARGET_DIR", target_dir());
-    run_build(&format!("{example} (componentize-py)"), command, PYTHON_BUILD_TIMEOUT)?;
+    run_build(
+        &format!("{example} (componentize-py)"),
+        command,
+        PYTHON_BUILD_TIMEOUT,
+    )?;
     Ok(out)
 }
