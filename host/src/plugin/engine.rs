@@ -137,13 +137,15 @@ fn build_engine(config: &EngineConfig, pooling: bool) -> wasmtime::Result<Engine
         let n = config.max_instances.max(1);
         let mut pool = PoolingAllocationConfig::new();
         // A Rust wasip2 component instantiates a handful of core modules (the program plus
-        // adapter shims) with one or two memories and tables; leave headroom for other toolchains.
+        // adapter shims) with one or two memories and tables. A CPython component made by
+        // componentize-py instantiates 14 (libc, libpython and its other shared libraries,
+        // shims), and one with native extension modules more: leave room for those.
         pool.total_component_instances(n)
             .total_core_instances(n.saturating_mul(8))
             .total_memories(n.saturating_mul(2))
             .total_tables(n.saturating_mul(4))
             .total_stacks(n)
-            .max_core_instances_per_component(16)
+            .max_core_instances_per_component(32)
             .max_memories_per_component(4)
             .max_tables_per_component(8)
             .max_memory_size(config.max_memory_bytes)

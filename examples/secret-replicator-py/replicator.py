@@ -1,0 +1,307 @@
+"""Secret replication logic, independent of the WebAssembly bindings.
+
+A Secret annotated ``replicator.kube/replicate-to: ns1,ns2`` (the *source*) is copied into each
+listed namespace under the same name (a *replica*). Replicas carry the labels
+``replicator.kube/replica: "true"`` and ``replicator.kube/source-namespace: <ns>`` and record
+their source as ``namespace/name`` in the annotation ``replicator.kube/source``; they hold the
+source's ``type`` and ``data`` and nothing else of it.
+
+Why the source's namespace is a label: a source's replicas are found with a label selector over
+the host's cache (metadata only), so a reconcile never copies unrelated Secrets into the guest.
+The name needs no label (names can be longer than label values may be): a replica has its
+source's name.
+
+Everything the controller does to the cluster goes through an ``api`` object (see ``Api``), so
+this module runs unchanged inside the component (``app.py`` adapts the host's imports to it) and
+in plain CPython against a fake cluster (``tests/``).
+
+Why one reconcile per *source* key: every decision (which namespaces, what content, which stale
+replicas to remove) depends on the source alone, so events on replicas are mapped back to their
+source's key. A hand-edited replica thus triggers a reconcile of its source, which restores it.
+"""
+
+import json
+
+TARGETS_ANNOTATION = "replicator.kube/replicate-to"
+SOURCE_ANNOTATION = "replicator.kube/source"
+REPLICA_LABEL = "replicator.kube/replica"
+SOURCE_NAMESPACE_LABEL = "replicator.kube/source-namespace"
+REPLICA_SELECTOR = REPLICA_LABEL + "=true"
+
+# How long to wait before trying again when a listed namespace does not exist (yet). The
+# controller does not watch Namespaces (it would need the right to), so it polls for them at
+# this modest rate instead.
+MISSING_NAMESPACE_RETRY_MS = 30_000
+
+
+class ApiError(Exception):
+    """An API failure: the HTTP code and the API's machine-readable reason."""
+
+    def __init__(self, code, reason, message=""):
+        super().__init__(f"{code} {reason}: {message}")
+        self.code = code
+        self.reason = reason
+        self.message = message
+
+
+class Api:
+    """What the logic needs from the host. ``app.py`` and the tests' fake implement it.
+
+    Reads come from the host's informer cache; writes go to the API server.
+    """
+
+    def get(self, namespace, name):
+        """The Secret ``namespace/name`` as a dict, or None."""
+        raise NotImplementedError
+
+    def list_meta(self, label_selector):
+        """Metadata of the Secrets in every namespace matching ``label_selector``: dicts with
+        ``namespace``, ``name`` and ``uid``."""
+        raise NotImplementedError
+
+    def apply(self, namespace, name, obj):
+        """Server-side apply (forced) of ``obj``; returns the stored object."""
+        raise NotImplementedError
+
+    def merge_patch(self, namespace, name, patch):
+        """JSON merge patch; returns the stored object."""
+        raise NotImplementedError
+
+    def delete(self, namespace, name, uid):
+        """Deletes the Secret if it still has ``uid``."""
+        raise NotImplementedError
+
+    def enqueue(self, key):
+        """Adds ``key`` to the workqueue."""
+        raise NotImplementedError
+
+    def log(self, level, message):
+        """Logs ``message`` at ``level`` (``"info"``, ``"warn"``, ``"error"``)."""
+        raise NotImplementedError
+
+
+def parse(raw):
+    """The object in ``raw`` (JSON bytes), or None when it is not a JSON object."""
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _meta(obj):
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _map(meta, field):
+    value = meta.get(field)
+    return value if isinstance(value, dict) else {}
+
+
+def key_of(obj):
+    """``namespace/name`` of a namespaced object."""
+    meta = _meta(obj)
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def is_replica(obj):
+    """Whether ``obj`` is a replica this controller made (by its label)."""
+    return _map(_meta(obj), "labels").get(REPLICA_LABEL) == "true"
+
+
+def source_of(replica):
+    """The source key a replica records, or None."""
+    value = _map(_meta(replica), "annotations").get(SOURCE_ANNOTATION)
+    return value if isinstance(value, str) and "/" in value else None
+
+
+def is_source(obj):
+    """Whether ``obj`` asks to be replicated (replicas never are, whatever they carry)."""
+    return not is_replica(obj) and TARGETS_ANNOTATION in _map(_meta(obj), "annotations")
+
+
+def _valid_namespace(ns):
+    # A DNS-1123 label: what the API server accepts as a namespace name.
+    return (
+        0 < len(ns) <= 63
+        and all(c.islower() or c.isdigit() or c == "-" for c in ns)
+        and ns.isascii()
+        and ns[0] != "-"
+        and ns[-1] != "-"
+    )
+
+
+def target_namespaces(source):
+    """The namespaces ``source`` lists, in order, without duplicates, blanks or its own.
+
+    Returns ``(valid, invalid)``.
+    """
+    own = _meta(source).get("namespace")
+    raw = _map(_meta(source), "annotations").get(TARGETS_ANNOTATION)
+    valid, invalid = [], []
+    if not isinstance(raw, str):
+        return valid, invalid
+    for part in raw.split(","):
+        ns = part.strip()
+        if not ns or ns == own or ns in valid:
+            continue
+        (valid if _valid_namespace(ns) else invalid).append(ns)
+    return valid, invalid
+
+
+def desired_replica(source, namespace):
+    """The partial object this controller applies (and so owns) in ``namespace``."""
+    meta = _meta(source)
+    obj = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": namespace,
+            "labels": {REPLICA_LABEL: "true", SOURCE_NAMESPACE_LABEL: meta.get("namespace")},
+            "annotations": {SOURCE_ANNOTATION: key_of(source)},
+        },
+        "type": source.get("type") or "Opaque",
+    }
+    data = source.get("data")
+    obj["data"] = dict(data) if isinstance(data, dict) else {}
+    return obj
+
+
+def up_to_date(current, desired):
+    """Whether ``current`` already matches ``desired`` exactly (data keys included)."""
+    meta, want = _meta(current), desired["metadata"]
+    labels = _map(meta, "labels")
+    return (
+        (current.get("type") or "Opaque") == desired["type"]
+        and (current.get("data") or {}) == desired["data"]
+        and all(labels.get(k) == v for k, v in want["labels"].items())
+        and _map(meta, "annotations").get(SOURCE_ANNOTATION)
+        == want["annotations"][SOURCE_ANNOTATION]
+    )
+
+
+# --- handlers: map every event to the key of the source it concerns ---------------------------
+
+
+def _enqueue_for(api, obj):
+    if obj is None:
+        return
+    if is_replica(obj):
+        src = source_of(obj)
+        if src is not None:
+            api.enqueue(src)
+    elif is_source(obj):
+        api.enqueue(key_of(obj))
+
+
+def on_add(api, raw):
+    _enqueue_for(api, parse(raw))
+
+
+def on_update(api, old_raw, new_raw):
+    old, new = parse(old_raw), parse(new_raw)
+    _enqueue_for(api, new)
+    # A source whose annotation was removed must still be reconciled, to delete its replicas.
+    if old is not None and new is not None and is_source(old) and not is_source(new):
+        api.enqueue(key_of(old))
+
+
+def on_delete(api, raw):
+    _enqueue_for(api, parse(raw))
+
+
+# --- reconcile -------------------------------------------------------------------------------
+
+
+class Result:
+    """What ``reconcile`` decided: ``requeue_after_ms`` is None when the key is done."""
+
+    def __init__(self, requeue_after_ms=None):
+        self.requeue_after_ms = requeue_after_ms
+
+
+def _split(key):
+    ns, sep, name = key.partition("/")
+    if not sep or not ns or not name:
+        raise ValueError(f"not a namespace/name key: {key!r}")
+    return ns, name
+
+
+def reconcile(api, key):
+    """Makes the replicas of source ``key`` match it. Raises ``ApiError`` to be retried."""
+    ns, name = _split(key)
+    source = api.get(ns, name)
+    deleting = source is not None and _meta(source).get("deletionTimestamp") is not None
+    if source is None or deleting or not is_source(source):
+        targets = []
+    else:
+        targets, invalid = target_namespaces(source)
+        for bad in invalid:
+            api.log("warn", f"{key}: {TARGETS_ANNOTATION} names an invalid namespace {bad!r}")
+
+    # Stale replicas: this source's (its namespace by label, its name), in a namespace no longer
+    # listed.
+    for replica in api.list_meta(f"{REPLICA_SELECTOR},{SOURCE_NAMESPACE_LABEL}={ns}"):
+        rns = replica.get("namespace")
+        if replica.get("name") != name or rns in targets:
+            continue
+        _delete(api, rns, name, replica.get("uid"))
+        api.log("info", f"{key}: deleted replica {rns}/{name}")
+
+    missing = []
+    for target in targets:
+        if _replicate(api, source, key, target, name) == "missing":
+            missing.append(target)
+    if missing:
+        api.log(
+            "info",
+            f"{key}: namespaces {','.join(missing)} do not exist; retrying in "
+            f"{MISSING_NAMESPACE_RETRY_MS // 1000}s",
+        )
+        return Result(MISSING_NAMESPACE_RETRY_MS)
+    return Result()
+
+
+def _delete(api, namespace, name, uid):
+    try:
+        api.delete(namespace, name, uid)
+    except ApiError as e:
+        # Gone already (404), or replaced by a new object with another UID (409): not ours now.
+        if e.code not in (404, 409):
+            raise
+
+
+def _replicate(api, source, key, target, name):
+    """Brings one replica up to date; returns "missing" when the namespace does not exist."""
+    desired = desired_replica(source, target)
+    current = api.get(target, name)
+    if current is not None:
+        if not is_replica(current) or source_of(current) != key:
+            # Someone else's Secret (or another source's replica): never overwrite it.
+            api.log(
+                "warn",
+                f"{key}: {target}/{name} exists and is not its replica; leaving it alone",
+            )
+            return "conflict"
+        if up_to_date(current, desired):
+            return "ok"
+    try:
+        stored = api.apply(target, name, desired)
+    except ApiError as e:
+        if e.code == 404:
+            return "missing"
+        if e.code == 422 and current is not None:
+            # A Secret's type cannot change in place: recreate the replica.
+            _delete(api, target, name, _meta(current).get("uid"))
+            stored = api.apply(target, name, desired)
+        else:
+            raise
+    # Apply only removes fields this controller applied before; keys another writer added by
+    # hand stay unless removed explicitly, and a replica must hold exactly the source's data.
+    extra = [k for k in (stored.get("data") or {}) if k not in desired["data"]]
+    if extra:
+        api.merge_patch(target, name, {"data": {k: None for k in extra}})
+    api.log("info", f"{key}: replicated to {target}")
+    return "ok"
