@@ -9,5 +9,6 @@ pub mod emulator;
 pub mod informer;
 pub mod kube;
 pub mod plugin;
+pub mod shutdown;
 pub mod testing;
 pub mod workqueue;

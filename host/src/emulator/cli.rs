@@ -36,8 +36,9 @@ pub struct EmulatorArgs {
     pub history_window: usize,
 }
 
-/// Run until Ctrl-C.
+/// Runs until SIGINT or SIGTERM.
 pub async fn run(args: EmulatorArgs) -> anyhow::Result<()> {
+    let mut stop = crate::shutdown::ShutdownSignal::install()?;
     let handle = Emulator::builder()
         .tls(args.tls)
         .token(args.token.clone())
@@ -64,7 +65,7 @@ pub async fn run(args: EmulatorArgs) -> anyhow::Result<()> {
         writeln!(out, "kubeconfig: {}", kubeconfig.display())?;
         out.flush()?;
     }
-    tokio::signal::ctrl_c().await?;
+    stop.recv().await;
     tracing::info!("stopping");
     handle.shutdown().await;
     if args.kubeconfig.is_none() {

@@ -87,11 +87,7 @@ fn build(workspace: &str) -> Result<PathBuf, String> {
         // Host-side instrumentation flags (coverage, sanitizers) make no sense for wasm guests.
         .env_remove("RUSTFLAGS")
         .env_remove("CARGO_ENCODED_RUSTFLAGS");
-    run_build(
-        &workspace.display().to_string(),
-        command,
-        BUILD_TIMEOUT,
-    )?;
+    run_build(&workspace.display().to_string(), command, BUILD_TIMEOUT)?;
     Ok(target_dir.join("wasm32-wasip2/release"))
 }
 
