@@ -13,7 +13,10 @@ use host::emulator::{Emulator, EmulatorHandle};
 use host::kube::config::KubeconfigOptions;
 use host::kube::{Client, Config, Discovery};
 use host::plugin::engine::DEFAULT_MAX_MEMORY;
-use host::plugin::{EngineConfig, Limits, Manifest, PluginEngine, PluginRuntime, RuntimeOptions};
+use host::plugin::{
+    EngineConfig, Limits, Manifest, PluginEngine, PluginRuntime, QuarantinePolicy, RetryPolicy,
+    RuntimeOptions,
+};
 
 #[derive(Parser)]
 #[command(
@@ -81,11 +84,32 @@ struct RunArgs {
     /// Instances per plugin: workers plus one dispatcher (default 16).
     #[arg(long, value_name = "N")]
     max_instances: Option<u32>,
-    /// Grace period for in-flight reconciles at shutdown, in seconds (default 30).
+    /// Grace period for in-flight reconciles at shutdown, in seconds (default 30). Reconciles
+    /// still running when it ends are abandoned and the host exits with status 1.
     #[arg(long, value_name = "SECONDS")]
     grace_period: Option<u64>,
+    /// Instance failures (traps, deadlines, memory exhaustion) within the quarantine window
+    /// that quarantine a plugin (default 5; 0 never quarantines).
+    #[arg(long, value_name = "N")]
+    quarantine_failures: Option<u32>,
+    /// The window those failures are counted in, in seconds (default 60).
+    #[arg(long, value_name = "SECONDS")]
+    quarantine_window: Option<u64>,
+    /// Cool-down of a first quarantine before a probation call, in milliseconds (default
+    /// 10000); it doubles with each quarantine in a row.
+    #[arg(long, value_name = "MS")]
+    quarantine_cooldown_ms: Option<u64>,
+    /// The longest quarantine cool-down, in milliseconds (default 300000).
+    #[arg(long, value_name = "MS")]
+    quarantine_max_cooldown_ms: Option<u64>,
+    /// Calls per informer notification whose handler failed in the sandbox, the first included
+    /// (default 3; 1 disables retries). Retries run on a fresh instance, 50 ms then doubling
+    /// (at most 1 s) apart.
+    #[arg(long, value_name = "N")]
+    handler_attempts: Option<u32>,
     /// YAML file with any of: handlerDeadlineMs, reconcileDeadlineMs, memoryMb, maxInstances,
-    /// gracePeriodSeconds, cacheDir, metricsAddr, namespace, failFast.
+    /// gracePeriodSeconds, quarantineFailures, quarantineWindowSeconds, quarantineCooldownMs,
+    /// quarantineMaxCooldownMs, handlerAttempts, cacheDir, metricsAddr, namespace, failFast.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9090.
@@ -141,6 +165,11 @@ struct FileConfig {
     memory_mb: Option<usize>,
     max_instances: Option<u32>,
     grace_period_seconds: Option<u64>,
+    quarantine_failures: Option<u32>,
+    quarantine_window_seconds: Option<u64>,
+    quarantine_cooldown_ms: Option<u64>,
+    quarantine_max_cooldown_ms: Option<u64>,
+    handler_attempts: Option<u32>,
     cache_dir: Option<PathBuf>,
     metrics_addr: Option<SocketAddr>,
     namespace: Option<String>,
@@ -391,6 +420,40 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .or(file.grace_period_seconds)
             .unwrap_or(30),
     );
+    let qd = QuarantinePolicy::default();
+    let quarantine = QuarantinePolicy {
+        failures: args
+            .quarantine_failures
+            .or(file.quarantine_failures)
+            .unwrap_or(qd.failures),
+        window: args
+            .quarantine_window
+            .or(file.quarantine_window_seconds)
+            .map_or(qd.window, Duration::from_secs),
+        cooldown: args
+            .quarantine_cooldown_ms
+            .or(file.quarantine_cooldown_ms)
+            .map_or(qd.cooldown, ms),
+        max_cooldown: args
+            .quarantine_max_cooldown_ms
+            .or(file.quarantine_max_cooldown_ms)
+            .map_or(qd.max_cooldown, ms),
+    };
+    if quarantine.max_cooldown < quarantine.cooldown {
+        bail!(
+            "the quarantine's maximum cool-down ({:?}) is shorter than its first one ({:?})",
+            quarantine.max_cooldown,
+            quarantine.cooldown
+        );
+    }
+    let handler_retry = RetryPolicy {
+        attempts: args
+            .handler_attempts
+            .or(file.handler_attempts)
+            .unwrap_or(RetryPolicy::default().attempts)
+            .max(1),
+        ..RetryPolicy::default()
+    };
     let metrics_addr = args.metrics_addr.or(file.metrics_addr);
     let engine = engine(args.cache_dir.or(file.cache_dir), limits.memory_bytes)?;
 
@@ -416,6 +479,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             limits,
             namespace: args.namespace.or(file.namespace),
             fail_fast: args.fail_fast || file.fail_fast.unwrap_or(false),
+            quarantine,
+            handler_retry,
         },
     );
     let started = runtime.start_all(&args.plugins).await;
@@ -428,14 +493,19 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         Ok(_) => serve(&runtime, metrics_addr).await,
     };
     let clean = runtime.shutdown(grace).await;
-    if !clean {
-        tracing::warn!("some reconciles were still running when the grace period ended");
-    }
     if let Some((handle, kubeconfig)) = emulator {
         handle.shutdown().await;
         let _ = std::fs::remove_file(kubeconfig);
     }
-    result
+    result?;
+    if !clean {
+        // Abandoned work is worth a non-zero status: an orchestrator's restart count or a
+        // rollout's logs then show that the grace period is too short for these reconciles.
+        bail!(
+            "grace period of {grace:?} ended with reconciles still running; they were abandoned"
+        );
+    }
+    Ok(())
 }
 
 /// Serves metrics (if asked) until SIGINT/SIGTERM.

@@ -40,6 +40,7 @@ fn runtime(em: &EmulatorHandle, limits: Limits, fail_fast: bool) -> PluginRuntim
             limits,
             namespace: None,
             fail_fast,
+            ..RuntimeOptions::default()
         },
     )
 }
