@@ -1,6 +1,8 @@
-//! Enqueues every ConfigMap named `trap-*`, and traps in every reconcile until the ConfigMap
-//! `default/trapper-switch` says `mode: ok`; then each reconcile of `trap-X` applies
-//! `trap-X-done`. Exercises quarantine (a plugin that keeps failing), probation and resumption.
+//! Enqueues every Secret named `trap-*`, and traps in every reconcile until the Secret
+//! `default/trapper-switch` has the label `mode: ok`; then each reconcile of `trap-X` applies
+//! the ConfigMap `trap-X-done`. Exercises quarantine (a plugin that keeps failing), probation
+//! and resumption. It watches Secrets so that other plugins' ConfigMap traffic in the same test
+//! does not reach it.
 use kube_guest::{client, lister, split_key, watch_all, Manifest, Outcome, Verb, Write};
 use serde_json::{json, Value};
 
@@ -11,10 +13,10 @@ fn wanted(name: &str) -> bool {
 }
 
 fn switched_on() -> bool {
-    match lister::get("v1", "ConfigMap", Some("default"), "trapper-switch") {
+    match lister::get("v1", "Secret", Some("default"), "trapper-switch") {
         Ok(Some(obj)) => {
             let v: Value = serde_json::from_slice(&obj).unwrap_or(Value::Null);
-            v["data"]["mode"] == "ok"
+            v["metadata"]["labels"]["mode"] == "ok"
         }
         _ => false,
     }
@@ -24,7 +26,7 @@ impl kube_guest::Guest for Trapper {
     fn manifest() -> Manifest {
         Manifest {
             name: "trapper".into(),
-            watches: vec![watch_all("v1", "ConfigMap")],
+            watches: vec![watch_all("v1", "Secret")],
             writes: vec![Write {
                 api_version: "v1".into(),
                 kind: "ConfigMap".into(),
