@@ -38,7 +38,8 @@ enum Command {
     Emulator(host::emulator::cli::EmulatorArgs),
     /// Print a plugin's manifest.
     Inspect(InspectArgs),
-    /// Print the ClusterRole and ClusterRoleBinding the plugins need.
+    /// Print the RBAC the plugins need: a Role and RoleBinding in the namespace of each plugin
+    /// confined to one, a ClusterRole and ClusterRoleBinding for the others.
     Rbac(RbacArgs),
 }
 
@@ -135,9 +136,13 @@ struct RbacArgs {
     /// The components.
     #[arg(value_name = "FILE.wasm", required = true)]
     plugins: Vec<PathBuf>,
-    /// Name of the ClusterRole and its binding.
+    /// Name of the roles and their bindings.
     #[arg(long, default_value = "kube-wasm-host")]
     role_name: String,
+    /// The namespace the host will run with (`--namespace` of the run): watches that name none
+    /// are confined to it.
+    #[arg(long)]
+    namespace: Option<String>,
     /// Namespace of the host's service account.
     #[arg(long = "service-account-namespace", default_value = "kube-system")]
     sa_namespace: String,
@@ -266,6 +271,39 @@ fn manifest_value(m: &Manifest) -> serde_json::Value {
     })
 }
 
+/// Whether a kind is namespaced, for `host rbac` without a cluster: the built-in cluster-scoped
+/// kinds are known; anything else is assumed namespaced, as almost every custom kind is.
+fn guess_namespaced(api_version: &str, kind: &str) -> bool {
+    const CLUSTER_SCOPED: &[(&str, &str)] = &[
+        ("", "Namespace"),
+        ("", "Node"),
+        ("", "PersistentVolume"),
+        ("", "ComponentStatus"),
+        ("rbac.authorization.k8s.io", "ClusterRole"),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+        ("storage.k8s.io", "StorageClass"),
+        ("storage.k8s.io", "CSIDriver"),
+        ("storage.k8s.io", "CSINode"),
+        ("storage.k8s.io", "VolumeAttachment"),
+        ("apiextensions.k8s.io", "CustomResourceDefinition"),
+        ("apiregistration.k8s.io", "APIService"),
+        (
+            "admissionregistration.k8s.io",
+            "MutatingWebhookConfiguration",
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingWebhookConfiguration",
+        ),
+        ("scheduling.k8s.io", "PriorityClass"),
+        ("node.k8s.io", "RuntimeClass"),
+        ("networking.k8s.io", "IngressClass"),
+        ("certificates.k8s.io", "CertificateSigningRequest"),
+    ];
+    let group = api_version.split_once('/').map_or("", |(g, _)| g);
+    !CLUSTER_SCOPED.contains(&(group, kind))
+}
+
 /// kubectl's guess of a resource from a kind (client-go `UnsafeGuessKindToResource`), used by
 /// `host rbac` when no cluster is at hand.
 fn guess_plural(kind: &str) -> String {
@@ -305,7 +343,13 @@ async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
                     .resolve(av, k)
                     .await
                     .with_context(|| format!("plugin {:?}: kind {k} ({av})", m.name))?;
-                resolved.insert((av.clone(), k.clone()), r.plural);
+                resolved.insert(
+                    (av.clone(), k.clone()),
+                    host::plugin::rbac::Resolved {
+                        resource: r.plural,
+                        namespaced: r.namespaced,
+                    },
+                );
             }
         }
     }
@@ -314,16 +358,20 @@ async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
         namespace: &args.sa_namespace,
         service_account: &args.service_account,
     };
-    let yaml = host::plugin::rbac::cluster_role_yaml(
+    let yaml = host::plugin::rbac::rbac_yaml(
         &manifests,
         |av, k| {
             Some(
                 resolved
                     .get(&(av.to_string(), k.to_string()))
                     .cloned()
-                    .unwrap_or_else(|| guess_plural(k)),
+                    .unwrap_or_else(|| host::plugin::rbac::Resolved {
+                        resource: guess_plural(k),
+                        namespaced: guess_namespaced(av, k),
+                    }),
             )
         },
+        args.namespace.as_deref(),
         &subject,
     )?;
     print!("{yaml}");
@@ -501,9 +549,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if !clean {
         // Abandoned work is worth a non-zero status: an orchestrator's restart count or a
         // rollout's logs then show that the grace period is too short for these reconciles.
-        bail!(
-            "grace period of {grace:?} ended with reconciles still running; they were abandoned"
-        );
+        bail!("grace period of {grace:?} ended with reconciles still running; they were abandoned");
     }
     Ok(())
 }
@@ -536,7 +582,7 @@ async fn serve(runtime: &PluginRuntime, metrics_addr: Option<SocketAddr>) -> any
 
 #[cfg(test)]
 mod tests {
-    use super::guess_plural;
+    use super::{guess_namespaced, guess_plural};
 
     #[test]
     fn plural_guess_matches_kubectl() {
@@ -544,5 +590,17 @@ mod tests {
         assert_eq!(guess_plural("Ingress"), "ingresses");
         assert_eq!(guess_plural("NetworkPolicy"), "networkpolicies");
         assert_eq!(guess_plural("Gateway"), "gateways");
+    }
+
+    #[test]
+    fn cluster_scoped_builtins_are_known() {
+        assert!(!guess_namespaced("v1", "Namespace"));
+        assert!(!guess_namespaced(
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRole"
+        ));
+        assert!(guess_namespaced("v1", "ConfigMap"));
+        assert!(guess_namespaced("rbac.authorization.k8s.io/v1", "Role"));
+        assert!(guess_namespaced("example.com/v1", "Widget"));
     }
 }

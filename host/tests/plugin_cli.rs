@@ -63,6 +63,27 @@ async fn rbac_prints_a_least_privilege_role_and_binding() {
         .collect();
     assert_eq!(verbs, ["delete", "get", "list", "patch", "watch"]);
     assert_eq!(docs[1]["kind"], "ClusterRoleBinding");
+
+    // With the host confined to one namespace, every plugin's watches and (namespaced) writes
+    // are too: a Role and RoleBinding there, no cluster-wide grant.
+    let out = host(&[
+        os("rbac"),
+        os("--namespace"),
+        os("team"),
+        copier.as_os_str(),
+        getter.as_os_str(),
+    ])
+    .await;
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
+        .collect();
+    let kinds: Vec<_> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert_eq!(kinds, ["Role", "RoleBinding"], "{text}");
+    assert_eq!(docs[0]["metadata"]["namespace"], "team");
+    assert_eq!(docs[0]["rules"][0]["resources"][0], "configmaps");
+    assert_eq!(docs[1]["roleRef"]["kind"], "Role");
 }
 
 #[tokio::test]

@@ -81,7 +81,10 @@ impl Host {
         .await;
         match found {
             Ok(Some(l)) => l,
-            _ => panic!("no line containing {text:?}; saw:\n{}", self.seen.join("\n")),
+            _ => panic!(
+                "no line containing {text:?}; saw:\n{}",
+                self.seen.join("\n")
+            ),
         }
     }
 
@@ -123,7 +126,10 @@ async fn sigterm_lets_the_in_flight_reconcile_finish_and_exits_0() {
     host.sigterm();
     let term = Instant::now();
     host.line("signal received; shutting down").await;
-    assert!(get_cm(&em, "job-1-done").is_none(), "still waiting at the gate");
+    assert!(
+        get_cm(&em, "job-1-done").is_none(),
+        "still waiting at the gate"
+    );
     let mut gate = get_cm(&em, "gate").expect("gate");
     gate["data"]["open"] = "yes".into();
     em.update(gate).expect("open the gate");

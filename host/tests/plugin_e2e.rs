@@ -92,7 +92,10 @@ async fn a_trapping_handler_is_logged_and_its_instance_replaced() {
     em.create(cm("after", json!({"v": "1"}))).expect("create");
     assert!(eventually(WAIT, || get_cm(&em, "after-copy").is_some()).await);
     assert_eq!(dispatcher().failures.load(Ordering::Relaxed), 3);
-    assert!(!rt.plugins()[0].health().is_quarantined(), "3 failures are below the default 5");
+    assert!(
+        !rt.plugins()[0].health().is_quarantined(),
+        "3 failures are below the default 5"
+    );
     assert!(
         get_cm(&em, "handler-panic-copy").is_none(),
         "the failed add enqueued nothing"

@@ -49,8 +49,14 @@ async fn a_failed_notification_is_retried_on_a_fresh_instance_in_order_then_drop
     em.create(cm("flaky-d", json!({}))).expect("d");
     let d = rt.plugins()[0].dispatcher();
     assert!(
-        eventually(WAIT, || guest_lines(&logs, "flaky", "event add default/flaky-d").len() == 1)
-            .await,
+        eventually(WAIT, || guest_lines(
+            &logs,
+            "flaky",
+            "event add default/flaky-d"
+        )
+        .len()
+            == 1)
+        .await,
         "the last notification gets through"
     );
     assert_eq!(
@@ -68,10 +74,18 @@ async fn a_failed_notification_is_retried_on_a_fresh_instance_in_order_then_drop
     let plugin = rt.plugins()[0].plugin();
     assert_eq!(plugin.stats().traps.load(Ordering::Relaxed), 5);
     // Each attempt ran on a fresh instance: it found the markers of the earlier ones.
-    for m in ["flaky-a-try-1", "flaky-a-try-2", "flaky-c-try-1", "flaky-c-try-2"] {
+    for m in [
+        "flaky-a-try-1",
+        "flaky-a-try-2",
+        "flaky-c-try-1",
+        "flaky-c-try-2",
+    ] {
         assert!(get_cm(&em, m).is_some(), "{m}");
     }
-    assert!(get_cm(&em, "flaky-c-try-3").is_some(), "the third attempt of c ran");
+    assert!(
+        get_cm(&em, "flaky-c-try-3").is_some(),
+        "the third attempt of c ran"
+    );
     assert!(get_cm(&em, "flaky-c-try-4").is_none(), "and no fourth");
     let dropped: Vec<_> = logs
         .lines()
@@ -90,7 +104,12 @@ async fn a_failed_notification_is_retried_on_a_fresh_instance_in_order_then_drop
     );
     assert!(metrics.contains("plugin_notification_retries_total{plugin=\"flaky\"} 4"));
     // The keys of the delivered notifications were reconciled.
-    let reconciles = || rt.plugins()[0].reconcile_stats().total.load(Ordering::Relaxed);
+    let reconciles = || {
+        rt.plugins()[0]
+            .reconcile_stats()
+            .total
+            .load(Ordering::Relaxed)
+    };
     assert!(eventually(WAIT, || reconciles() >= 3).await);
     assert!(rt.shutdown(Duration::from_secs(5)).await);
     em.shutdown().await;
@@ -153,7 +172,8 @@ async fn a_plugin_that_keeps_failing_is_quarantined_reported_and_resumes_after_p
         .filter(|l| {
             l.plugin.as_deref() == Some("trapper")
                 && l.level == tracing::Level::ERROR
-                && l.message.starts_with("plugin quarantined: 3 instance failures within 60s")
+                && l.message
+                    .starts_with("plugin quarantined: 3 instance failures within 60s")
         })
         .collect();
     assert_eq!(first.len(), 1, "one line saying why: {first:?}");
@@ -207,10 +227,15 @@ async fn a_plugin_that_keeps_failing_is_quarantined_reported_and_resumes_after_p
         "every kept key is reconciled after resuming"
     );
     assert!(!trapper.health().is_quarantined());
-    assert!(logs.lines().iter().any(|l| l.plugin.as_deref() == Some("trapper")
-        && l.message.contains("plugin resumed")));
+    assert!(logs
+        .lines()
+        .iter()
+        .any(|l| l.plugin.as_deref() == Some("trapper") && l.message.contains("plugin resumed")));
     em.create(secret("trap-4", json!({}))).expect("create");
-    assert!(eventually(WAIT, || done(&em, 4)).await, "new work flows again");
+    assert!(
+        eventually(WAIT, || done(&em, 4)).await,
+        "new work flows again"
+    );
     ops_until(&addr, "/readyz", 200, |b| b == "ok\n").await;
     let metrics = http_get(&addr, "/metrics").await.1;
     assert!(metrics.contains("plugin_quarantined{plugin=\"trapper\"} 0"));
@@ -242,7 +267,10 @@ async fn shutdown_does_not_wait_for_a_quarantined_plugin() {
     let clean = tokio::time::timeout(WAIT, rt.shutdown(Duration::from_secs(20)))
         .await
         .expect("returns");
-    assert!(clean, "nothing was in flight: the held key never reached the guest");
+    assert!(
+        clean,
+        "nothing was in flight: the held key never reached the guest"
+    );
     assert!(
         t.elapsed() < Duration::from_secs(10),
         "the grace period is not spent on a quarantined plugin: {:?}",

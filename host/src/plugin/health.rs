@@ -285,8 +285,7 @@ impl Health {
                 }
                 g.failures.push_back(now);
                 if g.failures.len() >= self.policy.failures as usize {
-                    if g
-                        .resumed_at
+                    if g.resumed_at
                         .is_some_and(|t| now.saturating_duration_since(t) >= window)
                     {
                         // A window of healthy running since the last probation: start over.
@@ -400,14 +399,20 @@ mod tests {
         fail(&h).await;
         tokio::time::advance(Duration::from_secs(11)).await;
         fail(&h).await;
-        assert!(!h.is_quarantined(), "two of the three are older than the window");
+        assert!(
+            !h.is_quarantined(),
+            "two of the three are older than the window"
+        );
         fail(&h).await;
         fail(&h).await;
         assert!(h.is_quarantined());
         let s = h.snapshot();
         assert_eq!(s.phase, Phase::Quarantined);
         assert_eq!(s.quarantines, 1);
-        assert!(s.reason.as_deref().is_some_and(|r| r.contains("3 instance failures")));
+        assert!(s
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("3 instance failures")));
         assert_eq!(s.remaining, Some(Duration::from_secs(1)));
     }
 
@@ -435,7 +440,11 @@ mod tests {
                 start.elapsed()
             }
         );
-        assert_eq!(a, Duration::from_millis(1100), "probe after the 1 s cool-down");
+        assert_eq!(
+            a,
+            Duration::from_millis(1100),
+            "probe after the 1 s cool-down"
+        );
         assert_eq!(b, a, "the second caller waited for the probe's success");
         assert!(!h.is_quarantined());
         assert_eq!(h.snapshot().phase, Phase::Running);

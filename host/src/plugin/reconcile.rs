@@ -81,7 +81,9 @@ pub fn spawn_workers(
         .enumerate()
         .map(|(i, inst)| {
             let span = tracing::info_span!("worker", plugin = %plugin.name(), worker = i);
-            tokio::spawn(worker(inst, queue.clone(), stats.clone(), health.clone()).instrument(span))
+            tokio::spawn(
+                worker(inst, queue.clone(), stats.clone(), health.clone()).instrument(span),
+            )
         })
         .collect())
 }

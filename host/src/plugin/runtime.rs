@@ -17,6 +17,7 @@ use super::engine::PluginEngine;
 use super::health::{Health, HealthSnapshot, Phase, QuarantinePolicy};
 use super::instance::{GuestError, Limits};
 use super::loader::{LoadError, LoadedPlugin, Plugin};
+use super::rbac::namespace_scope;
 use super::reconcile::{spawn_workers, ReconcileStats, RECONCILE_BUCKETS};
 use super::watch_counters::{CounterMap, CountingLw};
 use crate::informer::factory::{FactoryRegistration, InformerKey, SharedInformerFactory};
@@ -242,11 +243,15 @@ impl PluginRuntime {
         let lister = Arc::new(InformerLister::new());
         let backends = Backends {
             lister: lister.clone(),
-            client: Arc::new(KubeClientBackend::new(
-                self.client.clone(),
-                &name,
-                resources.clone(),
-            )),
+            client: Arc::new(
+                KubeClientBackend::new(self.client.clone(), &name, resources.clone()).confined_to(
+                    namespace_scope(loaded.manifest(), self.opts.namespace.as_deref(), |a, k| {
+                        resources
+                            .get(&(a.to_string(), k.to_string()))
+                            .map(|r| r.namespaced)
+                    }),
+                ),
+            ),
             queue: Arc::new(WorkqueueBackend::new(queue.clone())),
         };
         let plugin = loaded.activate(backends);
