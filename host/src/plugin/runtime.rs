@@ -122,6 +122,10 @@ impl RunningPlugin {
     pub fn dispatcher(&self) -> &Dispatcher {
         &self.dispatcher
     }
+    /// A shared handle on its dispatcher (counters outliving a borrow of the runtime).
+    pub fn dispatcher_handle(&self) -> Arc<Dispatcher> {
+        self.dispatcher.clone()
+    }
     /// Whether every one of its handlers has seen its informer's initial list.
     pub fn has_synced(&self) -> bool {
         self.regs.iter().all(FactoryRegistration::has_synced)
