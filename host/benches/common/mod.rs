@@ -288,7 +288,12 @@ pub fn configmap_pad(h: &host::emulator::EmulatorHandle, ns: &str, target: usize
 }
 
 /// Creates namespace `ns` and `n` ConfigMaps of about `target` bytes in it; returns the padding.
-pub fn seed_configmaps(h: &host::emulator::EmulatorHandle, ns: &str, n: usize, target: usize) -> usize {
+pub fn seed_configmaps(
+    h: &host::emulator::EmulatorHandle,
+    ns: &str,
+    n: usize,
+    target: usize,
+) -> usize {
     h.create(json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name": ns}}))
         .expect("namespace");
     let pad = configmap_pad(h, ns, target);
