@@ -139,5 +139,41 @@ async fn no_plugin_or_only_broken_plugins_exit_non_zero_with_one_clear_line() {
         "{stderr}"
     );
     assert!(stderr.contains("bogus"), "{stderr}");
+
+    // Quarantine limits come from the file too, and inconsistent ones are refused up front.
+    std::fs::write(
+        &cfg,
+        "quarantineFailures: 3\nquarantineWindowSeconds: 30\nquarantineCooldownMs: 5000\nquarantineMaxCooldownMs: 1000\nhandlerAttempts: 2\n",
+    )
+    .expect("write");
+    let out = host(&[
+        os("--config"),
+        cfg.as_os_str(),
+        os("--plugin"),
+        junk.as_os_str(),
+    ])
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("maximum cool-down (1s) is shorter than its first one (5s)"),
+        "{stderr}"
+    );
+    // A flag overrides the file.
+    let out = host(&[
+        os("--config"),
+        cfg.as_os_str(),
+        os("--quarantine-max-cooldown-ms"),
+        os("60000"),
+        os("--emulator"),
+        os("--plugin"),
+        junk.as_os_str(),
+    ])
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no plugin could be started"),
+        "the limits were accepted; only the plugin is bad: {stderr}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

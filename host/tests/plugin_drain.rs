@@ -26,6 +26,13 @@ struct Host {
     child: Child,
     lines: mpsc::UnboundedReceiver<String>,
     seen: Vec<String>,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 impl Host {
@@ -64,6 +71,7 @@ impl Host {
             child,
             lines,
             seen: Vec::new(),
+            dir,
         }
     }
 
