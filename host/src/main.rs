@@ -13,7 +13,10 @@ use host::emulator::{Emulator, EmulatorHandle};
 use host::kube::config::KubeconfigOptions;
 use host::kube::{Client, Config, Discovery};
 use host::plugin::engine::DEFAULT_MAX_MEMORY;
-use host::plugin::{EngineConfig, Limits, Manifest, PluginEngine, PluginRuntime, RuntimeOptions};
+use host::plugin::{
+    EngineConfig, Limits, Manifest, PluginEngine, PluginRuntime, QuarantinePolicy, RetryPolicy,
+    RuntimeOptions,
+};
 
 #[derive(Parser)]
 #[command(
@@ -35,7 +38,8 @@ enum Command {
     Emulator(host::emulator::cli::EmulatorArgs),
     /// Print a plugin's manifest.
     Inspect(InspectArgs),
-    /// Print the ClusterRole and ClusterRoleBinding the plugins need.
+    /// Print the RBAC the plugins need: a Role and RoleBinding in the namespace of each plugin
+    /// confined to one, a ClusterRole and ClusterRoleBinding for the others.
     Rbac(RbacArgs),
     /// Run scenario files against a plugin in the test harness (fake cluster, virtual clock)
     /// and print a pass/fail table; exits 0 only when every scenario passes.
@@ -84,11 +88,32 @@ struct RunArgs {
     /// Instances per plugin: workers plus one dispatcher (default 16).
     #[arg(long, value_name = "N")]
     max_instances: Option<u32>,
-    /// Grace period for in-flight reconciles at shutdown, in seconds (default 30).
+    /// Grace period for in-flight reconciles at shutdown, in seconds (default 30). Reconciles
+    /// still running when it ends are abandoned and the host exits with status 1.
     #[arg(long, value_name = "SECONDS")]
     grace_period: Option<u64>,
+    /// Instance failures (traps, deadlines, memory exhaustion) within the quarantine window
+    /// that quarantine a plugin (default 5; 0 never quarantines).
+    #[arg(long, value_name = "N")]
+    quarantine_failures: Option<u32>,
+    /// The window those failures are counted in, in seconds (default 60).
+    #[arg(long, value_name = "SECONDS")]
+    quarantine_window: Option<u64>,
+    /// Cool-down of a first quarantine before a probation call, in milliseconds (default
+    /// 10000); it doubles with each quarantine in a row.
+    #[arg(long, value_name = "MS")]
+    quarantine_cooldown_ms: Option<u64>,
+    /// The longest quarantine cool-down, in milliseconds (default 300000).
+    #[arg(long, value_name = "MS")]
+    quarantine_max_cooldown_ms: Option<u64>,
+    /// Calls per informer notification whose handler failed in the sandbox, the first included
+    /// (default 3; 1 disables retries). Retries run on a fresh instance, 50 ms then doubling
+    /// (at most 1 s) apart.
+    #[arg(long, value_name = "N")]
+    handler_attempts: Option<u32>,
     /// YAML file with any of: handlerDeadlineMs, reconcileDeadlineMs, memoryMb, maxInstances,
-    /// gracePeriodSeconds, cacheDir, metricsAddr, namespace, failFast.
+    /// gracePeriodSeconds, quarantineFailures, quarantineWindowSeconds, quarantineCooldownMs,
+    /// quarantineMaxCooldownMs, handlerAttempts, cacheDir, metricsAddr, namespace, failFast.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9090.
@@ -114,9 +139,13 @@ struct RbacArgs {
     /// The components.
     #[arg(value_name = "FILE.wasm", required = true)]
     plugins: Vec<PathBuf>,
-    /// Name of the ClusterRole and its binding.
+    /// Name of the roles and their bindings.
     #[arg(long, default_value = "kube-wasm-host")]
     role_name: String,
+    /// The namespace the host will run with (`--namespace` of the run): watches that name none
+    /// are confined to it.
+    #[arg(long)]
+    namespace: Option<String>,
     /// Namespace of the host's service account.
     #[arg(long = "service-account-namespace", default_value = "kube-system")]
     sa_namespace: String,
@@ -160,6 +189,11 @@ struct FileConfig {
     memory_mb: Option<usize>,
     max_instances: Option<u32>,
     grace_period_seconds: Option<u64>,
+    quarantine_failures: Option<u32>,
+    quarantine_window_seconds: Option<u64>,
+    quarantine_cooldown_ms: Option<u64>,
+    quarantine_max_cooldown_ms: Option<u64>,
+    handler_attempts: Option<u32>,
     cache_dir: Option<PathBuf>,
     metrics_addr: Option<SocketAddr>,
     namespace: Option<String>,
@@ -314,6 +348,39 @@ fn manifest_value(m: &Manifest) -> serde_json::Value {
     })
 }
 
+/// Whether a kind is namespaced, for `host rbac` without a cluster: the built-in cluster-scoped
+/// kinds are known; anything else is assumed namespaced, as almost every custom kind is.
+fn guess_namespaced(api_version: &str, kind: &str) -> bool {
+    const CLUSTER_SCOPED: &[(&str, &str)] = &[
+        ("", "Namespace"),
+        ("", "Node"),
+        ("", "PersistentVolume"),
+        ("", "ComponentStatus"),
+        ("rbac.authorization.k8s.io", "ClusterRole"),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+        ("storage.k8s.io", "StorageClass"),
+        ("storage.k8s.io", "CSIDriver"),
+        ("storage.k8s.io", "CSINode"),
+        ("storage.k8s.io", "VolumeAttachment"),
+        ("apiextensions.k8s.io", "CustomResourceDefinition"),
+        ("apiregistration.k8s.io", "APIService"),
+        (
+            "admissionregistration.k8s.io",
+            "MutatingWebhookConfiguration",
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingWebhookConfiguration",
+        ),
+        ("scheduling.k8s.io", "PriorityClass"),
+        ("node.k8s.io", "RuntimeClass"),
+        ("networking.k8s.io", "IngressClass"),
+        ("certificates.k8s.io", "CertificateSigningRequest"),
+    ];
+    let group = api_version.split_once('/').map_or("", |(g, _)| g);
+    !CLUSTER_SCOPED.contains(&(group, kind))
+}
+
 /// kubectl's guess of a resource from a kind (client-go `UnsafeGuessKindToResource`), used by
 /// `host rbac` when no cluster is at hand.
 fn guess_plural(kind: &str) -> String {
@@ -353,7 +420,13 @@ async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
                     .resolve(av, k)
                     .await
                     .with_context(|| format!("plugin {:?}: kind {k} ({av})", m.name))?;
-                resolved.insert((av.clone(), k.clone()), r.plural);
+                resolved.insert(
+                    (av.clone(), k.clone()),
+                    host::plugin::rbac::Resolved {
+                        resource: r.plural,
+                        namespaced: r.namespaced,
+                    },
+                );
             }
         }
     }
@@ -362,16 +435,20 @@ async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
         namespace: &args.sa_namespace,
         service_account: &args.service_account,
     };
-    let yaml = host::plugin::rbac::cluster_role_yaml(
+    let yaml = host::plugin::rbac::rbac_yaml(
         &manifests,
         |av, k| {
             Some(
                 resolved
                     .get(&(av.to_string(), k.to_string()))
                     .cloned()
-                    .unwrap_or_else(|| guess_plural(k)),
+                    .unwrap_or_else(|| host::plugin::rbac::Resolved {
+                        resource: guess_plural(k),
+                        namespaced: guess_namespaced(av, k),
+                    }),
             )
         },
+        args.namespace.as_deref(),
         &subject,
     )?;
     print!("{yaml}");
@@ -407,33 +484,13 @@ async fn start_emulator(seed: Option<&Path>) -> anyhow::Result<(EmulatorHandle, 
     Ok((handle, kubeconfig))
 }
 
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the host");
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.plugins.is_empty() {
         bail!("no plugin given: use `--plugin FILE.wasm` (see `host --help`), or a subcommand");
     }
+    // Listen before anything is announced, so an early signal stops the host cleanly.
+    let mut stop =
+        host::shutdown::ShutdownSignal::install().context("cannot listen for SIGINT/SIGTERM")?;
     let file: FileConfig = match &args.config {
         Some(p) => {
             let text = std::fs::read_to_string(p)
@@ -468,6 +525,40 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .or(file.grace_period_seconds)
             .unwrap_or(30),
     );
+    let qd = QuarantinePolicy::default();
+    let quarantine = QuarantinePolicy {
+        failures: args
+            .quarantine_failures
+            .or(file.quarantine_failures)
+            .unwrap_or(qd.failures),
+        window: args
+            .quarantine_window
+            .or(file.quarantine_window_seconds)
+            .map_or(qd.window, Duration::from_secs),
+        cooldown: args
+            .quarantine_cooldown_ms
+            .or(file.quarantine_cooldown_ms)
+            .map_or(qd.cooldown, ms),
+        max_cooldown: args
+            .quarantine_max_cooldown_ms
+            .or(file.quarantine_max_cooldown_ms)
+            .map_or(qd.max_cooldown, ms),
+    };
+    if quarantine.max_cooldown < quarantine.cooldown {
+        bail!(
+            "the quarantine's maximum cool-down ({:?}) is shorter than its first one ({:?})",
+            quarantine.max_cooldown,
+            quarantine.cooldown
+        );
+    }
+    let handler_retry = RetryPolicy {
+        attempts: args
+            .handler_attempts
+            .or(file.handler_attempts)
+            .unwrap_or(RetryPolicy::default().attempts)
+            .max(1),
+        ..RetryPolicy::default()
+    };
     let metrics_addr = args.metrics_addr.or(file.metrics_addr);
     let engine = engine(args.cache_dir.or(file.cache_dir), limits.memory_bytes)?;
 
@@ -493,6 +584,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             limits,
             namespace: args.namespace.or(file.namespace),
             fail_fast: args.fail_fast || file.fail_fast.unwrap_or(false),
+            quarantine,
+            handler_retry,
         },
     );
     let started = runtime.start_all(&args.plugins).await;
@@ -502,21 +595,28 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             "no plugin could be started ({} given)",
             args.plugins.len()
         )),
-        Ok(_) => serve(&runtime, metrics_addr).await,
+        Ok(_) => serve(&runtime, metrics_addr, &mut stop).await,
     };
     let clean = runtime.shutdown(grace).await;
-    if !clean {
-        tracing::warn!("some reconciles were still running when the grace period ended");
-    }
     if let Some((handle, kubeconfig)) = emulator {
         handle.shutdown().await;
         let _ = std::fs::remove_file(kubeconfig);
     }
-    result
+    result?;
+    if !clean {
+        // Abandoned work is worth a non-zero status: an orchestrator's restart count or a
+        // rollout's logs then show that the grace period is too short for these reconciles.
+        bail!("grace period of {grace:?} ended with reconciles still running; they were abandoned");
+    }
+    Ok(())
 }
 
 /// Serves metrics (if asked) until SIGINT/SIGTERM.
-async fn serve(runtime: &PluginRuntime, metrics_addr: Option<SocketAddr>) -> anyhow::Result<()> {
+async fn serve(
+    runtime: &PluginRuntime,
+    metrics_addr: Option<SocketAddr>,
+    stop: &mut host::shutdown::ShutdownSignal,
+) -> anyhow::Result<()> {
     let ops = match metrics_addr {
         Some(addr) => {
             let (bound, task) = host::plugin::ops::serve(addr, runtime.status())
@@ -533,7 +633,7 @@ async fn serve(runtime: &PluginRuntime, metrics_addr: Option<SocketAddr>) -> any
         plugins = runtime.plugins().len(),
         "running; SIGINT or SIGTERM stops"
     );
-    shutdown_signal().await;
+    stop.recv().await;
     tracing::info!("signal received; shutting down");
     if let Some(t) = ops {
         t.abort();
@@ -543,7 +643,7 @@ async fn serve(runtime: &PluginRuntime, metrics_addr: Option<SocketAddr>) -> any
 
 #[cfg(test)]
 mod tests {
-    use super::guess_plural;
+    use super::{guess_namespaced, guess_plural};
 
     #[test]
     fn plural_guess_matches_kubectl() {
@@ -551,5 +651,17 @@ mod tests {
         assert_eq!(guess_plural("Ingress"), "ingresses");
         assert_eq!(guess_plural("NetworkPolicy"), "networkpolicies");
         assert_eq!(guess_plural("Gateway"), "gateways");
+    }
+
+    #[test]
+    fn cluster_scoped_builtins_are_known() {
+        assert!(!guess_namespaced("v1", "Namespace"));
+        assert!(!guess_namespaced(
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRole"
+        ));
+        assert!(guess_namespaced("v1", "ConfigMap"));
+        assert!(guess_namespaced("rbac.authorization.k8s.io/v1", "Role"));
+        assert!(guess_namespaced("example.com/v1", "Widget"));
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use host::emulator::{Emulator, EmulatorHandle};
 use host::kube::config::KubeconfigOptions;
 use host::kube::{Client, Config};
-use host::plugin::{Limits, PluginRuntime, RuntimeOptions};
+use host::plugin::{PluginRuntime, RuntimeOptions};
 use host::testing::{Harness, ReconcileOutcome, WriteVerb};
 use serde_json::{json, Value};
 use support::guests::example;
@@ -124,9 +124,8 @@ async fn referenced_config_changes_roll_opted_in_deployments_only() {
         support::engine(),
         client(&em),
         RuntimeOptions {
-            limits: Limits::default(),
-            namespace: None,
             fail_fast: true,
+            ..RuntimeOptions::default()
         },
     );
     tokio::time::timeout(T, rt.start(&example("config-reloader")))

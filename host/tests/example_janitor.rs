@@ -16,7 +16,7 @@ use host::emulator::{Emulator, EmulatorHandle};
 use host::kube::config::KubeconfigOptions;
 use host::kube::{Client, Config};
 use host::plugin::backend::{DeleteParams, Propagation, WriteOp};
-use host::plugin::{Limits, PluginRuntime, RuntimeOptions};
+use host::plugin::{PluginRuntime, RuntimeOptions};
 use host::testing::{Harness, LogLevel, Origin, ReconcileOutcome, WriteVerb};
 use serde_json::{json, Value};
 use support::guests::example;
@@ -61,9 +61,8 @@ async fn setup() -> (EmulatorHandle, PluginRuntime) {
         support::engine(),
         Client::new(cfg).expect("client"),
         RuntimeOptions {
-            limits: Limits::default(),
-            namespace: None,
             fail_fast: true,
+            ..RuntimeOptions::default()
         },
     );
     let failed = tokio::time::timeout(LOAD, rt.start_all(&[example("janitor")]))

@@ -91,9 +91,8 @@ async fn start() -> (EmulatorHandle, PluginRuntime) {
         p.engine.clone(),
         client(&em),
         RuntimeOptions {
-            limits: Limits::default(),
-            namespace: None,
             fail_fast: true,
+            ..RuntimeOptions::default()
         },
     );
     tokio::time::timeout(T, rt.start(&p.wasm))

@@ -63,6 +63,27 @@ async fn rbac_prints_a_least_privilege_role_and_binding() {
         .collect();
     assert_eq!(verbs, ["delete", "get", "list", "patch", "watch"]);
     assert_eq!(docs[1]["kind"], "ClusterRoleBinding");
+
+    // With the host confined to one namespace, every plugin's watches and (namespaced) writes
+    // are too: a Role and RoleBinding there, no cluster-wide grant.
+    let out = host(&[
+        os("rbac"),
+        os("--namespace"),
+        os("team"),
+        copier.as_os_str(),
+        getter.as_os_str(),
+    ])
+    .await;
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
+        .collect();
+    let kinds: Vec<_> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert_eq!(kinds, ["Role", "RoleBinding"], "{text}");
+    assert_eq!(docs[0]["metadata"]["namespace"], "team");
+    assert_eq!(docs[0]["rules"][0]["resources"][0], "configmaps");
+    assert_eq!(docs[1]["roleRef"]["kind"], "Role");
 }
 
 #[tokio::test]
@@ -118,5 +139,41 @@ async fn no_plugin_or_only_broken_plugins_exit_non_zero_with_one_clear_line() {
         "{stderr}"
     );
     assert!(stderr.contains("bogus"), "{stderr}");
+
+    // Quarantine limits come from the file too, and inconsistent ones are refused up front.
+    std::fs::write(
+        &cfg,
+        "quarantineFailures: 3\nquarantineWindowSeconds: 30\nquarantineCooldownMs: 5000\nquarantineMaxCooldownMs: 1000\nhandlerAttempts: 2\n",
+    )
+    .expect("write");
+    let out = host(&[
+        os("--config"),
+        cfg.as_os_str(),
+        os("--plugin"),
+        junk.as_os_str(),
+    ])
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("maximum cool-down (1s) is shorter than its first one (5s)"),
+        "{stderr}"
+    );
+    // A flag overrides the file.
+    let out = host(&[
+        os("--config"),
+        cfg.as_os_str(),
+        os("--quarantine-max-cooldown-ms"),
+        os("60000"),
+        os("--emulator"),
+        os("--plugin"),
+        junk.as_os_str(),
+    ])
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no plugin could be started"),
+        "the limits were accepted; only the plugin is bad: {stderr}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

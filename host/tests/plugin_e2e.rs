@@ -2,77 +2,18 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use host::emulator::{Emulator, EmulatorHandle};
-use host::kube::config::KubeconfigOptions;
-use host::kube::{Client, Config};
-use host::plugin::{Limits, PluginRuntime, RuntimeOptions, StartError};
-use serde_json::{json, Value};
+use host::plugin::{Limits, StartError};
+use serde_json::json;
+use support::cluster::{cm, emulator, eventually, get_cm, http_get, runtime, start};
 use support::guests::guest;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 const T: Duration = Duration::from_secs(120);
 const WAIT: Duration = Duration::from_secs(20);
-
-async fn emulator() -> EmulatorHandle {
-    Emulator::builder().start().await.expect("emulator starts")
-}
-
-fn client(em: &EmulatorHandle) -> Client {
-    let cfg = Config::from_kubeconfig_str(
-        &em.kubeconfig(),
-        &std::env::temp_dir(),
-        &KubeconfigOptions::default(),
-    )
-    .expect("kubeconfig");
-    Client::new(cfg).expect("client")
-}
-
-fn runtime(em: &EmulatorHandle, limits: Limits, fail_fast: bool) -> PluginRuntime {
-    PluginRuntime::new(
-        support::engine(),
-        client(em),
-        RuntimeOptions {
-            limits,
-            namespace: None,
-            fail_fast,
-        },
-    )
-}
-
-/// Polls `cond` every 10 ms until it holds; false if `within` passes first.
-async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    tokio::time::timeout(within, async {
-        while !cond() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .is_ok()
-}
-
-fn cm(name: &str, data: Value) -> Value {
-    json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": "default"}, "data": data})
-}
-
-fn get_cm(em: &EmulatorHandle, name: &str) -> Option<Value> {
-    em.get("v1", "ConfigMap", Some("default"), name)
-}
-
-async fn start(rt: &mut PluginRuntime, names: &[&str]) {
-    let paths: Vec<PathBuf> = names.iter().map(|n| guest(n)).collect();
-    let failed = tokio::time::timeout(T, rt.start_all(&paths))
-        .await
-        .expect("in time")
-        .expect("not fail-fast");
-    assert!(failed.is_empty(), "{failed:?}");
-    assert!(eventually(WAIT, || rt.is_ready()).await, "informers sync");
-}
 
 #[tokio::test]
 async fn handlers_see_changes_in_order_and_reconcile_writes_reach_the_emulator() {
@@ -142,12 +83,19 @@ async fn a_trapping_handler_is_logged_and_its_instance_replaced() {
     em.create(cm("handler-panic", json!({}))).expect("create");
     let copier = rt.plugins()[0].plugin().clone();
     let dispatcher = || rt.plugins()[0].dispatcher();
-    assert!(eventually(WAIT, || dispatcher().failures.load(Ordering::Relaxed) == 1).await);
-    assert_eq!(copier.stats().traps.load(Ordering::Relaxed), 1);
+    // Every attempt (the first and two retries on fresh instances) traps; then it is dropped.
+    assert!(eventually(WAIT, || dispatcher().dropped.load(Ordering::Relaxed) == 1).await);
+    assert_eq!(dispatcher().failures.load(Ordering::Relaxed), 3);
+    assert_eq!(dispatcher().retries.load(Ordering::Relaxed), 2);
+    assert_eq!(copier.stats().traps.load(Ordering::Relaxed), 3);
     // The next notification reaches a fresh dispatch instance.
     em.create(cm("after", json!({"v": "1"}))).expect("create");
     assert!(eventually(WAIT, || get_cm(&em, "after-copy").is_some()).await);
-    assert_eq!(dispatcher().failures.load(Ordering::Relaxed), 1);
+    assert_eq!(dispatcher().failures.load(Ordering::Relaxed), 3);
+    assert!(
+        !rt.plugins()[0].health().is_quarantined(),
+        "3 failures are below the default 5"
+    );
     assert!(
         get_cm(&em, "handler-panic-copy").is_none(),
         "the failed add enqueued nothing"
@@ -266,25 +214,6 @@ async fn an_unresolvable_kind_stops_only_that_plugin_unless_fail_fast() {
         "fail-fast stops at the first failure"
     );
     em.shutdown().await;
-}
-
-/// A minimal HTTP/1.1 GET over loopback: status code and body.
-async fn http_get(addr: &str, path: &str) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.expect("write");
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.expect("read");
-    let code = buf
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = buf
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_string();
-    (code, body)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use host::emulator::{Emulator, EmulatorHandle};
 use host::kube::config::KubeconfigOptions;
 use host::kube::{Client, Config};
-use host::plugin::{Limits, PluginRuntime, RuntimeOptions};
+use host::plugin::{PluginRuntime, RuntimeOptions};
 use serde_json::{json, Value};
 use support::guests::guest;
 
@@ -59,9 +59,8 @@ async fn guest_queries_its_declared_index_and_the_host_keeps_it_current() {
         support::engine(),
         client(&em),
         RuntimeOptions {
-            limits: Limits::default(),
-            namespace: None,
             fail_fast: true,
+            ..RuntimeOptions::default()
         },
     );
     tokio::time::timeout(T, rt.start(&guest("indexer")))

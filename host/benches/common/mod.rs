@@ -267,3 +267,38 @@ pub fn load() -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// Poll `f` every millisecond until it holds; panics after `deadline`.
+pub async fn until(what: &str, deadline: Duration, f: impl Fn() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// The `data.payload` padding that makes `configmap(ns, i, pad)` about `target` bytes of JSON
+/// as the emulator stores it (measured on a probe object, then removed).
+pub fn configmap_pad(h: &host::emulator::EmulatorHandle, ns: &str, target: usize) -> usize {
+    let probe = h.create(configmap(ns, 999_999, 0)).expect("probe");
+    let base = serde_json::to_vec(&probe).expect("json").len();
+    h.delete("v1", "ConfigMap", Some(ns), "cm-999999")
+        .expect("delete probe");
+    target.saturating_sub(base)
+}
+
+/// Creates namespace `ns` and `n` ConfigMaps of about `target` bytes in it; returns the padding.
+pub fn seed_configmaps(
+    h: &host::emulator::EmulatorHandle,
+    ns: &str,
+    n: usize,
+    target: usize,
+) -> usize {
+    h.create(json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name": ns}}))
+        .expect("namespace");
+    let pad = configmap_pad(h, ns, target);
+    for i in 0..n {
+        h.create(configmap(ns, i, pad)).expect("seed");
+    }
+    pad
+}

@@ -203,6 +203,7 @@ pub struct KubeClientBackend {
     client: Client,
     field_manager: String,
     resources: HashMap<(String, String), ApiResource>,
+    confined_to: Option<String>,
 }
 
 impl KubeClientBackend {
@@ -217,7 +218,16 @@ impl KubeClientBackend {
             client,
             field_manager: field_manager.to_string(),
             resources,
+            confined_to: None,
         }
+    }
+
+    /// Refuses writes outside `namespace` (see [`super::rbac::namespace_scope`]): the plugin's
+    /// RBAC is then a Role in that namespace, and a write elsewhere must fail the same way
+    /// whether or not the cluster's RBAC is that tight.
+    pub fn confined_to(mut self, namespace: Option<String>) -> Self {
+        self.confined_to = namespace;
+        self
     }
 }
 
@@ -270,6 +280,20 @@ impl ClientBackend for KubeClientBackend {
             );
             return Box::pin(async move { Err(ApiError::new(500, "InternalError", msg)) });
         };
+        if let (Some(scope), true) = (&self.confined_to, res.namespaced) {
+            if req.namespace.as_deref().is_some_and(|ns| ns != scope) {
+                let msg = format!(
+                    "plugin {:?} is confined to namespace {scope:?} (all its watches are there) and may not write {} in namespace {:?}",
+                    self.field_manager,
+                    res.kind,
+                    req.namespace.as_deref().unwrap_or_default()
+                );
+                tracing::warn!(plugin = %self.field_manager, kind = %res.kind,
+                    namespace = req.namespace.as_deref().unwrap_or_default(), %scope,
+                    "client write refused: outside the plugin's namespace");
+                return Box::pin(async move { Err(ApiError::forbidden(msg)) });
+            }
+        }
         let client = self.client.clone();
         let params = WriteParams {
             field_manager: Some(self.field_manager.clone()),
@@ -409,6 +433,35 @@ mod tests {
             l.by_index("v1", "ConfigMap", "nope", "b").unwrap_err().code,
             400
         );
+    }
+
+    #[tokio::test]
+    async fn a_confined_plugin_may_not_write_in_another_namespace() {
+        // Nothing listens there: a refused write never gets as far as a request.
+        let client = Client::new(crate::kube::Config::new(
+            "http://127.0.0.1:9".parse().unwrap(),
+        ))
+        .unwrap();
+        let mut resources = HashMap::new();
+        resources.insert(
+            ("v1".to_string(), "ConfigMap".to_string()),
+            ApiResource::new("v1", "ConfigMap", "configmaps", true),
+        );
+        let b = KubeClientBackend::new(client, "p", resources).confined_to(Some("team".into()));
+        let req = |ns: &str| WriteRequest {
+            op: WriteOp::Create,
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: Some(ns.into()),
+            name: None,
+            body: b"{}".to_vec(),
+        };
+        let e = b.write(req("other")).await.unwrap_err();
+        assert_eq!(e.code, 403);
+        assert!(e.message.contains("confined to namespace \"team\""), "{e}");
+        // In its own namespace the write is attempted (and fails only for want of a server).
+        let e = b.write(req("team")).await.unwrap_err();
+        assert_ne!(e.code, 403, "{e}");
     }
 
     #[test]

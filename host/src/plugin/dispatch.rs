@@ -8,35 +8,109 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use tracing::Instrument;
 
+use super::health::Health;
 use super::instance::{GuestError, PluginInstance};
 use super::loader::Plugin;
 use crate::informer::processor::ResourceEventHandler;
 use crate::informer::tombstone::ObjOrTombstone;
 use crate::kube::object::Object;
 
+/// How a notification whose handler call failed in the sandbox is retried.
+///
+/// The failed call's instance is gone, so each retry runs on a fresh instance. Retrying keeps
+/// the guest from silently missing an object because of one bad moment (a deadline hit under
+/// load); bounding it keeps one poisonous object from stalling the plugin's event stream, whose
+/// later notifications wait behind it to keep their order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Calls per notification, the first included; 1 disables retries.
+    pub attempts: u32,
+    /// Wait before the first retry; doubled before each further one.
+    pub backoff: Duration,
+    /// The longest wait between two attempts.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// Three calls, 50 ms then 100 ms apart: a transient failure gets two fresh instances, and
+    /// a notification that always fails holds the stream up for a fraction of a second only.
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 3,
+            backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(1),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait after failed attempt number `n` (1-based).
+    pub fn backoff_after(&self, n: u32) -> Duration {
+        let factor = 1u32.checked_shl(n.saturating_sub(1)).unwrap_or(u32::MAX);
+        self.backoff
+            .checked_mul(factor)
+            .unwrap_or(self.max_backoff)
+            .min(self.max_backoff)
+    }
+}
+
 /// The dispatch side of one plugin: its instance and counters.
 pub struct Dispatcher {
     name: Arc<str>,
     instance: tokio::sync::Mutex<PluginInstance>,
-    /// Notifications delivered to the guest (successfully or not).
+    health: Arc<Health>,
+    retry: RetryPolicy,
+    /// Notifications handled (delivered, dropped after failing, or abandoned at shutdown).
     pub delivered: AtomicU64,
-    /// Notifications whose handler call failed in the sandbox.
+    /// Handler calls that failed in the sandbox (each attempt counts).
     pub failures: AtomicU64,
+    /// Handler calls that were retries of a failed one.
+    pub retries: AtomicU64,
+    /// Notifications given up after every attempt failed.
+    pub dropped: AtomicU64,
+}
+
+/// One notification, borrowed for the duration of its delivery (retries included).
+#[derive(Clone, Copy)]
+enum Call<'a> {
+    Add(&'a [u8]),
+    Update(&'a [u8], &'a [u8]),
+    Delete(&'a [u8], bool),
+}
+
+impl Call<'_> {
+    fn handler(self) -> &'static str {
+        match self {
+            Call::Add(_) => "on-add",
+            Call::Update(..) => "on-update",
+            Call::Delete(..) => "on-delete",
+        }
+    }
 }
 
 impl Dispatcher {
-    /// Takes one instance slot of `plugin` for dispatch.
-    pub fn new(plugin: &Plugin) -> Result<Arc<Self>, GuestError> {
+    /// Takes one instance slot of `plugin` for dispatch; calls pass `health`'s gate and failed
+    /// ones are retried as `retry` says.
+    pub fn new(
+        plugin: &Plugin,
+        health: Arc<Health>,
+        retry: RetryPolicy,
+    ) -> Result<Arc<Self>, GuestError> {
         Ok(Arc::new(Dispatcher {
             name: Arc::from(plugin.name()),
             instance: tokio::sync::Mutex::new(plugin.instance()?),
+            health,
+            retry,
             delivered: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
         }))
     }
 
@@ -48,16 +122,41 @@ impl Dispatcher {
         })
     }
 
-    fn record(&self, what: &str, key: &str, r: Result<(), GuestError>) {
-        self.delivered.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = r {
-            // The instance has already discarded its store; the next notification gets a fresh
-            // one. The notification itself is not retried: handlers should only enqueue keys,
-            // and the next resync or change re-delivers the object.
+    /// Delivers one notification: waits while the plugin is quarantined, retries a sandbox
+    /// failure on a fresh instance with backoff, and drops it (logged and counted) when every
+    /// attempt failed. The instance lock is held throughout, so the plugin's notifications
+    /// reach the guest one at a time and in order, retries included.
+    async fn deliver(&self, watch: u32, call: Call<'_>, key: &(dyn Fn() -> String + Sync)) {
+        let mut inst = self.instance.lock().await;
+        let mut attempt = 1;
+        loop {
+            let Some(permit) = self.health.admit().await else {
+                tracing::debug!(plugin = %self.name, key = %key(), "shutting down; notification not delivered");
+                break;
+            };
+            let r = match call {
+                Call::Add(obj) => inst.on_add(watch, obj).await,
+                Call::Update(old, new) => inst.on_update(watch, old, new).await,
+                Call::Delete(obj, tombstone) => inst.on_delete(watch, obj, tombstone).await,
+            };
+            let Err(e) = permit.settle(r) else { break };
+            // The instance has already discarded its store (and logged why); the next attempt
+            // gets a fresh one.
             self.failures.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(plugin = %self.name, handler = what, %key, error = %e,
-                "handler failed; notification dropped, instance replaced");
+            if attempt >= self.retry.attempts.max(1) {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(plugin = %self.name, handler = call.handler(), key = %key(),
+                    attempts = attempt, error = %e, "handler failed on every attempt; notification dropped");
+                break;
+            }
+            let wait = self.retry.backoff_after(attempt);
+            tracing::info!(plugin = %self.name, handler = call.handler(), key = %key(), attempt,
+                error = %e, "handler failed; retrying on a fresh instance in {wait:?}");
+            tokio::time::sleep(wait).await;
+            self.retries.fetch_add(1, Ordering::Relaxed);
+            attempt += 1;
         }
+        self.delivered.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -87,8 +186,8 @@ impl ResourceEventHandler for WatchHandler {
         let d = &self.dispatcher;
         let span = tracing::debug_span!("dispatch", plugin = %d.name, op = "add");
         async move {
-            let r = d.instance.lock().await.on_add(self.watch, obj.raw()).await;
-            d.record("on-add", &obj.key(), r);
+            d.deliver(self.watch, Call::Add(obj.raw()), &|| obj.key())
+                .await;
         }
         .instrument(span)
         .boxed()
@@ -98,13 +197,10 @@ impl ResourceEventHandler for WatchHandler {
         let d = &self.dispatcher;
         let span = tracing::debug_span!("dispatch", plugin = %d.name, op = "update");
         async move {
-            let r = d
-                .instance
-                .lock()
-                .await
-                .on_update(self.watch, old.raw(), new.raw())
-                .await;
-            d.record("on-update", &new.key(), r);
+            d.deliver(self.watch, Call::Update(old.raw(), new.raw()), &|| {
+                new.key()
+            })
+            .await;
         }
         .instrument(span)
         .boxed()
@@ -114,23 +210,17 @@ impl ResourceEventHandler for WatchHandler {
         let d = &self.dispatcher;
         let span = tracing::debug_span!("dispatch", plugin = %d.name, op = "delete");
         async move {
-            let key = obj.key();
             let tombstone = obj.is_tombstone();
             let stub;
             let bytes: &[u8] = match obj.object() {
                 Some(o) => o.raw(),
                 None => {
-                    stub = tombstone_stub(&key);
+                    stub = tombstone_stub(&obj.key());
                     &stub
                 }
             };
-            let r = d
-                .instance
-                .lock()
-                .await
-                .on_delete(self.watch, bytes, tombstone)
+            d.deliver(self.watch, Call::Delete(bytes, tombstone), &|| obj.key())
                 .await;
-            d.record("on-delete", &key, r);
         }
         .instrument(span)
         .boxed()
@@ -140,6 +230,17 @@ impl ResourceEventHandler for WatchHandler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_backoff_doubles_up_to_its_cap() {
+        let p = RetryPolicy {
+            attempts: 5,
+            backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_millis(300),
+        };
+        let got: Vec<_> = (1..=5).map(|n| p.backoff_after(n).as_millis()).collect();
+        assert_eq!(got, [50, 100, 200, 300, 300]);
+    }
 
     #[test]
     fn tombstone_stub_names_the_object() {

@@ -6,8 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use wasmtime::component::{HasSelf, Linker};
-use wasmtime::Engine;
+use wasmtime::{Engine, StoreContextMut};
 
 use super::backend::{
     ApiError, BoxFuture, DeleteParams, PatchKind, Propagation, WriteOp, WriteRequest,
@@ -24,7 +25,71 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     Controller::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+    add_zero_copy_lister(&mut linker)?;
     Ok(linker)
+}
+
+/// The lister imports that return whole objects, registered over the generated ones.
+///
+/// The generated bindings type `list<u8>` as `Vec<u8>`: the host would copy each object out of
+/// the store into a fresh `Vec`, and wasmtime would copy that into guest memory. Returning the
+/// store's shared `Bytes` instead (a reference-count bump) leaves one copy: straight into the
+/// guest's memory. The checks and backend calls are the same helpers the generated trait
+/// methods use, so both paths answer alike.
+fn add_zero_copy_lister(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    type Found = Result<Option<Bytes>, wit::ApiError>;
+    type Many = Result<Vec<Bytes>, wit::ApiError>;
+    fn raw(objs: Vec<Object>) -> Vec<Bytes> {
+        objs.into_iter().map(|o| o.raw().clone()).collect()
+    }
+    linker.allow_shadowing(true);
+    let mut lister = linker.instance("kube:controller/lister@0.1.0")?;
+    lister.func_wrap(
+        "get",
+        |mut store: StoreContextMut<'_, HostState>,
+         (api_version, kind, namespace, name): (String, String, Option<String>, String)| {
+            let found: Found = store
+                .data_mut()
+                .lister_get(&api_version, &kind, namespace.as_deref(), &name)
+                .map(|o| o.map(|o| o.raw().clone()));
+            Ok((found,))
+        },
+    )?;
+    lister.func_wrap(
+        "list",
+        |mut store: StoreContextMut<'_, HostState>,
+         (api_version, kind, namespace, selector): (
+            String,
+            String,
+            Option<String>,
+            Option<String>,
+        )| {
+            let objs: Many = store
+                .data_mut()
+                .lister_list(
+                    &api_version,
+                    &kind,
+                    namespace.as_deref(),
+                    selector.as_deref(),
+                    "list",
+                )
+                .map(raw);
+            Ok((objs,))
+        },
+    )?;
+    lister.func_wrap(
+        "by-index",
+        |mut store: StoreContextMut<'_, HostState>,
+         (api_version, kind, index_name, index_value): (String, String, String, String)| {
+            let objs: Many = store
+                .data_mut()
+                .lister_by_index(&api_version, &kind, &index_name, &index_value, "by-index")
+                .map(raw);
+            Ok((objs,))
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
 }
 
 impl From<ApiError> for wit::ApiError {
@@ -49,6 +114,53 @@ impl HostState {
             self.ctx.name
         ))
         .into())
+    }
+
+    fn lister_get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Object>, wit::ApiError> {
+        self.check_read(api_version, kind, "get")?;
+        Ok(self
+            .ctx
+            .backends
+            .lister
+            .get(api_version, kind, namespace, name)?)
+    }
+
+    fn lister_list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        label_selector: Option<&str>,
+        call: &str,
+    ) -> Result<Vec<Object>, wit::ApiError> {
+        self.check_read(api_version, kind, call)?;
+        Ok(self
+            .ctx
+            .backends
+            .lister
+            .list(api_version, kind, namespace, label_selector)?)
+    }
+
+    fn lister_by_index(
+        &self,
+        api_version: &str,
+        kind: &str,
+        index_name: &str,
+        index_value: &str,
+        call: &str,
+    ) -> Result<Vec<Object>, wit::ApiError> {
+        self.check_read(api_version, kind, call)?;
+        Ok(self
+            .ctx
+            .backends
+            .lister
+            .by_index(api_version, kind, index_name, index_value)?)
     }
 
     fn check_write(&self, api_version: &str, kind: &str, verb: Verb) -> Result<(), wit::ApiError> {
@@ -142,12 +254,8 @@ impl lister::Host for HostState {
         namespace: Option<String>,
         name: String,
     ) -> Result<Option<Vec<u8>>, wit::ApiError> {
-        self.check_read(&api_version, &kind, "get")?;
-        let found =
-            self.ctx
-                .backends
-                .lister
-                .get(&api_version, &kind, namespace.as_deref(), &name)?;
+        // Shadowed by the zero-copy registration in `linker`; kept equivalent.
+        let found = self.lister_get(&api_version, &kind, namespace.as_deref(), &name)?;
         Ok(found.map(|o| o.raw().to_vec()))
     }
 
@@ -158,12 +266,13 @@ impl lister::Host for HostState {
         namespace: Option<String>,
         label_selector: Option<String>,
     ) -> Result<Vec<Vec<u8>>, wit::ApiError> {
-        self.check_read(&api_version, &kind, "list")?;
-        let objs = self.ctx.backends.lister.list(
+        // Shadowed by the zero-copy registration in `linker`; kept equivalent.
+        let objs = self.lister_list(
             &api_version,
             &kind,
             namespace.as_deref(),
             label_selector.as_deref(),
+            "list",
         )?;
         Ok(objs.iter().map(|o| o.raw().to_vec()).collect())
     }
@@ -209,12 +318,9 @@ impl lister::Host for HostState {
         index_name: String,
         index_value: String,
     ) -> Result<Vec<Vec<u8>>, wit::ApiError> {
-        self.check_read(&api_version, &kind, "by-index")?;
+        // Shadowed by the zero-copy registration in `linker`; kept equivalent.
         let objs =
-            self.ctx
-                .backends
-                .lister
-                .by_index(&api_version, &kind, &index_name, &index_value)?;
+            self.lister_by_index(&api_version, &kind, &index_name, &index_value, "by-index")?;
         Ok(objs.iter().map(|o| o.raw().to_vec()).collect())
     }
 

@@ -15,6 +15,7 @@ mod bindings;
 pub mod cache;
 pub mod dispatch;
 pub mod engine;
+pub mod health;
 pub mod imports;
 pub mod index;
 pub mod instance;
@@ -28,7 +29,9 @@ mod stdio;
 pub mod watch_counters;
 
 pub use backend::{ApiError, Backends, ClientBackend, ListerBackend, QueueBackend, WriteRequest};
+pub use dispatch::RetryPolicy;
 pub use engine::{EngineConfig, PluginEngine};
+pub use health::{Health, HealthSnapshot, Phase, QuarantinePolicy};
 pub use instance::{GuestClock, GuestError, Limits, Outcome, PluginInstance, ReconcileResult};
 pub use loader::{LoadCause, LoadError, LoadedPlugin, Plugin};
 pub use manifest::{Manifest, ManifestError};

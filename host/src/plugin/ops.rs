@@ -1,4 +1,5 @@
-//! The operations endpoint: `/metrics` (Prometheus text), `/healthz` and `/readyz`.
+//! The operations endpoint: `/metrics` (Prometheus text), `/healthz`, `/readyz` (naming what
+//! keeps it unready) and `/statusz` (each plugin's state as JSON).
 //!
 //! Plain HTTP/1.1 on a separate listener, so scraping never competes with anything else; the
 //! handlers only read atomics and render text.
@@ -77,12 +78,16 @@ fn handle(status: &RuntimeStatus, req: &Request<Incoming>) -> Response<Full<Byte
             status.render_metrics(),
         ),
         "/healthz" | "/livez" => text(StatusCode::OK, "text/plain", "ok\n".into()),
-        "/readyz" if status.is_ready() => text(StatusCode::OK, "text/plain", "ok\n".into()),
-        "/readyz" => text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "text/plain",
-            "informers not synced\n".into(),
-        ),
+        "/readyz" => {
+            let (ready, body) = status.readiness();
+            let code = if ready {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            text(code, "text/plain", body)
+        }
+        "/statusz" => text(StatusCode::OK, "application/json", status.render_status()),
         _ => text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
     }
 }

@@ -1,8 +1,13 @@
 //! The Kubernetes RBAC a set of plugins needs, derived from their manifests.
 //!
 //! The manifest is the plugin's whole authority inside the host (every lister and client call is
-//! checked against it), so the same manifest gives the least-privilege ClusterRole for the host's
+//! checked against it), so the same manifest gives the least-privilege roles for the host's
 //! service account: get/list/watch on every watched kind, and exactly the declared write verbs.
+//!
+//! A plugin whose every watch is of a namespaced kind in one and the same namespace, and whose
+//! every written kind is namespaced, is *confined* to that namespace: the host refuses its writes
+//! to any other namespace (see [`namespace_scope`]), so a namespaced Role and RoleBinding there
+//! are enough. Every other plugin's rules go into the ClusterRole.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,10 +27,19 @@ pub struct UnresolvedKind {
     pub kind: String,
 }
 
-/// Where the ClusterRole is bound.
+/// A kind resolved to its resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// The plural resource name, e.g. `configmaps`.
+    pub resource: String,
+    /// Whether objects of the kind live in namespaces.
+    pub namespaced: bool,
+}
+
+/// Where the roles are bound.
 #[derive(Debug, Clone)]
 pub struct Subject<'a> {
-    /// Name of the ClusterRole and its binding.
+    /// Name of the roles and their bindings.
     pub role_name: &'a str,
     /// Namespace of the host's service account.
     pub namespace: &'a str,
@@ -38,43 +52,72 @@ fn group_of(api_version: &str) -> &str {
     api_version.split_once('/').map_or("", |(g, _)| g)
 }
 
-/// Policy rules, one per (group, resource), verbs merged across plugins and sorted, so the output
-/// is deterministic and diffs cleanly.
-pub fn rules<'a>(
-    manifests: impl IntoIterator<Item = &'a Manifest>,
-    resolve: impl Fn(&str, &str) -> Option<String>,
-) -> Result<Vec<serde_json::Value>, UnresolvedKind> {
-    let mut by_resource: BTreeMap<(String, String), BTreeSet<&'static str>> = BTreeMap::new();
-    for m in manifests {
-        let resource = |api_version: &str, kind: &str| {
-            resolve(api_version, kind).ok_or_else(|| UnresolvedKind {
+/// The one namespace a plugin is confined to, if any: every watch is of a namespaced kind and
+/// in the same namespace (its own, or `default_namespace`, the host's `--namespace`, when it
+/// names none), and every written kind is namespaced. `namespaced` answers for a kind, none
+/// when unknown (which confines nothing).
+pub fn namespace_scope(
+    m: &Manifest,
+    default_namespace: Option<&str>,
+    namespaced: impl Fn(&str, &str) -> Option<bool>,
+) -> Option<String> {
+    let mut scope: Option<&str> = None;
+    for w in &m.watches {
+        if namespaced(&w.api_version, &w.kind) != Some(true) {
+            return None;
+        }
+        let ns = w.namespace.as_deref().or(default_namespace)?;
+        match scope {
+            Some(s) if s != ns => return None,
+            _ => scope = Some(ns),
+        }
+    }
+    let writes_namespaced = m
+        .writes
+        .iter()
+        .all(|w| namespaced(&w.api_version, &w.kind) == Some(true));
+    scope.filter(|_| writes_namespaced).map(str::to_string)
+}
+
+type Rules = BTreeMap<(String, String), BTreeSet<&'static str>>;
+
+fn add_rules(
+    m: &Manifest,
+    resolve: &impl Fn(&str, &str) -> Option<Resolved>,
+    into: &mut Rules,
+) -> Result<(), UnresolvedKind> {
+    let resource = |api_version: &str, kind: &str| {
+        resolve(api_version, kind)
+            .map(|r| r.resource)
+            .ok_or_else(|| UnresolvedKind {
                 plugin: m.name.clone(),
                 api_version: api_version.to_string(),
                 kind: kind.to_string(),
             })
-        };
-        for w in &m.watches {
-            let r = resource(&w.api_version, &w.kind)?;
-            by_resource
-                .entry((group_of(&w.api_version).to_string(), r))
+    };
+    for w in &m.watches {
+        let r = resource(&w.api_version, &w.kind)?;
+        into.entry((group_of(&w.api_version).to_string(), r))
+            .or_default()
+            .extend(["get", "list", "watch"]);
+    }
+    for w in &m.writes {
+        let r = resource(&w.api_version, &w.kind)?;
+        for v in &w.verbs {
+            let r = match v.subresource() {
+                Some(sub) => format!("{r}/{sub}"),
+                None => r.clone(),
+            };
+            into.entry((group_of(&w.api_version).to_string(), r))
                 .or_default()
-                .extend(["get", "list", "watch"]);
-        }
-        for w in &m.writes {
-            let r = resource(&w.api_version, &w.kind)?;
-            for v in &w.verbs {
-                let r = match v.subresource() {
-                    Some(sub) => format!("{r}/{sub}"),
-                    None => r.clone(),
-                };
-                by_resource
-                    .entry((group_of(&w.api_version).to_string(), r))
-                    .or_default()
-                    .insert(v.rbac());
-            }
+                .insert(v.rbac());
         }
     }
-    Ok(by_resource
+    Ok(())
+}
+
+fn render(rules: Rules) -> Vec<serde_json::Value> {
+    rules
         .into_iter()
         .map(|((group, resource), verbs)| {
             json!({
@@ -83,39 +126,86 @@ pub fn rules<'a>(
                 "verbs": verbs.into_iter().collect::<Vec<_>>(),
             })
         })
-        .collect())
+        .collect()
 }
 
-/// The ClusterRole and ClusterRoleBinding as a multi-document YAML stream.
-pub fn cluster_role_yaml<'a>(
+/// Policy rules, one per (group, resource), verbs merged across plugins and sorted, so the output
+/// is deterministic and diffs cleanly.
+pub fn rules<'a>(
     manifests: impl IntoIterator<Item = &'a Manifest>,
-    resolve: impl Fn(&str, &str) -> Option<String>,
+    resolve: impl Fn(&str, &str) -> Option<Resolved>,
+) -> Result<Vec<serde_json::Value>, UnresolvedKind> {
+    let mut all = Rules::new();
+    for m in manifests {
+        add_rules(m, &resolve, &mut all)?;
+    }
+    Ok(render(all))
+}
+
+/// The roles and bindings as a multi-document YAML stream: a ClusterRole and ClusterRoleBinding
+/// for the plugins that are not confined to one namespace (if any), then a Role and RoleBinding
+/// per namespace that confined plugins use, each named `subject.role_name`.
+pub fn rbac_yaml<'a>(
+    manifests: impl IntoIterator<Item = &'a Manifest>,
+    resolve: impl Fn(&str, &str) -> Option<Resolved>,
+    default_namespace: Option<&str>,
     subject: &Subject<'_>,
 ) -> Result<String, UnresolvedKind> {
-    let role = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": subject.role_name},
-        "rules": rules(manifests, resolve)?,
-    });
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": subject.role_name},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
+    let mut cluster = Rules::new();
+    let mut any_cluster = false;
+    let mut namespaced: BTreeMap<String, Rules> = BTreeMap::new();
+    for m in manifests {
+        let scope = namespace_scope(m, default_namespace, |a, k| {
+            resolve(a, k).map(|r| r.namespaced)
+        });
+        match scope {
+            Some(ns) => add_rules(m, &resolve, namespaced.entry(ns).or_default())?,
+            None => {
+                any_cluster = true;
+                add_rules(m, &resolve, &mut cluster)?;
+            }
+        }
+    }
+    let rbac = "rbac.authorization.k8s.io";
+    let subjects = json!([{
+        "kind": "ServiceAccount",
+        "name": subject.service_account,
+        "namespace": subject.namespace,
+    }]);
+    let mut docs = Vec::new();
+    if any_cluster || namespaced.is_empty() {
+        docs.push(json!({
+            "apiVersion": format!("{rbac}/v1"),
             "kind": "ClusterRole",
-            "name": subject.role_name,
-        },
-        "subjects": [{
-            "kind": "ServiceAccount",
-            "name": subject.service_account,
-            "namespace": subject.namespace,
-        }],
-    });
+            "metadata": {"name": subject.role_name},
+            "rules": render(cluster),
+        }));
+        docs.push(json!({
+            "apiVersion": format!("{rbac}/v1"),
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": subject.role_name},
+            "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": subject.role_name},
+            "subjects": subjects,
+        }));
+    }
+    for (ns, rules) in namespaced {
+        docs.push(json!({
+            "apiVersion": format!("{rbac}/v1"),
+            "kind": "Role",
+            "metadata": {"name": subject.role_name, "namespace": ns},
+            "rules": render(rules),
+        }));
+        docs.push(json!({
+            "apiVersion": format!("{rbac}/v1"),
+            "kind": "RoleBinding",
+            "metadata": {"name": subject.role_name, "namespace": ns},
+            "roleRef": {"apiGroup": rbac, "kind": "Role", "name": subject.role_name},
+            "subjects": subjects,
+        }));
+    }
     // Serialising a `Value` built above cannot fail; fall back to JSON (valid YAML) regardless.
     let doc = |v: &serde_json::Value| serde_yaml::to_string(v).unwrap_or_else(|_| v.to_string());
-    Ok(format!("{}---\n{}", doc(&role), doc(&binding)))
+    Ok(docs.iter().map(doc).collect::<Vec<_>>().join("---\n"))
 }
 
 #[cfg(test)]
@@ -140,12 +230,17 @@ mod tests {
         }
     }
 
-    fn resolve(api_version: &str, kind: &str) -> Option<String> {
-        match (api_version, kind) {
-            ("apps/v1", "Deployment") => Some("deployments".into()),
-            ("v1", "ConfigMap") => Some("configmaps".into()),
-            _ => None,
-        }
+    fn resolve(api_version: &str, kind: &str) -> Option<Resolved> {
+        let (resource, namespaced) = match (api_version, kind) {
+            ("apps/v1", "Deployment") => ("deployments", true),
+            ("v1", "ConfigMap") => ("configmaps", true),
+            ("v1", "Namespace") => ("namespaces", false),
+            _ => return None,
+        };
+        Some(Resolved {
+            resource: resource.into(),
+            namespaced,
+        })
     }
 
     fn with_writes(name: &str, writes: &[(&str, &str, &[Verb])]) -> Manifest {
@@ -194,7 +289,7 @@ mod tests {
             namespace: "ops",
             service_account: "host",
         };
-        let yaml = cluster_role_yaml([&m], resolve, &subject).expect("yaml");
+        let yaml = rbac_yaml([&m], resolve, None, &subject).expect("yaml");
         let docs: Vec<serde_json::Value> = yaml
             .split("---\n")
             .map(|d| serde_yaml::from_str(d).expect("valid yaml"))
@@ -205,5 +300,90 @@ mod tests {
         assert_eq!(docs[1]["kind"], "ClusterRoleBinding");
         assert_eq!(docs[1]["subjects"][0]["namespace"], "ops");
         assert_eq!(docs[1]["roleRef"]["name"], "kube-wasm-host");
+    }
+
+    fn docs(yaml: &str) -> Vec<serde_json::Value> {
+        yaml.split("---\n")
+            .map(|d| serde_yaml::from_str(d).expect("valid yaml"))
+            .collect()
+    }
+
+    fn in_ns(mut m: Manifest, ns: Option<&str>) -> Manifest {
+        for w in &mut m.watches {
+            w.namespace = ns.map(str::to_string);
+        }
+        m
+    }
+
+    const SUBJECT: Subject<'static> = Subject {
+        role_name: "r",
+        namespace: "ops",
+        service_account: "host",
+    };
+
+    #[test]
+    fn a_plugin_confined_to_one_namespace_gets_a_role_there() {
+        let m = in_ns(
+            with_writes("a", &[("v1", "ConfigMap", &[Verb::Create])]),
+            Some("team"),
+        );
+        assert_eq!(
+            namespace_scope(&m, None, |a, k| resolve(a, k).map(|r| r.namespaced)),
+            Some("team".into())
+        );
+        let d = docs(&rbac_yaml([&m], resolve, None, &SUBJECT).expect("yaml"));
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert_eq!(d[0]["kind"], "Role");
+        assert_eq!(d[0]["metadata"]["namespace"], "team");
+        assert_eq!(d[0]["rules"][0]["resources"][0], "configmaps");
+        assert_eq!(d[0]["rules"][1]["verbs"], json!(["get", "list", "watch"]));
+        assert_eq!(d[1]["kind"], "RoleBinding");
+        assert_eq!(d[1]["metadata"]["namespace"], "team");
+        assert_eq!(d[1]["roleRef"]["kind"], "Role");
+        assert_eq!(d[1]["subjects"][0]["namespace"], "ops");
+    }
+
+    #[test]
+    fn the_host_namespace_confines_watches_that_name_none() {
+        let m = manifest("a");
+        let d = docs(&rbac_yaml([&m], resolve, Some("team"), &SUBJECT).expect("yaml"));
+        assert_eq!(d[0]["kind"], "Role");
+        assert_eq!(d[0]["metadata"]["namespace"], "team");
+    }
+
+    #[test]
+    fn cluster_wide_watches_two_namespaces_or_cluster_scoped_writes_need_a_cluster_role() {
+        let cluster_wide = manifest("a");
+        let mut two = in_ns(manifest("b"), Some("x"));
+        let mut second = two.watches[0].clone();
+        second.namespace = Some("y".into());
+        two.watches.push(second);
+        let writes_ns = in_ns(
+            with_writes("c", &[("v1", "Namespace", &[Verb::Create])]),
+            Some("x"),
+        );
+        let namespaced = |a: &str, k: &str| resolve(a, k).map(|r| r.namespaced);
+        for m in [&cluster_wide, &two, &writes_ns] {
+            assert_eq!(namespace_scope(m, None, namespaced), None, "{}", m.name);
+        }
+        // One confined plugin and one cluster-wide: a ClusterRole for the second only.
+        let confined = in_ns(
+            with_writes("d", &[("v1", "ConfigMap", &[Verb::Patch])]),
+            Some("x"),
+        );
+        let d =
+            docs(&rbac_yaml([&confined, &cluster_wide], resolve, None, &SUBJECT).expect("yaml"));
+        let kinds: Vec<_> = d.iter().map(|v| v["kind"].as_str().unwrap_or("")).collect();
+        assert_eq!(
+            kinds,
+            ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
+        );
+        assert_eq!(
+            d[0]["rules"],
+            json!([{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch"]}])
+        );
+        assert_eq!(d[2]["metadata"]["namespace"], "x");
+        // An unknown kind confines nothing.
+        assert_eq!(namespace_scope(&confined, None, |_, _| None), None);
     }
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use super::health::Health;
 use super::instance::{GuestError, Outcome, PluginInstance};
 use super::loader::Plugin;
 use crate::workqueue::RateLimitingQueue;
@@ -62,12 +63,14 @@ impl ReconcileStats {
     }
 }
 
-/// Starts `plugin.manifest().workers` workers on `queue`. Each takes an instance slot now, so
-/// an instance limit too small for the worker count fails the plugin's start, not a worker.
+/// Starts `plugin.manifest().workers` workers on `queue`, each calling through `health`'s gate.
+/// Each takes an instance slot now, so an instance limit too small for the worker count fails
+/// the plugin's start, not a worker.
 pub fn spawn_workers(
     plugin: &Plugin,
     queue: &RateLimitingQueue<String>,
     stats: &Arc<ReconcileStats>,
+    health: &Arc<Health>,
 ) -> Result<Vec<JoinHandle<()>>, GuestError> {
     let n = plugin.manifest().workers.max(1);
     let instances = (0..n)
@@ -78,7 +81,9 @@ pub fn spawn_workers(
         .enumerate()
         .map(|(i, inst)| {
             let span = tracing::info_span!("worker", plugin = %plugin.name(), worker = i);
-            tokio::spawn(worker(inst, queue.clone(), stats.clone()).instrument(span))
+            tokio::spawn(
+                worker(inst, queue.clone(), stats.clone(), health.clone()).instrument(span),
+            )
         })
         .collect())
 }
@@ -103,13 +108,26 @@ async fn worker(
     mut inst: PluginInstance,
     queue: RateLimitingQueue<String>,
     stats: Arc<ReconcileStats>,
+    health: Arc<Health>,
 ) {
     while let Some(key) = queue.get().await {
+        // Taken after the key: while the plugin is quarantined the key waits here, marked as
+        // processing, so no other worker takes it and the rest stay queued.
+        let Some(permit) = health.admit().await else {
+            queue.done(&key);
+            break;
+        };
         let started = Instant::now();
         let r = inst
             .reconcile(&key)
             .instrument(tracing::debug_span!("reconcile", %key))
             .await;
+        // Only sandbox failures count against the plugin's health; a guest's own error is a
+        // healthy instance reporting a problem with the key.
+        match &r {
+            Err(e) => permit.failed(e),
+            Ok(_) => permit.succeeded(),
+        }
         stats.observe(started.elapsed());
         stats.total.fetch_add(1, Ordering::Relaxed);
         match (next(&r), &r) {

@@ -12,11 +12,13 @@ use tokio::task::JoinHandle;
 
 use super::backend::Backends;
 use super::backends::{InformerLister, KubeClientBackend, WorkqueueBackend};
-use super::dispatch::Dispatcher;
+use super::dispatch::{Dispatcher, RetryPolicy};
 use super::engine::PluginEngine;
+use super::health::{Health, HealthSnapshot, Phase, QuarantinePolicy};
 use super::index::register as register_indexes;
 use super::instance::{GuestError, Limits};
 use super::loader::{LoadError, LoadedPlugin, Plugin};
+use super::rbac::namespace_scope;
 use super::reconcile::{spawn_workers, ReconcileStats, RECONCILE_BUCKETS};
 use super::watch_counters::{CounterMap, CountingLw};
 use crate::informer::factory::{FactoryRegistration, InformerKey, SharedInformerFactory};
@@ -87,6 +89,10 @@ pub struct RuntimeOptions {
     pub namespace: Option<String>,
     /// Stop at the first plugin that fails to start.
     pub fail_fast: bool,
+    /// When a plugin whose instances keep failing is quarantined, and for how long.
+    pub quarantine: QuarantinePolicy,
+    /// How a notification whose handler failed in the sandbox is retried.
+    pub handler_retry: RetryPolicy,
 }
 
 /// One running plugin.
@@ -97,6 +103,7 @@ pub struct RunningPlugin {
     workers: Vec<JoinHandle<()>>,
     dispatcher: Arc<Dispatcher>,
     stats: Arc<ReconcileStats>,
+    health: Arc<Health>,
 }
 
 impl RunningPlugin {
@@ -116,9 +123,17 @@ impl RunningPlugin {
     pub fn dispatcher(&self) -> &Dispatcher {
         &self.dispatcher
     }
+    /// A shared handle on its dispatcher (counters outliving a borrow of the runtime).
+    pub fn dispatcher_handle(&self) -> Arc<Dispatcher> {
+        self.dispatcher.clone()
+    }
     /// Whether every one of its handlers has seen its informer's initial list.
     pub fn has_synced(&self) -> bool {
         self.regs.iter().all(FactoryRegistration::has_synced)
+    }
+    /// Its health gate (quarantine state).
+    pub fn health(&self) -> &Health {
+        &self.health
     }
 }
 
@@ -233,11 +248,15 @@ impl PluginRuntime {
         let lister = Arc::new(InformerLister::new());
         let backends = Backends {
             lister: lister.clone(),
-            client: Arc::new(KubeClientBackend::new(
-                self.client.clone(),
-                &name,
-                resources.clone(),
-            )),
+            client: Arc::new(
+                KubeClientBackend::new(self.client.clone(), &name, resources.clone()).confined_to(
+                    namespace_scope(loaded.manifest(), self.opts.namespace.as_deref(), |a, k| {
+                        resources
+                            .get(&(a.to_string(), k.to_string()))
+                            .map(|r| r.namespaced)
+                    }),
+                ),
+            ),
             queue: Arc::new(WorkqueueBackend::new(queue.clone())),
         };
         let plugin = loaded.activate(backends);
@@ -245,9 +264,11 @@ impl PluginRuntime {
             path: path.clone(),
             source,
         };
-        let dispatcher = Dispatcher::new(&plugin).map_err(instance_err)?;
+        let health = Arc::new(Health::new(&name, self.opts.quarantine.clone()));
+        let dispatcher = Dispatcher::new(&plugin, health.clone(), self.opts.handler_retry.clone())
+            .map_err(instance_err)?;
         let stats = Arc::new(ReconcileStats::default());
-        let workers = spawn_workers(&plugin, &queue, &stats).map_err(instance_err)?;
+        let workers = spawn_workers(&plugin, &queue, &stats, &health).map_err(instance_err)?;
         let mut regs = Vec::new();
         let manifest = plugin.manifest().clone();
         for (i, w) in manifest.watches.iter().enumerate() {
@@ -309,6 +330,7 @@ impl PluginRuntime {
             workers,
             dispatcher,
             stats,
+            health,
         })
     }
 
@@ -322,9 +344,14 @@ impl PluginRuntime {
         &self.factory
     }
 
-    /// Whether every plugin's informers have delivered their initial lists.
+    /// Whether every plugin's informers have delivered their initial lists and no plugin is
+    /// quarantined.
     pub fn is_ready(&self) -> bool {
-        !self.plugins.is_empty() && self.plugins.iter().all(RunningPlugin::has_synced)
+        !self.plugins.is_empty()
+            && self
+                .plugins
+                .iter()
+                .all(|p| p.has_synced() && !p.health.is_quarantined())
     }
 
     /// A cheap handle for the metrics and health endpoints.
@@ -339,6 +366,7 @@ impl PluginRuntime {
                     plugin: p.plugin.clone(),
                     stats: p.stats.clone(),
                     dispatcher: p.dispatcher.clone(),
+                    health: p.health.clone(),
                     synced: p
                         .regs
                         .iter()
@@ -357,6 +385,14 @@ impl PluginRuntime {
         self.factory.shutdown();
         let deadline = tokio::time::Instant::now() + grace;
         let mut clean = true;
+        for p in &self.plugins {
+            if p.health.is_quarantined() {
+                // Its workers wait at the health gate and would only sit out the grace period.
+                tracing::warn!(plugin = %p.plugin.name(), queued = p.queue.len(),
+                    "plugin quarantined at shutdown; its queued keys are not reconciled");
+                p.health.close();
+            }
+        }
         for p in self.plugins {
             drop(p.regs);
             let drained = tokio::time::timeout_at(deadline, p.queue.shutdown_with_drain())
@@ -370,8 +406,11 @@ impl PluginRuntime {
                     clean = false;
                 }
             }
+            // Releases a dispatcher still waiting at the gate.
+            p.health.close();
             if !drained {
-                tracing::warn!(plugin = %p.plugin.name(), "grace period over with reconciles in flight");
+                tracing::warn!(plugin = %p.plugin.name(), ?grace,
+                    "grace period over with reconciles in flight; they were abandoned");
                 clean = false;
             }
         }
@@ -383,7 +422,14 @@ struct PluginStatus {
     plugin: Plugin,
     stats: Arc<ReconcileStats>,
     dispatcher: Arc<Dispatcher>,
+    health: Arc<Health>,
     synced: Vec<crate::informer::shared::HandlerRegistration>,
+}
+
+impl PluginStatus {
+    fn synced(&self) -> bool {
+        self.synced.iter().all(|r| r.has_synced())
+    }
 }
 
 /// What `/metrics` and `/readyz` read: shared handles, no lock on the runtime.
@@ -395,13 +441,77 @@ pub struct RuntimeStatus {
 }
 
 impl RuntimeStatus {
-    /// Ready when there is at least one plugin and every handler has seen its initial list.
+    /// Ready when there is at least one plugin, every handler has seen its initial list and no
+    /// plugin is quarantined (a rollout whose new version quarantines a plugin should stall).
     pub fn is_ready(&self) -> bool {
-        !self.plugins.is_empty()
-            && self
-                .plugins
-                .iter()
-                .all(|p| p.synced.iter().all(|r| r.has_synced()))
+        self.readiness().0
+    }
+
+    /// Readiness and its explanation: `ok`, or one line per reason it is not ready, naming the
+    /// plugin (and, for a quarantine, why and for how long).
+    pub fn readiness(&self) -> (bool, String) {
+        if self.plugins.is_empty() {
+            return (false, "no plugin running\n".into());
+        }
+        let mut out = String::new();
+        for p in self.plugins.iter() {
+            let name = p.plugin.name();
+            if !p.synced() {
+                let _ = writeln!(out, "plugin {name}: informers not synced");
+            }
+            let h = p.health.snapshot();
+            if h.phase != Phase::Running {
+                let _ = write!(out, "plugin {name}: {}", h.phase.as_str());
+                if let Some(r) = &h.reason {
+                    let _ = write!(out, " ({r})");
+                }
+                if let Some(left) = h.remaining {
+                    let _ = write!(out, "; probation in {:.1}s", left.as_secs_f64());
+                }
+                out.push('\n');
+            }
+        }
+        if out.is_empty() {
+            (true, "ok\n".into())
+        } else {
+            (false, out)
+        }
+    }
+
+    /// The `/statusz` document: one entry per plugin with its state, quarantine details,
+    /// informer sync and a few counters, as JSON.
+    pub fn render_status(&self) -> String {
+        let plugins: Vec<_> = self
+            .plugins
+            .iter()
+            .map(|p| {
+                let h: HealthSnapshot = p.health.snapshot();
+                let since = h.since.and_then(|t| {
+                    t.duration_since(std::time::UNIX_EPOCH)
+                        .ok()
+                        .map(|d| d.as_secs())
+                });
+                serde_json::json!({
+                    "name": p.plugin.name(),
+                    "file": p.plugin.path().display().to_string(),
+                    "state": h.phase.as_str(),
+                    "reason": h.reason,
+                    "quarantinedSinceUnix": since,
+                    "probationInSeconds": h.remaining.map(|d| d.as_secs_f64()),
+                    "quarantines": h.quarantines,
+                    "informersSynced": p.synced(),
+                    "reconciles": p.stats.total.load(Ordering::Relaxed),
+                    "reconcileErrors": p.stats.errors.load(Ordering::Relaxed),
+                    "notificationsDropped": p.dispatcher.dropped.load(Ordering::Relaxed),
+                    "instantiations": p.plugin.stats().instantiations.load(Ordering::Relaxed),
+                })
+            })
+            .collect();
+        let (ready, _) = self.readiness();
+        let doc = serde_json::json!({ "ready": ready, "plugins": plugins });
+        let mut s = doc.to_string();
+        s.push('\n');
+        s
     }
 
     /// The Prometheus text exposition: client-go workqueue metrics (one queue per plugin, named
@@ -409,7 +519,7 @@ impl RuntimeStatus {
     pub fn render_metrics(&self) -> String {
         let mut out = self.registry.render();
         type Get = fn(&PluginStatus) -> u64;
-        let counters: [(&str, &str, Get); 8] = [
+        let counters: [(&str, &str, Get); 11] = [
             ("plugin_reconcile_total", "Reconcile calls.", |p| {
                 p.stats.total.load(Ordering::Relaxed)
             }),
@@ -448,6 +558,21 @@ impl RuntimeStatus {
                 "Informer notifications delivered to the guest's handlers.",
                 |p| p.dispatcher.delivered.load(Ordering::Relaxed),
             ),
+            (
+                "plugin_notification_retries_total",
+                "Handler calls retried on a fresh instance after a sandbox failure.",
+                |p| p.dispatcher.retries.load(Ordering::Relaxed),
+            ),
+            (
+                "plugin_notifications_dropped_total",
+                "Notifications dropped after every handler attempt failed.",
+                |p| p.dispatcher.dropped.load(Ordering::Relaxed),
+            ),
+            (
+                "plugin_quarantines_total",
+                "Times the plugin was quarantined (repeated instance failures, failed probation).",
+                |p| p.health.quarantines(),
+            ),
         ];
         for (name, help, get) in counters {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
@@ -476,6 +601,18 @@ impl RuntimeStatus {
             );
             let _ = writeln!(out, "{name}_sum{{plugin=\"{plugin}\"}} {sum}");
             let _ = writeln!(out, "{name}_count{{plugin=\"{plugin}\"}} {count}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP plugin_quarantined Whether the plugin is quarantined or on probation (1) or running (0).\n# TYPE plugin_quarantined gauge"
+        );
+        for p in self.plugins.iter() {
+            let _ = writeln!(
+                out,
+                "plugin_quarantined{{plugin=\"{}\"}} {}",
+                p.plugin.name(),
+                u8::from(p.health.is_quarantined())
+            );
         }
         let _ = writeln!(
             out,

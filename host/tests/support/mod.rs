@@ -1,6 +1,7 @@
 //! Shared helpers of the plugin tests: building the test guests, engines, fakes, log capture.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod fakes;
 pub mod guests;
 pub mod logs;
