@@ -6,12 +6,25 @@
 //! as its last byte arrives, copying it into its own allocation with `managedFields` cut, and
 //! drops the consumed bytes, so only the unfinished tail of the body is buffered.
 
+use std::fmt::Write as _;
+use std::sync::Arc;
+
 use bytes::{Buf, Bytes, BytesMut};
 
 use super::error::{Error, Status, StatusDetails};
 use super::json::{self, Scanner, ValueEnd};
-use super::object::{IngestOptions, Object};
+use super::object::{IngestOptions, Meta, Object};
 use super::watch::ObjectList;
+
+/// Objects a caller already holds, by store key (`namespace/name` or `name`, spec 3.1).
+///
+/// Why: a relist after an expired watch mostly returns objects the informer already caches,
+/// byte for byte. A decoder given a pool hands back the held object for every item of the
+/// same version ([`Object::is_version`]) instead of a second copy, so a relist does not
+/// double the cache's memory for objects that did not change.
+pub trait ObjectPool: Send + Sync {
+    fn get(&self, key: &str) -> Option<Object>;
+}
 
 /// Decode a complete LIST response held in memory (the streaming decoder fed one chunk).
 pub fn decode_list(body: &[u8], opts: &IngestOptions) -> Result<ObjectList, Error> {
@@ -81,6 +94,16 @@ pub struct ListDecoder {
     deferred: Vec<Bytes>,
     /// Bytes dropped before `buf`, for error messages.
     consumed: u64,
+    /// Held objects that items of the same version are replaced with.
+    pool: Option<Arc<dyn ObjectPool>>,
+    /// Scratch for pool keys (no allocation per item).
+    key: String,
+}
+
+impl std::fmt::Debug for dyn ObjectPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ObjectPool")
+    }
 }
 
 impl ListDecoder {
@@ -96,6 +119,16 @@ impl ListDecoder {
             api_version: None,
             deferred: Vec::new(),
             consumed: 0,
+            pool: None,
+            key: String::new(),
+        }
+    }
+
+    /// A decoder that returns `pool`'s object for every item of the same version.
+    pub fn with_pool(opts: IngestOptions, pool: Arc<dyn ObjectPool>) -> Self {
+        ListDecoder {
+            pool: Some(pool),
+            ..Self::new(opts)
         }
     }
 
@@ -117,8 +150,13 @@ impl ListDecoder {
         let type_meta = item_type(self.kind.as_deref(), self.api_version.as_deref());
         for raw in std::mem::take(&mut self.deferred) {
             let mut sc = Scanner::new(&raw);
-            let o = Object::ingest_from(&mut sc, &self.opts, type_meta)
-                .map_err(|e| self.error(format!("item {}: {e}", self.list.items.len())))?;
+            let o = Object::ingest_from_reusing(
+                &mut sc,
+                &self.opts,
+                type_meta,
+                &mut |m| held(self.pool.as_deref(), &mut self.key, m),
+            )
+            .map_err(|e| self.error(format!("item {}: {e}", self.list.items.len())))?;
             self.list.items.push(o);
         }
         Ok(self.list)
@@ -353,12 +391,28 @@ impl ListDecoder {
         }
         let type_meta = item_type(self.kind.as_deref(), self.api_version.as_deref());
         let mut sc = Scanner::new(raw);
-        let o = Object::ingest_from(&mut sc, &self.opts, type_meta)
-            .and_then(|o| sc.end().map(|_| o).map_err(Into::into))
+        let (pool, key) = (self.pool.as_deref(), &mut self.key);
+        let o = Object::ingest_from_reusing(&mut sc, &self.opts, type_meta, &mut |m| {
+            held(pool, key, m)
+        })
+        .and_then(|o| sc.end().map(|_| o).map_err(Into::into))
             .map_err(|e| self.error(format!("item {}: {e}", self.list.items.len())))?;
         self.list.items.push(o);
         Ok(())
     }
+}
+
+/// The pool's object for the item `m` describes, if it is the same version.
+fn held(pool: Option<&dyn ObjectPool>, key: &mut String, m: &Meta<'_>) -> Option<Object> {
+    let pool = pool?;
+    key.clear();
+    match m.namespace {
+        Some(ns) => {
+            let _ = write!(key, "{ns}/{}", m.name);
+        }
+        None => key.push_str(m.name),
+    }
+    pool.get(key).filter(|o| o.is_version(m))
 }
 
 fn item_type<'a>(
@@ -540,7 +594,7 @@ mod tests {
             l.resource_version.clone(),
             l.continue_token.clone(),
             l.remaining_item_count,
-            l.items.iter().map(|o| o.raw().clone()).collect(),
+            l.items.iter().map(|o| o.raw_bytes()).collect(),
         )
     }
 
