@@ -295,7 +295,10 @@ impl DeltaFifo {
             let Some(obj) = known.get_by_key(&k) else {
                 continue;
             };
-            if s.items.get(obj.key().as_str()).is_some_and(|d| !d.is_empty()) {
+            if s.items
+                .get(obj.key().as_str())
+                .is_some_and(|d| !d.is_empty())
+            {
                 continue;
             }
             // Known objects were transformed on their way in; never again (k/k#124337).
@@ -388,7 +391,12 @@ impl DeltaFifo {
 
     /// Queued keys, head first.
     pub fn list_keys(&self) -> Vec<String> {
-        self.state.lock().queue.iter().map(|k| k.to_string()).collect()
+        self.state
+            .lock()
+            .queue
+            .iter()
+            .map(|k| k.to_string())
+            .collect()
     }
 
     /// The queued deltas of a key.

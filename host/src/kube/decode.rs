@@ -150,12 +150,9 @@ impl ListDecoder {
         let type_meta = item_type(self.kind.as_deref(), self.api_version.as_deref());
         for raw in std::mem::take(&mut self.deferred) {
             let mut sc = Scanner::new(&raw);
-            let o = Object::ingest_from_reusing(
-                &mut sc,
-                &self.opts,
-                type_meta,
-                &mut |m| held(self.pool.as_deref(), &mut self.key, m),
-            )
+            let o = Object::ingest_from_reusing(&mut sc, &self.opts, type_meta, &mut |m| {
+                held(self.pool.as_deref(), &mut self.key, m)
+            })
             .map_err(|e| self.error(format!("item {}: {e}", self.list.items.len())))?;
             self.list.items.push(o);
         }
@@ -396,7 +393,7 @@ impl ListDecoder {
             held(pool, key, m)
         })
         .and_then(|o| sc.end().map(|_| o).map_err(Into::into))
-            .map_err(|e| self.error(format!("item {}: {e}", self.list.items.len())))?;
+        .map_err(|e| self.error(format!("item {}: {e}", self.list.items.len())))?;
         self.list.items.push(o);
         Ok(())
     }
@@ -638,6 +635,81 @@ mod tests {
                 assert!(matches!(e, Error::Decode(_)), "{name} cut at {cut}: {e}");
             }
         }
+    }
+
+    struct Pool(std::collections::HashMap<String, Object>);
+
+    impl ObjectPool for Pool {
+        fn get(&self, key: &str) -> Option<Object> {
+            self.0.get(key).cloned()
+        }
+    }
+
+    /// A relist decoded with a pool gets the held object for items of the same namespace,
+    /// name, uid and resourceVersion, and a new object for anything else; items that come
+    /// before `kind` (taken in at the end) too.
+    #[test]
+    fn items_of_the_same_version_come_back_as_the_held_objects() {
+        let item = |name: &str, uid: &str, rv: &str| {
+            format!(
+                r#"{{"metadata":{{"name":"{name}","namespace":"ns","uid":"{uid}","resourceVersion":"{rv}"}},"data":{{"k":"v"}}}}"#
+            )
+        };
+        let first = format!(
+            r#"{{"kind":"ConfigMapList","apiVersion":"v1","metadata":{{"resourceVersion":"9"}},"items":[{},{},{},{}]}}"#,
+            item("same", "u1", "5"),
+            item("newer", "u2", "6"),
+            item("recreated", "u9", "7"),
+            item("unknown", "u4", "8"),
+        );
+        let held = decode_list(first.as_bytes(), &IngestOptions::default()).unwrap();
+        let mut pool: std::collections::HashMap<String, Object> =
+            held.items.iter().map(|o| (o.key(), o.clone())).collect();
+        pool.remove("ns/unknown");
+        let pool: Arc<dyn ObjectPool> = Arc::new(Pool(pool));
+        let relist_items = [
+            item("same", "u1", "5"),
+            item("newer", "u2", "60"),
+            item("recreated", "u3", "7"),
+            item("unknown", "u4", "8"),
+        ]
+        .join(",");
+        for body in [
+            format!(
+                r#"{{"kind":"ConfigMapList","apiVersion":"v1","metadata":{{"resourceVersion":"90"}},"items":[{relist_items}]}}"#
+            ),
+            format!(
+                r#"{{"items":[{relist_items}],"metadata":{{"resourceVersion":"90"}},"apiVersion":"v1","kind":"ConfigMapList"}}"#
+            ),
+        ] {
+            for chunk in [1, 7, body.len()] {
+                let mut d = ListDecoder::with_pool(IngestOptions::default(), pool.clone());
+                for c in body.as_bytes().chunks(chunk) {
+                    d.push(c).unwrap();
+                }
+                let l = d.finish().unwrap();
+                let same: Vec<bool> = l
+                    .items
+                    .iter()
+                    .zip(&held.items)
+                    .map(|(a, b)| Object::ptr_eq(a, b))
+                    .collect();
+                assert_eq!(same, [true, false, false, false], "{body}");
+                assert_eq!(l.items[1].resource_version(), "60");
+                assert_eq!(l.items[2].uid(), "u3");
+                assert_eq!(l.items[0].as_str(), held.items[0].as_str());
+            }
+        }
+        // A malformed item is still an error, even when its metadata matches a held object.
+        let bad = format!(
+            r#"{{"kind":"ConfigMapList","apiVersion":"v1","metadata":{{}},"items":[{}]}}"#,
+            item("same", "u1", "5").replace(r#""k":"v""#, r#""k":v"#)
+        );
+        let mut d = ListDecoder::with_pool(IngestOptions::default(), pool);
+        assert!(d
+            .push(bad.as_bytes())
+            .and_then(|_| d.finish().map(|_| ()))
+            .is_err());
     }
 
     #[test]

@@ -633,6 +633,11 @@ impl Object {
         self.src().s(self.0.header().uid)
     }
 
+    /// Both handles share one allocation (as `Arc::ptr_eq`).
+    pub fn ptr_eq(a: &Object, b: &Object) -> bool {
+        ThinArc::ptr_eq(&a.0, &b.0)
+    }
+
     /// This object is the version `m` describes: same namespace, name, uid and (non-empty)
     /// resourceVersion. An API server gives every write a new resourceVersion, so an item
     /// that matches a held object this way has the same content, and the held copy can

@@ -147,7 +147,11 @@ mod tests {
         assert_eq!(b.bytes(), b"hello");
         assert_eq!(Arc::strong_count(&drops), 2);
         drop(b);
-        assert_eq!(Arc::strong_count(&drops), 1, "header dropped with the last handle");
+        assert_eq!(
+            Arc::strong_count(&drops),
+            1,
+            "header dropped with the last handle"
+        );
         let empty = ThinArc::new((), 0, |_| {}).unwrap();
         assert_eq!(empty.bytes(), b"");
         assert!(empty.block_size() >= 16);
