@@ -20,6 +20,7 @@ use futures_util::future::BoxFuture;
 use host::emulator::{Emulator, EmulatorHandle};
 use host::informer::processor::ResourceEventHandler;
 use host::informer::shared::{InformerOptions, SharedIndexInformer};
+use host::informer::store::Store;
 use host::informer::tombstone::ObjOrTombstone;
 use host::kube::{ApiResource, Client, Config, Object, ResourceClient};
 use serde_json::Value;
@@ -159,6 +160,10 @@ struct Row {
     upd_cpu_us: f64,
     relist: Relist,
     relist_changed: Relist,
+    /// Of the held bytes: the objects themselves (JSON + header + metadata arrays) and the
+    /// store (item map, keys, namespace index), per object.
+    objects_per_obj: f64,
+    store_per_obj: f64,
 }
 
 /// Figures of one relist.
@@ -205,6 +210,19 @@ async fn run(emu_rt: tokio::runtime::Handle) {
             r.held_per_obj,
             r.held_ratio,
             mb(r.hwm)
+        );
+    }
+    println!("\n## Where the pipeline heap goes (per cached object, last run)\n");
+    println!("| objects | n | held | objects (JSON + header + metadata arrays) | store (item map, keys, namespace index) | rest (client, FIFO, processor, tasks; fixed) |\n|---|---|---|---|---|---|");
+    for r in &rows {
+        println!(
+            "| {} | {} | {:.0} B | {:.0} B | {:.0} B | {:.0} B |",
+            r.label,
+            thousands(r.n as f64),
+            r.held_per_obj,
+            r.objects_per_obj,
+            r.store_per_obj,
+            r.held_per_obj - r.objects_per_obj - r.store_per_obj
         );
     }
     println!(
@@ -371,6 +389,7 @@ async fn bench(emu_rt: &tokio::runtime::Handle, kind: Kind, n: usize) -> Row {
     // Initial list: a fresh informer per run.
     let (mut sync, mut handled, mut cpu, mut held) = (vec![], vec![], vec![], vec![]);
     let (mut cached_json, mut hwm) = (0, 0);
+    let (mut objects_bytes, mut store_bytes) = (0, 0);
     let mut last = None;
     let mut base = 0;
     for run in 0..runs {
@@ -393,7 +412,13 @@ async fn bench(emu_rt: &tokio::runtime::Handle, kind: Kind, n: usize) -> Row {
         let items = r.informer.indexer().list();
         assert_eq!(items.len(), n);
         cached_json = items.iter().map(|o| o.raw().len()).sum::<usize>();
-        drop(items);
+        objects_bytes = items.iter().map(|o| o.heap_size()).sum::<usize>();
+        // What the store's map, keys and index cost: build the same store again beside it.
+        let l0 = live_of(TAG_PIPELINE);
+        let copy = Store::with_namespace_index();
+        copy.replace(items);
+        store_bytes = live_of(TAG_PIPELINE).saturating_sub(l0);
+        drop(copy);
         held.push(live_of(TAG_PIPELINE).saturating_sub(heap0) as f64);
         if run + 1 == runs {
             last = Some(r);
@@ -448,5 +473,7 @@ async fn bench(emu_rt: &tokio::runtime::Handle, kind: Kind, n: usize) -> Row {
         upd_cpu_us: median(upd_cpu),
         relist: unchanged,
         relist_changed: changed,
+        objects_per_obj: objects_bytes as f64 / n as f64,
+        store_per_obj: store_bytes as f64 / n as f64,
     }
 }

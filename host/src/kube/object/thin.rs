@@ -8,13 +8,15 @@
 use std::alloc::{self, Layout};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::atomic::{self, AtomicUsize, Ordering};
+use std::sync::atomic::{self, AtomicU32, Ordering};
 
-/// The start of every block; the bytes follow it.
+/// The start of every block; the bytes follow it. A 32-bit count and length keep the fixed
+/// part at 8 bytes: blocks hold one object (at most 2 GiB, checked by the callers), and 2^31
+/// live handles to one object would take 16 GiB of handles alone.
 #[repr(C)]
 struct Block<H> {
-    refs: AtomicUsize,
-    len: usize,
+    refs: AtomicU32,
+    len: u32,
     header: H,
 }
 
@@ -41,8 +43,9 @@ impl<H> ThinArc<H> {
     }
 
     /// A block holding `header` and `len` bytes written by `fill` (which gets them zeroed).
-    /// `None` if `len` is too large for any allocation.
+    /// `None` if `len` does not fit in 32 bits or in any allocation.
     pub(crate) fn new(header: H, len: usize, fill: impl FnOnce(&mut [u8])) -> Option<Self> {
+        let len32 = u32::try_from(len).ok()?;
         let (layout, off) = Self::layout(len)?;
         // SAFETY: the layout has a non-zero size (the block header is not zero-sized).
         let raw = unsafe { alloc::alloc_zeroed(layout) };
@@ -54,8 +57,8 @@ impl<H> ThinArc<H> {
         // the block leaks, which is safe.
         unsafe {
             ptr.as_ptr().write(Block {
-                refs: AtomicUsize::new(1),
-                len,
+                refs: AtomicU32::new(1),
+                len: len32,
                 header,
             });
             fill(std::slice::from_raw_parts_mut(raw.add(off), len));
@@ -76,7 +79,7 @@ impl<H> ThinArc<H> {
     }
 
     pub(crate) fn bytes(&self) -> &[u8] {
-        let len = self.block().len;
+        let len = self.block().len as usize;
         // The layout was computed for this length when the block was made, so it exists.
         let off = Self::layout(len).map_or(0, |(_, off)| off);
         // SAFETY: `len` initialised bytes start at `off` inside the live block and are never
@@ -91,7 +94,7 @@ impl<H> ThinArc<H> {
 
     /// Bytes of the block (header and data), not counting what the header owns elsewhere.
     pub(crate) fn block_size(&self) -> usize {
-        Self::layout(self.block().len).map_or(0, |(l, _)| l.size())
+        Self::layout(self.block().len as usize).map_or(0, |(l, _)| l.size())
     }
 }
 
@@ -99,7 +102,7 @@ impl<H> Clone for ThinArc<H> {
     fn clone(&self) -> Self {
         // Relaxed is enough to take a new reference from an existing one (as `Arc` does).
         let old = self.block().refs.fetch_add(1, Ordering::Relaxed);
-        if old > isize::MAX as usize {
+        if old > i32::MAX as u32 {
             // Billions of leaked handles: the count would wrap and free a live block.
             std::process::abort();
         }
@@ -117,7 +120,7 @@ impl<H> Drop for ThinArc<H> {
         }
         // Every other handle's use of the block happens before it is freed.
         atomic::fence(Ordering::Acquire);
-        let len = self.block().len;
+        let len = self.block().len as usize;
         let Some((layout, _)) = Self::layout(len) else {
             return;
         };
@@ -154,7 +157,7 @@ mod tests {
         );
         let empty = ThinArc::new((), 0, |_| {}).unwrap();
         assert_eq!(empty.bytes(), b"");
-        assert!(empty.block_size() >= 16);
+        assert_eq!(empty.block_size(), 8);
     }
 
     #[test]
@@ -180,5 +183,6 @@ mod tests {
     #[test]
     fn absurd_lengths_are_refused() {
         assert!(ThinArc::new((), usize::MAX - 8, |_| {}).is_none());
+        assert!(ThinArc::new((), 1 << 32, |_| {}).is_none());
     }
 }
