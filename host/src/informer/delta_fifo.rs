@@ -235,6 +235,10 @@ impl DeltaFifo {
     /// queued deltas (and the new objects, where they differ from the known ones).
     pub fn replace(&self, list: Vec<Object>) {
         let mut s = self.state.lock();
+        // Room for the whole list up front: growing step by step would hold the old and the
+        // new table at once, at the moment the relist's memory peaks.
+        s.items.reserve(list.len());
+        s.queue.reserve(list.len());
         let mut keys: HashSet<Arc<str>> = HashSet::with_capacity(list.len());
         for obj in list {
             let d = if self.emit_replaced {
