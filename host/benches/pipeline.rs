@@ -3,8 +3,11 @@
 //! (stored with managedFields, stripped on ingest) at 10,000 and 100,000 objects.
 //!
 //! `cargo bench -p host --bench pipeline` prints Markdown tables. The emulator runs in the same
-//! process (loopback HTTP/1.1), so CPU figures include its serving work; heap figures are
-//! allocator-counted deltas around each phase, which the emulator does not change.
+//! process (loopback HTTP/1.1) on a runtime of its own, so CPU figures include its serving
+//! work. Heap figures are allocator-counted and split by owner: every allocation made on the
+//! emulator's threads (or by the benchmark's in-process calls into the emulator) is tagged as
+//! the emulator's, everything else is the pipeline's (client, reflector, DeltaFIFO, store,
+//! processor, handler). Pipeline figures exclude the emulator's store and response buffers.
 
 mod common;
 
@@ -17,12 +20,13 @@ use futures_util::future::BoxFuture;
 use host::emulator::{Emulator, EmulatorHandle};
 use host::informer::processor::ResourceEventHandler;
 use host::informer::shared::{InformerOptions, SharedIndexInformer};
+use host::informer::store::Store;
 use host::informer::tombstone::ObjOrTombstone;
 use host::kube::{ApiResource, Client, Config, Object, ResourceClient};
 use serde_json::Value;
 
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: Tagged = Tagged;
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -39,7 +43,22 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    rt.block_on(run());
+    // The emulator's own threads tag their allocations, so that the pipeline's heap can be
+    // told apart from the server's (its store, history and LIST response bodies).
+    let emu = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("emulator")
+        .on_thread_start(|| set_thread_tag(TAG_EMULATOR))
+        .enable_all()
+        .build()
+        .expect("emulator runtime");
+    rt.block_on(run(emu.handle().clone()));
+    drop(emu);
+}
+
+/// Run `f` (a call into the in-process emulator) with its allocations tagged as the emulator's.
+fn emu<R>(f: impl FnOnce() -> R) -> R {
+    with_tag(TAG_EMULATOR, f)
 }
 
 #[derive(Default)]
@@ -139,12 +158,29 @@ struct Row {
     hwm: usize,
     upd_rate: f64,
     upd_cpu_us: f64,
-    relist_peak_ratio: f64,
-    relist_hwm: usize,
-    steady_rss: usize,
+    relist: Relist,
+    relist_changed: Relist,
+    /// Of the held bytes: the objects themselves (JSON + header + metadata arrays) and the
+    /// store (item map, keys, namespace index), per object.
+    objects_per_obj: f64,
+    store_per_obj: f64,
 }
 
-async fn run() {
+/// Figures of one relist.
+#[derive(Default)]
+struct Relist {
+    /// Pipeline heap high-water mark during the relist over its steady-state heap.
+    peak_ratio: f64,
+    /// Pipeline heap after the relist over its steady-state heap before it.
+    after_ratio: f64,
+    /// The emulator's extra heap during the relist (its response body), in bytes.
+    emulator_extra: usize,
+    /// Process VmHWM during the relist and VmRSS before it.
+    hwm: usize,
+    rss_before: usize,
+}
+
+async fn run(emu_rt: tokio::runtime::Handle) {
     println!("# Pipeline benchmark\n");
     println!("load average at start: {}\n", load());
     let sizes: Vec<usize> = std::env::var("BENCH_SIZES")
@@ -154,11 +190,11 @@ async fn run() {
     let mut rows = Vec::new();
     for kind in [Kind::ConfigMap, Kind::Pod] {
         for &n in &sizes {
-            rows.push(bench(kind, n).await);
+            rows.push(bench(&emu_rt, kind, n).await);
         }
     }
     println!("## Initial list (time to has_synced)\n");
-    println!("| objects | n | stored JSON (emulator) | cached JSON (stripped) | informer has_synced | handler saw all adds | events/s | CPU/event | bytes held per cached object | held / cached JSON | VmHWM |");
+    println!("| objects | n | stored JSON (emulator) | cached JSON (stripped) | informer has_synced | handler saw all adds | events/s | CPU/event | pipeline heap per cached object | held / cached JSON | VmHWM |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         println!(
@@ -176,6 +212,19 @@ async fn run() {
             mb(r.hwm)
         );
     }
+    println!("\n## Where the pipeline heap goes (per cached object, last run)\n");
+    println!("| objects | n | held | objects (JSON + header + metadata arrays) | store (item map, keys, namespace index) | rest (client, FIFO, processor, tasks; fixed) |\n|---|---|---|---|---|---|");
+    for r in &rows {
+        println!(
+            "| {} | {} | {:.0} B | {:.0} B | {:.0} B | {:.0} B |",
+            r.label,
+            thousands(r.n as f64),
+            r.held_per_obj,
+            r.objects_per_obj,
+            r.store_per_obj,
+            r.held_per_obj - r.objects_per_obj - r.store_per_obj
+        );
+    }
     println!(
         "\n## Update stream (N MODIFIED events queued while the watch is stalled, then released)\n"
     );
@@ -190,40 +239,54 @@ async fn run() {
         );
     }
     println!("\n## Relist (410 on the watch → relist at the last synced RV: one unpaged LIST, as a watch cache serves it)\n");
-    println!("| objects | n | peak pipeline heap / steady pipeline heap | process VmHWM during relist | process VmRSS before |\n|---|---|---|---|---|");
+    println!("\"unchanged\": the objects did not change while the watch was down (the usual case after a 410); \"all changed\": every object was updated between the last event and the relist.\n");
+    println!("| objects | n | relist | peak pipeline heap / steady | pipeline heap after / before | emulator heap extra at its peak | process VmHWM during relist | process VmRSS before |\n|---|---|---|---|---|---|---|---|");
     for r in &rows {
-        println!(
-            "| {} | {} | {:.2} | {} | {} |",
-            r.label,
-            thousands(r.n as f64),
-            r.relist_peak_ratio,
-            mb(r.relist_hwm),
-            mb(r.steady_rss)
-        );
+        for (what, x) in [("unchanged", &r.relist), ("all changed", &r.relist_changed)] {
+            println!(
+                "| {} | {} | {} | {:.2} | {:.2} | {} | {} | {} |",
+                r.label,
+                thousands(r.n as f64),
+                what,
+                x.peak_ratio,
+                x.after_ratio,
+                mb(x.emulator_extra),
+                mb(x.hwm),
+                mb(x.rss_before)
+            );
+        }
     }
     println!("\nload average at end: {}", load());
 }
 
-async fn seed(kind: Kind, n: usize) -> (EmulatorHandle, usize, usize) {
-    let h = Emulator::builder()
-        .history_window(n + 10)
-        .start()
+async fn seed(
+    emu_rt: &tokio::runtime::Handle,
+    kind: Kind,
+    n: usize,
+) -> (EmulatorHandle, usize, usize) {
+    let h = emu_rt
+        .spawn(Emulator::builder().history_window(n + 10).start())
         .await
+        .expect("join")
         .expect("emulator");
-    h.create(serde_json::json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"bench"}}))
+    emu(|| {
+        h.create(
+            serde_json::json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"bench"}}),
+        )
         .expect("namespace");
-    let probe = h.create(kind.make(999_999, 0)).expect("probe");
-    let base = serde_json::to_vec(&probe).expect("json").len();
-    let res = kind.resource();
-    h.delete("v1", &res.kind, Some("bench"), &kind.name(999_999))
-        .expect("delete probe");
-    let pad = kind.target().saturating_sub(base);
-    let mut json = 0;
-    for i in 0..n {
-        let o = h.create(kind.make(i, pad)).expect("seed");
-        json += serde_json::to_vec(&o).map_or(0, |b| b.len());
-    }
-    (h, pad, json / n)
+        let probe = h.create(kind.make(999_999, 0)).expect("probe");
+        let base = serde_json::to_vec(&probe).expect("json").len();
+        let res = kind.resource();
+        h.delete("v1", &res.kind, Some("bench"), &kind.name(999_999))
+            .expect("delete probe");
+        let pad = kind.target().saturating_sub(base);
+        let mut json = 0;
+        for i in 0..n {
+            let o = h.create(kind.make(i, pad)).expect("seed");
+            json += serde_json::to_vec(&o).map_or(0, |b| b.len());
+        }
+        (h, pad, json / n)
+    })
 }
 
 struct Running {
@@ -258,18 +321,81 @@ async fn stop(r: Running) {
     let _ = tokio::time::timeout(DEADLINE, r.task).await;
 }
 
-async fn bench(kind: Kind, n: usize) -> Row {
+/// Expire the watch and measure the relist it causes. With `changed`, every object is
+/// updated first while the watch is stalled, so the relist brings new versions of all of them.
+async fn relist(
+    h: &EmulatorHandle,
+    r: &Running,
+    kind: Kind,
+    n: usize,
+    pad: usize,
+    changed: Option<usize>,
+    base: usize,
+) -> Relist {
+    settle().await;
+    // The pipeline's steady state: its heap now less what the process held before it started.
+    let steady = live_of(TAG_PIPELINE).saturating_sub(base);
+    let rss_before = proc_status("VmRSS");
+    if let Some(rev) = changed {
+        emu(|| {
+            h.faults().stall_streams(Duration::from_secs(600));
+            for i in 0..n {
+                h.update(bump(kind.make(i, pad), rev)).expect("update");
+            }
+        });
+    }
+    let lists0 = emu(|| h.stats().requests("list"));
+    let emu0 = live_of(TAG_EMULATOR);
+    reset_peaks();
+    reset_hwm();
+    emu(|| h.faults().inject_expired());
+    until("relist", || emu(|| h.stats().requests("list")) > lists0).await;
+    let res = format!("/{}", kind.resource().plural);
+    assert!(
+        WithTag(
+            TAG_EMULATOR,
+            Box::pin(h.wait_for_open_watches(&res, 1, DEADLINE))
+        )
+        .await,
+        "watch re-established"
+    );
+    emu(|| h.faults().clear());
+    // A marker update after the relist: once it is handled, every Replaced delta before it is.
+    let before = r.counter.updates.load(Ordering::Relaxed);
+    emu(|| h.update(bump(kind.make(0, pad), 999)).expect("marker"));
+    until("marker", || {
+        r.counter.updates.load(Ordering::Relaxed) > before
+    })
+    .await;
+    let out = Relist {
+        peak_ratio: peak_of(TAG_PIPELINE).saturating_sub(base) as f64 / steady as f64,
+        after_ratio: 0.0,
+        emulator_extra: peak_of(TAG_EMULATOR).saturating_sub(emu0),
+        hwm: proc_status("VmHWM"),
+        rss_before,
+    };
+    settle().await;
+    Relist {
+        after_ratio: live_of(TAG_PIPELINE).saturating_sub(base) as f64 / steady as f64,
+        ..out
+    }
+}
+
+async fn bench(emu_rt: &tokio::runtime::Handle, kind: Kind, n: usize) -> Row {
     eprintln!("seeding {} × {} …", n, kind.label());
-    let (h, pad, wire_json) = seed(kind, n).await;
+    let (h, pad, wire_json) = seed(emu_rt, kind, n).await;
     let runs = runs();
 
     // Initial list: a fresh informer per run.
     let (mut sync, mut handled, mut cpu, mut held) = (vec![], vec![], vec![], vec![]);
     let (mut cached_json, mut hwm) = (0, 0);
+    let (mut objects_bytes, mut store_bytes) = (0, 0);
     let mut last = None;
+    let mut base = 0;
     for run in 0..runs {
         settle().await;
-        let heap0 = live();
+        let heap0 = live_of(TAG_PIPELINE);
+        base = heap0;
         reset_hwm();
         let cpu0 = cpu_time();
         let t = Instant::now();
@@ -286,8 +412,14 @@ async fn bench(kind: Kind, n: usize) -> Row {
         let items = r.informer.indexer().list();
         assert_eq!(items.len(), n);
         cached_json = items.iter().map(|o| o.raw().len()).sum::<usize>();
-        drop(items);
-        held.push(live().saturating_sub(heap0) as f64);
+        objects_bytes = items.iter().map(|o| o.heap_size()).sum::<usize>();
+        // What the store's map, keys and index cost: build the same store again beside it.
+        let l0 = live_of(TAG_PIPELINE);
+        let copy = Store::with_namespace_index();
+        copy.replace(items);
+        store_bytes = live_of(TAG_PIPELINE).saturating_sub(l0);
+        drop(copy);
+        held.push(live_of(TAG_PIPELINE).saturating_sub(heap0) as f64);
         if run + 1 == runs {
             last = Some(r);
         } else {
@@ -302,13 +434,15 @@ async fn bench(kind: Kind, n: usize) -> Row {
     let mut upd_cpu = vec![];
     for run in 0..runs {
         let before = r.counter.updates.load(Ordering::Relaxed);
-        h.faults().stall_streams(Duration::from_secs(600));
-        for i in 0..n {
-            h.update(bump(kind.make(i, pad), run + 1)).expect("update");
-        }
+        emu(|| {
+            h.faults().stall_streams(Duration::from_secs(600));
+            for i in 0..n {
+                h.update(bump(kind.make(i, pad), run + 1)).expect("update");
+            }
+        });
         let cpu0 = cpu_time();
         let t = Instant::now();
-        h.faults().clear();
+        emu(|| h.faults().clear());
         until("all updates", || {
             r.counter.updates.load(Ordering::Relaxed) - before >= n as u64
         })
@@ -317,30 +451,11 @@ async fn bench(kind: Kind, n: usize) -> Row {
         upd_cpu.push((cpu_time() - cpu0).as_secs_f64() * 1e6 / n as f64);
     }
 
-    // Relist: expire the watch; the reflector lists again and replaces the cache.
-    let steady_rss = proc_status("VmRSS");
-    let base = live() - held_b as usize;
-    let lists0 = h.stats().requests("list");
-    reset_peak();
-    reset_hwm();
-    h.faults().inject_expired();
-    until("relist", || h.stats().requests("list") > lists0).await;
-    let res = format!("/{}", kind.resource().plural);
-    assert!(
-        h.wait_for_open_watches(&res, 1, DEADLINE).await,
-        "watch re-established"
-    );
-    // A marker update after the relist: once it is handled, every Replaced delta before it is.
-    let before = r.counter.updates.load(Ordering::Relaxed);
-    h.update(bump(kind.make(0, pad), 999)).expect("marker");
-    until("marker", || {
-        r.counter.updates.load(Ordering::Relaxed) > before
-    })
-    .await;
-    let relist_peak = (peak() - base) as f64 / held_b;
-    let relist_hwm = proc_status("VmHWM");
+    // Relists: the watch expires; the reflector lists again and replaces the cache.
+    let unchanged = relist(&h, &r, kind, n, pad, None, base).await;
+    let changed = relist(&h, &r, kind, n, pad, Some(runs + 1), base).await;
     stop(r).await;
-    h.shutdown().await;
+    WithTag(TAG_EMULATOR, Box::pin(h.shutdown())).await;
     eprintln!("done {} × {}", n, kind.label());
 
     Row {
@@ -356,8 +471,9 @@ async fn bench(kind: Kind, n: usize) -> Row {
         hwm,
         upd_rate: median(upd),
         upd_cpu_us: median(upd_cpu),
-        relist_peak_ratio: relist_peak,
-        relist_hwm,
-        steady_rss,
+        relist: unchanged,
+        relist_changed: changed,
+        objects_per_obj: objects_bytes as f64 / n as f64,
+        store_per_obj: store_bytes as f64 / n as f64,
     }
 }

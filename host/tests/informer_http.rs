@@ -23,11 +23,12 @@ use host::informer::reflector::ReflectorOptions;
 use host::informer::shared::{InformerOptions, SharedIndexInformer};
 use host::kube::client::{Client, ResourceClient};
 use host::kube::config::{Config, KubeconfigOptions};
+use host::kube::decode::ObjectPool;
 use host::kube::discovery::Discovery;
 use host::kube::params::{ListParams, WatchParams};
 use host::kube::resource::ApiResource;
 use host::kube::watch::{ObjectList, WatchEvent};
-use host::kube::Error;
+use host::kube::{Error, Object};
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -133,10 +134,13 @@ fn failed(e: &Error) -> Outcome {
     }
 }
 
-impl ListerWatcher for Recording {
-    async fn list(&self, params: &ListParams) -> Result<ObjectList, Error> {
-        let at = Instant::now();
-        let r = self.inner.list(params).await;
+impl Recording {
+    fn record_list(
+        &self,
+        at: Instant,
+        params: &ListParams,
+        r: Result<ObjectList, Error>,
+    ) -> Result<ObjectList, Error> {
         let outcome = match &r {
             Ok(l) => Outcome::Page {
                 rv: l.resource_version.clone(),
@@ -162,6 +166,24 @@ impl ListerWatcher for Recording {
             }
         }
         r
+    }
+}
+
+impl ListerWatcher for Recording {
+    async fn list(&self, params: &ListParams) -> Result<ObjectList, Error> {
+        let at = Instant::now();
+        let r = self.inner.list(params).await;
+        self.record_list(at, params, r)
+    }
+
+    async fn list_reusing(
+        &self,
+        params: &ListParams,
+        pool: Arc<dyn ObjectPool>,
+    ) -> Result<ObjectList, Error> {
+        let at = Instant::now();
+        let r = self.inner.list_reusing(params, pool).await;
+        self.record_list(at, params, r)
     }
 
     async fn watch(&self, params: &WatchParams) -> Result<WatchStream, Error> {
@@ -673,6 +695,57 @@ async fn spec_1_8_in_stream_410_relists_at_last_sync_rv() {
     assert_eq!(page_rv(&lists[1].1), n);
     touch(&e.h, "c0001", "y");
     caught_up(&r, &e.h, STEP).await;
+    r.stop().await;
+    e.h.shutdown().await;
+}
+
+/// spec 1.8, 2.5: a relist after a 410 hands back the cached object for every item of the
+/// same version (no second copy of an unchanged cache), and a new object for a changed one;
+/// every relisted key still gets its Replaced delta.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spec_1_8_relist_keeps_cached_objects_of_the_same_version() {
+    let e = env(Emulator::builder()).await;
+    create_cms(&e.h, 3, json!({}));
+    let (handler, mut seen) = recorder();
+    let r = start(&e, opts("reuse"), None, None, Some(handler));
+    synced(&r).await;
+    open_watch(&e.h).await;
+    let get = |name: &str| r.inf.indexer().get_by_key(&format!("{NS}/{name}")).unwrap();
+    let before: Vec<_> = ["c0000", "c0001", "c0002"].map(get).into();
+    // c0001 changes while the watch is stalled, so only the relist can bring it.
+    e.h.faults().stall_streams(Duration::from_secs(60));
+    let rv = touch(&e.h, "c0001", "changed");
+    e.h.faults().inject_expired();
+    wait_until("a relist and a new watch", STEP, || {
+        let (l, w) = (r.log.lists().len(), r.log.watches().len());
+        check(l == 2 && w == 2, || format!("{l} lists, {w} watches"))
+    })
+    .await;
+    e.h.faults().clear();
+    caught_up(&r, &e.h, STEP).await;
+    let after: Vec<_> = ["c0000", "c0001", "c0002"].map(get).into();
+    assert!(
+        Object::ptr_eq(&before[0], &after[0]),
+        "unchanged c0000 copied"
+    );
+    assert!(
+        Object::ptr_eq(&before[2], &after[2]),
+        "unchanged c0002 copied"
+    );
+    assert!(!Object::ptr_eq(&before[1], &after[1]));
+    assert_eq!(after[1].resource_version(), rv);
+    // Besides the initial adds, the handler saw one update per relisted key (spec 2.5).
+    let mut updates = BTreeMap::new();
+    while updates.len() < 3 {
+        if let Seen::Update(key, rv) = next(&mut seen).await {
+            updates.insert(key, rv);
+        }
+    }
+    let want: BTreeMap<String, String> = after
+        .iter()
+        .map(|o| (o.key(), o.resource_version().to_owned()))
+        .collect();
+    assert_eq!(updates, want);
     r.stop().await;
     e.h.shutdown().await;
 }

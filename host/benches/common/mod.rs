@@ -302,3 +302,158 @@ pub fn seed_configmaps(
     }
     pad
 }
+
+/// Allocation tags of [`Tagged`]: which side of the process an allocation belongs to.
+pub const TAG_PIPELINE: u8 = 0;
+pub const TAG_EMULATOR: u8 = 1;
+const TAGS: usize = 2;
+
+thread_local! {
+    /// The tag new allocations of this thread get (a const initialiser without a destructor,
+    /// so the allocator may read it at any time, even while the thread exits).
+    static THREAD_TAG: std::cell::Cell<u8> = const { std::cell::Cell::new(TAG_PIPELINE) };
+}
+
+static LIVE_TAG: [AtomicUsize; TAGS] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+static PEAK_TAG: [AtomicUsize; TAGS] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// A counting allocator that also attributes every allocation to the tag of the thread that
+/// made it, and keeps per-tag live bytes and high-water marks.
+///
+/// Why: the emulator and the pipeline share one process, and a relist's peak is exactly when
+/// both hold large buffers (the server's response body, the client's new objects). The tag is
+/// stored in a small header in front of each allocation, so bytes are always returned to the
+/// tag that allocated them, whichever thread frees them. The header changes RSS, not the
+/// counted (requested) bytes; [`live`] and [`peak`] still count the whole process.
+pub struct Tagged;
+
+/// Header room in front of an allocation of `l`: at least 16 bytes, keeping the alignment.
+fn header(l: Layout) -> usize {
+    l.align().max(16)
+}
+
+fn outer(l: Layout) -> Option<Layout> {
+    Layout::from_size_align(l.size().checked_add(header(l))?, header(l)).ok()
+}
+
+fn count_alloc(tag: u8, n: usize) {
+    let now = LIVE.fetch_add(n, Ordering::Relaxed) + n;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+    let t = usize::from(tag).min(TAGS - 1);
+    let now = LIVE_TAG[t].fetch_add(n, Ordering::Relaxed) + n;
+    PEAK_TAG[t].fetch_max(now, Ordering::Relaxed);
+}
+
+fn count_free(tag: u8, n: usize) {
+    LIVE.fetch_sub(n, Ordering::Relaxed);
+    LIVE_TAG[usize::from(tag).min(TAGS - 1)].fetch_sub(n, Ordering::Relaxed);
+}
+
+fn thread_tag() -> u8 {
+    THREAD_TAG.try_with(|t| t.get()).unwrap_or(TAG_PIPELINE)
+}
+
+unsafe impl GlobalAlloc for Tagged {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        let Some(o) = outer(l) else {
+            return std::ptr::null_mut();
+        };
+        let base = System.alloc(o);
+        if base.is_null() {
+            return base;
+        }
+        let tag = thread_tag();
+        // SAFETY: the block is `header(l) + size` bytes; the tag byte sits just before the
+        // pointer handed out, inside the header.
+        let p = base.add(header(l));
+        p.sub(1).write(tag);
+        count_alloc(tag, l.size());
+        p
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        let Some(o) = outer(l) else {
+            return std::ptr::null_mut();
+        };
+        let base = System.alloc_zeroed(o);
+        if base.is_null() {
+            return base;
+        }
+        let tag = thread_tag();
+        // SAFETY: as in `alloc`.
+        let p = base.add(header(l));
+        p.sub(1).write(tag);
+        count_alloc(tag, l.size());
+        p
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: `p` came from `alloc`/`realloc` with this layout, so the header precedes it.
+        let tag = p.sub(1).read();
+        let o = outer(l).expect("layout was valid at allocation");
+        System.dealloc(p.sub(header(l)), o);
+        count_free(tag, l.size());
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        let h = header(l);
+        // SAFETY: as in `dealloc`; the header moves with the block, so the tag stays.
+        let tag = p.sub(1).read();
+        let o = outer(l).expect("layout was valid at allocation");
+        let Some(new_outer) = new.checked_add(h) else {
+            return std::ptr::null_mut();
+        };
+        let base = System.realloc(p.sub(h), o, new_outer);
+        if base.is_null() {
+            return base;
+        }
+        if new >= l.size() {
+            count_alloc(tag, new - l.size());
+        } else {
+            count_free(tag, l.size() - new);
+        }
+        base.add(h)
+    }
+}
+
+/// Tag the current thread's future allocations (e.g. from a runtime's `on_thread_start`).
+pub fn set_thread_tag(tag: u8) {
+    THREAD_TAG.with(|t| t.set(tag));
+}
+
+/// Run `f` with this thread's allocations tagged `tag`.
+pub fn with_tag<R>(tag: u8, f: impl FnOnce() -> R) -> R {
+    let old = THREAD_TAG.with(|t| t.replace(tag));
+    let r = f();
+    THREAD_TAG.with(|t| t.set(old));
+    r
+}
+
+/// A future whose polls allocate under `tag`.
+pub struct WithTag<F>(pub u8, pub F);
+
+impl<F: std::future::Future + Unpin> std::future::Future for WithTag<F> {
+    type Output = F::Output;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let tag = self.0;
+        with_tag(tag, || std::pin::Pin::new(&mut self.1).poll(cx))
+    }
+}
+
+/// Live bytes allocated under `tag`.
+pub fn live_of(tag: u8) -> usize {
+    LIVE_TAG[usize::from(tag).min(TAGS - 1)].load(Ordering::Relaxed)
+}
+
+/// High-water mark of `tag`'s live bytes since the last [`reset_peaks`].
+pub fn peak_of(tag: u8) -> usize {
+    PEAK_TAG[usize::from(tag).min(TAGS - 1)].load(Ordering::Relaxed)
+}
+
+/// Reset the process and every per-tag high-water mark to the current live bytes.
+pub fn reset_peaks() {
+    reset_peak();
+    for t in 0..TAGS {
+        PEAK_TAG[t].store(LIVE_TAG[t].load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+}

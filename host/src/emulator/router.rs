@@ -304,13 +304,13 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
                         let t = list::table_json(std::slice::from_ref(&o), rv, None, None);
                         response::json(StatusCode::OK, t)
                     } else {
-                        response::json(StatusCode::OK, o.raw().clone())
+                        response::json(StatusCode::OK, o.raw_bytes())
                     }
                 }),
                 "create" => write::create(&shared, &r, &body, w)
-                    .map(|o| response::json(StatusCode::CREATED, o.raw().clone())),
+                    .map(|o| response::json(StatusCode::CREATED, o.raw_bytes())),
                 "update" => write::update(&shared, &r, &body, w)
-                    .map(|o| response::json(StatusCode::OK, o.raw().clone())),
+                    .map(|o| response::json(StatusCode::OK, o.raw_bytes())),
                 "patch" => write::patch(
                     &shared,
                     &r,
@@ -323,7 +323,7 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
                         force_given: q.get("force").is_some(),
                     },
                 )
-                .map(|(code, o)| response::json(code, o.raw().clone())),
+                .map(|(code, o)| response::json(code, o.raw_bytes())),
                 "delete" => write::delete_request(&shared, &r, &q, &body),
                 "deletecollection" => write::delete_collection(&shared, &r, &q, &body),
                 _ => Err(response::method_not_allowed()),

@@ -363,11 +363,11 @@ impl Watcher {
     fn filtered<'e>(&self, e: &'e Event) -> Option<(&'static str, Cow<'e, [u8]>)> {
         let cur = self.passes(&e.obj);
         let old = e.prev.as_ref().is_some_and(|p| self.passes(p));
-        let same = || Some((e.ty.as_str(), Cow::Borrowed(&e.obj.raw()[..])));
+        let same = || Some((e.ty.as_str(), Cow::Borrowed(e.obj.raw())));
         match (e.ty, old, cur) {
             (EventType::Added | EventType::Deleted, _, true) => same(),
             (EventType::Modified, true, true) => same(),
-            (EventType::Modified, false, true) => Some(("ADDED", Cow::Borrowed(&e.obj.raw()[..]))),
+            (EventType::Modified, false, true) => Some(("ADDED", Cow::Borrowed(e.obj.raw()))),
             (EventType::Modified, true, false) => {
                 let prev = e.prev.as_ref()?;
                 let mut v = prev.to_value().ok()?;

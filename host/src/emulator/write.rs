@@ -797,7 +797,7 @@ pub(crate) fn delete_request(
             }),
         ));
     }
-    Ok(response::json(StatusCode::OK, o.raw().clone()))
+    Ok(response::json(StatusCode::OK, o.raw_bytes()))
 }
 
 fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, Status> {

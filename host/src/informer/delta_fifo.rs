@@ -12,6 +12,7 @@ use tokio::sync::Notify;
 
 use super::store::Store;
 use super::tombstone::{DeletedFinalStateUnknown, ObjOrTombstone};
+use crate::kube::decode::ObjectPool;
 use crate::kube::Object;
 
 /// The kind of a delta (spec 2.1).
@@ -77,6 +78,15 @@ pub type Deltas = Vec<Delta>;
 pub trait KnownObjects: Send + Sync {
     fn list_keys(&self) -> Vec<String>;
     fn get_by_key(&self, key: &str) -> Option<Object>;
+    /// Visit every known `(key, object)` without copying the keys (a relist visits them
+    /// all). `f` must not call back into the known objects.
+    fn for_each(&self, f: &mut dyn FnMut(&str, &Object)) {
+        for k in self.list_keys() {
+            if let Some(o) = self.get_by_key(&k) {
+                f(&k, &o);
+            }
+        }
+    }
 }
 
 impl KnownObjects for Store {
@@ -85,6 +95,18 @@ impl KnownObjects for Store {
     }
     fn get_by_key(&self, key: &str) -> Option<Object> {
         Store::get_by_key(self, key)
+    }
+    fn for_each(&self, f: &mut dyn FnMut(&str, &Object)) {
+        Store::for_each(self, f)
+    }
+}
+
+/// The known objects as a relist's [`ObjectPool`].
+struct KnownPool(Arc<dyn KnownObjects>);
+
+impl ObjectPool for KnownPool {
+    fn get(&self, key: &str) -> Option<Object> {
+        self.0.get_by_key(key)
     }
 }
 
@@ -115,10 +137,11 @@ pub struct DeltaFifoOptions {
     pub transform: Option<TransformFunc>,
 }
 
+/// Keys are shared between the item map and the queue (one allocation per queued key).
 #[derive(Default)]
 struct State {
-    items: HashMap<String, Deltas>,
-    queue: VecDeque<String>,
+    items: HashMap<Arc<str>, Deltas>,
+    queue: VecDeque<Arc<str>>,
     /// Some Add/Update/Delete/Replace has happened.
     populated: bool,
     /// Items of the first Replace not yet popped.
@@ -193,7 +216,7 @@ impl DeltaFifo {
         let key = obj.key();
         let mut s = self.state.lock();
         s.populated = true;
-        let queued = s.items.contains_key(&key);
+        let queued = s.items.contains_key(key.as_str());
         let known = match &self.known {
             Some(k) => k.get_by_key(&key).is_some(),
             None => false,
@@ -206,18 +229,25 @@ impl DeltaFifo {
 
     /// Take in a full relist (spec 2.5): every item as Replaced (or Sync), and a tombstone
     /// deletion for every queued or known key the list no longer has.
+    ///
+    /// Memory: the list is consumed as it is queued, the listed keys share the queue's key
+    /// allocations, and known keys are visited in place, so a relist adds little besides the
+    /// queued deltas (and the new objects, where they differ from the known ones).
     pub fn replace(&self, list: Vec<Object>) {
         let mut s = self.state.lock();
-        let mut keys: HashSet<String> = HashSet::with_capacity(list.len());
+        // Room for the whole list up front: growing step by step would hold the old and the
+        // new table at once, at the moment the relist's memory peaks.
+        s.items.reserve(list.len());
+        s.queue.reserve(list.len());
+        let mut keys: HashSet<Arc<str>> = HashSet::with_capacity(list.len());
         for obj in list {
-            keys.insert(obj.key());
             let d = if self.emit_replaced {
                 Delta::Replaced(obj)
             } else {
                 Delta::Sync(obj)
             };
             // Relisted items are new objects: the transform applies even to the Sync form.
-            self.queue_action(&mut s, d, true);
+            keys.insert(self.queue_action(&mut s, d, true));
         }
 
         // Keys only in the queue vanished too (k/k#115620): tombstone with the newest state.
@@ -228,7 +258,7 @@ impl DeltaFifo {
             }
             let last = deltas.last().and_then(|d| d.object().cloned());
             deletions.push(DeletedFinalStateUnknown {
-                key: k.clone(),
+                key: k.to_string(),
                 obj: last,
             });
         }
@@ -238,13 +268,18 @@ impl DeltaFifo {
         }
 
         if let Some(known) = &self.known {
-            for k in known.list_keys() {
-                if keys.contains(&k) || s.items.get(&k).is_some_and(|d| !d.is_empty()) {
-                    continue;
+            let mut vanished: Vec<DeletedFinalStateUnknown> = Vec::new();
+            known.for_each(&mut |k, obj| {
+                if keys.contains(k) || s.items.get(k).is_some_and(|d| !d.is_empty()) {
+                    return;
                 }
-                let obj = known.get_by_key(&k);
-                queued_deletions += 1;
-                let t = DeletedFinalStateUnknown { key: k, obj };
+                vanished.push(DeletedFinalStateUnknown {
+                    key: k.to_owned(),
+                    obj: Some(obj.clone()),
+                });
+            });
+            queued_deletions += vanished.len();
+            for t in vanished {
                 self.queue_action(&mut s, Delta::Deleted(ObjOrTombstone::Tombstone(t)), false);
             }
         }
@@ -264,7 +299,10 @@ impl DeltaFifo {
             let Some(obj) = known.get_by_key(&k) else {
                 continue;
             };
-            if s.items.get(&obj.key()).is_some_and(|d| !d.is_empty()) {
+            if s.items
+                .get(obj.key().as_str())
+                .is_some_and(|d| !d.is_empty())
+            {
                 continue;
             }
             // Known objects were transformed on their way in; never again (k/k#124337).
@@ -272,23 +310,36 @@ impl DeltaFifo {
         }
     }
 
-    fn queue_action(&self, s: &mut State, delta: Delta, may_transform: bool) {
+    /// Append `delta` to its key's deltas (queueing the key if new); returns the key.
+    fn queue_action(&self, s: &mut State, delta: Delta, may_transform: bool) -> Arc<str> {
         let delta = match &self.transform {
             Some(t) if may_transform => transform_delta(t, delta),
             _ => delta,
         };
         let key = delta.key();
-        match s.items.get_mut(&key) {
-            Some(deltas) => {
-                deltas.push(delta);
-                dedup_deltas(deltas);
+        let key = if let Some(deltas) = s.items.get_mut(key.as_str()) {
+            deltas.push(delta);
+            dedup_deltas(deltas);
+            match s.items.get_key_value(key.as_str()) {
+                Some((k, _)) => k.clone(),
+                None => Arc::from(key),
             }
-            None => {
-                s.items.insert(key.clone(), vec![delta]);
-                s.queue.push_back(key);
-            }
-        }
+        } else {
+            let k: Arc<str> = Arc::from(key);
+            s.items.insert(k.clone(), vec![delta]);
+            s.queue.push_back(k.clone());
+            k
+        };
         self.notify.notify_waiters();
+        key
+    }
+
+    /// The known objects (the informer's store) as a relist's [`ObjectPool`]: listed items
+    /// of the same version come back as the objects already delivered.
+    pub fn object_pool(&self) -> Option<Arc<dyn ObjectPool>> {
+        self.known
+            .clone()
+            .map(|k| Arc::new(KnownPool(k)) as Arc<dyn ObjectPool>)
     }
 
     /// Wait for the head key, remove it and run `process(deltas, is_in_initial_list)` while
@@ -309,7 +360,7 @@ impl DeltaFifo {
                     if s.initial_population_count > 0 {
                         s.initial_population_count -= 1;
                     }
-                    let Some(deltas) = s.items.remove(&key) else {
+                    let Some(deltas) = s.items.remove(&*key) else {
                         // Unreachable by the queue/items invariant (spec 2.2); skip the key.
                         continue;
                     };
@@ -344,7 +395,12 @@ impl DeltaFifo {
 
     /// Queued keys, head first.
     pub fn list_keys(&self) -> Vec<String> {
-        self.state.lock().queue.iter().cloned().collect()
+        self.state
+            .lock()
+            .queue
+            .iter()
+            .map(|k| k.to_string())
+            .collect()
     }
 
     /// The queued deltas of a key.

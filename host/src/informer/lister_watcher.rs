@@ -5,9 +5,11 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures_util::Stream;
 
+use crate::kube::decode::ObjectPool;
 use crate::kube::params::{ListParams, WatchParams};
 use crate::kube::watch::{ObjectList, WatchEvent};
 use crate::kube::Error;
@@ -19,6 +21,16 @@ pub type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchEvent, Error>> + Se
 /// implementor's scope; the reflector fills the RV, paging and watch options.
 pub trait ListerWatcher: Send + Sync + 'static {
     fn list(&self, params: &ListParams) -> impl Future<Output = Result<ObjectList, Error>> + Send;
+    /// A LIST that may return `pool`'s object for an item of the same version instead of a
+    /// new copy (a relist: see [`ObjectPool`]). The default ignores the pool.
+    fn list_reusing(
+        &self,
+        params: &ListParams,
+        pool: Arc<dyn ObjectPool>,
+    ) -> impl Future<Output = Result<ObjectList, Error>> + Send {
+        drop(pool);
+        self.list(params)
+    }
     fn watch(
         &self,
         params: &WatchParams,

@@ -1,17 +1,31 @@
 //! Paginated LIST (spec 1.3, 1.4), as client-go's pager does it.
 
+use std::sync::Arc;
+
 use super::lister_watcher::ListerWatcher;
+use crate::kube::decode::ObjectPool;
 use crate::kube::params::ListParams;
 use crate::kube::{Error, Object};
 
 /// The pager (spec 1.3, 1.4): pages of `page_size` following `continue`, the list RV taken
 /// from the first page; Expired on a later page falls back to one full list at the original
-/// RV. Returns the items, the list RV and whether the result was paginated.
+/// RV. Returns the items, the list RV and whether the result was paginated. Items of the
+/// same version as an object of `pool` come back as that object.
 pub(super) async fn pager_list<L: ListerWatcher>(
     lw: &L,
     rv: &str,
     page_size: Option<u32>,
+    pool: Option<Arc<dyn ObjectPool>>,
 ) -> Result<(Vec<Object>, String, bool), Error> {
+    let list = |params: &ListParams| {
+        let (params, pool) = (params.clone(), pool.clone());
+        async move {
+            match pool {
+                Some(p) => lw.list_reusing(&params, p).await,
+                None => lw.list(&params).await,
+            }
+        }
+    };
     let mut params = ListParams {
         resource_version: (!rv.is_empty()).then(|| rv.to_owned()),
         limit: page_size,
@@ -22,7 +36,7 @@ pub(super) async fn pager_list<L: ListerWatcher>(
     let mut list_rv: Option<String> = None;
     let mut paginated = false;
     loop {
-        let page = match lw.list(&params).await {
+        let page = match list(&params).await {
             Ok(p) => p,
             Err(e) if e.is_expired() && params.continue_token.is_some() => {
                 tracing::info!("continue token expired; falling back to a full list");
@@ -31,7 +45,7 @@ pub(super) async fn pager_list<L: ListerWatcher>(
                     continue_token: None,
                     ..original
                 };
-                let l = lw.list(&full).await?;
+                let l = list(&full).await?;
                 return Ok((l.items, l.resource_version, paginated));
             }
             Err(e) => return Err(e),

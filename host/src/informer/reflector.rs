@@ -23,6 +23,7 @@ use super::processor::SyncedFn;
 use super::stop::StopSignal;
 use super::store::Store;
 use super::tombstone::ObjOrTombstone;
+use crate::kube::decode::ObjectPool;
 use crate::kube::error::Status;
 use crate::kube::params::WatchParams;
 use crate::kube::watch::WatchEvent;
@@ -37,6 +38,11 @@ pub trait ReflectorStore: Send + Sync + 'static {
     /// A full relist at `resource_version`.
     fn replace(&self, list: Vec<Object>, resource_version: &str);
     fn resync(&self);
+    /// Objects already delivered downstream, which a relist may hand back for items of the
+    /// same version rather than holding a second copy of each (none by default).
+    fn object_pool(&self) -> Option<Arc<dyn ObjectPool>> {
+        None
+    }
 }
 
 impl ReflectorStore for DeltaFifo {
@@ -54,6 +60,9 @@ impl ReflectorStore for DeltaFifo {
     }
     fn resync(&self) {
         DeltaFifo::resync(self)
+    }
+    fn object_pool(&self) -> Option<Arc<dyn ObjectPool>> {
+        DeltaFifo::object_pool(self)
     }
 }
 
@@ -373,12 +382,13 @@ impl<L: ListerWatcher, S: ReflectorStore> Reflector<L, S> {
                 None => Some(DEFAULT_PAGE_SIZE),
             }
         };
-        let mut res = pager_list(&*self.lw, &rv, page_size).await;
+        let pool = self.store.object_pool();
+        let mut res = pager_list(&*self.lw, &rv, page_size, pool.clone()).await;
         if matches!(&res, Err(e) if e.is_expired() || e.is_too_large_rv()) {
             self.set_unavailable(true);
             let retry_rv = self.relist_resource_version();
             tracing::info!(rv = %rv, "list RV unavailable; relisting at the most recent RV");
-            res = pager_list(&*self.lw, &retry_rv, page_size).await;
+            res = pager_list(&*self.lw, &retry_rv, page_size, pool).await;
         }
         let (items, list_rv, paginated) = res.map_err(ReflectorError::List)?;
         let mut s = self.state.lock();

@@ -147,6 +147,14 @@ impl Store {
             .collect()
     }
 
+    /// Visit every `(key, object)` under one read lock, copying nothing. `f` must not call
+    /// back into the store.
+    pub fn for_each(&self, f: &mut dyn FnMut(&str, &Object)) {
+        for (k, o) in &self.inner.read().items {
+            f(k, o);
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.inner.read().items.len()
     }

@@ -19,7 +19,7 @@ use tracing::Instrument;
 
 use super::auth::Auth;
 use super::config::Config;
-use super::decode::{error_from_response, ListDecoder};
+use super::decode::{error_from_response, ListDecoder, ObjectPool};
 use super::error::{Error, Status};
 use super::object::{IngestOptions, Object};
 use super::params::{and_selectors, ListParams, Query, WatchParams};
@@ -330,6 +330,18 @@ impl Client {
         namespace: Option<&str>,
         params: &ListParams,
     ) -> Result<ObjectList, Error> {
+        self.list_reusing(res, namespace, params, None).await
+    }
+
+    /// [`Client::list`], returning `pool`'s object for every item of the same version (see
+    /// [`ObjectPool`]): what a relist uses so that unchanged objects are not held twice.
+    pub async fn list_reusing(
+        &self,
+        res: &ApiResource,
+        namespace: Option<&str>,
+        params: &ListParams,
+        pool: Option<Arc<dyn ObjectPool>>,
+    ) -> Result<ObjectList, Error> {
         let path = with_query(res.collection_path(namespace), &params.to_query());
         let t = self.0.request_timeout;
         let span = tracing::debug_span!("kube list", path = %path);
@@ -337,7 +349,10 @@ impl Client {
             let resp = self.send(Method::GET, &path, None, t).await?;
             // Items are decoded as the body arrives so that a relist never holds the whole
             // body next to the old cache and the new objects.
-            let mut decoder = ListDecoder::new(self.0.ingest);
+            let mut decoder = match pool {
+                Some(p) => ListDecoder::with_pool(self.0.ingest, p),
+                None => ListDecoder::new(self.0.ingest),
+            };
             let mut body = resp.into_body();
             while let Some(frame) = body.frame().await {
                 let frame =
@@ -594,6 +609,21 @@ impl ListerWatcher for ResourceClient {
             and_selectors(self.field_selector.as_deref(), p.field_selector.as_deref());
         self.client
             .list(&self.resource, self.namespace.as_deref(), &p)
+            .await
+    }
+
+    async fn list_reusing(
+        &self,
+        params: &ListParams,
+        pool: Arc<dyn ObjectPool>,
+    ) -> Result<ObjectList, Error> {
+        let mut p = params.clone();
+        p.label_selector =
+            and_selectors(self.label_selector.as_deref(), p.label_selector.as_deref());
+        p.field_selector =
+            and_selectors(self.field_selector.as_deref(), p.field_selector.as_deref());
+        self.client
+            .list_reusing(&self.resource, self.namespace.as_deref(), &p, Some(pool))
             .await
     }
 

@@ -6,12 +6,25 @@
 //! as its last byte arrives, copying it into its own allocation with `managedFields` cut, and
 //! drops the consumed bytes, so only the unfinished tail of the body is buffered.
 
+use std::fmt::Write as _;
+use std::sync::Arc;
+
 use bytes::{Buf, Bytes, BytesMut};
 
 use super::error::{Error, Status, StatusDetails};
 use super::json::{self, Scanner, ValueEnd};
-use super::object::{IngestOptions, Object};
+use super::object::{IngestOptions, Meta, Object};
 use super::watch::ObjectList;
+
+/// Objects a caller already holds, by store key (`namespace/name` or `name`, spec 3.1).
+///
+/// Why: a relist after an expired watch mostly returns objects the informer already caches,
+/// byte for byte. A decoder given a pool hands back the held object for every item of the
+/// same version ([`Object::is_version`]) instead of a second copy, so a relist does not
+/// double the cache's memory for objects that did not change.
+pub trait ObjectPool: Send + Sync {
+    fn get(&self, key: &str) -> Option<Object>;
+}
 
 /// Decode a complete LIST response held in memory (the streaming decoder fed one chunk).
 pub fn decode_list(body: &[u8], opts: &IngestOptions) -> Result<ObjectList, Error> {
@@ -81,6 +94,16 @@ pub struct ListDecoder {
     deferred: Vec<Bytes>,
     /// Bytes dropped before `buf`, for error messages.
     consumed: u64,
+    /// Held objects that items of the same version are replaced with.
+    pool: Option<Arc<dyn ObjectPool>>,
+    /// Scratch for pool keys (no allocation per item).
+    key: String,
+}
+
+impl std::fmt::Debug for dyn ObjectPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ObjectPool")
+    }
 }
 
 impl ListDecoder {
@@ -96,6 +119,16 @@ impl ListDecoder {
             api_version: None,
             deferred: Vec::new(),
             consumed: 0,
+            pool: None,
+            key: String::new(),
+        }
+    }
+
+    /// A decoder that returns `pool`'s object for every item of the same version.
+    pub fn with_pool(opts: IngestOptions, pool: Arc<dyn ObjectPool>) -> Self {
+        ListDecoder {
+            pool: Some(pool),
+            ..Self::new(opts)
         }
     }
 
@@ -117,8 +150,10 @@ impl ListDecoder {
         let type_meta = item_type(self.kind.as_deref(), self.api_version.as_deref());
         for raw in std::mem::take(&mut self.deferred) {
             let mut sc = Scanner::new(&raw);
-            let o = Object::ingest_from(&mut sc, &self.opts, type_meta)
-                .map_err(|e| self.error(format!("item {}: {e}", self.list.items.len())))?;
+            let o = Object::ingest_from_reusing(&mut sc, &self.opts, type_meta, &mut |m| {
+                held(self.pool.as_deref(), &mut self.key, m)
+            })
+            .map_err(|e| self.error(format!("item {}: {e}", self.list.items.len())))?;
             self.list.items.push(o);
         }
         Ok(self.list)
@@ -353,12 +388,28 @@ impl ListDecoder {
         }
         let type_meta = item_type(self.kind.as_deref(), self.api_version.as_deref());
         let mut sc = Scanner::new(raw);
-        let o = Object::ingest_from(&mut sc, &self.opts, type_meta)
-            .and_then(|o| sc.end().map(|_| o).map_err(Into::into))
-            .map_err(|e| self.error(format!("item {}: {e}", self.list.items.len())))?;
+        let (pool, key) = (self.pool.as_deref(), &mut self.key);
+        let o = Object::ingest_from_reusing(&mut sc, &self.opts, type_meta, &mut |m| {
+            held(pool, key, m)
+        })
+        .and_then(|o| sc.end().map(|_| o).map_err(Into::into))
+        .map_err(|e| self.error(format!("item {}: {e}", self.list.items.len())))?;
         self.list.items.push(o);
         Ok(())
     }
+}
+
+/// The pool's object for the item `m` describes, if it is the same version.
+fn held(pool: Option<&dyn ObjectPool>, key: &mut String, m: &Meta<'_>) -> Option<Object> {
+    let pool = pool?;
+    key.clear();
+    match m.namespace {
+        Some(ns) => {
+            let _ = write!(key, "{ns}/{}", m.name);
+        }
+        None => key.push_str(m.name),
+    }
+    pool.get(key).filter(|o| o.is_version(m))
 }
 
 fn item_type<'a>(
@@ -540,7 +591,7 @@ mod tests {
             l.resource_version.clone(),
             l.continue_token.clone(),
             l.remaining_item_count,
-            l.items.iter().map(|o| o.raw().clone()).collect(),
+            l.items.iter().map(|o| o.raw_bytes()).collect(),
         )
     }
 
@@ -584,6 +635,81 @@ mod tests {
                 assert!(matches!(e, Error::Decode(_)), "{name} cut at {cut}: {e}");
             }
         }
+    }
+
+    struct Pool(std::collections::HashMap<String, Object>);
+
+    impl ObjectPool for Pool {
+        fn get(&self, key: &str) -> Option<Object> {
+            self.0.get(key).cloned()
+        }
+    }
+
+    /// A relist decoded with a pool gets the held object for items of the same namespace,
+    /// name, uid and resourceVersion, and a new object for anything else; items that come
+    /// before `kind` (taken in at the end) too.
+    #[test]
+    fn items_of_the_same_version_come_back_as_the_held_objects() {
+        let item = |name: &str, uid: &str, rv: &str| {
+            format!(
+                r#"{{"metadata":{{"name":"{name}","namespace":"ns","uid":"{uid}","resourceVersion":"{rv}"}},"data":{{"k":"v"}}}}"#
+            )
+        };
+        let first = format!(
+            r#"{{"kind":"ConfigMapList","apiVersion":"v1","metadata":{{"resourceVersion":"9"}},"items":[{},{},{},{}]}}"#,
+            item("same", "u1", "5"),
+            item("newer", "u2", "6"),
+            item("recreated", "u9", "7"),
+            item("unknown", "u4", "8"),
+        );
+        let held = decode_list(first.as_bytes(), &IngestOptions::default()).unwrap();
+        let mut pool: std::collections::HashMap<String, Object> =
+            held.items.iter().map(|o| (o.key(), o.clone())).collect();
+        pool.remove("ns/unknown");
+        let pool: Arc<dyn ObjectPool> = Arc::new(Pool(pool));
+        let relist_items = [
+            item("same", "u1", "5"),
+            item("newer", "u2", "60"),
+            item("recreated", "u3", "7"),
+            item("unknown", "u4", "8"),
+        ]
+        .join(",");
+        for body in [
+            format!(
+                r#"{{"kind":"ConfigMapList","apiVersion":"v1","metadata":{{"resourceVersion":"90"}},"items":[{relist_items}]}}"#
+            ),
+            format!(
+                r#"{{"items":[{relist_items}],"metadata":{{"resourceVersion":"90"}},"apiVersion":"v1","kind":"ConfigMapList"}}"#
+            ),
+        ] {
+            for chunk in [1, 7, body.len()] {
+                let mut d = ListDecoder::with_pool(IngestOptions::default(), pool.clone());
+                for c in body.as_bytes().chunks(chunk) {
+                    d.push(c).unwrap();
+                }
+                let l = d.finish().unwrap();
+                let same: Vec<bool> = l
+                    .items
+                    .iter()
+                    .zip(&held.items)
+                    .map(|(a, b)| Object::ptr_eq(a, b))
+                    .collect();
+                assert_eq!(same, [true, false, false, false], "{body}");
+                assert_eq!(l.items[1].resource_version(), "60");
+                assert_eq!(l.items[2].uid(), "u3");
+                assert_eq!(l.items[0].as_str(), held.items[0].as_str());
+            }
+        }
+        // A malformed item is still an error, even when its metadata matches a held object.
+        let bad = format!(
+            r#"{{"kind":"ConfigMapList","apiVersion":"v1","metadata":{{}},"items":[{}]}}"#,
+            item("same", "u1", "5").replace(r#""k":"v""#, r#""k":v"#)
+        );
+        let mut d = ListDecoder::with_pool(IngestOptions::default(), pool);
+        assert!(d
+            .push(bad.as_bytes())
+            .and_then(|_| d.finish().map(|_| ()))
+            .is_err());
     }
 
     #[test]

@@ -6,15 +6,16 @@
 //!
 //! Memory: the parsed metadata does not copy strings. It records `(offset, length)` spans into
 //! the object's own bytes; only strings that contain JSON escapes (rare in metadata) are decoded
-//! into a small side buffer. A cached 1 KB ConfigMap therefore costs its bytes plus about 150
-//! bytes of bookkeeping. Objects built by [`Object::ingest`] get their own exact-size
-//! allocation, so a cached object never pins the (much larger) read buffer it came from.
+//! into a small side buffer. The bytes and the parsed metadata live in one exact-size
+//! allocation (see [`thin`]), so a cached 1 KB ConfigMap costs its bytes plus about 110 bytes
+//! of bookkeeping, and never pins the (much larger) read buffer it came from.
 
-use std::sync::Arc;
+mod thin;
 
 use bytes::Bytes;
 
 use super::json::{self, Scanner};
+use thin::ThinArc;
 
 /// Error parsing an object's metadata.
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +85,8 @@ struct OwnerSpans {
 /// Metadata that most objects lack; boxed so that the common object pays one pointer for it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Extra {
+    /// Strings that had escapes, decoded (spans with [`DECODED`] point here).
+    text: Box<str>,
     annotations: Box<[(Span, Span)]>,
     owner_references: Box<[OwnerSpans]>,
     deletion_timestamp: Option<Span>,
@@ -93,7 +96,6 @@ struct Extra {
 /// Parsed metadata as spans into the object's bytes. Read it through [`Meta`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ParsedMeta {
-    text: Box<str>,
     name: Span,
     namespace: Span,
     uid: Span,
@@ -397,7 +399,7 @@ pub struct Meta<'a> {
 
 impl<'a> Meta<'a> {
     fn new(raw: &'a [u8], p: &'a ParsedMeta) -> Self {
-        let src = Src { raw, text: &p.text };
+        let src = p.src(raw);
         let extra = p.extra.as_deref();
         Meta {
             namespace: Some(src.s(p.namespace)).filter(|n| !n.is_empty()),
@@ -434,14 +436,10 @@ impl<'a> Meta<'a> {
     }
 }
 
-/// An immutable object: raw JSON and its parsed metadata, shared by reference count.
+/// An immutable object: raw JSON and its parsed metadata, shared by reference count. One
+/// pointer wide; cloning it bumps a count.
 #[derive(Clone)]
-pub struct Object(Arc<Inner>);
-
-struct Inner {
-    raw: Bytes,
-    meta: ParsedMeta,
-}
+pub struct Object(ThinArc<ParsedMeta>);
 
 impl std::fmt::Debug for Object {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -454,7 +452,7 @@ impl std::fmt::Debug for Object {
 
 impl PartialEq for Object {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) || (self.0.raw == other.0.raw)
+        ThinArc::ptr_eq(&self.0, &other.0) || (self.raw() == other.raw())
     }
 }
 
@@ -469,7 +467,9 @@ impl Object {
         let mut sc = Scanner::new(&raw);
         let (meta, _) = scan_object(&mut sc)?;
         sc.end()?;
-        Ok(Object(Arc::new(Inner { raw, meta })))
+        ThinArc::new(meta, raw.len(), |b| b.copy_from_slice(&raw))
+            .map(Object)
+            .ok_or(ObjectError::TooLarge)
     }
 
     /// Take an object in from the wire: parse its metadata, drop `managedFields` unless
@@ -492,7 +492,7 @@ impl Object {
         let mut sc = Scanner::new(raw);
         let (meta, info) = scan_object(&mut sc)?;
         sc.end()?;
-        Ok(Self::build(raw, meta, info, opts, type_meta))
+        Self::build(raw, meta, info, opts, type_meta)
     }
 
     /// Ingest the object value at the scanner's position (a watch event's `object`, a list
@@ -502,23 +502,33 @@ impl Object {
         opts: &IngestOptions,
         type_meta: Option<(&str, &str)>,
     ) -> Result<Self, ObjectError> {
+        Self::ingest_from_reusing(sc, opts, type_meta, &mut |_| None)
+    }
+
+    /// [`ingest_from`](Self::ingest_from), but once the metadata is parsed `reuse` may return
+    /// an object to use instead of a new copy (a held object of the same version, see
+    /// [`Object::is_version`]); the value is still scanned and validated in full.
+    pub(crate) fn ingest_from_reusing(
+        sc: &mut Scanner<'_>,
+        opts: &IngestOptions,
+        type_meta: Option<(&str, &str)>,
+        reuse: &mut dyn FnMut(&Meta<'_>) -> Option<Object>,
+    ) -> Result<Self, ObjectError> {
         let start = json::skip_ws(sc.bytes(), sc.pos());
         let (mut meta, mut info) = scan_object(sc)?;
         let end = sc.pos();
         if end - start > (u32::MAX >> 1) as usize {
             return Err(ObjectError::TooLarge);
         }
+        // Spans are still positions in the scanner's bytes here.
+        if let Some(held) = reuse(&Meta::new(sc.bytes(), &meta)) {
+            return Ok(held);
+        }
         if start > 0 {
             meta.shift(0, -(start as i64));
             info.managed_fields_cut = info.managed_fields_cut.map(|(a, b)| (a - start, b - start));
         }
-        Ok(Self::build(
-            &sc.bytes()[start..end],
-            meta,
-            info,
-            opts,
-            type_meta,
-        ))
+        Self::build(&sc.bytes()[start..end], meta, info, opts, type_meta)
     }
 
     fn build(
@@ -527,7 +537,7 @@ impl Object {
         info: ScanInfo,
         opts: &IngestOptions,
         type_meta: Option<(&str, &str)>,
-    ) -> Self {
+    ) -> Result<Self, ObjectError> {
         let cut = info
             .managed_fields_cut
             .filter(|_| !opts.keep_managed_fields);
@@ -542,44 +552,47 @@ impl Object {
             }
             _ => None,
         };
+        // The output as pieces: the type prefix goes right after the opening brace (with a
+        // comma unless the object is `{}`), the cut drops `managedFields`. A successful scan
+        // found the brace at `start` and the cut inside the object, after it.
         let start = json::skip_ws(raw, 0);
-        let len =
-            raw.len() - cut.map_or(0, |(a, b)| b - a) + prefix.as_ref().map_or(0, |p| p.len() + 1);
-        let mut out = Vec::with_capacity(len);
-        let copy = |out: &mut Vec<u8>, from: usize, to: usize| {
-            if let Some(p) = &prefix {
-                // Insert right after the opening brace, adding a comma unless it is `{}`.
-                if from <= start && start < to {
-                    out.extend_from_slice(&raw[from..=start]);
-                    out.extend_from_slice(p.as_bytes());
-                    if raw.get(json::skip_ws(raw, start + 1)) != Some(&b'}') {
-                        out.push(b',');
-                    }
-                    out.extend_from_slice(&raw[start + 1..to]);
-                    return;
-                }
-            }
-            out.extend_from_slice(&raw[from..to]);
+        let body_from = (start + 1).min(raw.len());
+        let comma = prefix.is_some() && raw.get(json::skip_ws(raw, body_from)) != Some(&b'}');
+        let (head, body): (&[u8], &[u8]) = match &prefix {
+            Some(_) => (&raw[..body_from], &raw[body_from..]),
+            None => (&[], raw),
         };
-        match cut {
-            Some((a, b)) => {
-                copy(&mut out, 0, a);
-                copy(&mut out, b, raw.len());
-            }
-            None => copy(&mut out, 0, raw.len()),
-        }
-        let added = out.len() as i64 + cut.map_or(0, |(a, b)| (b - a) as i64) - raw.len() as i64;
+        let body_off = head.len();
+        let cut = cut.filter(|&(a, b)| a >= body_off && a <= b && b <= raw.len());
+        let (body_a, body_b): (&[u8], &[u8]) = match cut {
+            Some((a, b)) => (&raw[body_off..a], &raw[b..]),
+            None => (body, &[]),
+        };
+        let pieces: [&[u8]; 5] = [
+            head,
+            prefix.as_deref().map_or(&[][..], str::as_bytes),
+            if comma { b"," } else { &[] },
+            body_a,
+            body_b,
+        ];
+        let len: usize = pieces.iter().map(|p| p.len()).sum();
+        let added = pieces[1].len() + pieces[2].len();
         if added != 0 {
-            meta.shift(start as u32 + 1, added);
+            meta.shift(body_from as u32, added as i64);
         }
         if let Some((a, b)) = cut {
-            let at = b as i64 + added;
-            meta.shift(at as u32, -((b - a) as i64));
+            let at = (b + added) as u32;
+            meta.shift(at, -((b - a) as i64));
         }
-        Object(Arc::new(Inner {
-            raw: Bytes::from(out.into_boxed_slice()),
-            meta,
-        }))
+        ThinArc::new(meta, len, |out| {
+            let mut at = 0;
+            for p in pieces {
+                out[at..at + p.len()].copy_from_slice(p);
+                at += p.len();
+            }
+        })
+        .map(Object)
+        .ok_or(ObjectError::TooLarge)
     }
 
     /// Build from a JSON value (tests and tools; not the hot path). Keeps `managedFields`.
@@ -587,34 +600,54 @@ impl Object {
         Self::from_bytes(Bytes::from(serde_json::to_vec(v)?))
     }
 
-    pub fn raw(&self) -> &Bytes {
-        &self.0.raw
+    /// The JSON bytes.
+    pub fn raw(&self) -> &[u8] {
+        self.0.bytes()
+    }
+    /// The JSON bytes as a [`Bytes`] that shares this object's allocation (no copy), for
+    /// response bodies and other `Bytes` consumers.
+    pub fn raw_bytes(&self) -> Bytes {
+        Bytes::from_owner(RawJson(self.clone()))
     }
     /// The raw JSON as text (validated UTF-8 at construction).
     pub fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.0.raw).unwrap_or_default()
+        std::str::from_utf8(self.raw()).unwrap_or_default()
     }
     pub fn meta(&self) -> Meta<'_> {
-        Meta::new(&self.0.raw, &self.0.meta)
+        Meta::new(self.raw(), self.0.header())
     }
     fn src(&self) -> Src<'_> {
-        Src {
-            raw: &self.0.raw,
-            text: &self.0.meta.text,
-        }
+        self.0.header().src(self.raw())
     }
     pub fn name(&self) -> &str {
-        self.src().s(self.0.meta.name)
+        self.src().s(self.0.header().name)
     }
     /// `None` for cluster-scoped objects.
     pub fn namespace(&self) -> Option<&str> {
-        Some(self.src().s(self.0.meta.namespace)).filter(|n| !n.is_empty())
+        Some(self.src().s(self.0.header().namespace)).filter(|n| !n.is_empty())
     }
     pub fn resource_version(&self) -> &str {
-        self.src().s(self.0.meta.resource_version)
+        self.src().s(self.0.header().resource_version)
     }
     pub fn uid(&self) -> &str {
-        self.src().s(self.0.meta.uid)
+        self.src().s(self.0.header().uid)
+    }
+
+    /// Both handles share one allocation (as `Arc::ptr_eq`).
+    pub fn ptr_eq(a: &Object, b: &Object) -> bool {
+        ThinArc::ptr_eq(&a.0, &b.0)
+    }
+
+    /// This object is the version `m` describes: same namespace, name, uid and (non-empty)
+    /// resourceVersion. An API server gives every write a new resourceVersion, so an item
+    /// that matches a held object this way has the same content, and the held copy can
+    /// stand for it.
+    pub fn is_version(&self, m: &Meta<'_>) -> bool {
+        !m.resource_version.is_empty()
+            && self.resource_version() == m.resource_version
+            && self.uid() == m.uid
+            && self.name() == m.name
+            && self.namespace() == m.namespace
     }
 
     /// The store key, `namespace/name` or `name` (spec 3.1).
@@ -624,22 +657,32 @@ impl Object {
 
     /// Decode the whole object (off the hot path only).
     pub fn to_value(&self) -> Result<serde_json::Value, serde_json::Error> {
-        serde_json::from_slice(&self.0.raw)
+        serde_json::from_slice(self.raw())
     }
 
     /// Approximate bytes this object holds in memory (its JSON, the shared header and the
     /// parsed metadata), for capacity planning and benchmarks.
     pub fn heap_size(&self) -> usize {
-        let p = &self.0.meta;
-        let mut n = self.0.raw.len() + std::mem::size_of::<Inner>() + 16 + p.text.len();
+        let p = self.0.header();
+        let mut n = self.0.block_size();
         n += std::mem::size_of_val(&*p.labels);
         if let Some(e) = &p.extra {
             n += std::mem::size_of::<Extra>()
+                + e.text.len()
                 + std::mem::size_of_val(&*e.annotations)
                 + std::mem::size_of_val(&*e.owner_references)
                 + std::mem::size_of_val(&*e.finalizers);
         }
         n
+    }
+}
+
+/// An object as the owner of a [`Bytes`] view of its JSON.
+struct RawJson(Object);
+
+impl AsRef<[u8]> for RawJson {
+    fn as_ref(&self) -> &[u8] {
+        self.0.raw()
     }
 }
 
@@ -650,6 +693,13 @@ fn check_utf8(raw: &[u8]) -> Result<(), ObjectError> {
 }
 
 impl ParsedMeta {
+    fn src<'a>(&'a self, raw: &'a [u8]) -> Src<'a> {
+        Src {
+            raw,
+            text: self.extra.as_deref().map_or("", |e| &e.text),
+        }
+    }
+
     fn shift(&mut self, at: u32, delta: i64) {
         let all = |s: &mut Span| s.shift(at, delta);
         all(&mut self.name);
@@ -889,7 +939,8 @@ fn scan_metadata(sc: &mut Scanner<'_>) -> Result<MetaScan, json::SyntaxError> {
         prev_end = Some(sc.pos());
         Ok(())
     })?;
-    m.text = b.text.into_boxed_str();
+    extra.text = b.text.into_boxed_str();
+    has_extra |= !extra.text.is_empty();
     if has_extra {
         m.extra = Some(Box::new(extra));
     }
@@ -1110,7 +1161,8 @@ mod tests {
         let o = ingest(&s);
         let ratio = o.heap_size() as f64 / s.len() as f64;
         assert!(ratio <= 1.3, "ratio {ratio}");
-        assert!(std::mem::size_of::<ParsedMeta>() <= 96);
+        assert!(std::mem::size_of::<ParsedMeta>() <= 64);
+        assert_eq!(std::mem::size_of::<Object>(), 8);
     }
 
     /// Random objects (seeded): metadata read by the scanner agrees with serde, the cut

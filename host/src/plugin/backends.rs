@@ -353,12 +353,12 @@ impl ClientBackend for KubeClientBackend {
                 WriteOp::Delete(d) => {
                     let p = delete_params(d)?;
                     return match client.delete(&res, ns, name()?, &p).await? {
-                        Deleted::Object(o) => Ok(Some(o.raw().clone())),
+                        Deleted::Object(o) => Ok(Some(o.raw_bytes())),
                         Deleted::Status(_) => Ok(None),
                     };
                 }
             };
-            Ok(Some(obj.raw().clone()))
+            Ok(Some(obj.raw_bytes()))
         })
     }
 }

@@ -40,7 +40,7 @@ fn add_zero_copy_lister(linker: &mut Linker<HostState>) -> wasmtime::Result<()> 
     type Found = Result<Option<Bytes>, wit::ApiError>;
     type Many = Result<Vec<Bytes>, wit::ApiError>;
     fn raw(objs: Vec<Object>) -> Vec<Bytes> {
-        objs.into_iter().map(|o| o.raw().clone()).collect()
+        objs.into_iter().map(|o| o.raw_bytes()).collect()
     }
     linker.allow_shadowing(true);
     let mut lister = linker.instance("kube:controller/lister@0.1.0")?;
@@ -51,7 +51,7 @@ fn add_zero_copy_lister(linker: &mut Linker<HostState>) -> wasmtime::Result<()> 
             let found: Found = store
                 .data_mut()
                 .lister_get(&api_version, &kind, namespace.as_deref(), &name)
-                .map(|o| o.map(|o| o.raw().clone()));
+                .map(|o| o.map(|o| o.raw_bytes()));
             Ok((found,))
         },
     )?;

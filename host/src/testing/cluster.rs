@@ -253,10 +253,10 @@ impl FakeCluster {
                 if gone && def.builtin && def.plural != "pods" {
                     return Ok(None);
                 }
-                return Ok(Some(o.raw().clone()));
+                return Ok(Some(o.raw_bytes()));
             }
         };
-        obj.map(|o| Some(o.raw().clone())).map_err(api_error)
+        obj.map(|o| Some(o.raw_bytes())).map_err(api_error)
     }
 }
 
