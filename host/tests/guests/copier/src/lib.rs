@@ -4,7 +4,9 @@
 //! Data keys steer it: `requeue-ms` → requeue after that long; `fail` → return an error;
 //! `secret` → also try to create a Secret (undeclared: the 403 is recorded in the copy's data).
 //! A ConfigMap named `handler-panic` makes `on-add` trap.
-use kube_guest::{client, lister, log, split_key, watch_all, Level, Manifest, Outcome, Verb, Write};
+use kube_guest::{
+    client, lister, log, split_key, watch_all, Level, Manifest, Outcome, Verb, Write,
+};
 use serde_json::{json, Value};
 
 struct Copier;
@@ -22,7 +24,9 @@ fn key_of(v: &Value) -> String {
 }
 
 fn is_copy(v: &Value) -> bool {
-    v["metadata"]["name"].as_str().is_some_and(|n| n.ends_with("-copy"))
+    v["metadata"]["name"]
+        .as_str()
+        .is_some_and(|n| n.ends_with("-copy"))
 }
 
 fn data_v(v: &Value) -> &str {
@@ -51,7 +55,10 @@ impl kube_guest::Guest for Copier {
         if v["metadata"]["name"] == "handler-panic" {
             panic!("copier refuses to handle {}", key_of(&v));
         }
-        log::log(Level::Info, &format!("event add {} v={}", key_of(&v), data_v(&v)));
+        log::log(
+            Level::Info,
+            &format!("event add {} v={}", key_of(&v), data_v(&v)),
+        );
         kube_guest::queue::add(&key_of(&v));
     }
     fn on_update(_watch: u32, old: Vec<u8>, new: Vec<u8>) {
@@ -61,7 +68,12 @@ impl kube_guest::Guest for Copier {
         }
         log::log(
             Level::Info,
-            &format!("event update {} v={}->{}", key_of(&n), data_v(&o), data_v(&n)),
+            &format!(
+                "event update {} v={}->{}",
+                key_of(&n),
+                data_v(&o),
+                data_v(&n)
+            ),
         );
         kube_guest::queue::add(&key_of(&n));
     }
@@ -72,7 +84,11 @@ impl kube_guest::Guest for Copier {
         }
         log::log(
             Level::Info,
-            &format!("event delete {} v={} tombstone={tombstone}", key_of(&v), data_v(&v)),
+            &format!(
+                "event delete {} v={} tombstone={tombstone}",
+                key_of(&v),
+                data_v(&v)
+            ),
         );
         kube_guest::queue::add(&key_of(&v));
     }
@@ -112,9 +128,19 @@ impl kube_guest::Guest for Copier {
         }
         let copy = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": copy_name, "namespace": ns}, "data": data});
-        client::apply("v1", "ConfigMap", ns, &copy_name, copy.to_string().as_bytes(), true)
-            .map_err(|e| format!("{} {}: {}", e.code, e.reason, e.message))?;
-        match src["data"]["requeue-ms"].as_str().and_then(|s| s.parse().ok()) {
+        client::apply(
+            "v1",
+            "ConfigMap",
+            ns,
+            &copy_name,
+            copy.to_string().as_bytes(),
+            true,
+        )
+        .map_err(|e| format!("{} {}: {}", e.code, e.reason, e.message))?;
+        match src["data"]["requeue-ms"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+        {
             Some(ms) => Ok(Outcome::RequeueAfter(ms)),
             None => Ok(Outcome::Done),
         }

@@ -16,7 +16,10 @@ fn parse(obj: &[u8]) -> Value {
 
 fn key_of(v: &Value) -> (String, String) {
     let name = v["metadata"]["name"].as_str().unwrap_or("").to_string();
-    let ns = v["metadata"]["namespace"].as_str().unwrap_or("").to_string();
+    let ns = v["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
     (ns, name)
 }
 
@@ -44,7 +47,10 @@ impl kube_guest::Guest for Flaky {
         if is_marker(&name) {
             return;
         }
-        let traps: u32 = v["data"]["traps"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let traps: u32 = v["data"]["traps"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
         for i in 1..=traps {
             let marker = json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": format!("{name}-try-{i}"), "namespace": ns}});

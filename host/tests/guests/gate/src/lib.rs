@@ -2,14 +2,23 @@
 //! then polls ConfigMap `default/gate` (through a no-op merge patch: the client is the only way
 //! to read the API server directly, and the informers stop at shutdown) until its data says
 //! `open: yes`, then applies `job-X-done`. Exercises draining at SIGTERM.
-use kube_guest::{client, log, split_key, watch_all, Level, Manifest, Outcome, PatchType, Verb, Write};
+use kube_guest::{
+    client, log, split_key, watch_all, Level, Manifest, Outcome, PatchType, Verb, Write,
+};
 use serde_json::{json, Value};
 
 struct Gate;
 
 fn is_open() -> Result<bool, String> {
-    let obj = client::patch("v1", "ConfigMap", Some("default"), "gate", PatchType::Merge, b"{}")
-        .map_err(|e| format!("{} {}", e.code, e.reason))?;
+    let obj = client::patch(
+        "v1",
+        "ConfigMap",
+        Some("default"),
+        "gate",
+        PatchType::Merge,
+        b"{}",
+    )
+    .map_err(|e| format!("{} {}", e.code, e.reason))?;
     let v: Value = serde_json::from_slice(&obj).unwrap_or(Value::Null);
     Ok(v["data"]["open"] == "yes")
 }
@@ -47,8 +56,15 @@ impl kube_guest::Guest for Gate {
         let done = format!("{name}-done");
         let obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": done, "namespace": ns}});
-        client::apply("v1", "ConfigMap", ns, &done, obj.to_string().as_bytes(), true)
-            .map_err(|e| format!("{} {}", e.code, e.reason))?;
+        client::apply(
+            "v1",
+            "ConfigMap",
+            ns,
+            &done,
+            obj.to_string().as_bytes(),
+            true,
+        )
+        .map_err(|e| format!("{} {}", e.code, e.reason))?;
         log::log(Level::Info, &format!("reconcile finished {key}"));
         Ok(Outcome::Done)
     }

@@ -18,7 +18,10 @@ fn enqueue_referenced(obj: &[u8]) {
     if name.ends_with("-refs") {
         return;
     }
-    if let (Some(ns), Some(target)) = (v["metadata"]["namespace"].as_str(), v["data"]["ref"].as_str()) {
+    if let (Some(ns), Some(target)) = (
+        v["metadata"]["namespace"].as_str(),
+        v["data"]["ref"].as_str(),
+    ) {
         kube_guest::queue::add(&format!("{ns}/{target}"));
     }
 }
@@ -72,8 +75,15 @@ impl kube_guest::Guest for Indexer {
         let report = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": report_name, "namespace": ns},
             "data": {"keys": keys.join(","), "objects": objects.len().to_string(), "unknown": unknown}});
-        client::apply("v1", "ConfigMap", ns, &report_name, report.to_string().as_bytes(), true)
-            .map_err(err)?;
+        client::apply(
+            "v1",
+            "ConfigMap",
+            ns,
+            &report_name,
+            report.to_string().as_bytes(),
+            true,
+        )
+        .map_err(err)?;
         Ok(Outcome::Done)
     }
 }

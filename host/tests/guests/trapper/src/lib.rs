@@ -54,8 +54,15 @@ impl kube_guest::Guest for Trapper {
         let done = format!("{name}-done");
         let obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": done, "namespace": ns}});
-        client::apply("v1", "ConfigMap", ns, &done, obj.to_string().as_bytes(), true)
-            .map_err(|e| format!("{} {}", e.code, e.reason))?;
+        client::apply(
+            "v1",
+            "ConfigMap",
+            ns,
+            &done,
+            obj.to_string().as_bytes(),
+            true,
+        )
+        .map_err(|e| format!("{} {}", e.code, e.reason))?;
         Ok(Outcome::Done)
     }
 }

@@ -46,11 +46,17 @@ fn get_cm(ns: Option<&str>, name: &str) -> Result<Option<Value>, String> {
 fn expire(ns: Option<&str>, name: &str) -> Result<Outcome, String> {
     static FIRST: OnceLock<Instant> = OnceLock::new();
     let since_first = FIRST.get_or_init(Instant::now).elapsed();
-    log::log(Level::Debug, &format!("mono +{}ms", since_first.as_millis()));
+    log::log(
+        Level::Debug,
+        &format!("mono +{}ms", since_first.as_millis()),
+    );
     let Some(cm) = get_cm(ns, name)? else {
         return Ok(Outcome::Done);
     };
-    let Some(ttl) = cm["data"]["ttl-seconds"].as_str().and_then(|s| s.parse::<u64>().ok()) else {
+    let Some(ttl) = cm["data"]["ttl-seconds"]
+        .as_str()
+        .and_then(|s| s.parse::<u64>().ok())
+    else {
         return Ok(Outcome::Done);
     };
     let created = cm["metadata"]["creationTimestamp"]
@@ -75,8 +81,15 @@ fn expire(ns: Option<&str>, name: &str) -> Result<Outcome, String> {
         return Ok(Outcome::Done);
     }
     let patch = json!({"metadata": {"annotations": {"ttl.example.com/checked-at": now.as_secs().to_string()}}});
-    client::patch("v1", "ConfigMap", ns, name, PatchType::Merge, patch.to_string().as_bytes())
-        .map_err(err)?;
+    client::patch(
+        "v1",
+        "ConfigMap",
+        ns,
+        name,
+        PatchType::Merge,
+        patch.to_string().as_bytes(),
+    )
+    .map_err(err)?;
     let left_ms = (expiry * 1000).saturating_sub(now.as_millis() as u64);
     log::log(Level::Info, &format!("{name} expires in {left_ms}ms"));
     Ok(Outcome::RequeueAfter(left_ms))
@@ -96,8 +109,15 @@ fn write_once(op: &str, ns: Option<&str>, name: &str) -> Result<Outcome, String>
         }
         "json-patch" => {
             let p = json!([{"op": "add", "path": "/data", "value": {"patched": "json"}}]);
-            client::patch("v1", "ConfigMap", ns, name, PatchType::Json, p.to_string().as_bytes())
-                .map_err(err)?;
+            client::patch(
+                "v1",
+                "ConfigMap",
+                ns,
+                name,
+                PatchType::Json,
+                p.to_string().as_bytes(),
+            )
+            .map_err(err)?;
         }
         "sm-patch" => {
             let p = json!({"metadata": {"labels": {"patched": "strategic"}}});
@@ -105,7 +125,9 @@ fn write_once(op: &str, ns: Option<&str>, name: &str) -> Result<Outcome, String>
             client::patch("v1", "ConfigMap", ns, name, t, p.to_string().as_bytes()).map_err(err)?;
         }
         "status" => {
-            let svc = lister::get("v1", "Service", ns, name).map_err(err)?.ok_or("no service")?;
+            let svc = lister::get("v1", "Service", ns, name)
+                .map_err(err)?
+                .ok_or("no service")?;
             let mut svc: Value = serde_json::from_slice(&svc).map_err(|e| e.to_string())?;
             svc["status"] = json!({"loadBalancer": {"ingress": [{"ip": "10.0.0.7"}]}});
             client::replace_status("v1", "Service", ns, name, svc.to_string().as_bytes())
