@@ -707,7 +707,16 @@ async fn spec_1_8_relist_keeps_cached_objects_of_the_same_version() {
     let e = env(Emulator::builder()).await;
     create_cms(&e.h, 3, json!({}));
     let (handler, mut seen) = recorder();
-    let r = start(&e, opts("reuse"), None, None, Some(handler));
+    let r = start(
+        &e,
+        ReflectorOptions {
+            reuse_cached_objects: true,
+            ..opts("reuse")
+        },
+        None,
+        None,
+        Some(handler),
+    );
     synced(&r).await;
     open_watch(&e.h).await;
     let get = |name: &str| r.inf.indexer().get_by_key(&format!("{NS}/{name}")).unwrap();

@@ -118,6 +118,11 @@ pub struct ReflectorOptions {
     /// Watches time out uniformly in [min, 2·min) (spec 1.6).
     pub min_watch_timeout: Duration,
     pub backoff: Backoff,
+    /// Let a relist hand back the cached object for listed items of the same uid and
+    /// resourceVersion instead of a fresh copy (halves the relist peak for unchanged objects).
+    /// Off by default: with it on, the convergence-under-faults test saw the reflector stop
+    /// receiving watch events in about one run of four; until that is understood it stays opt-in.
+    pub reuse_cached_objects: bool,
 }
 
 impl Default for ReflectorOptions {
@@ -130,6 +135,7 @@ impl Default for ReflectorOptions {
             max_internal_error_retry_duration: Duration::ZERO,
             min_watch_timeout: Duration::from_secs(300),
             backoff: Backoff::default(),
+            reuse_cached_objects: false,
         }
     }
 }
@@ -382,7 +388,11 @@ impl<L: ListerWatcher, S: ReflectorStore> Reflector<L, S> {
                 None => Some(DEFAULT_PAGE_SIZE),
             }
         };
-        let pool = self.store.object_pool();
+        let pool = if self.opts.reuse_cached_objects {
+            self.store.object_pool()
+        } else {
+            None
+        };
         let mut res = pager_list(&*self.lw, &rv, page_size, pool.clone()).await;
         if matches!(&res, Err(e) if e.is_expired() || e.is_too_large_rv()) {
             self.set_unavailable(true);
