@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use host::emulator::{Emulator, EmulatorHandle};
@@ -375,38 +374,5 @@ async fn harness_secrets_and_deletions_count_and_only_users_are_enqueued() {
 
 #[tokio::test]
 async fn scenario_files_pass_under_host_test() {
-    let dir =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/config-reloader/scenarios");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("scenarios dir")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "no scenario files in {}", dir.display());
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_host"));
-    cmd.arg("test")
-        .arg("--plugin")
-        .arg(example("config-reloader"))
-        .args(&files)
-        .env(
-            "XDG_CACHE_HOME",
-            std::env::temp_dir().join("kube-wasm-host-test-cache"),
-        )
-        .env_remove("RUST_LOG")
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(T, cmd.output())
-        .await
-        .expect("host finishes")
-        .expect("host runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.contains(&format!("{n} passed, 0 failed", n = files.len())),
-        "{stdout}"
-    );
+    support::scenarios::assert_example_scenarios_pass("config-reloader").await;
 }

@@ -8,7 +8,6 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -437,39 +436,5 @@ async fn harness_unannotated_objects_are_ignored_and_bad_annotations_only_warned
 
 #[tokio::test]
 async fn scenario_files_pass_under_host_test() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/janitor/scenarios");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("scenarios dir")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    files.sort();
-    assert!(!files.is_empty());
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_host"));
-    cmd.arg("test")
-        .arg("--plugin")
-        .arg(example("janitor"))
-        .args(&files)
-        .env(
-            "XDG_CACHE_HOME",
-            std::env::temp_dir().join("kube-wasm-host-test-cache"),
-        )
-        .env_remove("RUST_LOG")
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(LOAD, cmd.output())
-        .await
-        .expect("host test finishes")
-        .expect("host runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let n = files.len();
-    let plural = if n == 1 { "" } else { "s" };
-    assert!(
-        stdout.ends_with(&format!("{n} scenario{plural}: {n} passed, 0 failed\n")),
-        "{stdout}"
-    );
+    support::scenarios::assert_example_scenarios_pass("janitor").await;
 }

@@ -10,7 +10,6 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use host::emulator::{Emulator, EmulatorHandle};
@@ -456,40 +455,5 @@ async fn harness_a_bad_spec_is_reported_in_status_and_nothing_is_applied() {
 
 #[tokio::test]
 async fn scenario_files_pass_under_host_test() {
-    let dir =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/namespace-defaults/scenarios");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("scenarios dir")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    files.sort();
-    assert!(!files.is_empty());
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_host"));
-    cmd.arg("test")
-        .arg("--plugin")
-        .arg(example("namespace-defaults"))
-        .args(&files)
-        .env(
-            "XDG_CACHE_HOME",
-            std::env::temp_dir().join("kube-wasm-host-test-cache"),
-        )
-        .env_remove("RUST_LOG")
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(LOAD, cmd.output())
-        .await
-        .expect("host test finishes")
-        .expect("host runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let n = files.len();
-    let plural = if n == 1 { "" } else { "s" };
-    assert!(
-        stdout.ends_with(&format!("{n} scenario{plural}: {n} passed, 0 failed\n")),
-        "{stdout}"
-    );
+    support::scenarios::assert_example_scenarios_pass("namespace-defaults").await;
 }
