@@ -6,7 +6,9 @@
 //! wasm32-wasip2 first, as the tests do). `BENCH_RUNS` (default 5) sets the runs per figure,
 //! `BENCH_EVENTS` (default 20,000) the objects of the pipeline and reconcile runs. The emulator
 //! runs in the same process over loopback HTTP, so pipeline CPU figures include its serving work.
-//! `BENCH_ONLY=dispatch,pipeline,reconcile,memory,cold` picks sections (for profiling one).
+//! `BENCH_ONLY=dispatch,pipeline,reconcile,memory,cold` picks sections (for profiling one),
+//! `BENCH_PLUGINS=10` the pipeline's rows, and `BENCH_PERF_CTL` limits a `perf record` to the
+//! timed windows (see `common::perf_window`).
 //!
 //! Time per dispatched event is given as wall-clock and as process CPU time: on a machine shared
 //! with other work the wall-clock figure includes time the process was not running at all.
@@ -118,13 +120,21 @@ async fn run() {
 
 async fn pipeline_section(events: usize, runs: usize) {
     eprintln!("pipeline …");
+    // Heap counting is for the memory section; here it would only slow every allocation.
+    set_counting(false);
     let mut pipeline_rows = Vec::new();
-    for plugins in [0, 1, 10] {
+    // `BENCH_PLUGINS=10` (a comma-separated list) runs only those rows.
+    let counts: Vec<usize> = std::env::var("BENCH_PLUGINS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![0, 1, 10]);
+    for plugins in counts {
         pipeline_rows.push((plugins, pipeline(plugins, events, runs).await));
     }
     println!("\n## Pipeline: {events} updates of 1 KB ConfigMaps (queued while the watch is stalled, then released) to every plugin's on-update\n");
     println!("| no-op plugins | events/s (median) | events/s (best run) | guest calls/s (median) | CPU per event (median) |");
     println!("|---|---|---|---|---|");
+    set_counting(true);
     for (plugins, (rate, best, cpu)) in &pipeline_rows {
         println!(
             "| {plugins} | {} | {} | {} | {cpu:.2} µs |",
@@ -366,11 +376,13 @@ async fn pipeline(plugins: usize, n: usize, runs: usize) -> (f64, f64, f64) {
         }
         let cpu0 = cpu_time();
         let t = Instant::now();
+        perf_window(true);
         h.faults().clear();
         until("all updates", DEADLINE, || {
             delivered() - before >= n as u64 * per_event
         })
         .await;
+        perf_window(false);
         rates.push(n as f64 / secs(t));
         cpus.push((cpu_time() - cpu0).as_secs_f64() * 1e6 / n as f64);
     }

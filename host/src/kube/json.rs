@@ -34,6 +34,37 @@ static SPECIAL_IN_STRING: [bool; 256] = {
     t
 };
 
+/// The index of the first quote, backslash or control character at or after `i`, or
+/// `b.len()`. Why eight bytes per step: string values (a ConfigMap's data, a Pod's env) are
+/// most of an object's bytes, and this scan runs on every byte of every watch event. A flagged
+/// byte is only a candidate; the caller looks at the byte itself.
+fn plain_until(b: &[u8], mut i: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    while let Some(chunk) = b.get(i..i + 8) {
+        let Ok(bytes) = <[u8; 8]>::try_from(chunk) else {
+            break;
+        };
+        let w = u64::from_le_bytes(bytes);
+        let quote = w ^ (ONES * u64::from(b'"'));
+        let backslash = w ^ (ONES * u64::from(b'\\'));
+        // A byte's high bit is set where it was zero (or, for the last term, below 0x20);
+        // borrows can only flag bytes above a true match, so the lowest flag is exact.
+        let flags = (quote.wrapping_sub(ONES) & !quote
+            | backslash.wrapping_sub(ONES) & !backslash
+            | w.wrapping_sub(ONES * 0x20) & !w)
+            & HIGH;
+        if flags != 0 {
+            return i + (flags.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while b.get(i).is_some_and(|&c| !SPECIAL_IN_STRING[c as usize]) {
+        i += 1;
+    }
+    i
+}
+
 /// Nesting deeper than this is rejected rather than risking the stack.
 const MAX_DEPTH: u32 = 512;
 
@@ -221,10 +252,7 @@ impl<'a> Scanner<'a> {
         let b = self.b;
         let mut i = self.pos;
         loop {
-            // Tight loop over plain characters: one table lookup per byte.
-            while b.get(i).is_some_and(|&c| !SPECIAL_IN_STRING[c as usize]) {
-                i += 1;
-            }
+            i = plain_until(b, i);
             let Some(&c) = b.get(i) else {
                 self.pos = i;
                 return Err(self.err("unterminated string"));
@@ -498,6 +526,31 @@ pub(crate) fn push_quoted(out: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plain_until_finds_the_first_special_byte_at_every_offset() {
+        // Every special byte (and neighbours that trip naive bit tricks: 0x20, 0x21, 0x23,
+        // 0x5b, 0x5d, 0x7f, UTF-8 continuation bytes) at every position of a 1..=40-byte run.
+        let specials: Vec<u8> = (0..0x20).chain([b'"', b'\\']).collect();
+        let plain = [
+            b'a', 0x20, 0x21, 0x23, 0x5b, 0x5d, 0x7f, 0x80, 0xa2, 0xdc, 0xff,
+        ];
+        for len in 1..=40usize {
+            for &p in &plain {
+                let run = vec![p; len];
+                assert_eq!(plain_until(&run, 0), len);
+                for at in 0..len {
+                    for &sp in &specials {
+                        let mut v = run.clone();
+                        v[at] = sp;
+                        for start in 0..=at {
+                            assert_eq!(plain_until(&v, start), at, "{p:#x} {sp:#x} {at}/{len}");
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn skips_and_validates_values() {
