@@ -5,6 +5,7 @@
 //! one at a time and in order. A slow handler therefore costs memory, not other handlers'
 //! latency (spec 4.4); `pending()` exposes that backlog.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -29,6 +30,49 @@ pub trait ResourceEventHandler: Send + Sync + 'static {
     fn on_update(&self, old: Object, new: Object) -> BoxFuture<'_, ()>;
     /// `obj` is the last state, or a tombstone when the deletion was seen only on a relist.
     fn on_delete(&self, obj: ObjOrTombstone) -> BoxFuture<'_, ()>;
+
+    /// The listener task's loop over this handler's notifications. The default boxes one
+    /// future per notification (the methods above); a handler on a hot path implements
+    /// [`EventHandler`] too and overrides this with [`listen_with`], so that each
+    /// notification's future lives inside the task instead.
+    fn listen(self: Arc<Self>, notifications: Notifications) -> BoxFuture<'static, ()> {
+        listen_with(Boxed(self), notifications).boxed()
+    }
+}
+
+/// A handler with named future types, driven by [`listen_with`] without a box per
+/// notification. Same contract as [`ResourceEventHandler`].
+pub trait EventHandler: Send + Sync + 'static {
+    fn added(&self, obj: Object, is_in_initial_list: bool) -> impl Future<Output = ()> + Send;
+    fn updated(&self, old: Object, new: Object) -> impl Future<Output = ()> + Send;
+    fn deleted(&self, obj: ObjOrTombstone) -> impl Future<Output = ()> + Send;
+}
+
+impl<H: EventHandler + ?Sized> EventHandler for Arc<H> {
+    fn added(&self, obj: Object, is_in_initial_list: bool) -> impl Future<Output = ()> + Send {
+        (**self).added(obj, is_in_initial_list)
+    }
+    fn updated(&self, old: Object, new: Object) -> impl Future<Output = ()> + Send {
+        (**self).updated(old, new)
+    }
+    fn deleted(&self, obj: ObjOrTombstone) -> impl Future<Output = ()> + Send {
+        (**self).deleted(obj)
+    }
+}
+
+/// A [`ResourceEventHandler`] seen as an [`EventHandler`] (its boxed futures).
+struct Boxed<H: ?Sized>(Arc<H>);
+
+impl<H: ResourceEventHandler + ?Sized> EventHandler for Boxed<H> {
+    fn added(&self, obj: Object, is_in_initial_list: bool) -> impl Future<Output = ()> + Send {
+        self.0.on_add(obj, is_in_initial_list)
+    }
+    fn updated(&self, old: Object, new: Object) -> impl Future<Output = ()> + Send {
+        self.0.on_update(old, new)
+    }
+    fn deleted(&self, obj: ObjOrTombstone) -> impl Future<Output = ()> + Send {
+        self.0.on_delete(obj)
+    }
 }
 
 type AddFn = Box<dyn Fn(Object, bool) + Send + Sync>;
@@ -163,56 +207,58 @@ impl Listener {
     fn spawn(&mut self, rt: &tokio::runtime::Handle, id: ListenerId) {
         let Some(rx) = self.rx.take() else { return };
         let span = tracing::info_span!("informer.listener", listener = id);
-        rt.spawn(
-            run_listener(
-                rx,
-                self.handler.clone(),
-                self.tracker.clone(),
-                self.pending.clone(),
-                self.removed.clone(),
-            )
-            .instrument(span),
-        );
+        let notifications = Notifications {
+            rx,
+            tracker: self.tracker.clone(),
+            pending: self.pending.clone(),
+            removed: self.removed.clone(),
+        };
+        rt.spawn(self.handler.clone().listen(notifications).instrument(span));
     }
 }
 
-async fn run_listener(
-    mut rx: mpsc::UnboundedReceiver<Notification>,
-    handler: Arc<dyn ResourceEventHandler>,
+/// One listener's queue as its task sees it: the notifications in order, and the counters
+/// the processor and the listener's HasSynced read.
+pub struct Notifications {
+    rx: mpsc::UnboundedReceiver<Notification>,
     tracker: Arc<SyncTracker>,
     pending: Arc<AtomicUsize>,
     removed: Arc<AtomicBool>,
-) {
-    while let Some(n) = rx.recv().await {
-        pending.fetch_sub(1, Ordering::Relaxed);
-        if removed.load(Ordering::SeqCst) {
+}
+
+/// Hands `handler` the notifications one at a time, in order, until the listener is removed
+/// or the processor stops (spec 4.4). A panicking handler call is logged and skipped.
+pub async fn listen_with<H: EventHandler>(handler: H, mut n: Notifications) {
+    while let Some(note) = n.rx.recv().await {
+        n.pending.fetch_sub(1, Ordering::Relaxed);
+        if n.removed.load(Ordering::SeqCst) {
             break;
         }
         let initial = matches!(
-            n,
+            note,
             Notification::Add {
                 is_in_initial_list: true,
                 ..
             }
         );
-        let h = &*handler;
+        let h = &handler;
         // The handler is called inside the future so a panic before its first await is
         // caught as well.
         let call = async move {
-            match n {
+            match note {
                 Notification::Add {
                     obj,
                     is_in_initial_list,
-                } => h.on_add(obj, is_in_initial_list).await,
-                Notification::Update { old, new } => h.on_update(old, new).await,
-                Notification::Delete(o) => h.on_delete(o).await,
+                } => h.added(obj, is_in_initial_list).await,
+                Notification::Update { old, new } => h.updated(old, new).await,
+                Notification::Delete(o) => h.deleted(o).await,
             }
         };
         if AssertUnwindSafe(call).catch_unwind().await.is_err() {
             tracing::error!("event handler panicked; notification skipped");
         }
         if initial {
-            tracker.finished();
+            n.tracker.finished();
         }
     }
 }

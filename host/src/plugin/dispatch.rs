@@ -6,6 +6,7 @@
 //! processor calls a registration's handler sequentially). The dispatch instance is separate
 //! from the reconcile workers' instances, so a slow reconcile never delays notifications.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +18,7 @@ use tracing::Instrument;
 use super::health::Health;
 use super::instance::{GuestError, PluginInstance};
 use super::loader::Plugin;
-use crate::informer::processor::ResourceEventHandler;
+use crate::informer::processor::{listen_with, EventHandler, Notifications, ResourceEventHandler};
 use crate::informer::tombstone::ObjOrTombstone;
 use crate::kube::object::Object;
 
@@ -181,8 +182,8 @@ fn tombstone_stub(key: &str) -> Vec<u8> {
         .into_bytes()
 }
 
-impl ResourceEventHandler for WatchHandler {
-    fn on_add(&self, obj: Object, _is_in_initial_list: bool) -> BoxFuture<'_, ()> {
+impl EventHandler for WatchHandler {
+    fn added(&self, obj: Object, _is_in_initial_list: bool) -> impl Future<Output = ()> + Send {
         let d = &self.dispatcher;
         let span = tracing::debug_span!("dispatch", plugin = %d.name, op = "add");
         async move {
@@ -190,10 +191,9 @@ impl ResourceEventHandler for WatchHandler {
                 .await;
         }
         .instrument(span)
-        .boxed()
     }
 
-    fn on_update(&self, old: Object, new: Object) -> BoxFuture<'_, ()> {
+    fn updated(&self, old: Object, new: Object) -> impl Future<Output = ()> + Send {
         let d = &self.dispatcher;
         let span = tracing::debug_span!("dispatch", plugin = %d.name, op = "update");
         async move {
@@ -203,10 +203,9 @@ impl ResourceEventHandler for WatchHandler {
             .await;
         }
         .instrument(span)
-        .boxed()
     }
 
-    fn on_delete(&self, obj: ObjOrTombstone) -> BoxFuture<'_, ()> {
+    fn deleted(&self, obj: ObjOrTombstone) -> impl Future<Output = ()> + Send {
         let d = &self.dispatcher;
         let span = tracing::debug_span!("dispatch", plugin = %d.name, op = "delete");
         async move {
@@ -223,7 +222,25 @@ impl ResourceEventHandler for WatchHandler {
                 .await;
         }
         .instrument(span)
-        .boxed()
+    }
+}
+
+impl ResourceEventHandler for WatchHandler {
+    fn on_add(&self, obj: Object, is_in_initial_list: bool) -> BoxFuture<'_, ()> {
+        self.added(obj, is_in_initial_list).boxed()
+    }
+
+    fn on_update(&self, old: Object, new: Object) -> BoxFuture<'_, ()> {
+        self.updated(old, new).boxed()
+    }
+
+    fn on_delete(&self, obj: ObjOrTombstone) -> BoxFuture<'_, ()> {
+        self.deleted(obj).boxed()
+    }
+
+    /// Every plugin notification passes here (once per plugin per event): no box per call.
+    fn listen(self: Arc<Self>, notifications: Notifications) -> BoxFuture<'static, ()> {
+        listen_with(self, notifications).boxed()
     }
 }
 
