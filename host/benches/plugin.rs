@@ -375,6 +375,7 @@ async fn pipeline(plugins: usize, n: usize, runs: usize) -> (f64, f64, f64) {
                 .expect("update");
         }
         let cpu0 = cpu_time();
+        let (sys0, waits0) = sys_and_waits();
         let t = Instant::now();
         perf_window(true);
         h.faults().clear();
@@ -385,6 +386,14 @@ async fn pipeline(plugins: usize, n: usize, runs: usize) -> (f64, f64, f64) {
         perf_window(false);
         rates.push(n as f64 / secs(t));
         cpus.push((cpu_time() - cpu0).as_secs_f64() * 1e6 / n as f64);
+        let (sys1, waits1) = sys_and_waits();
+        eprintln!(
+            "  {plugins} plugins, run {run}: {} events/s, {:.2} µs CPU per event ({:.2} µs system), {:.2} waits per event",
+            thousands(rates[run]),
+            cpus[run],
+            (sys1 - sys0).as_secs_f64() * 1e6 / n as f64,
+            (waits1 - waits0) as f64 / n as f64
+        );
     }
     if let Some((informer, task)) = baseline {
         informer.stop();

@@ -110,6 +110,20 @@ pub fn cpu_time() -> Duration {
     tv(ru.utime) + tv(ru.stime)
 }
 
+/// System CPU time and voluntary context switches (waits) of the whole process: where a
+/// throughput figure's spread comes from when threads park and wake.
+pub fn sys_and_waits() -> (Duration, i64) {
+    let mut ru = std::mem::MaybeUninit::<libc_rusage::Rusage>::zeroed();
+    // SAFETY: as in `cpu_time`.
+    if unsafe { libc_rusage::getrusage(0, ru.as_mut_ptr()) } != 0 {
+        return (Duration::ZERO, 0);
+    }
+    // SAFETY: initialised by the successful call above.
+    let ru = unsafe { ru.assume_init() };
+    let st = Duration::new(ru.stime.sec as u64, (ru.stime.usec as u32) * 1000);
+    (st, ru.rest[12])
+}
+
 /// The two fields of `struct rusage` we read, declared by hand to avoid a libc dependency
 /// (x86_64/aarch64 Linux layout: two `timeval`s first).
 mod libc_rusage {

@@ -5,10 +5,12 @@
 //! one at a time and in order. A slow handler therefore costs memory, not other handlers'
 //! latency (spec 4.4); `pending()` exposes that backlog.
 
-use std::future::Future;
+use std::future::{poll_fn, Future};
 use std::panic::AssertUnwindSafe;
+use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -243,8 +245,9 @@ pub async fn listen_with<H: EventHandler>(handler: H, mut n: Notifications) {
         );
         let h = &handler;
         // The handler is called inside the future so a panic before its first await is
-        // caught as well.
-        let call = async move {
+        // caught as well. Pinned where it stands and polled under `catch_unwind`: the future
+        // can be kilobytes (a guest call's state), and every wrapper would move it again.
+        let call = pin!(async move {
             match note {
                 Notification::Add {
                     obj,
@@ -253,8 +256,16 @@ pub async fn listen_with<H: EventHandler>(handler: H, mut n: Notifications) {
                 Notification::Update { old, new } => h.updated(old, new).await,
                 Notification::Delete(o) => h.deleted(o).await,
             }
-        };
-        if AssertUnwindSafe(call).catch_unwind().await.is_err() {
+        });
+        let mut call = AssertUnwindSafe(call);
+        let caught = poll_fn(|cx| {
+            match std::panic::catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx))) {
+                Ok(Poll::Ready(())) => Poll::Ready(true),
+                Ok(Poll::Pending) => Poll::Pending,
+                Err(_) => Poll::Ready(false),
+            }
+        });
+        if !caught.await {
             tracing::error!("event handler panicked; notification skipped");
         }
         if initial {

@@ -185,29 +185,24 @@ fn tombstone_stub(key: &str) -> Vec<u8> {
 impl EventHandler for WatchHandler {
     fn added(&self, obj: Object, _is_in_initial_list: bool) -> impl Future<Output = ()> + Send {
         let d = &self.dispatcher;
-        let span = tracing::debug_span!("dispatch", plugin = %d.name, op = "add");
         async move {
             d.deliver(self.watch, Call::Add(obj.raw()), &|| obj.key())
                 .await;
         }
-        .instrument(span)
     }
 
     fn updated(&self, old: Object, new: Object) -> impl Future<Output = ()> + Send {
         let d = &self.dispatcher;
-        let span = tracing::debug_span!("dispatch", plugin = %d.name, op = "update");
         async move {
             d.deliver(self.watch, Call::Update(old.raw(), new.raw()), &|| {
                 new.key()
             })
             .await;
         }
-        .instrument(span)
     }
 
     fn deleted(&self, obj: ObjOrTombstone) -> impl Future<Output = ()> + Send {
         let d = &self.dispatcher;
-        let span = tracing::debug_span!("dispatch", plugin = %d.name, op = "delete");
         async move {
             let tombstone = obj.is_tombstone();
             let stub;
@@ -221,7 +216,6 @@ impl EventHandler for WatchHandler {
             d.deliver(self.watch, Call::Delete(bytes, tombstone), &|| obj.key())
                 .await;
         }
-        .instrument(span)
     }
 }
 
@@ -238,9 +232,13 @@ impl ResourceEventHandler for WatchHandler {
         self.deleted(obj).boxed()
     }
 
-    /// Every plugin notification passes here (once per plugin per event): no box per call.
+    /// Every plugin notification passes here (once per plugin per event): no box and no
+    /// span per call (the span is the listener's: a guest call's future is kilobytes, and each
+    /// wrapper would move it once more).
     fn listen(self: Arc<Self>, notifications: Notifications) -> BoxFuture<'static, ()> {
-        listen_with(self, notifications).boxed()
+        let span =
+            tracing::debug_span!("dispatch", plugin = %self.dispatcher.name, watch = self.watch);
+        listen_with(self, notifications).instrument(span).boxed()
     }
 }
 
