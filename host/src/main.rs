@@ -334,6 +334,12 @@ fn manifest_value(m: &Manifest) -> serde_json::Value {
             "namespace": w.namespace,
             "labelSelector": w.label_selector,
             "fieldSelector": w.field_selector,
+            // Left out when there are none (null is dropped like the other unset fields).
+            "indexes": (!w.indexes.is_empty()).then(|| w.indexes.iter().map(|i| json!({
+                "name": i.name,
+                "paths": i.paths,
+                "namespaced": i.namespaced,
+            })).collect::<Vec<_>>()),
         })).collect::<Vec<_>>(),
         "writes": m.writes.iter().map(|w| json!({
             "apiVersion": w.api_version,

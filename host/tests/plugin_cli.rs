@@ -38,6 +38,22 @@ async fn inspect_prints_the_manifest() {
     assert_eq!(v["watches"][0]["kind"], "ConfigMap");
     assert_eq!(v["writes"][0]["verbs"][0], "patch");
     assert_eq!(v["writes"][0]["verbs"][1], "delete");
+    assert!(
+        v["watches"][0].get("indexes").is_none(),
+        "no indexes declared"
+    );
+}
+
+#[tokio::test]
+async fn inspect_prints_declared_indexes() {
+    let indexer = guest("indexer");
+    let out = host(&[os("inspect"), indexer.as_os_str()]).await;
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_yaml::Value = serde_yaml::from_slice(&out.stdout).expect("YAML");
+    let index = &v["watches"][0]["indexes"][0];
+    assert_eq!(index["name"], "refs");
+    assert_eq!(index["paths"][0], "data.ref");
+    assert_eq!(index["namespaced"], true);
 }
 
 #[tokio::test]
