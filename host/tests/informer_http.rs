@@ -111,6 +111,39 @@ impl Log {
             })
             .collect()
     }
+    /// The last `n` requests (age, kind, RV, outcome) and the stream-end counters, for a
+    /// failure message.
+    fn describe_tail(&self, n: usize) -> String {
+        let calls = self.calls();
+        let now = Instant::now();
+        let mut out = format!(
+            "streams expired {} / closed {} / broken {}; last {} of {} requests:",
+            self.stream_expired.load(Ordering::SeqCst),
+            self.stream_closed.load(Ordering::SeqCst),
+            self.stream_broken.load(Ordering::SeqCst),
+            n.min(calls.len()),
+            calls.len()
+        );
+        for c in &calls[calls.len().saturating_sub(n)..] {
+            let req = match &c.req {
+                Req::List(p) => format!(
+                    "LIST rv={:?} limit={:?} continue={}",
+                    p.resource_version,
+                    p.limit,
+                    p.continue_token.is_some()
+                ),
+                Req::Watch(p) => format!("WATCH rv={:?}", p.resource_version),
+            };
+            let outcome = match &c.outcome {
+                Outcome::Page { rv, items, more } => {
+                    format!("page rv={rv} items={} more={more}", items.len())
+                }
+                o => format!("{o:?}"),
+            };
+            out.push_str(&format!("\n  {:?} ago: {req} -> {outcome}", now - c.at));
+        }
+        out
+    }
     fn failures(&self, code: u16) -> usize {
         self.calls()
             .iter()
@@ -1214,7 +1247,15 @@ fn counting_handler() -> (HandlerFns, LastSeen, Arc<AtomicU64>) {
 /// Inject a fault until the informer has observably received it (`delivered` grows), bounded.
 /// An injection can miss: e.g. a 410 kick while the reflector is between watches reaches no
 /// stream, so it is repeated every 50 ms.
-async fn deliver(what: &str, mut inject: impl FnMut(), delivered: impl Fn() -> usize) {
+///
+/// On failure the panic names what the reflector last asked for and got, and the watches the
+/// server had open, so that a rare stall can be told apart from a slow machine.
+async fn deliver(
+    what: &str,
+    (log, h): (&Log, &EmulatorHandle),
+    mut inject: impl FnMut(),
+    delivered: impl Fn() -> usize,
+) {
     let before = delivered();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -1226,7 +1267,13 @@ async fn deliver(what: &str, mut inject: impl FnMut(), delivered: impl Fn() -> u
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        assert!(Instant::now() < deadline, "{what} was never delivered");
+        assert!(
+            Instant::now() < deadline,
+            "{what} was never delivered; server RV {}, {:?}; {}",
+            h.current_resource_version(),
+            h.stats().open_watches,
+            log.describe_tail(12)
+        );
     }
 }
 
@@ -1284,6 +1331,7 @@ async fn convergence_under_faults_5000_writes_500_objects() {
                 let mut n = 0u64;
                 deliver(
                     "a watch close",
+                    (&*log, h),
                     || {
                         n += 1;
                         touch(h, "fault-probe", &n.to_string());
@@ -1295,6 +1343,7 @@ async fn convergence_under_faults_5000_writes_500_objects() {
             1 => {
                 deliver(
                     "an in-stream 410",
+                    (&*log, h),
                     || f.inject_expired(),
                     || log.stream_expired.load(Ordering::SeqCst) as usize,
                 )
@@ -1306,6 +1355,7 @@ async fn convergence_under_faults_5000_writes_500_objects() {
                 // Make the reflector send a request soon: end its watch.
                 deliver(
                     FAULT_KINDS[kind],
+                    (&*log, h),
                     || f.inject_expired(),
                     || log.failures(code),
                 )

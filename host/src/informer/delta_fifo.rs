@@ -742,6 +742,44 @@ mod tests {
         assert!(held);
     }
 
+    /// A relist's list decode asks the pool for every item while the informer may be popping
+    /// (queue lock held, indexer write lock taken inside). The pool must take only the
+    /// indexer's read lock, never the queue's, or the reflector and the consumer could wait on
+    /// each other. Checked from inside `process`, where the queue lock is held; on a thread
+    /// with a deadline, because a second lock of the queue would hang rather than fail.
+    #[test]
+    fn object_pool_reads_the_known_objects_without_the_queue_lock() {
+        let known = Arc::new(Store::new());
+        let cached = obj("ns", "a", "1");
+        known.add(cached.clone());
+        let f = Arc::new(fifo_with(Some(known)));
+        f.add(obj("ns", "b", "1"));
+        let pool = f
+            .object_pool()
+            .expect("a FIFO with known objects has a pool");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let f2 = f.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(f2.pop(|_, _| {
+                assert!(
+                    f2.state.try_lock().is_none(),
+                    "process runs under the queue lock"
+                );
+                let _ = tx.send(pool.get("ns/a"));
+                Ok::<(), ()>(())
+            }))
+            .unwrap();
+        });
+        let got = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the pool blocked on the queue lock");
+        assert!(Object::ptr_eq(&got.unwrap(), &cached));
+    }
+
     #[tokio::test]
     async fn drained_queue_gives_back_the_room_a_large_relist_grew() {
         let f = fifo_with(None);
