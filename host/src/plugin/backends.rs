@@ -231,6 +231,31 @@ impl KubeClientBackend {
     }
 }
 
+/// The confinement rule of [`super::rbac::namespace_scope`]: a write of a namespaced kind
+/// outside the plugin's one namespace is refused (403), and the log names it. One function for
+/// the host's client and the test harness's fake one, so a guest's tests see what production does.
+pub(crate) fn refuse_outside_scope(
+    scope: Option<&str>,
+    plugin: &str,
+    kind: &str,
+    namespaced: bool,
+    namespace: Option<&str>,
+) -> Result<(), ApiError> {
+    let Some(scope) = scope.filter(|_| namespaced) else {
+        return Ok(());
+    };
+    match namespace {
+        Some(ns) if ns != scope => {
+            tracing::warn!(plugin, kind, namespace = ns, scope,
+                "client write refused: outside the plugin's namespace");
+            Err(ApiError::forbidden(format!(
+                "plugin {plugin:?} is confined to namespace {scope:?} (all its watches are there) and may not write {kind} in namespace {ns:?}"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 impl From<crate::kube::Error> for ApiError {
     fn from(e: crate::kube::Error) -> Self {
         use crate::kube::Error as E;
@@ -280,19 +305,14 @@ impl ClientBackend for KubeClientBackend {
             );
             return Box::pin(async move { Err(ApiError::new(500, "InternalError", msg)) });
         };
-        if let (Some(scope), true) = (&self.confined_to, res.namespaced) {
-            if req.namespace.as_deref().is_some_and(|ns| ns != scope) {
-                let msg = format!(
-                    "plugin {:?} is confined to namespace {scope:?} (all its watches are there) and may not write {} in namespace {:?}",
-                    self.field_manager,
-                    res.kind,
-                    req.namespace.as_deref().unwrap_or_default()
-                );
-                tracing::warn!(plugin = %self.field_manager, kind = %res.kind,
-                    namespace = req.namespace.as_deref().unwrap_or_default(), %scope,
-                    "client write refused: outside the plugin's namespace");
-                return Box::pin(async move { Err(ApiError::forbidden(msg)) });
-            }
+        if let Err(e) = refuse_outside_scope(
+            self.confined_to.as_deref(),
+            &self.field_manager,
+            &res.kind,
+            res.namespaced,
+            req.namespace.as_deref(),
+        ) {
+            return Box::pin(async move { Err(e) });
         }
         let client = self.client.clone();
         let params = WriteParams {

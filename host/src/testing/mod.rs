@@ -5,7 +5,9 @@
 //!   behave as on kube-apiserver (resourceVersion, uid, 409s, patches, server-side apply,
 //!   finalizers, status subresource) and later lister reads see them;
 //! - lister reads go through real informer stores with the manifest's indexes, and every import
-//!   is permission-checked against the manifest by the production code;
+//!   is permission-checked against the manifest by the production code; a plugin whose watches
+//!   all sit in one namespace is confined to it as the host confines it (its writes elsewhere
+//!   are refused with a 403 and not recorded);
 //! - [`FakeQueue`]: records `add` / `add-after`, holds delayed keys on the [`VirtualClock`];
 //! - the guest's WASI wall and monotonic clocks read the [`VirtualClock`], so a guest computing
 //!   an expiry from `SystemTime::now()` is tested by [`Harness::advance`], not by sleeping;

@@ -22,9 +22,10 @@ use crate::kube::selector::{FieldSelector, LabelSelector};
 use crate::plugin::backend::{
     ApiError, BoxFuture, ClientBackend, DeleteParams, PatchKind, Propagation, WriteOp, WriteRequest,
 };
-use crate::plugin::backends::InformerLister;
+use crate::plugin::backends::{refuse_outside_scope, InformerLister};
 use crate::plugin::index::register as register_indexes;
 use crate::plugin::manifest::Manifest;
+use crate::plugin::rbac::namespace_scope;
 
 /// A change the informer of watch `watch` delivers to the plugin's handlers.
 #[derive(Debug, Clone)]
@@ -188,6 +189,9 @@ pub(crate) struct World {
     pending: Mutex<Vec<Notification>>,
     writes: Mutex<Vec<RecordedWrite>>,
     manager: String,
+    /// The one namespace the plugin may write in, as the host would confine it (no host
+    /// `--namespace` here: watches that name no namespace confine nothing).
+    confined_to: Option<String>,
 }
 
 /// A watch the fake cluster cannot serve (the plugin would fail to load in production).
@@ -253,6 +257,9 @@ impl World {
         for c in &mut caches {
             relist(&cluster, c);
         }
+        let confined_to = namespace_scope(manifest, None, |a, k| {
+            cluster.def(a, k).ok().map(|d| d.namespaced)
+        });
         Ok(World {
             cluster,
             lister,
@@ -260,6 +267,7 @@ impl World {
             pending: Mutex::new(Vec::new()),
             writes: Mutex::new(Vec::new()),
             manager: manifest.name.clone(),
+            confined_to,
         })
     }
 
@@ -366,6 +374,17 @@ impl World {
     }
 
     fn perform(&self, req: WriteRequest) -> Result<Option<Bytes>, ApiError> {
+        // Refused before it is sent, as in production: the write is not recorded.
+        if self.confined_to.is_some() {
+            let def = self.cluster.def(&req.api_version, &req.kind)?;
+            refuse_outside_scope(
+                self.confined_to.as_deref(),
+                &self.manager,
+                &def.kind,
+                def.namespaced,
+                req.namespace.as_deref(),
+            )?;
+        }
         let result = self.cluster.write(&req, &self.manager);
         let stored = match &result {
             Ok(Some(b)) => serde_json::from_slice::<Value>(b).ok(),
@@ -597,6 +616,57 @@ mod tests {
             }
         )));
         assert!(w.cached(0, "a/gone").is_none());
+    }
+
+    #[test]
+    fn writes_outside_a_confined_plugins_namespace_are_refused_as_in_production() {
+        // All watches in "team" and only namespaced writes: the host confines the plugin there
+        // (rbac::namespace_scope), so the harness must refuse the same writes.
+        let cluster_with_namespaces = || {
+            let c = FakeCluster::new(VirtualClock::default()).expect("cluster");
+            for ns in ["team", "other"] {
+                c.create(json!({"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": ns}}))
+                    .expect("namespace");
+            }
+            c
+        };
+        let cluster = cluster_with_namespaces();
+        let m = Manifest {
+            name: "t".into(),
+            watches: vec![watch(Some("team"), None)],
+            writes: vec![crate::plugin::manifest::WriteSpec::new(
+                "v1",
+                "ConfigMap",
+                &[crate::plugin::manifest::Verb::Create],
+            )],
+            resync_period: None,
+            workers: 1,
+        };
+        let w = World::new(cluster, &m).expect("world");
+        let create = |ns: &str| WriteRequest {
+            op: WriteOp::Create,
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: Some(ns.into()),
+            name: None,
+            body: serde_json::to_vec(&cm(ns, "made", "web")).expect("json"),
+        };
+        let e = w.perform(create("other")).expect_err("refused");
+        assert_eq!(e.code, 403, "{e}");
+        assert!(e.message.contains("confined to namespace \"team\""), "{e}");
+        assert!(w.writes().is_empty(), "a refused write never reaches the cluster");
+        w.perform(create("team")).expect("allowed in its own namespace");
+        assert_eq!(w.writes().len(), 1);
+
+        // Watching every namespace confines nothing.
+        let cluster = cluster_with_namespaces();
+        let m = Manifest {
+            watches: vec![watch(None, None)],
+            ..m
+        };
+        let w = World::new(cluster, &m).expect("world");
+        w.perform(create("other")).expect("not confined");
     }
 
     #[test]
