@@ -987,6 +987,69 @@ async fn spec_1_12_watch_list_syncs_at_the_end_bookmark() {
     e.h.shutdown().await;
 }
 
+/// spec 1.12, 2.5: a watch-list relist (after an in-stream 410) keeps the cached object for
+/// every initial event of the same version, as a LIST relist does, and a new one for a
+/// changed object; every key still gets its Replaced delta.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spec_1_12_watch_list_relist_keeps_cached_objects_of_the_same_version() {
+    let e = env(Emulator::builder()).await;
+    create_cms(&e.h, 3, json!({}));
+    let (handler, mut seen) = recorder();
+    let r = start(
+        &e,
+        watch_list_opts("watch-list-reuse"),
+        None,
+        None,
+        Some(handler),
+    );
+    synced(&r).await;
+    let get = |name: &str| r.inf.indexer().get_by_key(&format!("{NS}/{name}")).unwrap();
+    let before: Vec<_> = ["c0000", "c0001", "c0002"].map(get).into();
+    // c0001 changes while the stream is stalled, so only the relist's initial events bring it.
+    e.h.faults().stall_streams(Duration::from_secs(60));
+    let rv = touch(&e.h, "c0001", "changed");
+    e.h.faults().inject_expired();
+    wait_until("a second watch-list", STEP, || {
+        let w = r.log.watches().len();
+        check(w == 2, || format!("{w} watches"))
+    })
+    .await;
+    wait_until("the relisted c0001", STEP, || {
+        let got = get("c0001");
+        check(got.resource_version() == rv, || {
+            format!("c0001 at {}", got.resource_version())
+        })
+    })
+    .await;
+    e.h.faults().clear();
+    caught_up(&r, &e.h, STEP).await;
+    assert!(r.log.lists().is_empty(), "watch-list must not list");
+    assert!(r.log.watches().iter().all(|(p, _)| is_watch_list(p)));
+    let after: Vec<_> = ["c0000", "c0001", "c0002"].map(get).into();
+    assert!(
+        Object::ptr_eq(&before[0], &after[0]),
+        "unchanged c0000 copied"
+    );
+    assert!(
+        Object::ptr_eq(&before[2], &after[2]),
+        "unchanged c0002 copied"
+    );
+    assert!(!Object::ptr_eq(&before[1], &after[1]));
+    let mut updates = BTreeMap::new();
+    while updates.len() < 3 {
+        if let Seen::Update(key, rv) = next(&mut seen).await {
+            updates.insert(key, rv);
+        }
+    }
+    let want: BTreeMap<String, String> = after
+        .iter()
+        .map(|o| (o.key(), o.resource_version().to_owned()))
+        .collect();
+    assert_eq!(updates, want);
+    r.stop().await;
+    e.h.shutdown().await;
+}
+
 /// spec 1.12, 7.5: without the end bookmark the informer never reports synced; it retries
 /// watch-list (each stream ends at its 1 s timeout) without falling back, and syncs once the
 /// server sends the bookmark again.

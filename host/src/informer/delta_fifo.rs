@@ -696,8 +696,14 @@ mod tests {
         assert_eq!(
             popped,
             vec![
-                ("ns/gone".to_owned(), vec![DeltaType::Sync, DeltaType::Deleted]),
-                ("ns/listed".to_owned(), vec![DeltaType::Sync, DeltaType::Replaced]),
+                (
+                    "ns/gone".to_owned(),
+                    vec![DeltaType::Sync, DeltaType::Deleted]
+                ),
+                (
+                    "ns/listed".to_owned(),
+                    vec![DeltaType::Sync, DeltaType::Replaced]
+                ),
                 ("ns/new".to_owned(), vec![DeltaType::Replaced]),
             ]
         );
@@ -716,8 +722,14 @@ mod tests {
             let q = queued.iter().find(|q| &***q == k).expect("queued");
             Arc::ptr_eq(q, &known.shared_key(k).expect("known"))
         };
-        assert!(shared("ns/a"), "a relisted known key shares the store's key");
-        assert!(shared("ns/gone"), "a vanished known key shares the store's key");
+        assert!(
+            shared("ns/a"),
+            "a relisted known key shares the store's key"
+        );
+        assert!(
+            shared("ns/gone"),
+            "a vanished known key shares the store's key"
+        );
         assert!(queued.iter().any(|q| &**q == "ns/new"));
 
         let f = fifo_with(Some(known.clone()));

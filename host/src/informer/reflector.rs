@@ -666,6 +666,13 @@ impl<L: ListerWatcher, S: ReflectorStore> Reflector<L, S> {
         stop: &StopSignal,
     ) -> ListWatchEnd {
         let mut temp: HashMap<String, Object> = HashMap::new();
+        // As a LIST relist does: an initial event of a cached version is the cached object,
+        // so a watch-list relist of unchanged objects does not hold them twice.
+        let pool = if self.opts.reuse_cached_objects {
+            self.store.object_pool()
+        } else {
+            None
+        };
         let mut count = 0usize;
         loop {
             let ev = tokio::select! {
@@ -695,7 +702,13 @@ impl<L: ListerWatcher, S: ReflectorStore> Reflector<L, S> {
                     tracing::warn!("skipping a watch event whose object has no metadata.name");
                 }
                 WatchEvent::Added(o) | WatchEvent::Modified(o) => {
-                    temp.insert(o.key(), o);
+                    let key = o.key();
+                    let o = match &pool {
+                        Some(p) => p.get(&key).filter(|held| held.is_same_version(&o)),
+                        None => None,
+                    }
+                    .unwrap_or(o);
+                    temp.insert(key, o);
                 }
                 WatchEvent::Deleted(o) => {
                     temp.remove(&o.key());

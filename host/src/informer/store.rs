@@ -157,7 +157,11 @@ impl Store {
 
     /// The store's own allocation of `key`, for a queue that would otherwise copy it.
     pub fn shared_key(&self, key: &str) -> Option<Arc<str>> {
-        self.inner.read().items.get_key_value(key).map(|(k, _)| k.clone())
+        self.inner
+            .read()
+            .items
+            .get_key_value(key)
+            .map(|(k, _)| k.clone())
     }
 
     pub fn len(&self) -> usize {

@@ -650,6 +650,16 @@ impl Object {
             && self.namespace() == m.namespace
     }
 
+    /// [`is_version`](Self::is_version) for an object already decoded (a watch-list's
+    /// initial event): the two hold the same content.
+    pub fn is_same_version(&self, other: &Object) -> bool {
+        !other.resource_version().is_empty()
+            && self.resource_version() == other.resource_version()
+            && self.uid() == other.uid()
+            && self.name() == other.name()
+            && self.namespace() == other.namespace()
+    }
+
     /// The store key, `namespace/name` or `name` (spec 3.1).
     pub fn key(&self) -> String {
         object_key(self.namespace(), self.name())

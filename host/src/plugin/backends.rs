@@ -246,8 +246,13 @@ pub(crate) fn refuse_outside_scope(
     };
     match namespace {
         Some(ns) if ns != scope => {
-            tracing::warn!(plugin, kind, namespace = ns, scope,
-                "client write refused: outside the plugin's namespace");
+            tracing::warn!(
+                plugin,
+                kind,
+                namespace = ns,
+                scope,
+                "client write refused: outside the plugin's namespace"
+            );
             Err(ApiError::forbidden(format!(
                 "plugin {plugin:?} is confined to namespace {scope:?} (all its watches are there) and may not write {kind} in namespace {ns:?}"
             )))

@@ -655,8 +655,12 @@ mod tests {
         let e = w.perform(create("other")).expect_err("refused");
         assert_eq!(e.code, 403, "{e}");
         assert!(e.message.contains("confined to namespace \"team\""), "{e}");
-        assert!(w.writes().is_empty(), "a refused write never reaches the cluster");
-        w.perform(create("team")).expect("allowed in its own namespace");
+        assert!(
+            w.writes().is_empty(),
+            "a refused write never reaches the cluster"
+        );
+        w.perform(create("team"))
+            .expect("allowed in its own namespace");
         assert_eq!(w.writes().len(), 1);
 
         // Watching every namespace confines nothing.
