@@ -244,7 +244,7 @@ async fn run(emu_rt: tokio::runtime::Handle) {
     for r in &rows {
         for (what, x) in [("unchanged", &r.relist), ("all changed", &r.relist_changed)] {
             println!(
-                "| {} | {} | {} | {:.2} | {:.2} | {} | {} | {} |",
+                "| {} | {} | {} | {:.3} | {:.2} | {} | {} | {} |",
                 r.label,
                 thousands(r.n as f64),
                 what,
@@ -346,6 +346,7 @@ async fn relist(
     }
     let lists0 = emu(|| h.stats().requests("list"));
     let emu0 = live_of(TAG_EMULATOR);
+    let updates0 = r.counter.updates.load(Ordering::Relaxed);
     reset_peaks();
     reset_hwm();
     emu(|| h.faults().inject_expired());
@@ -360,7 +361,13 @@ async fn relist(
         "watch re-established"
     );
     emu(|| h.faults().clear());
-    // A marker update after the relist: once it is handled, every Replaced delta before it is.
+    // Every relisted key becomes an update (spec 2.5): wait for all of them, so that the peak
+    // covers the whole hand-over (the listener's backlog included), not just the Replace.
+    until("relisted updates", || {
+        r.counter.updates.load(Ordering::Relaxed) >= updates0 + n as u64
+    })
+    .await;
+    // Then a marker update: the watch after the relist delivers.
     let before = r.counter.updates.load(Ordering::Relaxed);
     emu(|| h.update(bump(kind.make(0, pad), 999)).expect("marker"));
     until("marker", || {

@@ -71,7 +71,85 @@ impl Delta {
 }
 
 /// The changes of one key, oldest first; never empty while queued.
-pub type Deltas = Vec<Delta>;
+///
+/// Why not a `Vec`: a key mostly has one delta, and a relist queues one key per object, so the
+/// item map's slot holds that one delta in place (two words, like the pointer to a longer
+/// list) instead of a heap block per key at the moment a relist's memory peaks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Deltas(DeltasRepr);
+
+#[derive(Debug, Clone, PartialEq)]
+enum DeltasRepr {
+    One(Delta),
+    // Boxed on purpose: a thin pointer keeps `Deltas` two words (a `Vec` is three).
+    #[allow(clippy::box_collection)]
+    Many(Box<Vec<Delta>>),
+}
+
+impl Deltas {
+    fn one(d: Delta) -> Self {
+        Deltas(DeltasRepr::One(d))
+    }
+
+    pub fn as_slice(&self) -> &[Delta] {
+        match &self.0 {
+            DeltasRepr::One(d) => std::slice::from_ref(d),
+            DeltasRepr::Many(v) => v,
+        }
+    }
+
+    fn push(&mut self, d: Delta) {
+        if let DeltasRepr::Many(v) = &mut self.0 {
+            v.push(d);
+            return;
+        }
+        let many = DeltasRepr::Many(Box::new(Vec::with_capacity(2)));
+        if let DeltasRepr::One(first) = std::mem::replace(&mut self.0, many) {
+            if let DeltasRepr::Many(v) = &mut self.0 {
+                v.extend([first, d]);
+            }
+        }
+    }
+
+    /// The list behind two or more deltas (a single delta has nothing to merge).
+    fn many_mut(&mut self) -> Option<&mut Vec<Delta>> {
+        match &mut self.0 {
+            DeltasRepr::One(_) => None,
+            DeltasRepr::Many(v) => Some(v),
+        }
+    }
+}
+
+impl std::ops::Deref for Deltas {
+    type Target = [Delta];
+    fn deref(&self) -> &[Delta] {
+        self.as_slice()
+    }
+}
+
+impl IntoIterator for Deltas {
+    type Item = Delta;
+    type IntoIter = DeltasIntoIter;
+    fn into_iter(self) -> DeltasIntoIter {
+        DeltasIntoIter(match self.0 {
+            DeltasRepr::One(d) => Ok(Some(d)),
+            DeltasRepr::Many(v) => Err(v.into_iter()),
+        })
+    }
+}
+
+/// The deltas of one key by value, oldest first.
+pub struct DeltasIntoIter(Result<Option<Delta>, std::vec::IntoIter<Delta>>);
+
+impl Iterator for DeltasIntoIter {
+    type Item = Delta;
+    fn next(&mut self) -> Option<Delta> {
+        match &mut self.0 {
+            Ok(one) => one.take(),
+            Err(many) => many.next(),
+        }
+    }
+}
 
 /// What the FIFO knows has already been delivered downstream: the informer's store. A trait so
 /// tests can stand in a fake.
@@ -241,7 +319,10 @@ impl DeltaFifo {
     /// Memory: the list is consumed as it is queued, the listed keys share the queue's key
     /// allocations, and known keys are visited in place, so a relist adds little besides the
     /// queued deltas (and the new objects, where they differ from the known ones).
-    pub fn replace(&self, list: Vec<Object>) {
+    pub fn replace(&self, mut list: Vec<Object>) {
+        // The list's buffer lives until every item is queued: drop the room a decoder grew
+        // it by (up to a third) before the queue grows.
+        list.shrink_to_fit();
         let mut s = self.state.lock();
         // Room for the whole list up front: growing step by step would hold the old and the
         // new table at once, at the moment the relist's memory peaks.
@@ -281,12 +362,7 @@ impl DeltaFifo {
         drop(unlisted);
         let mut queued_deletions = deletions.len();
         for t in deletions {
-            self.queue_action(
-                &mut s,
-                Delta::Deleted(ObjOrTombstone::Tombstone(t)),
-                false,
-                false,
-            );
+            self.queue_action(&mut s, Delta::Deleted(t.into()), false, false);
         }
 
         if let Some(known) = &self.known {
@@ -304,12 +380,7 @@ impl DeltaFifo {
             });
             queued_deletions += vanished.len();
             for t in vanished {
-                self.queue_action(
-                    &mut s,
-                    Delta::Deleted(ObjOrTombstone::Tombstone(t)),
-                    false,
-                    true,
-                );
+                self.queue_action(&mut s, Delta::Deleted(t.into()), false, true);
             }
         }
 
@@ -367,7 +438,7 @@ impl DeltaFifo {
                 _ => None,
             };
             let k: Arc<str> = shared.unwrap_or_else(|| Arc::from(key));
-            s.items.insert(k.clone(), vec![delta]);
+            s.items.insert(k.clone(), Deltas::one(delta));
             s.queue.push_back(k.clone());
             k
         };
@@ -471,6 +542,9 @@ fn transform_delta(t: &TransformFunc, d: Delta) -> Delta {
 
 /// Spec 2.3: only two trailing Deleted deltas merge; keep the older unless it is a tombstone.
 fn dedup_deltas(deltas: &mut Deltas) {
+    let Some(deltas) = deltas.many_mut() else {
+        return;
+    };
     let n = deltas.len();
     if n < 2 {
         return;
@@ -707,6 +781,27 @@ mod tests {
                 ("ns/new".to_owned(), vec![DeltaType::Replaced]),
             ]
         );
+    }
+
+    #[test]
+    fn a_queued_key_with_one_delta_needs_no_heap_block_for_it() {
+        // A relist queues one delta per object: the delta is two words and sits inline in
+        // the item map's slot (see `Deltas`).
+        assert_eq!(std::mem::size_of::<Delta>(), 16);
+        assert_eq!(std::mem::size_of::<Deltas>(), 16);
+        let mut d = Deltas::one(Delta::Sync(obj("ns", "a", "1")));
+        assert!(d.many_mut().is_none());
+        d.push(Delta::Updated(obj("ns", "a", "2")));
+        assert_eq!(kinds(&d), [DeltaType::Sync, DeltaType::Updated]);
+        let rvs: Vec<String> = d
+            .into_iter()
+            .map(|d| {
+                d.object()
+                    .map(|o| o.resource_version().to_owned())
+                    .unwrap_or_default()
+            })
+            .collect();
+        assert_eq!(rvs, ["1", "2"]);
     }
 
     #[test]

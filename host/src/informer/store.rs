@@ -384,7 +384,7 @@ mod tests {
         let mut keys = s.list_keys();
         keys.sort();
         assert_eq!(keys, vec!["n1", "ns/a"]);
-        s.delete(&ObjOrTombstone::Tombstone(DeletedFinalStateUnknown {
+        s.delete(&ObjOrTombstone::from(DeletedFinalStateUnknown {
             key: "ns/a".into(),
             obj: None,
         }));

@@ -15,11 +15,12 @@ pub struct DeletedFinalStateUnknown {
 }
 
 /// What a Deleted delta and an `on_delete` notification carry: the object's last state, or a
-/// tombstone when that state is unknown.
+/// tombstone when that state is unknown. The rare tombstone is boxed so that every queued
+/// delta stays two words (a relist queues one per object).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ObjOrTombstone {
     Object(Object),
-    Tombstone(DeletedFinalStateUnknown),
+    Tombstone(Box<DeletedFinalStateUnknown>),
 }
 
 impl ObjOrTombstone {
@@ -42,6 +43,12 @@ impl ObjOrTombstone {
 
     pub fn is_tombstone(&self) -> bool {
         matches!(self, ObjOrTombstone::Tombstone(_))
+    }
+}
+
+impl From<DeletedFinalStateUnknown> for ObjOrTombstone {
+    fn from(t: DeletedFinalStateUnknown) -> Self {
+        ObjOrTombstone::Tombstone(Box::new(t))
     }
 }
 
@@ -88,7 +95,7 @@ mod tests {
     fn spec_3_1_key_unwraps_tombstone_and_uses_ns_slash_name() {
         assert_eq!(ObjOrTombstone::from(obj("ns", "a", "1")).key(), "ns/a");
         assert_eq!(ObjOrTombstone::from(obj("", "node1", "1")).key(), "node1");
-        let t = ObjOrTombstone::Tombstone(DeletedFinalStateUnknown {
+        let t = ObjOrTombstone::from(DeletedFinalStateUnknown {
             key: "other/b".into(),
             obj: Some(obj("ns", "a", "1")),
         });
