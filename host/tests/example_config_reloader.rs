@@ -8,12 +8,10 @@ mod support;
 
 use std::time::Duration;
 
-use host::emulator::{Emulator, EmulatorHandle};
-use host::kube::config::KubeconfigOptions;
-use host::kube::{Client, Config};
-use host::plugin::{PluginRuntime, RuntimeOptions};
+use host::emulator::EmulatorHandle;
 use host::testing::{Harness, ReconcileOutcome, WriteVerb};
 use serde_json::{json, Value};
+use support::cluster::{emulator, eventually, running};
 use support::guests::example;
 
 const T: Duration = Duration::from_secs(120);
@@ -22,27 +20,6 @@ const WAIT: Duration = Duration::from_secs(20);
 const ENABLED: &str = "config-reloader/enabled";
 const CONFIG_HASH: &str = "config-reloader/config-hash";
 const OBSERVED_HASH: &str = "config-reloader/observed-hash";
-
-fn client(em: &EmulatorHandle) -> Client {
-    let cfg = Config::from_kubeconfig_str(
-        &em.kubeconfig(),
-        &std::env::temp_dir(),
-        &KubeconfigOptions::default(),
-    )
-    .expect("kubeconfig");
-    Client::new(cfg).expect("client")
-}
-
-/// Polls `cond` every 10 ms until it holds; false if `within` passes first.
-async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    tokio::time::timeout(within, async {
-        while !cond() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .is_ok()
-}
 
 /// A Deployment mounting `configmap`; its container reads `app-secret` when `secret` is set.
 fn deployment(name: &str, opt_in: bool, configmap: &str, secret: bool) -> Value {
@@ -105,7 +82,7 @@ fn set_data(em: &EmulatorHandle, kind: &str, name: &str, key: &str, value: &str)
 
 #[tokio::test]
 async fn referenced_config_changes_roll_opted_in_deployments_only() {
-    let em = Emulator::builder().start().await.expect("emulator starts");
+    let em = emulator().await;
     em.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "app-config", "namespace": "default"}, "data": {"level": "info"}}))
         .expect("configmap");
@@ -119,19 +96,7 @@ async fn referenced_config_changes_roll_opted_in_deployments_only() {
     )
     .expect("secret");
 
-    let mut rt = PluginRuntime::new(
-        support::engine(),
-        client(&em),
-        RuntimeOptions {
-            fail_fast: true,
-            ..RuntimeOptions::default()
-        },
-    );
-    tokio::time::timeout(T, rt.start(&example("config-reloader")))
-        .await
-        .expect("in time")
-        .expect("config-reloader starts");
-    assert!(eventually(WAIT, || rt.is_ready()).await, "informers sync");
+    let rt = running(&em, &[example("config-reloader")]).await;
 
     em.create(deployment("web", true, "app-config", true))
         .expect("web");

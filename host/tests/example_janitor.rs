@@ -11,13 +11,12 @@ mod support;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use host::emulator::{Emulator, EmulatorHandle};
-use host::kube::config::KubeconfigOptions;
-use host::kube::{Client, Config};
+use host::emulator::EmulatorHandle;
 use host::plugin::backend::{DeleteParams, Propagation, WriteOp};
-use host::plugin::{PluginRuntime, RuntimeOptions};
+use host::plugin::PluginRuntime;
 use host::testing::{Harness, LogLevel, Origin, ReconcileOutcome, WriteVerb};
 use serde_json::{json, Value};
+use support::cluster::{emulator, eventually, running};
 use support::guests::example;
 
 /// Bound for loading the plugin (the first test run compiles the component).
@@ -49,38 +48,9 @@ fn parse_ts(s: &str) -> i64 {
 }
 
 async fn setup() -> (EmulatorHandle, PluginRuntime) {
-    let em = Emulator::builder().start().await.expect("emulator starts");
-    let cfg = Config::from_kubeconfig_str(
-        &em.kubeconfig(),
-        &std::env::temp_dir(),
-        &KubeconfigOptions::default(),
-    )
-    .expect("kubeconfig");
-    let mut rt = PluginRuntime::new(
-        support::engine(),
-        Client::new(cfg).expect("client"),
-        RuntimeOptions {
-            fail_fast: true,
-            ..RuntimeOptions::default()
-        },
-    );
-    let failed = tokio::time::timeout(LOAD, rt.start_all(&[example("janitor")]))
-        .await
-        .expect("loads in time")
-        .expect("starts");
-    assert!(failed.is_empty(), "{failed:?}");
-    assert!(eventually(WAIT, || rt.is_ready()).await, "informers sync");
+    let em = emulator().await;
+    let rt = running(&em, &[example("janitor")]).await;
     (em, rt)
-}
-
-async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    tokio::time::timeout(within, async {
-        while !cond() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .is_ok()
 }
 
 fn cm(name: &str, annotations: Value, labels: Value) -> Value {

@@ -12,12 +12,11 @@ mod support;
 
 use std::time::Duration;
 
-use host::emulator::{Emulator, EmulatorHandle};
-use host::kube::config::KubeconfigOptions;
-use host::kube::{Client, Config};
-use host::plugin::{PluginRuntime, RuntimeOptions};
+use host::emulator::EmulatorHandle;
+use host::plugin::PluginRuntime;
 use host::testing::{Harness, ReconcileOutcome, WriteVerb};
 use serde_json::{json, Value};
+use support::cluster::{emulator, eventually, running};
 use support::guests::example;
 
 const LOAD: Duration = Duration::from_secs(120);
@@ -35,19 +34,9 @@ fn example_file(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"))
 }
 
-async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    tokio::time::timeout(within, async {
-        while !cond() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .is_ok()
-}
-
 /// The emulator with the CRD and the example applied, and the plugin running against it.
 async fn setup() -> (EmulatorHandle, PluginRuntime) {
-    let em = Emulator::builder().start().await.expect("emulator starts");
+    let em = emulator().await;
     em.seed_yaml(&example_file("crd.yaml"))
         .expect("the CRD is accepted");
     em.seed_yaml(&example_file("example.yaml"))
@@ -55,26 +44,7 @@ async fn setup() -> (EmulatorHandle, PluginRuntime) {
     em.create(json!({"apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": "unselected"}}))
         .expect("namespace");
-    let cfg = Config::from_kubeconfig_str(
-        &em.kubeconfig(),
-        &std::env::temp_dir(),
-        &KubeconfigOptions::default(),
-    )
-    .expect("kubeconfig");
-    let mut rt = PluginRuntime::new(
-        support::engine(),
-        Client::new(cfg).expect("client"),
-        RuntimeOptions {
-            fail_fast: true,
-            ..RuntimeOptions::default()
-        },
-    );
-    let failed = tokio::time::timeout(LOAD, rt.start_all(&[example("namespace-defaults")]))
-        .await
-        .expect("loads in time")
-        .expect("starts");
-    assert!(failed.is_empty(), "{failed:?}");
-    assert!(eventually(WAIT, || rt.is_ready()).await, "informers sync");
+    let rt = running(&em, &[example("namespace-defaults")]).await;
     (em, rt)
 }
 

@@ -11,11 +11,10 @@ mod support;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use host::emulator::{Emulator, EmulatorHandle};
-use host::kube::config::KubeconfigOptions;
-use host::kube::{Client, Config};
+use host::emulator::EmulatorHandle;
 use host::plugin::{EngineConfig, Limits, PluginEngine, PluginRuntime, RuntimeOptions};
 use serde_json::{json, Value};
+use support::cluster::{client, emulator, eventually};
 use tokio::sync::OnceCell;
 
 /// Bounds the first build (componentize-py download included) and the cold compile together.
@@ -73,20 +72,10 @@ async fn prepared() -> &'static Prepared {
         .await
 }
 
-fn client(em: &EmulatorHandle) -> Client {
-    let cfg = Config::from_kubeconfig_str(
-        &em.kubeconfig(),
-        &std::env::temp_dir(),
-        &KubeconfigOptions::default(),
-    )
-    .expect("kubeconfig");
-    Client::new(cfg).expect("client")
-}
-
 /// The emulator and a runtime running the replicator with production limits.
 async fn start() -> (EmulatorHandle, PluginRuntime) {
     let p = prepared().await;
-    let em = Emulator::builder().start().await.expect("emulator starts");
+    let em = emulator().await;
     let mut rt = PluginRuntime::new(
         p.engine.clone(),
         client(&em),
@@ -105,17 +94,6 @@ async fn start() -> (EmulatorHandle, PluginRuntime) {
     );
     assert!(em.wait_for_open_watches("/secrets", 1, WAIT).await);
     (em, rt)
-}
-
-/// Polls `cond` every 20 ms until it holds; false if `within` passes first.
-async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    tokio::time::timeout(within, async {
-        while !cond() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .is_ok()
 }
 
 fn secret(ns: &str, name: &str, targets: Option<&str>, data: Value) -> Value {

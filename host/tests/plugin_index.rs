@@ -6,41 +6,13 @@ mod support;
 
 use std::time::Duration;
 
-use host::emulator::{Emulator, EmulatorHandle};
-use host::kube::config::KubeconfigOptions;
-use host::kube::{Client, Config};
-use host::plugin::{PluginRuntime, RuntimeOptions};
+use host::emulator::EmulatorHandle;
 use serde_json::{json, Value};
+use support::cluster::{cm, emulator, eventually, running};
 use support::guests::guest;
 
 const T: Duration = Duration::from_secs(120);
 const WAIT: Duration = Duration::from_secs(20);
-
-fn client(em: &EmulatorHandle) -> Client {
-    let cfg = Config::from_kubeconfig_str(
-        &em.kubeconfig(),
-        &std::env::temp_dir(),
-        &KubeconfigOptions::default(),
-    )
-    .expect("kubeconfig");
-    Client::new(cfg).expect("client")
-}
-
-/// Polls `cond` every 10 ms until it holds; false if `within` passes first.
-async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    tokio::time::timeout(within, async {
-        while !cond() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .is_ok()
-}
-
-fn cm(name: &str, data: Value) -> Value {
-    json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": "default"}, "data": data})
-}
 
 fn report(em: &EmulatorHandle, target: &str) -> Option<Value> {
     em.get(
@@ -54,20 +26,8 @@ fn report(em: &EmulatorHandle, target: &str) -> Option<Value> {
 
 #[tokio::test]
 async fn guest_queries_its_declared_index_and_the_host_keeps_it_current() {
-    let em = Emulator::builder().start().await.expect("emulator starts");
-    let mut rt = PluginRuntime::new(
-        support::engine(),
-        client(&em),
-        RuntimeOptions {
-            fail_fast: true,
-            ..RuntimeOptions::default()
-        },
-    );
-    tokio::time::timeout(T, rt.start(&guest("indexer")))
-        .await
-        .expect("in time")
-        .expect("indexer starts");
-    assert!(eventually(WAIT, || rt.is_ready()).await, "informers sync");
+    let em = emulator().await;
+    let rt = running(&em, &[guest("indexer")]).await;
 
     em.create(cm("a", json!({"ref": "t"}))).expect("create a");
     em.create(cm("b", json!({"ref": "t"}))).expect("create b");

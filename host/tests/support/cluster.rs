@@ -1,6 +1,7 @@
 //! The emulator side of end-to-end plugin tests: an emulator, a client for it, polling with a
 //! deadline, and a bare HTTP GET for the ops endpoint.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use host::emulator::{Emulator, EmulatorHandle};
@@ -42,8 +43,28 @@ pub fn runtime(em: &EmulatorHandle, limits: Limits, fail_fast: bool) -> PluginRu
 
 /// Starts the named test guests on `rt` and waits until its informers have synced.
 pub async fn start(rt: &mut PluginRuntime, names: &[&str]) {
-    let paths: Vec<std::path::PathBuf> = names.iter().map(|n| super::guests::guest(n)).collect();
-    let failed = tokio::time::timeout(Duration::from_secs(120), rt.start_all(&paths))
+    let paths: Vec<PathBuf> = names.iter().map(|n| super::guests::guest(n)).collect();
+    start_paths(rt, &paths).await;
+}
+
+/// A runtime on `em` that stops at the first plugin failing to load, running the components at
+/// `paths` with their informers synced (what the examples' end-to-end tests start from).
+pub async fn running(em: &EmulatorHandle, paths: &[PathBuf]) -> PluginRuntime {
+    let mut rt = runtime_with(
+        em,
+        RuntimeOptions {
+            fail_fast: true,
+            ..RuntimeOptions::default()
+        },
+    );
+    start_paths(&mut rt, paths).await;
+    rt
+}
+
+/// Starts the components at `paths` on `rt` (the first run compiles them, hence the long bound)
+/// and waits until its informers have synced.
+pub async fn start_paths(rt: &mut PluginRuntime, paths: &[PathBuf]) {
+    let failed = tokio::time::timeout(Duration::from_secs(120), rt.start_all(paths))
         .await
         .expect("in time")
         .expect("not fail-fast");
