@@ -200,6 +200,57 @@ async fn reconcile_trap_is_reported_and_backs_off_exponentially() {
     .await;
 }
 
+/// Spec 5.6: the worker's retry delay is the default controller rate limiter's, MaxOf(per-key
+/// exponential 5 ms…1000 s, Bucket(10 qps, burst 100)); the harness runs the bucket on the
+/// virtual clock.
+#[tokio::test]
+async fn spec_5_6_failures_beyond_the_burst_wait_for_the_overall_bucket() {
+    bounded(async {
+        let mut h = harness("ttl").await;
+        let fail = |i: usize| format!("enqueue/k{i}"); // a malformed key: the guest errors
+        let delays = |h: &mut Harness| -> Vec<Duration> {
+            h.take_enqueued()
+                .into_iter()
+                .map(|e| {
+                    assert_eq!(e.origin, Origin::Backoff);
+                    e.delay.expect("a backoff has a delay")
+                })
+                .collect()
+        };
+        // The burst: 100 failures at one virtual instant wait only their own 5 ms.
+        for i in 0..100 {
+            let out = h.reconcile(&fail(i)).await;
+            assert!(matches!(out, ReconcileOutcome::Error(_)), "{out:?}");
+        }
+        assert_eq!(delays(&mut h), vec![Duration::from_millis(5); 100]);
+        // The bucket is empty: the next ones are spaced at 10 per second.
+        h.reconcile(&fail(100)).await;
+        h.reconcile(&fail(101)).await;
+        assert_eq!(
+            delays(&mut h),
+            [Duration::from_millis(100), Duration::from_millis(200)]
+        );
+        // A virtual second refills ten tokens, two of them already promised.
+        h.advance(Duration::from_secs(1));
+        for i in 102..110 {
+            h.reconcile(&fail(i)).await;
+        }
+        assert_eq!(delays(&mut h), vec![Duration::from_millis(5); 8]);
+        // A key's own back-off still applies when it is the longer wait.
+        h.advance(Duration::from_secs(10));
+        for _ in 0..6 {
+            h.reconcile(&fail(0)).await;
+        }
+        assert_eq!(
+            delays(&mut h),
+            [10, 20, 40, 80, 160, 320].map(Duration::from_millis)
+        );
+        // Success forgets the key's count; the bucket keeps its tokens.
+        assert_eq!(h.reconcile("default/none").await, ReconcileOutcome::Done);
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn every_write_kind_is_recorded_with_its_result_and_applied_as_the_api_server_would() {
     bounded(async {

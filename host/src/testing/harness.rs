@@ -11,7 +11,7 @@ use tracing::instrument::WithSubscriber;
 use super::clock::VirtualClock;
 use super::cluster::{FakeCluster, SeedError};
 use super::logs::{LogCapture, LogLine};
-use super::queue::{Enqueued, FakeQueue, Origin};
+use super::queue::{ControllerRateLimiter, Enqueued, FakeQueue, Origin};
 use super::world::{FakeClient, Notification, RecordedWrite, UnservedKind, World};
 use crate::kube::object::Object;
 use crate::plugin::backend::{ApiError, Backends};
@@ -19,7 +19,6 @@ use crate::plugin::instance::{GuestError, Limits, Outcome, PluginInstance};
 use crate::plugin::loader::{LoadError, Plugin};
 use crate::plugin::manifest::Manifest;
 use crate::plugin::{EngineConfig, PluginEngine};
-use crate::workqueue::rate_limiter::{ItemExponential, RateLimiter};
 
 /// How one reconcile call ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,6 +162,7 @@ impl HarnessBuilder {
         };
         let dispatch = instance(&plugin)?;
         let worker = instance(&plugin)?;
+        let backoff = ControllerRateLimiter::new(clock.clone());
         Ok(Harness {
             world,
             queue,
@@ -171,7 +171,7 @@ impl HarnessBuilder {
             dispatch,
             worker,
             logs: LogCapture::new(),
-            backoff: ItemExponential::new(Duration::from_millis(5), Duration::from_secs(1000)),
+            backoff,
             handler_failures: Vec::new(),
         })
     }
@@ -205,7 +205,7 @@ pub struct Harness {
     dispatch: PluginInstance,
     worker: PluginInstance,
     logs: LogCapture,
-    backoff: ItemExponential<String>,
+    backoff: ControllerRateLimiter,
     handler_failures: Vec<HandlerFailure>,
 }
 
@@ -468,7 +468,8 @@ impl Harness {
     /// Reconciles `key` as a worker would after taking it from the queue (a ready copy of the
     /// key is taken off the queue), then does what the worker does with the outcome: done
     /// forgets the key's backoff; requeue-after adds it after the delay; an error or trap adds
-    /// it with per-key exponential backoff (5 ms doubling, at most 1000 s) on the virtual clock.
+    /// it after the default controller rate limiter's delay ([`ControllerRateLimiter`]: per-key
+    /// exponential backoff from 5 ms and the overall 10 qps bucket) on the virtual clock.
     pub async fn reconcile(&mut self, key: &str) -> ReconcileOutcome {
         self.queue.remove_ready(key);
         let d = self.logs.dispatch().clone();

@@ -8,7 +8,9 @@
 //!   is permission-checked against the manifest by the production code; a plugin whose watches
 //!   all sit in one namespace is confined to it as the host confines it (its writes elsewhere
 //!   are refused with a 403 and not recorded);
-//! - [`FakeQueue`]: records `add` / `add-after`, holds delayed keys on the [`VirtualClock`];
+//! - [`FakeQueue`]: records `add` / `add-after`, holds delayed keys on the [`VirtualClock`]; a
+//!   failed reconcile is retried after the production rate limiter's delay
+//!   ([`ControllerRateLimiter`], its bucket on the virtual clock too);
 //! - the guest's WASI wall and monotonic clocks read the [`VirtualClock`], so a guest computing
 //!   an expiry from `SystemTime::now()` is tested by [`Harness::advance`], not by sleeping;
 //! - [`scenario`]: the same, driven by YAML files (`host test --plugin x.wasm s.yaml`, or
@@ -62,5 +64,5 @@ pub use harness::{
     RUN_QUEUE_LIMIT,
 };
 pub use logs::{LogLevel, LogLine, LogSource};
-pub use queue::{Enqueued, FakeQueue, Origin};
+pub use queue::{ControllerRateLimiter, Enqueued, FakeQueue, Origin};
 pub use world::{Notification, RecordedWrite, UnservedKind, WriteVerb};

@@ -172,22 +172,33 @@ struct BucketState {
 impl Bucket {
     /// A bucket refilled at `qps` per second holding at most `burst` tokens.
     pub fn new(qps: f64, burst: u32) -> Self {
+        Self::full_at(qps, burst, Instant::now())
+    }
+
+    /// A bucket that is full at `start`, for callers that keep their own time (the guest test
+    /// harness runs it on a virtual clock through [`Bucket::reserve_at`]).
+    pub fn full_at(qps: f64, burst: u32, start: Instant) -> Self {
         Self {
             qps,
             burst,
             state: Mutex::new(BucketState {
                 tokens: f64::from(burst),
-                last: Instant::now(),
+                last: start,
             }),
         }
     }
 
     /// Reserves one token now and returns how long until it may be used.
     fn reserve(&self) -> Duration {
+        self.reserve_at(Instant::now())
+    }
+
+    /// Reserves one token at `now` (a monotonic reading: no refill is credited for a time
+    /// before the last reservation's) and returns how long after `now` it may be used.
+    pub fn reserve_at(&self, now: Instant) -> Duration {
         if self.qps == f64::INFINITY {
             return Duration::ZERO;
         }
-        let now = Instant::now();
         let mut st = self.state.lock();
         if self.burst == 0 {
             // A reservation larger than the burst can never be satisfied (x/time/rate: not ok,
@@ -264,15 +275,24 @@ impl<T> RateLimiter<T> for MaxOf<T> {
     }
 }
 
+/// The per-item back-off of client-go's default controller rate limiter starts here...
+pub const CONTROLLER_BASE_DELAY: Duration = Duration::from_millis(5);
+/// ...doubles per failure up to this...
+pub const CONTROLLER_MAX_DELAY: Duration = Duration::from_secs(1000);
+/// ...and every retry also takes a token from a bucket refilled at this rate...
+pub const CONTROLLER_QPS: f64 = 10.0;
+/// ...holding at most this many.
+pub const CONTROLLER_BURST: u32 = 100;
+
 /// client-go's `DefaultControllerRateLimiter`: per-item exponential back-off from 5 ms to
 /// 1000 s, combined with an overall 10 qps bucket with a burst of 100 (spec 5.6).
 pub fn default_controller_rate_limiter<T: Key>() -> MaxOf<T> {
     MaxOf::new(vec![
         Box::new(ItemExponential::new(
-            Duration::from_millis(5),
-            Duration::from_secs(1000),
+            CONTROLLER_BASE_DELAY,
+            CONTROLLER_MAX_DELAY,
         )),
-        Box::new(Bucket::new(10.0, 100)),
+        Box::new(Bucket::new(CONTROLLER_QPS, CONTROLLER_BURST)),
     ])
 }
 
