@@ -152,10 +152,15 @@ struct RbacArgs {
     /// Name of the host's service account.
     #[arg(long, default_value = "kube-wasm-host")]
     service_account: String,
-    /// Resolve kinds by discovery against this kubeconfig's cluster (else resources are
-    /// derived from kind names as kubectl guesses them).
+    /// Resolve kinds by discovery against this kubeconfig's cluster (else built-in kinds are
+    /// resolved as a kube-apiserver serves them, custom kinds from `--crd` files, and any
+    /// other kind is guessed from its name, with a warning).
     #[arg(long, value_name = "PATH")]
     kubeconfig: Option<PathBuf>,
+    /// A YAML file holding CustomResourceDefinitions (other documents are skipped): their
+    /// kinds resolve to the plural and scope they declare, without a cluster. Repeatable.
+    #[arg(long = "crd", value_name = "FILE.yaml")]
+    crds: Vec<PathBuf>,
     /// Kubeconfig context (implies discovery).
     #[arg(long)]
     context: Option<String>,
@@ -354,86 +359,70 @@ fn manifest_value(m: &Manifest) -> serde_json::Value {
     })
 }
 
-/// Whether a kind is namespaced, for `host rbac` without a cluster: the built-in cluster-scoped
-/// kinds are known; anything else is assumed namespaced, as almost every custom kind is.
-fn guess_namespaced(api_version: &str, kind: &str) -> bool {
-    const CLUSTER_SCOPED: &[(&str, &str)] = &[
-        ("", "Namespace"),
-        ("", "Node"),
-        ("", "PersistentVolume"),
-        ("", "ComponentStatus"),
-        ("rbac.authorization.k8s.io", "ClusterRole"),
-        ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
-        ("storage.k8s.io", "StorageClass"),
-        ("storage.k8s.io", "CSIDriver"),
-        ("storage.k8s.io", "CSINode"),
-        ("storage.k8s.io", "VolumeAttachment"),
-        ("apiextensions.k8s.io", "CustomResourceDefinition"),
-        ("apiregistration.k8s.io", "APIService"),
-        (
-            "admissionregistration.k8s.io",
-            "MutatingWebhookConfiguration",
-        ),
-        (
-            "admissionregistration.k8s.io",
-            "ValidatingWebhookConfiguration",
-        ),
-        ("scheduling.k8s.io", "PriorityClass"),
-        ("node.k8s.io", "RuntimeClass"),
-        ("networking.k8s.io", "IngressClass"),
-        ("certificates.k8s.io", "CertificateSigningRequest"),
-    ];
-    let group = api_version.split_once('/').map_or("", |(g, _)| g);
-    !CLUSTER_SCOPED.contains(&(group, kind))
-}
-
-/// kubectl's guess of a resource from a kind (client-go `UnsafeGuessKindToResource`), used by
-/// `host rbac` when no cluster is at hand.
-fn guess_plural(kind: &str) -> String {
-    let lower = kind.to_ascii_lowercase();
-    if lower.ends_with('s') {
-        return format!("{lower}es");
-    }
-    if let Some(stem) = lower.strip_suffix('y') {
-        if !stem.ends_with(['a', 'e', 'i', 'o', 'u']) {
-            return format!("{stem}ies");
-        }
-    }
-    format!("{lower}s")
-}
-
 async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
     let engine = engine(args.cache_dir, DEFAULT_MAX_MEMORY)?;
     let mut manifests = Vec::new();
     for p in &args.plugins {
         manifests.push(engine.load(p, Limits::default()).await?.manifest().clone());
     }
-    let mut resolved = std::collections::HashMap::new();
-    if args.kubeconfig.is_some() || args.context.is_some() {
-        let client = Client::new(kube_config(
+    let mut offline = host::plugin::rbac::OfflineKinds::new();
+    for f in &args.crds {
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("CRD file {}", f.display()))?;
+        let n = offline
+            .add_crds(&text)
+            .with_context(|| format!("CRD file {}", f.display()))?;
+        if n == 0 {
+            anyhow::bail!(
+                "CRD file {}: holds no CustomResourceDefinition",
+                f.display()
+            );
+        }
+    }
+    let discovery = if args.kubeconfig.is_some() || args.context.is_some() {
+        Some(Discovery::new(Client::new(kube_config(
             args.kubeconfig.as_deref(),
             args.context.as_deref(),
-        )?)?;
-        let discovery = Discovery::new(client);
-        for m in &manifests {
-            let kinds = m
-                .watches
-                .iter()
-                .map(|w| (&w.api_version, &w.kind))
-                .chain(m.writes.iter().map(|w| (&w.api_version, &w.kind)));
-            for (av, k) in kinds {
-                let r = discovery
-                    .resolve(av, k)
-                    .await
-                    .with_context(|| format!("plugin {:?}: kind {k} ({av})", m.name))?;
-                resolved.insert(
-                    (av.clone(), k.clone()),
+        )?)?))
+    } else {
+        None
+    };
+    // Every kind a manifest names, resolved once: by discovery when a cluster is given, else
+    // from the built-in resources and the CRD files, else guessed as kubectl would (and said).
+    let mut resolved = std::collections::HashMap::new();
+    for m in &manifests {
+        let kinds = m
+            .watches
+            .iter()
+            .map(|w| (&w.api_version, &w.kind))
+            .chain(m.writes.iter().map(|w| (&w.api_version, &w.kind)));
+        for (av, k) in kinds {
+            if resolved.contains_key(&(av.clone(), k.clone())) {
+                continue;
+            }
+            let r = match &discovery {
+                Some(d) => {
+                    let r = d
+                        .resolve(av, k)
+                        .await
+                        .with_context(|| format!("plugin {:?}: kind {k} ({av})", m.name))?;
                     host::plugin::rbac::Resolved {
                         resource: r.plural,
                         namespaced: r.namespaced,
-                    },
-                );
-            }
+                    }
+                }
+                None => offline.resolve(av, k).unwrap_or_else(|| {
+                    let g = host::plugin::rbac::guess(k);
+                    eprintln!(
+                        "warning: plugin {:?}: kind {k} ({av}) is not built in and no --crd file \
+                         defines it; guessed resource {:?}, namespaced (give its CRD with --crd, \
+                         or --kubeconfig to ask the cluster)",
+                        m.name, g.resource
+                    );
+                    g
+                }),
+            };
+            resolved.insert((av.clone(), k.clone()), r);
         }
     }
     let subject = host::plugin::rbac::Subject {
@@ -443,17 +432,7 @@ async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
     };
     let yaml = host::plugin::rbac::rbac_yaml(
         &manifests,
-        |av, k| {
-            Some(
-                resolved
-                    .get(&(av.to_string(), k.to_string()))
-                    .cloned()
-                    .unwrap_or_else(|| host::plugin::rbac::Resolved {
-                        resource: guess_plural(k),
-                        namespaced: guess_namespaced(av, k),
-                    }),
-            )
-        },
+        |av, k| resolved.get(&(av.to_string(), k.to_string())).cloned(),
         args.namespace.as_deref(),
         &subject,
     )?;
@@ -645,29 +624,4 @@ async fn serve(
         t.abort();
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{guess_namespaced, guess_plural};
-
-    #[test]
-    fn plural_guess_matches_kubectl() {
-        assert_eq!(guess_plural("ConfigMap"), "configmaps");
-        assert_eq!(guess_plural("Ingress"), "ingresses");
-        assert_eq!(guess_plural("NetworkPolicy"), "networkpolicies");
-        assert_eq!(guess_plural("Gateway"), "gateways");
-    }
-
-    #[test]
-    fn cluster_scoped_builtins_are_known() {
-        assert!(!guess_namespaced("v1", "Namespace"));
-        assert!(!guess_namespaced(
-            "rbac.authorization.k8s.io/v1",
-            "ClusterRole"
-        ));
-        assert!(guess_namespaced("v1", "ConfigMap"));
-        assert!(guess_namespaced("rbac.authorization.k8s.io/v1", "Role"));
-        assert!(guess_namespaced("example.com/v1", "Widget"));
-    }
 }

@@ -102,6 +102,88 @@ async fn rbac_prints_a_least_privilege_role_and_binding() {
     assert_eq!(docs[1]["roleRef"]["kind"], "Role");
 }
 
+/// The rules of a `host rbac` output, as (apiGroup, resource, verbs).
+fn rules_of(stdout: &[u8]) -> Vec<(String, String, Vec<String>)> {
+    let text = String::from_utf8_lossy(stdout);
+    let mut out = Vec::new();
+    for d in serde_yaml::Deserializer::from_str(&text) {
+        let v: serde_yaml::Value = serde::Deserialize::deserialize(d).expect("YAML");
+        for r in v["rules"].as_sequence().into_iter().flatten() {
+            let s = |x: &serde_yaml::Value| x.as_str().unwrap_or_default().to_string();
+            let verbs = r["verbs"]
+                .as_sequence()
+                .into_iter()
+                .flatten()
+                .map(s)
+                .collect();
+            out.push((s(&r["apiGroups"][0]), s(&r["resources"][0]), verbs));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn rbac_resolves_custom_kinds_from_crd_files_and_warns_when_it_must_guess() {
+    let plugin = support::guests::example("namespace-defaults");
+    let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/namespace-defaults/crd.yaml");
+    let group = "defaults.kube-wasm.dev";
+
+    let out = host(&[os("rbac"), os("--crd"), crd.as_os_str(), plugin.as_os_str()]).await;
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rules = rules_of(&out.stdout);
+    let rule = |g: &str, r: &str| {
+        rules
+            .iter()
+            .find(|(rg, rr, _)| rg == g && rr == r)
+            .map(|(_, _, v)| v.join(","))
+    };
+    assert_eq!(
+        rule(group, "namespacedefaults").as_deref(),
+        Some("get,list,patch,watch"),
+        "{rules:?}"
+    );
+    assert_eq!(
+        rule(group, "namespacedefaults/status").as_deref(),
+        Some("update")
+    );
+    // Built-in kinds come from the API server's own resource list.
+    assert_eq!(rule("", "namespaces").as_deref(), Some("get,list,watch"));
+    assert_eq!(
+        rule("", "resourcequotas").as_deref(),
+        Some("delete,get,list,patch,watch")
+    );
+
+    // Without the CRD the kind can only be guessed: the output says so on stderr.
+    let out = host(&[os("rbac"), plugin.as_os_str()]).await;
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("kind NamespaceDefaults (defaults.kube-wasm.dev/v1alpha1) is not built in")
+            && stderr.contains("\"namespacedefaultses\""),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+
+    // A CRD file that is not one is refused in one line naming it.
+    let dir = support::temp_dir("rbac");
+    let bad = dir.join("bad.yaml");
+    std::fs::write(&bad, "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: x}\nspec: {group: g}\n").expect("write");
+    let out = host(&[os("rbac"), os("--crd"), bad.as_os_str(), plugin.as_os_str()]).await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("CRD file {}", bad.display()))
+            && stderr.contains("spec.names: Required value"),
+        "{stderr}"
+    );
+}
+
 #[tokio::test]
 async fn no_plugin_or_only_broken_plugins_exit_non_zero_with_one_clear_line() {
     let out = host(&[]).await;

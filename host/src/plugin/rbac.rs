@@ -11,9 +11,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::manifest::Manifest;
+use crate::emulator::registry::{CrdError, Registry};
 
 /// A kind that the resolver (discovery, at run time) could not map to a resource.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -34,6 +35,101 @@ pub struct Resolved {
     pub resource: String,
     /// Whether objects of the kind live in namespaces.
     pub namespaced: bool,
+}
+
+/// Kinds resolved without a cluster (`host rbac` with no kubeconfig): the resources a
+/// kube-apiserver serves out of the box, as recorded from one, and the resources of the
+/// CustomResourceDefinitions given. Anything else can only be guessed ([`guess`]).
+pub struct OfflineKinds {
+    registry: Registry,
+}
+
+/// A CRD file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CrdFileError {
+    /// A document is not YAML.
+    #[error("document {index}: {message}")]
+    Yaml {
+        /// Zero-based document number in the file.
+        index: usize,
+        /// The parser's message.
+        message: String,
+    },
+    /// A CustomResourceDefinition the API server would refuse.
+    #[error("document {index}: invalid CustomResourceDefinition: {source}")]
+    Crd {
+        /// Zero-based document number in the file.
+        index: usize,
+        /// The invalid field and why.
+        source: CrdError,
+    },
+}
+
+impl Default for OfflineKinds {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl OfflineKinds {
+    /// The built-in resources only.
+    pub fn new() -> Self {
+        OfflineKinds {
+            registry: Registry::new(),
+        }
+    }
+
+    /// Adds the resources of every CustomResourceDefinition in a multi-document YAML (or JSON)
+    /// text; other documents are skipped, so a chart's whole output can be given. Returns how
+    /// many CRDs it held.
+    pub fn add_crds(&mut self, text: &str) -> Result<usize, CrdFileError> {
+        let mut n = 0;
+        for (index, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+            let v: Value =
+                serde::Deserialize::deserialize(doc).map_err(|e| CrdFileError::Yaml {
+                    index,
+                    message: e.to_string(),
+                })?;
+            if v.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition") {
+                continue;
+            }
+            self.registry
+                .register_crd(&v)
+                .map_err(|source| CrdFileError::Crd { index, source })?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// The resource serving `kind` in `api_version`, if built in or defined by a given CRD.
+    pub fn resolve(&self, api_version: &str, kind: &str) -> Option<Resolved> {
+        self.registry
+            .find_kind(api_version, kind)
+            .map(|d| Resolved {
+                resource: d.plural.clone(),
+                namespaced: d.namespaced,
+            })
+    }
+}
+
+/// What kubectl guesses for a kind it cannot look up (client-go `UnsafeGuessKindToResource`):
+/// the lower-cased kind made plural by English spelling rules, and namespaced, as almost every
+/// custom kind is. Right for most kinds, wrong for some (`NamespaceDefaults` would become
+/// `namespacedefaultses`): a last resort, to be reported.
+pub fn guess(kind: &str) -> Resolved {
+    let lower = kind.to_ascii_lowercase();
+    let resource = if lower.ends_with('s') {
+        format!("{lower}es")
+    } else {
+        match lower.strip_suffix('y') {
+            Some(stem) if !stem.ends_with(['a', 'e', 'i', 'o', 'u']) => format!("{stem}ies"),
+            _ => format!("{lower}s"),
+        }
+    };
+    Resolved {
+        resource,
+        namespaced: true,
+    }
 }
 
 /// Where the roles are bound.
@@ -385,5 +481,78 @@ mod tests {
         assert_eq!(d[2]["metadata"]["namespace"], "x");
         // An unknown kind confines nothing.
         assert_eq!(namespace_scope(&confined, None, |_, _| None), None);
+    }
+
+    #[test]
+    fn offline_kinds_know_the_built_in_resources_and_the_crds_given() {
+        let mut k = OfflineKinds::new();
+        let r = |k: &OfflineKinds, a: &str, kind: &str| k.resolve(a, kind);
+        // Irregular plurals and cluster scope come from the recorded built-ins, not a guess.
+        assert_eq!(
+            r(&k, "v1", "Endpoints"),
+            Some(Resolved {
+                resource: "endpoints".into(),
+                namespaced: true
+            })
+        );
+        for (a, kind) in [
+            ("v1", "Namespace"),
+            ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+        ] {
+            assert_eq!(r(&k, a, kind).map(|x| x.namespaced), Some(false), "{kind}");
+        }
+        assert_eq!(
+            r(&k, "rbac.authorization.k8s.io/v1", "Role").map(|x| x.namespaced),
+            Some(true)
+        );
+        assert_eq!(
+            r(&k, "apps/v1", "Deployment").map(|x| x.resource),
+            Some("deployments".into())
+        );
+        assert_eq!(r(&k, "example.com/v1", "Widget"), None);
+
+        let crd = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: skipped}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgetries.example.com}
+spec:
+  group: example.com
+  scope: Cluster
+  names: {plural: widgetries, kind: Widget}
+  versions:
+  - {name: v1, served: true, storage: true}
+  - {name: v1beta1, served: true, storage: false}
+"#;
+        assert_eq!(k.add_crds(crd).expect("CRD file"), 1);
+        let want = Resolved {
+            resource: "widgetries".into(),
+            namespaced: false,
+        };
+        assert_eq!(r(&k, "example.com/v1", "Widget"), Some(want.clone()));
+        assert_eq!(r(&k, "example.com/v1beta1", "Widget"), Some(want));
+        assert_eq!(r(&k, "example.com/v2", "Widget"), None);
+
+        let bad = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: x}\nspec: {group: example.com}\n";
+        let e = k.add_crds(bad).expect_err("no names");
+        assert_eq!(
+            e.to_string(),
+            "document 0: invalid CustomResourceDefinition: spec.names: Required value"
+        );
+        let e = k.add_crds("a: [").expect_err("not YAML");
+        assert!(e.to_string().starts_with("document 0: "), "{e}");
+    }
+
+    #[test]
+    fn a_guess_follows_english_plurals_and_assumes_a_namespace() {
+        let g = |k: &str| guess(k).resource;
+        assert_eq!(g("Widget"), "widgets");
+        assert_eq!(g("Policy"), "policies");
+        assert_eq!(g("Gateway"), "gateways");
+        assert_eq!(g("Ingress"), "ingresses");
+        assert!(guess("Widget").namespaced);
     }
 }
