@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
+use http::header::{
+    HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, PROXY_AUTHORIZATION, RETRY_AFTER, USER_AGENT,
+};
 use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -23,6 +25,7 @@ use super::decode::{error_from_response, ListDecoder, ObjectPool};
 use super::error::{Error, Status};
 use super::object::{IngestOptions, Object};
 use super::params::{and_selectors, ListParams, Query, WatchParams};
+use super::proxy::Proxy;
 use super::resource::ApiResource;
 use super::tls::{Connector, TlsState};
 use super::watch::{event_stream, ObjectList};
@@ -138,6 +141,7 @@ struct Inner {
     base: String,
     auth: Auth,
     user_agent: HeaderValue,
+    proxy_authorization: Option<HeaderValue>,
     request_timeout: Duration,
     watch_idle_margin: Duration,
     watch_idle_default: Duration,
@@ -168,10 +172,21 @@ impl Client {
             )));
         }
         let tls = Arc::new(TlsState::new(&config)?);
+        let proxy = Proxy::select(&config.proxy, url, |k| std::env::var(k).ok())?.map(Arc::new);
+        // Through a proxy, a plain-http request carries the proxy's credentials itself (an
+        // https one gives them in its CONNECT).
+        let proxy_authorization = proxy
+            .as_ref()
+            .filter(|_| url.scheme_str() == Some("http"))
+            .and_then(|p| p.authorization().cloned());
+        if let Some(p) = &proxy {
+            tracing::debug!(proxy = ?p, server = %url, "connecting through an HTTP proxy");
+        }
         let connector = Connector {
             tls: tls.clone(),
             server_name: config.tls_server_name.clone(),
             connect_timeout: config.connect_timeout,
+            proxy,
         };
         let http = HyperClient::builder(TokioExecutor::new())
             .timer(TokioTimer::new())
@@ -198,6 +213,7 @@ impl Client {
             base,
             auth,
             user_agent,
+            proxy_authorization,
             request_timeout: config.request_timeout,
             watch_idle_margin: config.watch_idle_margin,
             watch_idle_default: config.watch_idle_default,
@@ -241,6 +257,9 @@ impl Client {
             .header(ACCEPT, "application/json");
         if let Some(auth) = self.0.auth.header().await? {
             req = req.header(AUTHORIZATION, auth);
+        }
+        if let Some(p) = &self.0.proxy_authorization {
+            req = req.header(PROXY_AUTHORIZATION, p.clone());
         }
         let body = match body {
             Some((b, ct)) => {

@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use super::error::Error;
 use super::object::IngestOptions;
+use super::proxy::{Proxy, ProxySetting};
 
 /// Everything the [`Client`](super::client::Client) needs.
 #[derive(Debug, Clone)]
@@ -44,6 +45,8 @@ pub struct Config {
     pub watch_idle_default: Duration,
     /// Only negotiate HTTP/1.1 (no ALPN `h2`).
     pub http1_only: bool,
+    /// The HTTP proxy to go through: the kubeconfig's `proxy-url`, else the environment's.
+    pub proxy: ProxySetting,
     pub ingest: IngestOptions,
     pub user_agent: String,
 }
@@ -120,6 +123,7 @@ impl Config {
             watch_idle_margin: Duration::from_secs(60),
             watch_idle_default: Duration::from_secs(3660),
             http1_only: false,
+            proxy: ProxySetting::FromEnvironment,
             ingest: IngestOptions::default(),
             user_agent: format!("host/{}", env!("CARGO_PKG_VERSION")),
         }
@@ -515,13 +519,15 @@ impl Merged {
                 )))
             }
         }
-        if cl.proxy_url.as_deref().is_some_and(|p| !p.is_empty()) {
-            tracing::warn!(
-                cluster = cluster_name,
-                "kubeconfig proxy-url is not supported; connecting directly"
-            );
-        }
         let mut c = Config::new(uri);
+        if let Some(p) = cl.proxy_url.as_deref().filter(|p| !p.is_empty()) {
+            // Checked here so that a bad URL names the kubeconfig file and cluster.
+            Proxy::parse(p).map_err(|e| match e {
+                Error::Config(m) => cerr(&format!("proxy-url: {m}")),
+                other => other,
+            })?;
+            c.proxy = ProxySetting::Url(p.to_owned());
+        }
         c.insecure_skip_tls_verify = cl.insecure_skip_tls_verify.unwrap_or(false);
         c.tls_server_name = cl.tls_server_name.clone().filter(|s| !s.is_empty());
         let ca_data = cl

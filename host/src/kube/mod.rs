@@ -10,6 +10,7 @@ pub mod error;
 mod json;
 pub mod object;
 pub mod params;
+pub mod proxy;
 pub mod resource;
 pub mod selector;
 mod tls;

@@ -25,6 +25,7 @@ use tokio_rustls::client::TlsStream;
 
 use super::config::{Config, Identity};
 use super::error::Error;
+use super::proxy::Proxy;
 
 /// The TLS side of a client: the current rustls config, rebuilt when the client identity
 /// changes (exec plugins can hand out short-lived certificates).
@@ -189,11 +190,16 @@ pub(crate) struct Connector {
     pub(crate) tls: Arc<TlsState>,
     pub(crate) server_name: Option<String>,
     pub(crate) connect_timeout: Duration,
+    /// The proxy every connection goes through (the client talks to one server, so the
+    /// choice is made once, in `Client::new`).
+    pub(crate) proxy: Option<Arc<Proxy>>,
 }
 
 /// A connection: plain TCP or TLS over TCP.
 pub(crate) enum Stream {
     Plain(TokioIo<TcpStream>),
+    /// Plain TCP to an HTTP proxy: requests go out in absolute form.
+    Proxied(TokioIo<TcpStream>),
     Tls(Box<TokioIo<TlsStream<TcpStream>>>),
 }
 
@@ -232,15 +238,25 @@ impl Connector {
             .trim_end_matches(']')
             .to_owned();
         let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-        let tcp = tokio::time::timeout(
-            self.connect_timeout,
-            TcpStream::connect((host.as_str(), port)),
-        )
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+        let addr = match &self.proxy {
+            Some(p) => p.address(),
+            None => (host.as_str(), port),
+        };
+        let mut tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
         let _ = tcp.set_nodelay(true);
-        if !https {
-            return Ok(Stream::Plain(TokioIo::new(tcp)));
+        match (&self.proxy, https) {
+            (None, false) => return Ok(Stream::Plain(TokioIo::new(tcp))),
+            (Some(_), false) => return Ok(Stream::Proxied(TokioIo::new(tcp))),
+            (Some(p), true) => {
+                tokio::time::timeout(self.connect_timeout, p.tunnel(&mut tcp, &host, port))
+                    .await
+                    .map_err(|_| {
+                        io::Error::new(io::ErrorKind::TimedOut, "proxy CONNECT timed out")
+                    })??
+            }
+            (None, true) => {}
         }
         let name = self.server_name.clone().unwrap_or(host);
         let server_name = ServerName::try_from(name)
@@ -256,6 +272,7 @@ impl Connection for Stream {
     fn connected(&self) -> Connected {
         match self {
             Stream::Plain(_) => Connected::new(),
+            Stream::Proxied(_) => Connected::new().proxy(true),
             Stream::Tls(t) => {
                 let (_, session) = t.inner().get_ref();
                 if session.alpn_protocol() == Some(b"h2") {
@@ -275,7 +292,7 @@ impl hyper::rt::Read for Stream {
         buf: hyper::rt::ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Plain(s) | Stream::Proxied(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
         }
     }
@@ -288,19 +305,19 @@ impl hyper::rt::Write for Stream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Plain(s) | Stream::Proxied(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
         }
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Plain(s) | Stream::Proxied(s) => Pin::new(s).poll_flush(cx),
             Stream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
         }
     }
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Plain(s) | Stream::Proxied(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
         }
     }
@@ -310,13 +327,13 @@ impl hyper::rt::Write for Stream {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Plain(s) | Stream::Proxied(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
         }
     }
     fn is_write_vectored(&self) -> bool {
         match self {
-            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Plain(s) | Stream::Proxied(s) => s.is_write_vectored(),
             Stream::Tls(s) => s.is_write_vectored(),
         }
     }
