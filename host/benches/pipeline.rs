@@ -8,6 +8,10 @@
 //! emulator's threads (or by the benchmark's in-process calls into the emulator) is tagged as
 //! the emulator's, everything else is the pipeline's (client, reflector, DeltaFIFO, store,
 //! processor, handler). Pipeline figures exclude the emulator's store and response buffers.
+//!
+//! `BENCH_SIZES` (default `10000,100000`) and `BENCH_RUNS` (default 3) set the rows and runs;
+//! `BENCH_KINDS=configmap` or `pod` runs one kind only; `BENCH_PERF_CTL` limits a
+//! `perf record` to the update windows (see `common::perf_window`).
 
 mod common;
 
@@ -106,7 +110,7 @@ async fn until(what: &str, f: impl Fn() -> bool) {
     }
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     ConfigMap,
     Pod,
@@ -188,7 +192,18 @@ async fn run(emu_rt: tokio::runtime::Handle) {
         .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![10_000, 100_000]);
     let mut rows = Vec::new();
+    let kinds = std::env::var("BENCH_KINDS")
+        .unwrap_or_default()
+        .to_ascii_lowercase();
     for kind in [Kind::ConfigMap, Kind::Pod] {
+        let name = if kind == Kind::Pod {
+            "pod"
+        } else {
+            "configmap"
+        };
+        if !kinds.is_empty() && !kinds.split(',').any(|k| k.trim() == name) {
+            continue;
+        }
         for &n in &sizes {
             rows.push(bench(&emu_rt, kind, n).await);
         }
@@ -436,7 +451,14 @@ async fn bench(emu_rt: &tokio::runtime::Handle, kind: Kind, n: usize) -> Row {
     let r = last.expect("at least one run");
     let held_b = median(held);
 
-    // Update stream: queue N updates in the history while the watch is stalled.
+    // Relists: the watch expires; the reflector lists again and replaces the cache.
+    let unchanged = relist(&h, &r, kind, n, pad, None, base).await;
+    let changed = relist(&h, &r, kind, n, pad, Some(runs + 1), base).await;
+
+    // Update stream: queue N updates in the history while the watch is stalled. Last, and with
+    // the heap counters off: nothing is weighed here, and their shared atomics on every
+    // allocation would slow the pipeline in a way the host (plain system allocator) never is.
+    set_counting(false);
     let mut upd = vec![];
     let mut upd_cpu = vec![];
     for run in 0..runs {
@@ -447,6 +469,7 @@ async fn bench(emu_rt: &tokio::runtime::Handle, kind: Kind, n: usize) -> Row {
                 h.update(bump(kind.make(i, pad), run + 1)).expect("update");
             }
         });
+        perf_window(true);
         let cpu0 = cpu_time();
         let t = Instant::now();
         emu(|| h.faults().clear());
@@ -456,11 +479,10 @@ async fn bench(emu_rt: &tokio::runtime::Handle, kind: Kind, n: usize) -> Row {
         .await;
         upd.push(n as f64 / secs(t));
         upd_cpu.push((cpu_time() - cpu0).as_secs_f64() * 1e6 / n as f64);
+        perf_window(false);
     }
+    set_counting(true);
 
-    // Relists: the watch expires; the reflector lists again and replaces the cache.
-    let unchanged = relist(&h, &r, kind, n, pad, None, base).await;
-    let changed = relist(&h, &r, kind, n, pad, Some(runs + 1), base).await;
     stop(r).await;
     WithTag(TAG_EMULATOR, Box::pin(h.shutdown())).await;
     eprintln!("done {} × {}", n, kind.label());

@@ -23,9 +23,11 @@ static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
 static COUNTING: AtomicBool = AtomicBool::new(true);
 
-/// Turns [`Counting`]'s counters on or off. Why off: two atomic updates of one shared cache line
-/// per allocation and free cost throughput figures several percent that the host itself (plain
+/// Turns [`Counting`]'s and [`Tagged`]'s counters on or off. Why off: atomic updates of shared
+/// cache lines on every allocation and free cost throughput figures that the host itself (plain
 /// system allocator) never pays. `live()` deltas are only meaningful within an "on" window.
+/// [`Tagged`] marks blocks allocated while off and never counts them, so its live figures stay
+/// exact for the blocks it did count.
 pub fn set_counting(on: bool) {
     COUNTING.store(on, Ordering::Relaxed);
 }
@@ -373,6 +375,20 @@ fn count_free(tag: u8, n: usize) {
     LIVE_TAG[usize::from(tag).min(TAGS - 1)].fetch_sub(n, Ordering::Relaxed);
 }
 
+/// Set in a block's tag byte when it was allocated with counting off.
+const UNCOUNTED: u8 = 0x80;
+
+/// The tag byte of a new block of `size` bytes, counted if counting is on.
+fn tag_new_block(size: usize) -> u8 {
+    let tag = thread_tag();
+    if COUNTING.load(Ordering::Relaxed) {
+        count_alloc(tag, size);
+        tag
+    } else {
+        tag | UNCOUNTED
+    }
+}
+
 fn thread_tag() -> u8 {
     THREAD_TAG.try_with(|t| t.get()).unwrap_or(TAG_PIPELINE)
 }
@@ -386,12 +402,10 @@ unsafe impl GlobalAlloc for Tagged {
         if base.is_null() {
             return base;
         }
-        let tag = thread_tag();
         // SAFETY: the block is `header(l) + size` bytes; the tag byte sits just before the
         // pointer handed out, inside the header.
         let p = base.add(header(l));
-        p.sub(1).write(tag);
-        count_alloc(tag, l.size());
+        p.sub(1).write(tag_new_block(l.size()));
         p
     }
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
@@ -402,11 +416,9 @@ unsafe impl GlobalAlloc for Tagged {
         if base.is_null() {
             return base;
         }
-        let tag = thread_tag();
         // SAFETY: as in `alloc`.
         let p = base.add(header(l));
-        p.sub(1).write(tag);
-        count_alloc(tag, l.size());
+        p.sub(1).write(tag_new_block(l.size()));
         p
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
@@ -414,7 +426,9 @@ unsafe impl GlobalAlloc for Tagged {
         let tag = p.sub(1).read();
         let o = outer(l).expect("layout was valid at allocation");
         System.dealloc(p.sub(header(l)), o);
-        count_free(tag, l.size());
+        if tag & UNCOUNTED == 0 {
+            count_free(tag, l.size());
+        }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
         let h = header(l);
@@ -428,7 +442,9 @@ unsafe impl GlobalAlloc for Tagged {
         if base.is_null() {
             return base;
         }
-        if new >= l.size() {
+        if tag & UNCOUNTED != 0 {
+            // Allocated while counting was off: stays out of the figures for its whole life.
+        } else if new >= l.size() {
             count_alloc(tag, new - l.size());
         } else {
             count_free(tag, l.size() - new);
