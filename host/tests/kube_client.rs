@@ -46,6 +46,8 @@ struct Seen {
     body: Bytes,
     alpn: Option<String>,
     client_cert: bool,
+    /// The DER of the client certificate the connection was opened with.
+    client_cert_der: Option<Vec<u8>>,
     version: http::Version,
 }
 
@@ -97,7 +99,7 @@ async fn serve(tls: Option<Arc<rustls::ServerConfig>>, handler: Handler) -> Serv
             let (handler, log, tls) = (handler.clone(), log2.clone(), tls.clone());
             tokio::spawn(async move {
                 match tls {
-                    None => conn(TokioIo::new(tcp), None, false, handler, log).await,
+                    None => conn(TokioIo::new(tcp), None, None, handler, log).await,
                     Some(cfg) => {
                         let Ok(s) = tokio_rustls::TlsAcceptor::from(cfg).accept(tcp).await else {
                             return;
@@ -106,7 +108,10 @@ async fn serve(tls: Option<Arc<rustls::ServerConfig>>, handler: Handler) -> Serv
                         let alpn = session
                             .alpn_protocol()
                             .map(|a| String::from_utf8_lossy(a).into_owned());
-                        let cert = session.peer_certificates().is_some_and(|c| !c.is_empty());
+                        let cert = session
+                            .peer_certificates()
+                            .and_then(|c| c.first())
+                            .map(|c| c.as_ref().to_vec());
                         conn(TokioIo::new(s), alpn, cert, handler, log).await
                     }
                 }
@@ -119,7 +124,7 @@ async fn serve(tls: Option<Arc<rustls::ServerConfig>>, handler: Handler) -> Serv
 async fn conn<I>(
     io: I,
     alpn: Option<String>,
-    client_cert: bool,
+    client_cert_der: Option<Vec<u8>>,
     handler: Handler,
     log: Arc<Mutex<Vec<Seen>>>,
 ) where
@@ -127,6 +132,7 @@ async fn conn<I>(
 {
     let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
         let (handler, log, alpn) = (handler.clone(), log.clone(), alpn.clone());
+        let client_cert_der = client_cert_der.clone();
         async move {
             let (parts, body) = req.into_parts();
             let body = body
@@ -144,7 +150,8 @@ async fn conn<I>(
                 headers: parts.headers,
                 body,
                 alpn,
-                client_cert,
+                client_cert: client_cert_der.is_some(),
+                client_cert_der,
                 version: parts.version,
             };
             let reply = handler(&seen);
@@ -734,6 +741,89 @@ async fn client_certificates_from_config_and_from_exec() {
         let seen = s.seen();
         assert!(seen[1].client_cert);
         assert_eq!(seen[1].header("authorization"), "");
+        std::fs::remove_dir_all(d).unwrap();
+    })
+    .await
+}
+
+/// The DER of a PEM certificate.
+fn der(pem: &str) -> Vec<u8> {
+    rustls_pemfile::certs(&mut pem.as_bytes())
+        .next()
+        .expect("a certificate")
+        .expect("PEM")
+        .as_ref()
+        .to_vec()
+}
+
+/// An exec plugin that hands out a new client certificate (after the old one is refused) is
+/// followed on new connections: pooled connections opened with the old certificate are not
+/// reused, as client-go closes its connections when the certificate rotates.
+#[tokio::test]
+async fn a_rotated_exec_client_certificate_is_used_on_new_connections() {
+    bounded(async {
+        let pki = Pki::new();
+        let (old_cert, old_key) = pki.issue(&["alice"], true);
+        let (new_cert, new_key) = pki.issue(&["alice"], true);
+        let (old_der, new_der) = (der(&old_cert), der(&new_cert));
+        // The server refuses the old certificate once `revoked` is set.
+        let revoked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (r, od) = (revoked.clone(), old_der.clone());
+        let s = serve(
+            Some(pki.server_config(&["localhost", "127.0.0.1"], true)),
+            Arc::new(move |seen: &Seen| {
+                let old = seen.client_cert_der.as_deref() == Some(&od[..]);
+                if old && r.load(std::sync::atomic::Ordering::SeqCst) {
+                    Reply::Full(StatusCode::UNAUTHORIZED, Bytes::from_static(b"{}"))
+                } else {
+                    ok(CM)
+                }
+            }),
+        )
+        .await;
+        let d = tmpdir();
+        let write_cred = |cert: &str, key: &str| {
+            let cred = serde_json::json!({
+                "apiVersion": "client.authentication.k8s.io/v1",
+                "kind": "ExecCredential",
+                "status": {"clientCertificateData": cert, "clientKeyData": key},
+            });
+            std::fs::write(d.join("cred.json"), cred.to_string()).unwrap();
+        };
+        write_cred(&old_cert, &old_key);
+        let mut cfg = tls_config(&s, &pki);
+        cfg.http1_only = true;
+        cfg.auth = AuthSource::Exec(host::kube::config::ExecConfig {
+            command: "cat".into(),
+            args: vec![d.join("cred.json").display().to_string()],
+            api_version: "client.authentication.k8s.io/v1".into(),
+            ..Default::default()
+        });
+        let c = Client::new(cfg).unwrap();
+        c.get(&cm_res(), None, "a").await.unwrap();
+        c.get(&cm_res(), None, "a").await.unwrap();
+
+        // The plugin now hands out a new certificate and the old one is refused: the refused
+        // request fails, the next one runs the plugin again and presents the new certificate.
+        write_cred(&new_cert, &new_key);
+        revoked.store(true, std::sync::atomic::Ordering::SeqCst);
+        let e = c
+            .get(&cm_res(), None, "a")
+            .await
+            .expect_err("old cert refused");
+        assert!(matches!(&e, Error::Api(st) if st.code == 401), "{e:?}");
+        c.get(&cm_res(), None, "a").await.unwrap();
+        c.get(&cm_res(), None, "a").await.unwrap();
+
+        let certs: Vec<bool> = s
+            .seen()
+            .iter()
+            .map(|x| x.client_cert_der.as_deref() == Some(&new_der[..]))
+            .collect();
+        assert_eq!(certs, [false, false, false, true, true]);
+        assert!(s.seen()[..3]
+            .iter()
+            .all(|x| x.client_cert_der.as_deref() == Some(&old_der[..])));
         std::fs::remove_dir_all(d).unwrap();
     })
     .await

@@ -17,6 +17,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use parking_lot::RwLock;
 use tracing::Instrument;
 
 use super::auth::Auth;
@@ -135,8 +136,18 @@ pub enum Deleted {
     Status(Box<Status>),
 }
 
+type Http = HyperClient<Connector, Full<Bytes>>;
+
 struct Inner {
-    http: HyperClient<Connector, Full<Bytes>>,
+    /// The connection pool, with the TLS identity generation its connections were opened
+    /// with. Why swapped rather than kept: an exec plugin may hand out a new client
+    /// certificate, and pooled connections would keep presenting the old one (the API server
+    /// authenticates each request by the connection's certificate), so a rotation starts a
+    /// fresh pool, as client-go closes its connections then. Streams already open on the old
+    /// pool (watches) run to their natural end; they were authenticated when they started.
+    http: RwLock<(u64, Arc<Http>)>,
+    connector: Connector,
+    tls: Arc<TlsState>,
     /// `scheme://authority` plus any path prefix, without a trailing slash.
     base: String,
     auth: Auth,
@@ -153,6 +164,18 @@ struct Inner {
 #[derive(Clone)]
 
 pub struct Client(Arc<Inner>);
+
+/// A connection pool: HTTP/1.1 or h2 as ALPN decides, idle connections kept 90 s, h2 pings
+/// every 30 s while streams are open.
+fn pool(connector: Connector) -> Http {
+    HyperClient::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .http2_keep_alive_while_idle(false)
+        .build(connector)
+}
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -188,18 +211,12 @@ impl Client {
             connect_timeout: config.connect_timeout,
             proxy,
         };
-        let http = HyperClient::builder(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .http2_keep_alive_interval(Duration::from_secs(30))
-            .http2_keep_alive_while_idle(false)
-            .build(connector);
+        let http = RwLock::new((tls.generation(), Arc::new(pool(connector.clone()))));
         let auth = Auth::new(
             config.auth.clone(),
             config.token_file_refresh,
             config.request_timeout.max(Duration::from_secs(10)),
-            tls,
+            tls.clone(),
         )?;
         let base = config
             .cluster_url
@@ -210,6 +227,8 @@ impl Client {
             .map_err(|_| Error::Config("user agent is not a valid header value".into()))?;
         Ok(Client(Arc::new(Inner {
             http,
+            connector,
+            tls,
             base,
             auth,
             user_agent,
@@ -220,6 +239,23 @@ impl Client {
             ingest: config.ingest,
             default_namespace: config.default_namespace,
         })))
+    }
+
+    /// The connection pool for the current TLS identity (see `Inner::http`).
+    fn http(&self) -> Arc<Http> {
+        let generation = self.0.tls.generation();
+        {
+            let cur = self.0.http.read();
+            if cur.0 == generation {
+                return cur.1.clone();
+            }
+        }
+        let mut cur = self.0.http.write();
+        if cur.0 != generation {
+            tracing::info!(server = %self.0.base, "client certificate rotated; opening new connections");
+            *cur = (generation, Arc::new(pool(self.0.connector.clone())));
+        }
+        cur.1.clone()
     }
 
     /// A client from kubeconfig or the in-cluster environment ([`Config::infer`]).
@@ -271,7 +307,7 @@ impl Client {
         let req = req
             .body(body)
             .map_err(|e| Error::Http(format!("cannot build request: {e}")))?;
-        let resp = match tokio::time::timeout(head_timeout, self.0.http.request(req)).await {
+        let resp = match tokio::time::timeout(head_timeout, self.http().request(req)).await {
             Err(_) => return Err(Error::Timeout(head_timeout)),
             Ok(Err(e)) => return Err(classify(&self.0.base, e)),
             Ok(Ok(r)) => r,

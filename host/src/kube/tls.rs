@@ -8,6 +8,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -34,6 +35,9 @@ pub(crate) struct TlsState {
     insecure: bool,
     http1_only: bool,
     current: RwLock<(Option<Vec<u8>>, Arc<ClientConfig>)>,
+    /// Bumped whenever the client identity changes, so the client can retire connections
+    /// opened with the old one.
+    generation: AtomicU64,
 }
 
 impl TlsState {
@@ -52,7 +56,13 @@ impl TlsState {
                 cfg.client_identity.as_ref().map(|i| i.cert_pem.clone()),
                 Arc::new(config),
             )),
+            generation: AtomicU64::new(0),
         })
+    }
+
+    /// How many times the client identity has changed.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     pub(crate) fn config(&self) -> Arc<ClientConfig> {
@@ -71,6 +81,7 @@ impl TlsState {
             self.http1_only,
         )?;
         *self.current.write() = (Some(id.cert_pem.clone()), Arc::new(config));
+        self.generation.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 }
