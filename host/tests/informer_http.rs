@@ -87,6 +87,9 @@ struct Log {
     stream_closed: AtomicU64,
     /// Run once, after the first list page that has a continue token.
     between_pages: Mutex<Option<Hook>>,
+    /// The request the reflector is waiting on (it sends one at a time), for a failure
+    /// message: when it started and what it is.
+    in_flight: Mutex<Option<(Instant, String)>>,
 }
 
 impl Log {
@@ -125,15 +128,7 @@ impl Log {
             calls.len()
         );
         for c in &calls[calls.len().saturating_sub(n)..] {
-            let req = match &c.req {
-                Req::List(p) => format!(
-                    "LIST rv={:?} limit={:?} continue={}",
-                    p.resource_version,
-                    p.limit,
-                    p.continue_token.is_some()
-                ),
-                Req::Watch(p) => format!("WATCH rv={:?}", p.resource_version),
-            };
+            let req = describe_req(&c.req);
             let outcome = match &c.outcome {
                 Outcome::Page { rv, items, more } => {
                     format!("page rv={rv} items={} more={more}", items.len())
@@ -142,13 +137,36 @@ impl Log {
             };
             out.push_str(&format!("\n  {:?} ago: {req} -> {outcome}", now - c.at));
         }
+        match &*self.in_flight.lock() {
+            Some((at, req)) => {
+                out.push_str(&format!("\n  in flight since {:?}: {req}", now - *at));
+            }
+            None => out.push_str("\n  no request in flight"),
+        }
         out
+    }
+    fn start(&self, req: &Req) -> Instant {
+        let at = Instant::now();
+        *self.in_flight.lock() = Some((at, describe_req(req)));
+        at
     }
     fn failures(&self, code: u16) -> usize {
         self.calls()
             .iter()
             .filter(|c| matches!(c.outcome, Outcome::Failed { code: Some(k), .. } if k == code))
             .count()
+    }
+}
+
+fn describe_req(req: &Req) -> String {
+    match req {
+        Req::List(p) => format!(
+            "LIST rv={:?} limit={:?} continue={}",
+            p.resource_version,
+            p.limit,
+            p.continue_token.is_some()
+        ),
+        Req::Watch(p) => format!("WATCH rv={:?}", p.resource_version),
     }
 }
 
@@ -187,6 +205,7 @@ impl Recording {
             Err(e) => failed(e),
         };
         let more = matches!(outcome, Outcome::Page { more: true, .. });
+        *self.log.in_flight.lock() = None;
         self.log.calls.lock().push(Call {
             at,
             req: Req::List(params.clone()),
@@ -204,7 +223,7 @@ impl Recording {
 
 impl ListerWatcher for Recording {
     async fn list(&self, params: &ListParams) -> Result<ObjectList, Error> {
-        let at = Instant::now();
+        let at = self.log.start(&Req::List(params.clone()));
         let r = self.inner.list(params).await;
         self.record_list(at, params, r)
     }
@@ -214,14 +233,15 @@ impl ListerWatcher for Recording {
         params: &ListParams,
         pool: Arc<dyn ObjectPool>,
     ) -> Result<ObjectList, Error> {
-        let at = Instant::now();
+        let at = self.log.start(&Req::List(params.clone()));
         let r = self.inner.list_reusing(params, pool).await;
         self.record_list(at, params, r)
     }
 
     async fn watch(&self, params: &WatchParams) -> Result<WatchStream, Error> {
-        let at = Instant::now();
+        let at = self.log.start(&Req::Watch(params.clone()));
         let r = self.inner.watch(params).await;
+        *self.log.in_flight.lock() = None;
         self.log.calls.lock().push(Call {
             at,
             req: Req::Watch(params.clone()),
@@ -1330,11 +1350,17 @@ async fn deliver(
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
+        let stats = h.stats();
         assert!(
             Instant::now() < deadline,
-            "{what} was never delivered; server RV {}, {:?}; {}",
+            "{what} was never delivered; server RV {}, open watches {:?}, requests seen by the \
+             server: {} lists, {} watches (completed by the client: {} / {}); {}",
             h.current_resource_version(),
-            h.stats().open_watches,
+            stats.open_watches,
+            stats.requests("list"),
+            stats.requests("watch"),
+            log.lists().len(),
+            log.watches().len(),
             log.describe_tail(12)
         );
     }
