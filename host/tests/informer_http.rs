@@ -222,6 +222,10 @@ impl Recording {
 }
 
 impl ListerWatcher for Recording {
+    fn expected_type(&self) -> Option<(&str, &str)> {
+        self.inner.expected_type()
+    }
+
     async fn list(&self, params: &ListParams) -> Result<ObjectList, Error> {
         let at = self.log.start(&Req::List(params.clone()));
         let r = self.inner.list(params).await;

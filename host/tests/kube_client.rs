@@ -313,6 +313,8 @@ async fn connection_refused_is_a_connect_error() {
         let c = Client::new(Config::new(format!("http://{addr}").parse().unwrap())).unwrap();
         let e = c.get(&cm_res(), None, "x").await.unwrap_err();
         assert!(e.is_connect(), "{e}");
+        // What the reflector retries in place at watch start (spec 1.8).
+        assert!(e.is_connection_refused(), "{e}");
         let e = Client::new(Config::new(addr.to_string().parse().unwrap())).unwrap_err();
         assert!(matches!(e, Error::Config(_)), "{e}");
     })
@@ -655,6 +657,8 @@ async fn tls_with_custom_ca_negotiates_h2_or_http1() {
         let c = Client::new(tls_config(&s, &other)).unwrap();
         let e = c.get(&cm_res(), None, "a").await.unwrap_err();
         assert!(e.is_connect(), "{e}");
+        // Not a refusal: the reflector relists after a backoff instead (spec 1.8).
+        assert!(!e.is_connection_refused(), "{e}");
     })
     .await
 }

@@ -46,6 +46,7 @@ pub struct FakeLw {
     reqs: Mutex<Vec<Recorded>>,
     notify: Notify,
     t0: tokio::time::Instant,
+    expected: std::sync::OnceLock<(String, String)>,
 }
 
 impl FakeLw {
@@ -54,8 +55,14 @@ impl FakeLw {
             script: Mutex::new(steps.into()),
             reqs: Mutex::new(Vec::new()),
             notify: Notify::new(),
+            expected: std::sync::OnceLock::new(),
             t0: tokio::time::Instant::now(),
         })
+    }
+
+    /// Declare the scope's object type, as a real resource client does (spec 1.7).
+    pub fn expect_type(&self, api_version: &str, kind: &str) {
+        let _ = self.expected.set((api_version.into(), kind.into()));
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -87,6 +94,10 @@ impl FakeLw {
 }
 
 impl ListerWatcher for FakeLw {
+    fn expected_type(&self) -> Option<(&str, &str)> {
+        self.expected.get().map(|(a, k)| (a.as_str(), k.as_str()))
+    }
+
     async fn list(&self, params: &ListParams) -> Result<ObjectList, Error> {
         match self.record(Req::List(params.clone())) {
             Some(Step::List(r)) => r,
@@ -171,6 +182,7 @@ pub fn refused() -> Error {
     Error::Connect {
         url: "https://127.0.0.1:1".into(),
         message: "connection refused".into(),
+        refused: true,
     }
 }
 

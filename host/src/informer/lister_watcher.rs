@@ -35,4 +35,10 @@ pub trait ListerWatcher: Send + Sync + 'static {
         &self,
         params: &WatchParams,
     ) -> impl Future<Output = Result<WatchStream, Error>> + Send;
+    /// The `(apiVersion, kind)` of the objects in this scope, when known. A watch event whose
+    /// object names another type (a Table, another version) is skipped rather than cached
+    /// under the scope, as client-go's expected-GVK check does (spec 1.7).
+    fn expected_type(&self) -> Option<(&str, &str)> {
+        None
+    }
 }

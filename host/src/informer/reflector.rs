@@ -203,9 +203,11 @@ fn is_internal_error(e: &Error) -> bool {
         .is_some_and(|s| s.code == 500 || s.reason == "InternalError")
 }
 
-/// Watch-start errors retried in place: connection refused and 429 (spec 1.8).
+/// Watch-start errors retried in place: connection refused and 429 (spec 1.8). Other
+/// connect failures (DNS, TLS, proxy) end ListAndWatch, so the watch-error handler sees them
+/// and the next round relists after a backoff.
 fn is_watch_error_retriable(e: &Error) -> bool {
-    e.is_connect() || e.is_too_many_requests()
+    e.is_connection_refused() || e.is_too_many_requests()
 }
 
 fn opt_rv(rv: &str) -> Option<String> {
@@ -512,6 +514,32 @@ impl<L: ListerWatcher, S: ReflectorStore> Reflector<L, S> {
         }
     }
 
+    /// Whether a watch event's object belongs in this scope's store. Not an object of the
+    /// watched type (a Table, another kind or version, or no name at all): it is skipped, RV
+    /// and all, rather than cached under a wrong or empty key (spec 1.7).
+    fn is_expected(&self, o: &Object) -> bool {
+        if o.name().is_empty() {
+            tracing::warn!("skipping a watch event whose object has no metadata.name");
+            return false;
+        }
+        let Some((api_version, kind)) = self.lw.expected_type() else {
+            return true;
+        };
+        let (got_version, got_kind) = o.type_meta();
+        // A server always sends type metadata in watch events; an object without it is
+        // taken as the watched type, as a typed decoder would.
+        if got_kind.is_empty() || (got_kind == kind && got_version == api_version) {
+            return true;
+        }
+        tracing::warn!(
+            expected = %format_args!("{api_version}, Kind={kind}"),
+            got = %format_args!("{got_version}, Kind={got_kind}"),
+            key = %o.key(),
+            "skipping a watch event of an unexpected type"
+        );
+        false
+    }
+
     /// Apply one watch stream's events until it ends (spec 1.7).
     async fn handle_watch(
         &self,
@@ -542,10 +570,7 @@ impl<L: ListerWatcher, S: ReflectorStore> Reflector<L, S> {
                 },
             };
             if let WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) = &ev {
-                if o.name().is_empty() {
-                    // Not an object of the watched kind (e.g. a Table): skip it, RV and all,
-                    // rather than caching it under an empty key (spec 1.7).
-                    tracing::warn!("skipping a watch event whose object has no metadata.name");
+                if !self.is_expected(o) {
                     continue;
                 }
             }
@@ -697,10 +722,7 @@ impl<L: ListerWatcher, S: ReflectorStore> Reflector<L, S> {
             count += 1;
             match ev {
                 WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o)
-                    if o.name().is_empty() =>
-                {
-                    tracing::warn!("skipping a watch event whose object has no metadata.name");
-                }
+                    if !self.is_expected(&o) => {}
                 WatchEvent::Added(o) | WatchEvent::Modified(o) => {
                     let key = o.key();
                     let o = match &pool {

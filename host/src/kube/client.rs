@@ -608,16 +608,21 @@ async fn read_body(mut body: Incoming) -> Result<Bytes, Error> {
 /// anything after the connection is [`Error::Http`].
 fn classify(base: &str, e: hyper_util::client::legacy::Error) -> Error {
     let mut message = e.to_string();
+    let mut refused = false;
     let mut src = std::error::Error::source(&e);
     while let Some(s) = src {
         message.push_str(": ");
         message.push_str(&s.to_string());
+        refused |= s
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused);
         src = s.source();
     }
     if e.is_connect() {
         Error::Connect {
             url: base.to_owned(),
             message,
+            refused,
         }
     } else {
         Error::Http(message)
@@ -656,6 +661,10 @@ impl ResourceClient {
 }
 
 impl ListerWatcher for ResourceClient {
+    fn expected_type(&self) -> Option<(&str, &str)> {
+        Some((&self.resource.api_version, &self.resource.kind))
+    }
+
     async fn list(&self, params: &ListParams) -> Result<ObjectList, Error> {
         let mut p = params.clone();
         p.label_selector =

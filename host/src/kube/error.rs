@@ -111,9 +111,15 @@ pub enum Error {
     /// The server answered with a Status (non-2xx, or an ERROR watch event).
     #[error("{} ({}): {}", .0.code, if .0.reason.is_empty() { "no reason" } else { .0.reason.as_str() }, .0.message)]
     Api(Box<Status>),
-    /// Could not connect (refused, DNS, TLS handshake). The reflector retries these with backoff.
+    /// Could not connect (refused, DNS, TLS handshake, proxy). `refused` = the server's
+    /// address answered with a reset: what a restarting API server looks like, and the only
+    /// connect failure the reflector retries in place (spec 1.8).
     #[error("cannot connect to {url}: {message}")]
-    Connect { url: String, message: String },
+    Connect {
+        url: String,
+        message: String,
+        refused: bool,
+    },
     /// The connection broke or the HTTP exchange failed after connecting.
     #[error("HTTP error: {0}")]
     Http(String),
@@ -152,9 +158,14 @@ impl Error {
     pub fn is_too_many_requests(&self) -> bool {
         self.code() == Some(429)
     }
-    /// Connection refused or similar: the server is not reachable (yet).
+    /// Any failure to connect: the server is not reachable (yet).
     pub fn is_connect(&self) -> bool {
         matches!(self, Error::Connect { .. })
+    }
+    /// The connection was refused (client-go's `IsConnectionRefused`), as opposed to a DNS,
+    /// TLS or proxy failure, which a retry in place would not fix.
+    pub fn is_connection_refused(&self) -> bool {
+        matches!(self, Error::Connect { refused: true, .. })
     }
 }
 

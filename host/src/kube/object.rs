@@ -12,6 +12,8 @@
 
 mod thin;
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 
 use super::json::{self, Scanner};
@@ -595,6 +597,48 @@ impl Object {
         .ok_or(ObjectError::TooLarge)
     }
 
+    /// The object's own `(apiVersion, kind)`, empty where absent. Why read from the bytes
+    /// rather than kept with the metadata: only the reflector's type check needs them (spec
+    /// 1.7), and the API server writes them first, so this scans a few dozen bytes instead of
+    /// every cached object carrying two more spans. Escaped values (never seen in practice)
+    /// are decoded.
+    pub fn type_meta(&self) -> (Cow<'_, str>, Cow<'_, str>) {
+        let raw = self.raw();
+        let mut sc = Scanner::new(raw);
+        let mut api_version = None;
+        let mut kind = None;
+        let read = |sc: &mut Scanner<'_>| -> Result<Cow<'_, str>, json::SyntaxError> {
+            if sc.peek_null() {
+                sc.skip_value()?;
+                return Ok(Cow::Borrowed(""));
+            }
+            let (a, b, escaped) = sc.string()?;
+            let text = std::str::from_utf8(&raw[a..b]).unwrap_or_default();
+            if !escaped {
+                return Ok(Cow::Borrowed(text));
+            }
+            let mut out = String::new();
+            json::unescape_into(&raw[a..b], &mut out).map_err(|m| sc.error_at(a, m))?;
+            Ok(Cow::Owned(out))
+        };
+        // Stops at the first malformed byte or once both are found: the walk's error is the
+        // way out of the member loop, so it is not an error of the object.
+        let _ = sc.object(|sc, key, _| {
+            match key {
+                b"apiVersion" => api_version = Some(read(sc)?),
+                b"kind" => kind = Some(read(sc)?),
+                _ => {
+                    sc.skip_value()?;
+                }
+            }
+            if api_version.is_some() && kind.is_some() {
+                return Err(sc.error_at(sc.pos(), "found"));
+            }
+            Ok(())
+        });
+        (api_version.unwrap_or_default(), kind.unwrap_or_default())
+    }
+
     /// Build from a JSON value (tests and tools; not the hot path). Keeps `managedFields`.
     pub fn from_value(v: &serde_json::Value) -> Result<Self, ObjectError> {
         Self::from_bytes(Bytes::from(serde_json::to_vec(v)?))
@@ -962,6 +1006,32 @@ mod tests {
     use super::*;
 
     const CM: &[u8] = br#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"pre-5","namespace":"samples","uid":"u1","resourceVersion":"50470","labels":{"sample":"yes"},"finalizers":["a/b"]},"data":{"k":"v5"}}"#;
+
+    #[test]
+    fn type_meta_is_read_in_any_order_and_decoded() {
+        let tm = |j: &str| {
+            let o = Object::from_bytes(Bytes::from(j.to_owned())).unwrap();
+            let (a, k) = o.type_meta();
+            (a.into_owned(), k.into_owned())
+        };
+        let pair = |a: &str, k: &str| (a.to_owned(), k.to_owned());
+        assert_eq!(
+            tm(r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a"}}"#),
+            pair("v1", "ConfigMap")
+        );
+        assert_eq!(
+            tm(
+                r#"{"metadata":{"name":"a","labels":{"kind":"x"}},"data":{"apiVersion":"y"},"apiVersion":"apps/v1","kind":"Deployment"}"#
+            ),
+            pair("apps/v1", "Deployment")
+        );
+        assert_eq!(
+            tm(r#"{"apiVersion":"v1","kind":"Config\u004dap","metadata":{}}"#),
+            pair("v1", "ConfigMap")
+        );
+        assert_eq!(tm(r#"{"metadata":{"name":"a"}}"#), pair("", ""));
+        assert_eq!(tm(r#"{"kind":null,"metadata":{}}"#), pair("", ""));
+    }
 
     #[test]
     fn parses_metadata_of_a_sample_configmap() {

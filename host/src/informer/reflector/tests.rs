@@ -216,6 +216,53 @@ async fn spec_1_7_objects_without_a_name_are_skipped() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn spec_1_7_objects_of_another_type_are_skipped() {
+    let typed = |api_version: &str, kind: &str, name: &str, rv: &str| {
+        Object::from_value(&serde_json::json!({
+            "kind": kind, "apiVersion": api_version,
+            "metadata": {"namespace": "ns", "name": name, "resourceVersion": rv}
+        }))
+        .unwrap()
+    };
+    let lw = FakeLw::new(vec![
+        fake::list("10", None, vec![]),
+        fake::watch(vec![
+            Item::Sleep(secs(2.0)),
+            // Another kind, another version of the same kind, and a Table with a name.
+            Item::Ev(WatchEvent::Added(typed("v1", "Secret", "s", "11"))),
+            Item::Ev(WatchEvent::Modified(typed("v2", "ConfigMap", "v", "12"))),
+            Item::Ev(WatchEvent::Added(typed(
+                "meta.k8s.io/v1",
+                "Table",
+                "t",
+                "13",
+            ))),
+            Item::Ev(WatchEvent::Added(typed("v1", "ConfigMap", "a", "14"))),
+            // No type metadata at all: taken as the watched type.
+            Item::Ev(WatchEvent::Added(
+                Object::from_value(&serde_json::json!({
+                    "metadata": {"namespace": "ns", "name": "b", "resourceVersion": "15"}
+                }))
+                .unwrap(),
+            )),
+        ]),
+        fake::watch_hang(vec![]),
+    ]);
+    lw.expect_type("v1", "ConfigMap");
+    let (r, store) = make(&lw, ReflectorOptions::default(), 0.0);
+    let reqs = run_until(&r, &lw, 3).await;
+    assert_eq!(
+        store.ops(),
+        vec![
+            Op::Replace(vec![], "10".into()),
+            Op::Add("ns/a".into(), "14".into()),
+            Op::Add("ns/b".into(), "15".into())
+        ]
+    );
+    assert_eq!(watch_req(&reqs[2]).resource_version.as_deref(), Some("15"));
+}
+
+#[tokio::test(start_paused = true)]
 async fn spec_1_7_regression_7_6_synthetic_adds_do_not_move_last_sync_rv() {
     // A list without an RV leaves lastSyncRV "", so the watch starts at "" and its
     // ADDEDs are synthetic and out of RV order (k/k#136583).
@@ -361,6 +408,41 @@ async fn spec_1_8_watch_start_refused_or_429_rewatch_after_backoff() {
     }
     assert_eq!(reqs[2].0 - reqs[1].0, secs(0.8));
     assert_eq!(reqs[3].0 - reqs[2].0, secs(1.6));
+}
+
+#[tokio::test(start_paused = true)]
+async fn spec_1_8_watch_start_connect_failure_other_than_refused_relists() {
+    // A TLS or DNS failure is not client-go's IsConnectionRefused: ListAndWatch returns, the
+    // watch-error handler sees it (spec 1.9), and the next round relists after a backoff.
+    let tls = Error::Connect {
+        url: "https://127.0.0.1:1".into(),
+        message: "invalid peer certificate: UnknownIssuer".into(),
+        refused: false,
+    };
+    let lw = FakeLw::new(vec![
+        fake::list("10", None, vec![]),
+        Step::Watch(Err(tls)),
+        fake::list("11", None, vec![]),
+        fake::watch_hang(vec![]),
+    ]);
+    let seen = Arc::new(Mutex::new(0usize));
+    let s = seen.clone();
+    let r = Arc::new(
+        Reflector::new(
+            lw.clone(),
+            Arc::new(Rec::default()),
+            ReflectorOptions::default(),
+        )
+        .with_rand(Box::new(|| 0.0))
+        .with_watch_error_handler(Arc::new(move |e| {
+            assert!(matches!(e, ReflectorError::WatchStart(_)), "{e}");
+            *s.lock() += 1;
+        })),
+    );
+    let reqs = run_until(&r, &lw, 4).await;
+    assert_eq!(*seen.lock(), 1);
+    assert_eq!(list_req(&reqs[2]).resource_version.as_deref(), Some("10"));
+    assert_eq!(reqs[2].0 - reqs[1].0, secs(0.8));
 }
 
 #[tokio::test(start_paused = true)]
