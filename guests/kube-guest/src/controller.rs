@@ -171,3 +171,116 @@ macro_rules! export_controller {
         };
     };
 }
+
+#[cfg(test)]
+mod tests {
+    //! What runs without the host: outcome mapping and the glue's parsing and dispatch. The log,
+    //! queue and lister imports exist only in a component (natively their stubs panic), so the
+    //! default handlers, which enqueue, are tested in a component run by the host (the greeter
+    //! test guest's scenario in `host/tests`). The glue's drop-with-a-log of an event that does
+    //! not parse is tested nowhere: it logs through an import, and the host only sends objects.
+    use super::*;
+    use std::cell::RefCell;
+
+    thread_local! {
+        /// What the overriding handlers below saw, in order.
+        static SEEN: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    }
+
+    fn seen() -> Vec<String> {
+        SEEN.with(|s| s.take())
+    }
+
+    /// Records each call; reconcile fails for keys starting with `fail`.
+    struct Recorder;
+
+    impl Controller for Recorder {
+        fn manifest() -> Manifest {
+            unreachable!("not called by these tests")
+        }
+        fn on_add(watch: u32, obj: Object) {
+            SEEN.with(|s| s.borrow_mut().push(format!("add {watch} {}", obj.key())));
+        }
+        fn on_update(watch: u32, old: Object, new: Object) {
+            let (o, n) = (old["data"]["v"].clone(), new["data"]["v"].clone());
+            SEEN.with(|s| {
+                s.borrow_mut()
+                    .push(format!("update {watch} {} {o} -> {n}", new.key()))
+            });
+        }
+        fn on_delete(watch: u32, obj: Object, tombstone: bool) {
+            SEEN.with(|s| {
+                s.borrow_mut()
+                    .push(format!("delete {watch} {} {tombstone}", obj.key()))
+            });
+        }
+        fn reconcile(key: &str) -> Result<Action> {
+            match key.strip_prefix("fail") {
+                Some(rest) => Err(crate::Error::msg(format!("cannot{rest}"))),
+                None if key == "later" => Ok(Action::RequeueAfter(Duration::from_millis(1500))),
+                None => Ok(Action::Done),
+            }
+        }
+    }
+
+    fn cm(name: &str, v: &str) -> Vec<u8> {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"ns"}},"data":{{"v":"{v}"}}}}"#
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn actions_become_outcomes_in_milliseconds() {
+        assert_eq!(Outcome::from(Action::Done), Outcome::Done);
+        assert_eq!(
+            Outcome::from(Action::RequeueAfter(Duration::from_secs(30))),
+            Outcome::RequeueAfter(30_000)
+        );
+        // Below a millisecond rounds down: the host's queue has millisecond resolution.
+        assert_eq!(
+            Outcome::from(Action::RequeueAfter(Duration::from_micros(1999))),
+            Outcome::RequeueAfter(1)
+        );
+        // Beyond u64 milliseconds saturates rather than wrapping to a short delay.
+        assert_eq!(
+            Outcome::from(Action::RequeueAfter(Duration::MAX)),
+            Outcome::RequeueAfter(u64::MAX)
+        );
+    }
+
+    #[test]
+    fn glue_hands_parsed_objects_with_watch_and_tombstone_to_the_handlers() {
+        seen();
+        glue::on_add::<Recorder>(2, cm("a", "1"));
+        glue::on_update::<Recorder>(0, cm("a", "1"), cm("a", "2"));
+        glue::on_delete::<Recorder>(1, cm("a", "2"), true);
+        glue::on_delete::<Recorder>(1, cm("b", "3"), false);
+        assert_eq!(
+            seen(),
+            [
+                "add 2 ns/a",
+                r#"update 0 ns/a "1" -> "2""#,
+                "delete 1 ns/a true",
+                "delete 1 ns/b false",
+            ]
+        );
+    }
+
+    #[test]
+    fn glue_maps_reconcile_results_and_errors_to_what_the_host_reads() {
+        assert_eq!(
+            glue::reconcile::<Recorder>("ns/a".into()),
+            Ok(Outcome::Done)
+        );
+        assert_eq!(
+            glue::reconcile::<Recorder>("later".into()),
+            Ok(Outcome::RequeueAfter(1500))
+        );
+        // The host logs this string and retries the key with backoff.
+        assert_eq!(
+            glue::reconcile::<Recorder>("fail to write".into()),
+            Err("cannot to write".to_string())
+        );
+    }
+}
