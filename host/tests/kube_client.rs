@@ -750,6 +750,80 @@ async fn client_certificates_from_config_and_from_exec() {
     .await
 }
 
+/// The kubeconfig fields the other tests set on `Config` directly, read from a kubeconfig as
+/// kubectl reads them: `certificate-authority-data`, `client-certificate`/`client-key` as
+/// paths relative to the kubeconfig's folder, and a static `token`.
+#[tokio::test]
+async fn kubeconfig_ca_data_client_cert_files_and_static_token() {
+    use base64::Engine as _;
+    bounded(async {
+        let pki = Pki::new();
+        let s = serve(
+            Some(pki.server_config(&["localhost", "127.0.0.1"], true)),
+            Arc::new(|_: &Seen| ok(CM)),
+        )
+        .await;
+        let d = tmpdir();
+        let (cert, key) = pki.issue(&["alice"], true);
+        std::fs::create_dir_all(d.join("pki")).unwrap();
+        std::fs::write(d.join("pki/alice.crt"), &cert).unwrap();
+        std::fs::write(d.join("pki/alice.key"), &key).unwrap();
+        let ca = base64::engine::general_purpose::STANDARD.encode(&pki.ca_pem);
+        let yaml = format!(
+            r#"apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {{server: "{server}", certificate-authority-data: "{ca}"}}
+users:
+- name: files
+  user: {{client-certificate: pki/alice.crt, client-key: pki/alice.key}}
+- name: token
+  user: {{client-certificate: pki/alice.crt, client-key: pki/alice.key, token: s3cret}}
+contexts:
+- name: files
+  context: {{cluster: c, user: files}}
+- name: token
+  context: {{cluster: c, user: token}}
+current-context: files
+"#,
+            server = s.url("https")
+        );
+        let load = |context: Option<&str>| {
+            Config::from_kubeconfig_str(
+                &yaml,
+                &d,
+                &KubeconfigOptions {
+                    context: context.map(str::to_owned),
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+        };
+        Client::new(load(None))
+            .unwrap()
+            .get(&cm_res(), None, "a")
+            .await
+            .unwrap();
+        Client::new(load(Some("token")))
+            .unwrap()
+            .get(&cm_res(), None, "b")
+            .await
+            .unwrap();
+        let seen = s.seen();
+        assert!(seen[0].client_cert && seen[1].client_cert);
+        assert_eq!(seen[0].header("authorization"), "");
+        assert_eq!(seen[1].header("authorization"), "Bearer s3cret");
+
+        // A CA that is not base64 is a configuration error naming the field.
+        let bad = yaml.replace(&ca, "not base64!");
+        let e = Config::from_kubeconfig_str(&bad, &d, &KubeconfigOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("certificate-authority-data"), "{e}");
+        std::fs::remove_dir_all(d).unwrap();
+    })
+    .await
+}
+
 /// The DER of a PEM certificate.
 fn der(pem: &str) -> Vec<u8> {
     rustls_pemfile::certs(&mut pem.as_bytes())
@@ -1135,10 +1209,17 @@ async fn discovery_resolves_kinds_and_finds_crds_installed_later() {
         let _ = d.resolve("example.com/v1", "Widget").await.unwrap_err();
         assert_eq!(s.seen().len(), before + 1);
 
-        crd_ready.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Installed later: the same (warm) cache resolves it once a miss may fetch again.
         let d = Discovery::new(Client::new(plain_config(&s)).unwrap())
-            .with_min_refresh_interval(Duration::ZERO);
-        assert!(d.resolve("example.com/v1", "Widget").await.is_ok());
+            .with_min_refresh_interval(Duration::from_millis(200));
+        d.refresh().await.unwrap();
+        assert!(d.resolve("example.com/v1", "Widget").await.is_err());
+        crd_ready.store(true, std::sync::atomic::Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while d.resolve("example.com/v1", "Widget").await.is_err() {
+            assert!(tokio::time::Instant::now() < deadline, "never resolved");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let w = d.cached("example.com/v1", "Widget").unwrap();
         assert!(!w.namespaced);
         assert_eq!(w.collection_path(Some("ignored")), "/apis/example.com/v1/widgets");

@@ -24,9 +24,8 @@ use super::tombstone::ObjOrTombstone;
 use crate::kube::Object;
 
 /// Receives an informer's notifications. Calls for one registration are sequential; the
-/// returned futures may await (e.g. a call into a Wasm guest). A panic is caught and logged,
-/// and that notification is skipped: one bad handler must not take the host down. (client-go
-/// crashes the process by default, spec 4.4; a plugin host cannot.)
+/// returned futures may await (e.g. a call into a Wasm guest). What a panic does is the
+/// processor's [`PanicPolicy`].
 pub trait ResourceEventHandler: Send + Sync + 'static {
     fn on_add(&self, obj: Object, is_in_initial_list: bool) -> BoxFuture<'_, ()>;
     fn on_update(&self, old: Object, new: Object) -> BoxFuture<'_, ()>;
@@ -171,6 +170,25 @@ pub fn determine_resync_period(desired: Duration, check: Duration) -> Duration {
     desired.max(check)
 }
 
+/// What a panicking handler call does (spec 4.4).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PanicPolicy {
+    /// Abort the process, as client-go does by default: a handler that panicked may have left
+    /// its own state half-updated, and a restart (by the kubelet, in a cluster) is the one
+    /// recovery that is always correct.
+    #[default]
+    Crash,
+    /// Log it, skip that notification and pause the listener for a second (client-go with
+    /// crash-on-panic turned off). For hosts whose handlers isolate their own faults, such as
+    /// the plugin runtime, where a guest's trap is an error, not a panic, and one plugin must
+    /// not take the others down.
+    Skip,
+}
+
+/// How long a listener pauses after a skipped panic (client-go's listener loop restarts after
+/// a second).
+const PANIC_PAUSE: Duration = Duration::from_secs(1);
+
 /// Identifies a listener within its processor.
 pub type ListenerId = u64;
 
@@ -206,7 +224,7 @@ impl Listener {
         }
     }
 
-    fn spawn(&mut self, rt: &tokio::runtime::Handle, id: ListenerId) {
+    fn spawn(&mut self, rt: &tokio::runtime::Handle, id: ListenerId, panics: PanicPolicy) {
         let Some(rx) = self.rx.take() else { return };
         let span = tracing::info_span!("informer.listener", listener = id);
         let notifications = Notifications {
@@ -214,6 +232,7 @@ impl Listener {
             tracker: self.tracker.clone(),
             pending: self.pending.clone(),
             removed: self.removed.clone(),
+            panics,
         };
         rt.spawn(self.handler.clone().listen(notifications).instrument(span));
     }
@@ -226,10 +245,12 @@ pub struct Notifications {
     tracker: Arc<SyncTracker>,
     pending: Arc<AtomicUsize>,
     removed: Arc<AtomicBool>,
+    panics: PanicPolicy,
 }
 
 /// Hands `handler` the notifications one at a time, in order, until the listener is removed
-/// or the processor stops (spec 4.4). A panicking handler call is logged and skipped.
+/// or the processor stops (spec 4.4). A panicking handler call is dealt with as the
+/// processor's [`PanicPolicy`] says.
 pub async fn listen_with<H: EventHandler>(handler: H, mut n: Notifications) {
     while let Some(note) = n.rx.recv().await {
         n.pending.fetch_sub(1, Ordering::Relaxed);
@@ -266,7 +287,16 @@ pub async fn listen_with<H: EventHandler>(handler: H, mut n: Notifications) {
             }
         });
         if !caught.await {
-            tracing::error!("event handler panicked; notification skipped");
+            match n.panics {
+                PanicPolicy::Crash => {
+                    tracing::error!("event handler panicked; aborting the process (spec 4.4)");
+                    std::process::abort();
+                }
+                PanicPolicy::Skip => {
+                    tracing::error!("event handler panicked; notification skipped");
+                    tokio::time::sleep(PANIC_PAUSE).await;
+                }
+            }
         }
         if initial {
             n.tracker.finished();
@@ -298,6 +328,7 @@ struct Inner {
     next_id: ListenerId,
     runtime: Option<tokio::runtime::Handle>,
     stopped: bool,
+    panics: PanicPolicy,
 }
 
 /// The set of listeners of one informer.
@@ -314,6 +345,13 @@ pub struct ProcessorStopped;
 impl SharedProcessor {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A processor whose listeners deal with handler panics as `panics` says.
+    pub fn with_panic_policy(panics: PanicPolicy) -> Self {
+        let p = Self::default();
+        p.inner.write().panics = panics;
+        p
     }
 
     /// Add a listener; `initial` objects are queued to it (and only it) as initial-list adds
@@ -355,7 +393,7 @@ impl SharedProcessor {
             });
         }
         if let Some(rt) = g.runtime.clone() {
-            l.spawn(&rt, id);
+            l.spawn(&rt, id, g.panics);
         }
         g.listeners.push((id, l));
         Ok(ListenerHandle {
@@ -396,8 +434,9 @@ impl SharedProcessor {
     pub fn run(&self) {
         let rt = tokio::runtime::Handle::current();
         let mut g = self.inner.write();
+        let panics = g.panics;
         for (id, l) in g.listeners.iter_mut() {
-            l.spawn(&rt, *id);
+            l.spawn(&rt, *id, panics);
         }
         g.runtime = Some(rt);
     }
@@ -622,10 +661,11 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn spec_4_4_a_panicking_handler_is_contained() {
-        let p = SharedProcessor::new();
+    #[tokio::test(start_paused = true)]
+    async fn spec_4_4_with_skip_a_panicking_handler_is_contained_and_pauses_a_second() {
+        let p = SharedProcessor::with_panic_policy(PanicPolicy::Skip);
         p.run();
+        let t0 = Instant::now();
         let (r, mut rx) = recorder();
         p.add_listener(r, Duration::ZERO, Duration::ZERO, always(), [])
             .unwrap();
@@ -647,11 +687,12 @@ mod tests {
             recv_n(&mut rx, 1).await,
             vec![Seen::Add("ns/ok".into(), "1".into(), false)]
         );
+        assert!(t0.elapsed() >= PANIC_PAUSE, "{:?}", t0.elapsed());
     }
 
     #[tokio::test]
     async fn a_handler_panicking_before_returning_its_future_is_contained() {
-        let p = SharedProcessor::new();
+        let p = SharedProcessor::with_panic_policy(PanicPolicy::Skip);
         p.run();
         let (tx, mut rx) = mpsc::unbounded_channel();
         let h = HandlerFns {
@@ -676,6 +717,53 @@ mod tests {
             .await
             .expect("listener died with the panic");
         assert_eq!(got.as_deref(), Some("ns/ok"));
+    }
+
+    /// The child half of the crash test: only runs when the parent sets the variable.
+    #[tokio::test]
+    #[ignore = "run by spec_4_4_by_default_a_handler_panic_aborts_the_process"]
+    async fn panicking_handler_child() {
+        if std::env::var_os("HOST_PANIC_CHILD").is_none() {
+            return;
+        }
+        let p = SharedProcessor::new();
+        p.run();
+        let (r, _rx) = recorder();
+        p.add_listener(r, Duration::ZERO, Duration::ZERO, always(), [])
+            .unwrap();
+        p.distribute(
+            Notification::Add {
+                obj: obj("ns", "boom", "1"),
+                is_in_initial_list: false,
+            },
+            false,
+        );
+        // The abort ends the process long before this; returning means it did not happen.
+        tokio::time::sleep(Duration::from_secs(20)).await;
+    }
+
+    #[test]
+    fn spec_4_4_by_default_a_handler_panic_aborts_the_process() {
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new(exe)
+            .args([
+                "--exact",
+                "informer::processor::tests::panicking_handler_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("HOST_PANIC_CHILD", "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "child exited cleanly: {stderr}");
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(out.status.signal(), Some(6), "not SIGABRT: {stderr}");
+        }
+        assert!(stderr.contains("handler failure on purpose"), "{stderr}");
     }
 
     #[tokio::test]

@@ -16,8 +16,8 @@ use super::delta_fifo::{
 };
 use super::lister_watcher::ListerWatcher;
 use super::processor::{
-    determine_resync_period, ListenerHandle, ListenerId, Notification, ResourceEventHandler,
-    SharedProcessor, SyncedFn, MINIMUM_RESYNC_PERIOD,
+    determine_resync_period, ListenerHandle, ListenerId, Notification, PanicPolicy,
+    ResourceEventHandler, SharedProcessor, SyncedFn, MINIMUM_RESYNC_PERIOD,
 };
 use super::reflector::{Reflector, ReflectorOptions, WatchErrorHandler};
 use super::stop::StopSignal;
@@ -42,6 +42,8 @@ pub struct InformerOptions {
     /// Indexes besides the namespace index, which is always present.
     pub indexers: Indexers,
     pub reflector: ReflectorOptions,
+    /// What a panicking handler does: by default the process aborts, as in client-go.
+    pub handler_panics: PanicPolicy,
 }
 
 struct Config {
@@ -113,7 +115,7 @@ impl<L: ListerWatcher> SharedIndexInformer<L> {
             inner: Arc::new(Shared {
                 lw: Arc::new(lw),
                 indexer,
-                processor: Arc::new(SharedProcessor::new()),
+                processor: Arc::new(SharedProcessor::with_panic_policy(opts.handler_panics)),
                 fifo: Arc::new(OnceLock::new()),
                 reflector: OnceLock::new(),
                 config: Mutex::new(Config {

@@ -133,8 +133,10 @@ impl Cache {
 pub struct Discovery {
     client: Client,
     cache: RwLock<Cache>,
-    /// Last targeted refresh per group-version; also the single-flight lock for refreshes.
-    attempts: tokio::sync::Mutex<HashMap<String, Instant>>,
+    /// Per group-version: the time of its last targeted fetch, behind a lock that makes the
+    /// fetch single-flight. Why one lock per group-version: a miss on an aggregated API that
+    /// is down waits out its request timeout, and must not hold up misses elsewhere.
+    attempts: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Instant>>>>>,
     min_refresh_interval: Duration,
 }
 
@@ -143,7 +145,7 @@ impl Discovery {
         Discovery {
             client,
             cache: RwLock::new(Cache::default()),
-            attempts: tokio::sync::Mutex::new(HashMap::new()),
+            attempts: parking_lot::Mutex::new(HashMap::new()),
             min_refresh_interval: Duration::from_secs(5),
         }
     }
@@ -212,16 +214,20 @@ impl Discovery {
         if let Some(r) = self.cached(api_version, kind) {
             return Ok(r);
         }
-        let mut attempts = self.attempts.lock().await;
+        let flight = self
+            .attempts
+            .lock()
+            .entry(api_version.to_owned())
+            .or_default()
+            .clone();
+        let mut last = flight.lock().await;
         // Another caller may have fetched it while we waited.
         if let Some(r) = self.cached(api_version, kind) {
             return Ok(r);
         }
-        let due = attempts
-            .get(api_version)
-            .is_none_or(|t| t.elapsed() >= self.min_refresh_interval);
+        let due = last.is_none_or(|t| t.elapsed() >= self.min_refresh_interval);
         if due {
-            attempts.insert(api_version.to_owned(), Instant::now());
+            *last = Some(Instant::now());
             match self.fetch_gv(api_version).await {
                 Ok(list) => {
                     self.cache
@@ -235,7 +241,7 @@ impl Discovery {
                 Err(e) => return Err(e),
             }
         }
-        drop(attempts);
+        drop(last);
         self.cached(api_version, kind).ok_or_else(|| {
             Error::Api(Box::new(Status::failure(
                 404,

@@ -22,6 +22,7 @@ use super::rbac::namespace_scope;
 use super::reconcile::{spawn_workers, ReconcileStats, RECONCILE_BUCKETS};
 use super::watch_counters::{CounterMap, CountingLw};
 use crate::informer::factory::{FactoryRegistration, InformerKey, SharedInformerFactory};
+use crate::informer::processor::PanicPolicy;
 use crate::informer::shared::{InformerError, InformerOptions};
 use crate::kube::{ApiResource, Client, Discovery, ResourceClient};
 use crate::workqueue::{
@@ -160,6 +161,9 @@ impl PluginRuntime {
                 // The resync check period of shared informers: plugins that want a shorter
                 // resync lower it while the informer is new; 0 would disable resync entirely.
                 resync_period: INFORMER_RESYNC_CHECK,
+                // Plugin dispatchers turn guest faults into errors; a panic would be a host
+                // bug in one plugin's path, and must not stop every other plugin.
+                handler_panics: PanicPolicy::Skip,
                 ..InformerOptions::default()
             }),
             registry: Registry::new(),
