@@ -12,9 +12,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use host::emulator::EmulatorHandle;
-use host::plugin::{EngineConfig, Limits, PluginEngine, PluginRuntime, RuntimeOptions};
+use host::plugin::{EngineConfig, GuestError, Limits, PluginEngine, PluginRuntime, RuntimeOptions};
 use serde_json::{json, Value};
 use support::cluster::{client, emulator, eventually};
+use support::fakes::Fakes;
 use tokio::sync::OnceCell;
 
 /// Bounds the first build (componentize-py download included) and the cold compile together.
@@ -328,4 +329,92 @@ async fn a_cpython_instance_starts_and_answers_within_the_default_limits() {
     drop(instance);
     assert!(rt.shutdown(Duration::from_secs(5)).await);
     em.shutdown().await;
+}
+
+/// The engine's instance pool must hold `max_instances` instances of any component the loader
+/// accepts. A CPython component instantiates 14 core instances where a Rust guest needs a
+/// handful; a pool sized for the latter ran out at about half of `max_instances` CPython
+/// instances, failing workers' instantiations while the plugin was still below its own limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_instance_pool_holds_max_instances_cpython_instances_at_once() {
+    const N: u32 = 6;
+    let p = prepared().await;
+    let engine = PluginEngine::new(EngineConfig {
+        cache_dir: Some(support::guests::target_dir().join("python-guests/compile-cache")),
+        max_instances: N,
+        ..EngineConfig::default()
+    })
+    .expect("engine");
+    let limits = Limits {
+        max_instances: N + 1,
+        ..Limits::default()
+    };
+    let loaded = tokio::time::timeout(T, engine.load(&p.wasm, limits))
+        .await
+        .expect("loads in time")
+        .expect("loads");
+    assert_eq!(
+        engine.compiles(),
+        0,
+        "the compiled form comes from the cache"
+    );
+    let fakes = Fakes::new();
+    let plugin = loaded.activate(fakes.backends());
+    let pool = engine
+        .engine()
+        .pooling_allocator_metrics()
+        .expect("the pooling allocator is in use");
+
+    // All N instantiate at the same time, as a plugin's workers do when it starts.
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..N {
+        let mut instance = plugin.instance().expect("below the plugin's own limit");
+        tasks.spawn(async move { instance.warm().await.map(|()| instance) });
+    }
+    let mut live = Vec::new();
+    while let Some(done) = tokio::time::timeout(T, tasks.join_next())
+        .await
+        .expect("instantiations finish in time")
+    {
+        match done.expect("no panic") {
+            Ok(instance) => live.push(instance),
+            Err(e) => panic!("{} of {N} instances live, then: {e}", live.len()),
+        }
+    }
+    let core = pool.core_instances();
+    eprintln!(
+        "{N} CPython instances in {:?}: {core} core instances, {} memories, {} tables",
+        started.elapsed(),
+        pool.memories(),
+        pool.tables()
+    );
+    assert_eq!(pool.component_instances(), u64::from(N));
+    assert!(
+        core > u64::from(N) * 8,
+        "a CPython instance needs more than the 8 core instances a Rust guest is sized by: {core}"
+    );
+
+    // One more than the pool holds: refused, naming the limit that was reached.
+    let mut extra = plugin.instance().expect("below the plugin's own limit");
+    let err = tokio::time::timeout(T, extra.warm())
+        .await
+        .expect("in time")
+        .expect_err("the pool is full");
+    let GuestError::Instantiate(message) = &err else {
+        panic!("{err:?}");
+    };
+    assert!(
+        message.contains(&format!(
+            "maximum concurrent limit of {N} for component instances reached"
+        )),
+        "{message}"
+    );
+    // A dropped instance frees its slot for the next one.
+    drop(live.pop());
+    tokio::time::timeout(T, extra.warm())
+        .await
+        .expect("in time")
+        .expect("a freed slot is reused");
+    assert_eq!(pool.component_instances(), u64::from(N));
 }

@@ -126,6 +126,45 @@ impl PluginEngine {
     }
 }
 
+/// Per-component ceilings; a component over one is refused at load, naming it. A Rust wasip2
+/// component instantiates a handful of core modules (the program plus adapter shims) with one
+/// memory and a table or two. A CPython component made by componentize-py instantiates 14 (libc,
+/// libpython and its other shared libraries, shims) sharing one memory, and one with native
+/// extension modules more: the ceilings leave room for those.
+const MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 32;
+const MAX_MEMORIES_PER_COMPONENT: u32 = 4;
+const MAX_TABLES_PER_COMPONENT: u32 = 8;
+
+/// The pool's totals across all plugins.
+#[derive(Debug, PartialEq, Eq)]
+struct PoolSizes {
+    component_instances: u32,
+    core_instances: u32,
+    memories: u32,
+    tables: u32,
+    stacks: u32,
+}
+
+impl PoolSizes {
+    /// Room for `max_instances` live instances even if every one is of a component at all the
+    /// per-component ceilings, so no kind of slot runs out before the instance count does (sized
+    /// for Rust guests alone, the core-instance slots ran out at about half of `max_instances`
+    /// CPython instances). Spare core-instance slots cost nothing up front (wasmtime only counts
+    /// them); a memory slot reserves address space only (4 GiB + guard, inaccessible until
+    /// used), a table slot 160 KiB of untouched address space.
+    fn for_instances(max_instances: u32) -> Self {
+        let n = max_instances.max(1);
+        PoolSizes {
+            component_instances: n,
+            core_instances: n.saturating_mul(MAX_CORE_INSTANCES_PER_COMPONENT),
+            memories: n.saturating_mul(MAX_MEMORIES_PER_COMPONENT),
+            tables: n.saturating_mul(MAX_TABLES_PER_COMPONENT),
+            // One fiber stack per guest call in flight, and an instance has at most one.
+            stacks: n,
+        }
+    }
+}
+
 fn build_engine(config: &EngineConfig, pooling: bool) -> wasmtime::Result<Engine> {
     let mut c = Config::new();
     c.wasm_component_model(true)
@@ -134,24 +173,20 @@ fn build_engine(config: &EngineConfig, pooling: bool) -> wasmtime::Result<Engine
         // Guests get a bounded native stack; deep recursion traps instead of overflowing ours.
         .max_wasm_stack(1 << 20);
     if pooling {
-        let n = config.max_instances.max(1);
+        let sizes = PoolSizes::for_instances(config.max_instances);
         let mut pool = PoolingAllocationConfig::new();
-        // A Rust wasip2 component instantiates a handful of core modules (the program plus
-        // adapter shims) with one or two memories and tables. A CPython component made by
-        // componentize-py instantiates 14 (libc, libpython and its other shared libraries,
-        // shims), and one with native extension modules more: leave room for those.
-        pool.total_component_instances(n)
-            .total_core_instances(n.saturating_mul(8))
-            .total_memories(n.saturating_mul(2))
-            .total_tables(n.saturating_mul(4))
-            .total_stacks(n)
-            .max_core_instances_per_component(32)
-            .max_memories_per_component(4)
-            .max_tables_per_component(8)
+        pool.total_component_instances(sizes.component_instances)
+            .total_core_instances(sizes.core_instances)
+            .total_memories(sizes.memories)
+            .total_tables(sizes.tables)
+            .total_stacks(sizes.stacks)
+            .max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT)
+            .max_memories_per_component(MAX_MEMORIES_PER_COMPONENT)
+            .max_tables_per_component(MAX_TABLES_PER_COMPONENT)
             .max_memory_size(config.max_memory_bytes)
             // Keep a few freed slots' pages warm so re-instantiation after a trap stays cheap,
             // without letting idle slots hold memory forever.
-            .max_unused_warm_slots(n.min(32));
+            .max_unused_warm_slots(sizes.component_instances.min(32));
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     Engine::new(&c)
@@ -170,4 +205,23 @@ fn start_ticker(engine: &Engine, tick: Duration) -> std::io::Result<()> {
             }
         })
         .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_holds_max_instances_instances_at_every_per_component_ceiling() {
+        let s = PoolSizes::for_instances(256);
+        assert_eq!(s.component_instances, 256);
+        assert_eq!(s.core_instances, 256 * MAX_CORE_INSTANCES_PER_COMPONENT);
+        assert_eq!(s.memories, 256 * MAX_MEMORIES_PER_COMPONENT);
+        assert_eq!(s.tables, 256 * MAX_TABLES_PER_COMPONENT);
+        assert_eq!(s.stacks, 256);
+        // A CPython component (14 core instances, one memory) at the default count.
+        assert!(s.core_instances >= 256 * 14);
+        assert_eq!(PoolSizes::for_instances(0), PoolSizes::for_instances(1));
+        assert_eq!(PoolSizes::for_instances(u32::MAX).core_instances, u32::MAX);
+    }
 }
