@@ -293,10 +293,49 @@ async fn nothing_ambient_environment_files_or_network() {
         .expect("in time")
         .expect("no trap")
         .expect_err("the guest reports through its error");
-    assert_eq!(
-        report,
-        "env=0 args=0 root=false cwd=false tcp=false udp=false"
+    assert_eq!(report, "env=0 args=0 root=false cwd=false udp=false");
+}
+
+/// A real listener on loopback, reachable from this process: only the sandbox can keep the guest
+/// from connecting to it. The guest also looks up `localhost`, which resolves anywhere that name
+/// lookups are allowed.
+#[tokio::test]
+async fn tcp_to_a_live_loopback_listener_and_name_lookups_are_denied() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let port = listener.local_addr().expect("addr").port();
+    // The port does accept connections from outside the sandbox.
+    let probe = std::net::TcpStream::connect(("127.0.0.1", port)).expect("host-side connect");
+    let accepted =
+        support::cluster::eventually(Duration::from_secs(5), || listener.accept().is_ok()).await;
+    assert!(accepted, "the listener accepts a host-side connection");
+    drop(probe);
+
+    let fakes = Fakes::new();
+    let plugin = start("getter", Limits::default(), &fakes).await;
+    let mut inst = plugin.instance().expect("instance");
+    let report = tokio::time::timeout(T, inst.reconcile(&format!("net/{port}")))
+        .await
+        .expect("in time")
+        .expect("no trap")
+        .expect_err("the guest reports through its error");
+    let from_guest = listener.accept();
+    let (tcp, dns) = report.split_once("; ").expect("two probes");
+    assert!(
+        tcp.starts_with("tcp=PermissionDenied"),
+        "the connect is refused by the sandbox, not by the network: {report}"
     );
+    // The guest's libc reports a refused lookup as EAI_FAIL ("Non-recoverable error"); a name
+    // the resolver does not know would be EAI_NONAME instead.
+    assert!(
+        dns.starts_with("dns=") && !dns.starts_with("dns=ok") && dns.contains("Non-recoverable"),
+        "the lookup of localhost is refused by the sandbox: {report}"
+    );
+    // A connection the guest had opened would be waiting in the backlog by now.
+    match from_guest {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the listener accepted a connection from the guest: {other:?}"),
+    }
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! Reconcile reads its key from the lister: found → requeue after the object's byte length in ms,
-//! absent → done. Also writes to stdout and stderr, and logs through the host.
+//! absent → done. Also writes to stdout and stderr, and logs through the host. Keys `ambient`
+//! and `net/<port>` report what the sandbox grants instead.
 use kube_guest::{lister, log, split_key, watch_all, Level, Manifest, Outcome};
 
 struct Getter;
@@ -24,6 +25,9 @@ impl kube_guest::Guest for Getter {
         if key == "ambient" {
             return Err(ambient());
         }
+        if let Some(port) = key.strip_prefix("net/") {
+            return Err(network(port));
+        }
         println!("reconciling {key}");
         eprintln!("stderr line for {key}");
         log::log(Level::Info, &format!("looking up {key}"));
@@ -38,13 +42,31 @@ impl kube_guest::Guest for Getter {
 
 kube_guest::export!(Getter);
 
-/// Reports what the sandbox grants: environment, arguments, files, network.
+/// Reports what the sandbox grants: environment, arguments, files, UDP sockets.
 fn ambient() -> String {
     let env = std::env::vars_os().count();
     let args = std::env::args_os().count();
     let root = std::fs::read_dir("/").is_ok();
     let cwd = std::fs::read_dir(".").is_ok();
-    let tcp = std::net::TcpStream::connect("127.0.0.1:1").is_ok();
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").is_ok();
-    format!("env={env} args={args} root={root} cwd={cwd} tcp={tcp} udp={udp}")
+    format!("env={env} args={args} root={root} cwd={cwd} udp={udp}")
+}
+
+/// Tries a TCP connection to `port` on loopback, where the test listens, and a name lookup of
+/// `localhost`, which would succeed on any machine: each is reported as `ok` or the error's kind
+/// and text, so the test can tell a sandbox refusal from a network failure.
+fn network(port: &str) -> String {
+    use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+    let tcp = match port.parse::<u16>() {
+        Ok(p) => match TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], p))) {
+            Ok(_) => "ok".to_string(),
+            Err(e) => format!("{:?} ({e})", e.kind()),
+        },
+        Err(_) => format!("bad port {port:?}"),
+    };
+    let dns = match ("localhost", 80).to_socket_addrs() {
+        Ok(addrs) => format!("ok {:?}", addrs.collect::<Vec<_>>()),
+        Err(e) => format!("{:?} ({e})", e.kind()),
+    };
+    format!("tcp={tcp}; dns={dns}")
 }
