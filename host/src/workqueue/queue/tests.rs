@@ -18,6 +18,17 @@ async fn within<F: std::future::Future>(what: &str, fut: F) -> F::Output {
     }
 }
 
+/// Polls `fut` once and asserts it is waiting: a task blocked on it now is really blocked,
+/// rather than not yet scheduled.
+fn assert_pending<F: std::future::Future + Unpin>(what: &str, fut: &mut F) {
+    let waker = futures_util::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    assert!(
+        std::pin::Pin::new(fut).poll(&mut cx).is_pending(),
+        "{what} should be waiting"
+    );
+}
+
 /// Asserts that `get` is pending right now (polls once; no waiting on time).
 async fn assert_get_pending(q: &Queue<String>) {
     let fut = q.get();
@@ -79,13 +90,11 @@ async fn spec_5_1_add_while_processing_marks_dirty_without_queueing() {
 #[tokio::test]
 async fn spec_5_2_get_waits_for_an_add() {
     let q: Queue<String> = Queue::new();
-    let worker = tokio::spawn({
-        let q = q.clone();
-        async move { q.get().await }
-    });
-    tokio::task::yield_now().await;
+    let mut get = Box::pin(q.get());
+    assert_pending("get on an empty queue", &mut get);
     q.add(s("x"));
-    let got = within("get", worker).await.expect("worker task");
+    // The add wakes the waiting get (a lost wake-up would hang here, bounded).
+    let got = within("get", get).await;
     assert_eq!(got.as_deref(), Some("x"));
 }
 
@@ -125,16 +134,13 @@ async fn spec_5_2_regression_7_9_workers_drain_the_queue_after_shutdown() {
 #[tokio::test]
 async fn spec_5_2_shutdown_wakes_every_blocked_worker() {
     let q: Queue<String> = Queue::new();
-    let workers: Vec<_> = (0..4)
-        .map(|_| {
-            let q = q.clone();
-            tokio::spawn(async move { q.get().await })
-        })
-        .collect();
-    tokio::task::yield_now().await;
+    let mut workers: Vec<_> = (0..4).map(|_| Box::pin(q.get())).collect();
+    for w in &mut workers {
+        assert_pending("a worker's get", w);
+    }
     q.shutdown();
     for w in workers {
-        assert_eq!(within("worker", w).await.expect("task"), None);
+        assert_eq!(within("worker", w).await, None);
     }
 }
 
@@ -180,16 +186,10 @@ async fn spec_5_3_done_wakes_a_waiting_worker_for_the_requeued_item() {
     q.add(s("a"));
     let a = q.get().await.expect("a");
     q.add(s("a"));
-    let worker = tokio::spawn({
-        let q = q.clone();
-        async move { q.get().await }
-    });
-    tokio::task::yield_now().await;
+    let mut worker = Box::pin(q.get());
+    assert_pending("the worker's get, while a is processed", &mut worker);
     q.done(&a);
-    assert_eq!(
-        within("worker", worker).await.expect("task").as_deref(),
-        Some("a")
-    );
+    assert_eq!(within("worker", worker).await.as_deref(), Some("a"));
 }
 
 #[tokio::test]
@@ -199,15 +199,11 @@ async fn spec_5_4_shutdown_with_drain_waits_for_processing_only() {
     q.add(s("queued"));
     let held = q.get().await.expect("held");
 
-    let drain = tokio::spawn({
-        let q = q.clone();
-        async move { q.shutdown_with_drain().await }
-    });
-    tokio::task::yield_now().await;
-    assert!(!drain.is_finished(), "an item is still being processed");
+    let mut drain = Box::pin(q.shutdown_with_drain());
+    assert_pending("the drain, while an item is processed", &mut drain);
     assert!(q.shutting_down());
     q.done(&held);
-    within("drain", drain).await.expect("task");
+    within("drain", drain).await;
     // Regression 7.9 (k/k#141079): the drain returned although "queued" was never processed.
     assert_eq!(q.len(), 1);
     assert_eq!(q.get().await.as_deref(), Some("queued"));
@@ -228,14 +224,10 @@ async fn regression_7_9_shutdown_cancels_a_pending_drain() {
     let q = Queue::new();
     q.add(s("stuck"));
     let _stuck = q.get().await.expect("stuck");
-    let drain = tokio::spawn({
-        let q = q.clone();
-        async move { q.shutdown_with_drain().await }
-    });
-    tokio::task::yield_now().await;
-    assert!(!drain.is_finished());
+    let mut drain = Box::pin(q.shutdown_with_drain());
+    assert_pending("the drain", &mut drain);
     q.shutdown();
-    within("drain", drain).await.expect("task");
+    within("drain", drain).await;
 }
 
 #[tokio::test]
@@ -244,16 +236,13 @@ async fn regression_7_9_every_drain_waiter_is_released() {
     let q = Queue::new();
     q.add(s("a"));
     let a = q.get().await.expect("a");
-    let waiters: Vec<_> = (0..3)
-        .map(|_| {
-            let q = q.clone();
-            tokio::spawn(async move { q.shutdown_with_drain().await })
-        })
-        .collect();
-    tokio::task::yield_now().await;
+    let mut waiters: Vec<_> = (0..3).map(|_| Box::pin(q.shutdown_with_drain())).collect();
+    for w in &mut waiters {
+        assert_pending("a drain waiter", w);
+    }
     q.done(&a);
     for w in waiters {
-        within("drain waiter", w).await.expect("task");
+        within("drain waiter", w).await;
     }
 }
 
@@ -354,18 +343,11 @@ async fn an_add_during_processing_is_processed_after_it() {
     let q: Queue<&'static str> = Queue::new();
     q.add("k");
     let k = q.get().await.expect("k");
-    let second = tokio::spawn({
-        let q = q.clone();
-        async move { q.get().await }
-    });
+    let mut second = Box::pin(q.get());
     q.add("k");
-    tokio::task::yield_now().await;
-    assert!(
-        !second.is_finished(),
-        "held key must not be handed out again"
-    );
+    assert_pending("a get of the held key", &mut second);
     q.done(&k);
-    assert_eq!(within("second get", second).await.expect("task"), Some("k"));
+    assert_eq!(within("second get", second).await, Some("k"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
