@@ -10,6 +10,7 @@
 //! writable by the user running the host; it is created with mode 0700. Entries that fail to
 //! deserialize (truncated, from another build, garbage) are recompiled and rewritten.
 
+use std::ffi::OsString;
 use std::fs;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
@@ -41,12 +42,18 @@ pub(crate) struct CompileCache {
 
 /// The per-user default: `$XDG_CACHE_HOME/kube-wasm-host`, else `~/.cache/kube-wasm-host`.
 pub fn default_cache_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
+    cache_dir_from(std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME"))
+}
+
+/// The rule of [`default_cache_dir`], apart from the process environment so tests need not
+/// change it. Without a per-user base there is no default: a shared directory such as the
+/// system temp dir would let another user plant native code this host then loads.
+fn cache_dir_from(xdg_cache_home: Option<OsString>, home: Option<OsString>) -> Option<PathBuf> {
+    let base = xdg_cache_home
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|v| !v.is_empty())
+            home.filter(|v| !v.is_empty())
                 .map(|h| PathBuf::from(h).join(".cache"))
         })?;
     Some(base.join("kube-wasm-host"))
@@ -177,4 +184,110 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
         b.mode(0o700);
     }
     b.create(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine(config: &wasmtime::Config) -> Engine {
+        Engine::new(config).expect("engine")
+    }
+
+    fn base_config() -> wasmtime::Config {
+        let mut c = wasmtime::Config::new();
+        c.wasm_component_model(true).epoch_interruption(true);
+        c
+    }
+
+    fn entry(config: &wasmtime::Config, wasm: &[u8]) -> PathBuf {
+        CompileCache::new(PathBuf::from("/cache"), &engine(config)).entry_path(wasm)
+    }
+
+    #[test]
+    fn the_key_is_stable_for_the_same_bytes_and_engine_configuration() {
+        // Two engines built alike, as in two runs of the host: the second finds the first's entry.
+        let a = entry(&base_config(), b"component");
+        assert_eq!(a, entry(&base_config(), b"component"));
+        assert_ne!(a, entry(&base_config(), b"another component"));
+        let name = a.file_name().and_then(|n| n.to_str()).expect("name");
+        let content = hex(&Sha256::digest(b"component"));
+        assert!(name.starts_with(&content), "{name}");
+        assert!(name.ends_with(".cwasm"), "{name}");
+    }
+
+    #[test]
+    fn another_wasmtime_version_gets_another_key() {
+        // wasmtime folds its crate version into the compatibility hash through the module
+        // version strategy; a custom version string stands in for another release.
+        let mut other = base_config();
+        other
+            .module_version(wasmtime::ModuleVersionStrategy::Custom(
+                "0.0.0-another-release".into(),
+            ))
+            .expect("version");
+        let same = entry(&base_config(), b"component");
+        let upgraded = entry(&other, b"component");
+        assert_ne!(same, upgraded);
+        // Only the engine part differs: the content hash is the same.
+        let stem = |p: &Path| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.split_once('-'))
+                .map(|(content, _)| content.to_string())
+        };
+        assert_eq!(stem(&same), stem(&upgraded));
+    }
+
+    #[test]
+    fn an_engine_setting_that_changes_code_generation_gets_another_key() {
+        let base = entry(&base_config(), b"component");
+        let mut no_epochs = base_config();
+        no_epochs.epoch_interruption(false);
+        assert_ne!(base, entry(&no_epochs, b"component"));
+        let mut fast = base_config();
+        fast.cranelift_opt_level(wasmtime::OptLevel::None);
+        assert_ne!(base, entry(&fast, b"component"));
+    }
+
+    #[test]
+    fn the_default_directory_is_per_user() {
+        let os = |s: &str| Some(OsString::from(s));
+        assert_eq!(
+            cache_dir_from(os("/home/ana/.xdg-cache"), os("/home/ana")),
+            Some(PathBuf::from("/home/ana/.xdg-cache/kube-wasm-host"))
+        );
+        assert_eq!(
+            cache_dir_from(None, os("/home/ana")),
+            Some(PathBuf::from("/home/ana/.cache/kube-wasm-host"))
+        );
+        assert_eq!(
+            cache_dir_from(os(""), os("/home/ana")),
+            Some(PathBuf::from("/home/ana/.cache/kube-wasm-host")),
+            "an empty XDG_CACHE_HOME counts as unset"
+        );
+        assert_eq!(cache_dir_from(None, None), None, "no shared fallback");
+        assert_eq!(cache_dir_from(os(""), os("")), None);
+        // The public entry point reads the same variables.
+        assert_eq!(
+            default_cache_dir(),
+            cache_dir_from(std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME"))
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_directory_is_created_private_to_the_user() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("compile-cache-mode-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let path = dir.join("nested").join("entry.cwasm");
+        write_atomically(&path, b"artifact").expect("write");
+        for d in [dir.as_path(), dir.join("nested").as_path()] {
+            let mode = fs::metadata(d).expect("metadata").permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{}", d.display());
+        }
+        assert_eq!(fs::read(&path).expect("read"), b"artifact");
+        let _ = fs::remove_dir_all(&dir);
+    }
 }
