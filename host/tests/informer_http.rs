@@ -151,7 +151,8 @@ impl Log {
         at
     }
     fn failures(&self, code: u16) -> usize {
-        self.calls()
+        self.calls
+            .lock()
             .iter()
             .filter(|c| matches!(c.outcome, Outcome::Failed { code: Some(k), .. } if k == code))
             .count()
@@ -1331,19 +1332,26 @@ fn counting_handler() -> (HandlerFns, LastSeen, Arc<AtomicU64>) {
     (h, last, count)
 }
 
-/// Inject a fault until the informer has observably received it (`delivered` grows), bounded.
-/// An injection can miss: e.g. a 410 kick while the reflector is between watches reaches no
-/// stream, so it is repeated every 50 ms.
+/// Arm a fault, then inject until the informer has observably received it (`delivered`
+/// grows), bounded. An injection can miss: e.g. a 410 kick while the reflector is between
+/// watches reaches no stream, so it is repeated every 50 ms.
+///
+/// The count is read before the fault is armed: an armed fault can be delivered at once (the
+/// reflector's next request takes a `fail_next`; a watch already past the close-after count
+/// ends at its next event), and a count read after that would wait for a second delivery that
+/// never comes.
 ///
 /// On failure the panic names what the reflector last asked for and got, and the watches the
 /// server had open, so that a rare stall can be told apart from a slow machine.
 async fn deliver(
     what: &str,
     (log, h): (&Log, &EmulatorHandle),
+    arm: impl FnOnce(),
     mut inject: impl FnMut(),
     delivered: impl Fn() -> usize,
 ) {
     let before = delivered();
+    arm();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         inject();
@@ -1420,11 +1428,12 @@ async fn convergence_under_faults_5000_writes_500_objects() {
             0 => {
                 // Arm the close, then feed events (writes to a probe object) until the
                 // informer's watch has really been closed by the server.
-                f.close_watches_after(rng.gen_range(1..=8));
+                let after = rng.gen_range(1..=8);
                 let mut n = 0u64;
                 deliver(
                     "a watch close",
                     (&*log, h),
+                    || f.close_watches_after(after),
                     || {
                         n += 1;
                         touch(h, "fault-probe", &n.to_string());
@@ -1437,6 +1446,7 @@ async fn convergence_under_faults_5000_writes_500_objects() {
                 deliver(
                     "an in-stream 410",
                     (&*log, h),
+                    || {},
                     || f.inject_expired(),
                     || log.stream_expired.load(Ordering::SeqCst) as usize,
                 )
@@ -1444,11 +1454,11 @@ async fn convergence_under_faults_5000_writes_500_objects() {
             }
             2 | 3 => {
                 let code = if kind == 2 { 429 } else { 500 };
-                f.fail_next(1, code, 1);
                 // Make the reflector send a request soon: end its watch.
                 deliver(
                     FAULT_KINDS[kind],
                     (&*log, h),
+                    || f.fail_next(1, code, 1),
                     || f.inject_expired(),
                     || log.failures(code),
                 )
