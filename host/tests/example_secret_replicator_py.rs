@@ -418,3 +418,16 @@ async fn the_instance_pool_holds_max_instances_cpython_instances_at_once() {
         .expect("a freed slot is reused");
     assert_eq!(pool.component_instances(), u64::from(N));
 }
+
+/// The example's scenario files (`examples/secret-replicator-py/scenarios`) pass under the real
+/// `host test`: a guest written in Python is unit-tested exactly as a Rust one is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scenarios_pass_under_host_test() {
+    let p = prepared().await;
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/secret-replicator-py/scenarios");
+    // The compile cache `prepared` filled: `host test` loads the component without a cold
+    // Cranelift compile.
+    let cache = support::guests::target_dir().join("python-guests/compile-cache");
+    support::scenarios::assert_scenarios_pass(&p.wasm, &dir, Some(&cache)).await;
+}

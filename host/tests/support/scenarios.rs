@@ -1,6 +1,6 @@
-//! Runs an example's scenario files through the real `host test` binary, as a guest author would.
+//! Runs a guest's scenario files through the real `host test` binary, as a guest author would.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::guests::example;
@@ -14,7 +14,15 @@ pub async fn assert_example_scenarios_pass(name: &str) {
         .join("../examples")
         .join(name)
         .join("scenarios");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+    assert_scenarios_pass(&example(name), &dir, None).await;
+}
+
+/// Runs every `*.yaml` in `dir` with `host test --plugin <plugin>` and asserts that the process
+/// succeeds and its summary line says every scenario passed. `cache_dir` is the compile cache to
+/// use (one already holding a large component spares a cold compile); else a shared one under
+/// the temp dir.
+pub async fn assert_scenarios_pass(plugin: &Path, dir: &Path, cache_dir: Option<&Path>) {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .expect("scenarios dir")
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
@@ -22,10 +30,11 @@ pub async fn assert_example_scenarios_pass(name: &str) {
     files.sort();
     assert!(!files.is_empty(), "no scenario files in {}", dir.display());
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_host"));
-    cmd.arg("test")
-        .arg("--plugin")
-        .arg(example(name))
-        .args(&files)
+    cmd.arg("test").arg("--plugin").arg(plugin);
+    if let Some(cache) = cache_dir {
+        cmd.arg("--cache-dir").arg(cache);
+    }
+    cmd.args(&files)
         .env(
             "XDG_CACHE_HOME",
             std::env::temp_dir().join("kube-wasm-host-test-cache"),
