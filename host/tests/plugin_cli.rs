@@ -150,7 +150,7 @@ async fn rbac_resolves_custom_kinds_from_crd_files_and_warns_when_it_must_guess(
     );
     assert_eq!(
         rule(group, "namespacedefaults/status").as_deref(),
-        Some("update")
+        Some("patch,update")
     );
     // Built-in kinds come from the API server's own resource list.
     assert_eq!(rule("", "namespaces").as_deref(), Some("get,list,watch"));

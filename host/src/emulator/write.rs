@@ -580,12 +580,20 @@ fn next_state(
     }
     if sub == Some("status") {
         let status = new.get("status").cloned();
+        // An apply has already worked out its ownership of the status fields on `new` (the
+        // other writes record theirs below): that is the one part of its metadata that stays.
+        let applied = (operation == "Apply")
+            .then(|| new.pointer("/metadata/managedFields").cloned())
+            .flatten();
         new = cur_v.clone();
         if let Some(o) = new.as_object_mut() {
             match status {
                 Some(s) => o.insert("status".into(), s),
                 None => o.remove("status"),
             };
+        }
+        if let Some(fields) = applied {
+            meta_mut(&mut new).insert("managedFields".into(), fields);
         }
     } else if def.status {
         let status = cur_v.get("status").cloned();

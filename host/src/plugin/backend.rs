@@ -155,6 +155,27 @@ pub enum WriteOp {
         /// `force=true`.
         force: bool,
     },
+    /// PATCH to the `status` subresource with the given patch type.
+    PatchStatus(PatchKind),
+    /// Server-side apply to the `status` subresource (never creates the object).
+    ApplyStatus {
+        /// `fieldManager`: the plugin's name.
+        field_manager: Arc<str>,
+        /// `force=true`.
+        force: bool,
+    },
+}
+
+impl WriteOp {
+    /// The subresource the request goes to.
+    pub fn subresource(&self) -> Option<&'static str> {
+        match self {
+            WriteOp::ReplaceStatus | WriteOp::PatchStatus(_) | WriteOp::ApplyStatus { .. } => {
+                Some("status")
+            }
+            _ => None,
+        }
+    }
 }
 
 /// One write a guest asked for, already permitted by its manifest.

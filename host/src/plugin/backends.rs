@@ -344,6 +344,8 @@ impl ClientBackend for KubeClientBackend {
                     .as_deref()
                     .ok_or_else(|| ApiError::bad_request("a name is required"))
             };
+            // PATCH .../status for the status writes: the server keeps only their status.
+            let sub = req.op.subresource();
             let obj = match req.op {
                 WriteOp::Create => client.create(&res, ns, body, &params).await?,
                 WriteOp::Replace => client.replace(&res, ns, name()?, body, &params).await?,
@@ -352,17 +354,21 @@ impl ClientBackend for KubeClientBackend {
                         .replace_status(&res, ns, name()?, body, &params)
                         .await?
                 }
-                WriteOp::Patch(kind) => {
+                WriteOp::Patch(kind) | WriteOp::PatchStatus(kind) => {
                     let patch = match kind {
                         PatchKind::Json => Patch::Json(body),
                         PatchKind::Merge => Patch::Merge(body),
                         PatchKind::StrategicMerge => Patch::Strategic(body),
                     };
                     client
-                        .patch(&res, ns, name()?, None, &patch, &params)
+                        .patch(&res, ns, name()?, sub, &patch, &params)
                         .await?
                 }
                 WriteOp::Apply {
+                    field_manager,
+                    force,
+                }
+                | WriteOp::ApplyStatus {
                     field_manager,
                     force,
                 } => {
@@ -372,7 +378,7 @@ impl ClientBackend for KubeClientBackend {
                         dry_run: false,
                     };
                     client
-                        .patch(&res, ns, name()?, None, &Patch::Apply(body), &params)
+                        .patch(&res, ns, name()?, sub, &Patch::Apply(body), &params)
                         .await?
                 }
                 WriteOp::Delete(d) => {

@@ -163,19 +163,32 @@ impl HostState {
             .by_index(api_version, kind, index_name, index_value)?)
     }
 
-    fn check_write(&self, api_version: &str, kind: &str, verb: Verb) -> Result<(), wit::ApiError> {
+    /// `verb` is the manifest verb that allows the call; `op` names the request in the refusal,
+    /// as the API server's RBAC would (`patch NamespaceDefaults/status`), since one manifest verb
+    /// can cover several requests.
+    fn check_write(
+        &self,
+        api_version: &str,
+        kind: &str,
+        verb: Verb,
+        op: &WriteOp,
+    ) -> Result<(), wit::ApiError> {
         if self.ctx.manifest.may_write(api_version, kind, verb) {
             return Ok(());
         }
-        let v = verb.rbac();
-        let sub = verb
+        let v = match op {
+            WriteOp::PatchStatus(_) | WriteOp::ApplyStatus { .. } => "patch",
+            _ => verb.rbac(),
+        };
+        let sub = op
             .subresource()
             .map(|s| format!("/{s}"))
             .unwrap_or_default();
+        let needs = verb.wit_name();
         tracing::warn!(plugin = %self.ctx.name, %api_version, %kind, verb = %format_args!("{v}{sub}"),
-            "client write refused: not declared in the manifest");
+            manifest_verb = needs, "client write refused: not declared in the manifest");
         Err(ApiError::forbidden(format!(
-            "plugin {:?} may not {v} {kind}{sub} ({api_version}): not declared in its manifest's writes",
+            "plugin {:?} may not {v} {kind}{sub} ({api_version}): not declared in its manifest's writes (needs verb {needs})",
             self.ctx.name
         ))
         .into())
@@ -191,7 +204,7 @@ impl HostState {
         body: Vec<u8>,
     ) -> BoxFuture<'static, Result<Option<Vec<u8>>, wit::ApiError>> {
         let (api_version, kind, namespace, name) = target;
-        if let Err(e) = self.check_write(&api_version, &kind, verb) {
+        if let Err(e) = self.check_write(&api_version, &kind, verb, &op) {
             return Box::pin(std::future::ready(Err(e)));
         }
         let req = WriteRequest {
@@ -456,6 +469,37 @@ impl client::Host for HostState {
             force,
         };
         expect_object(self.write(Verb::Patch, op, target, obj).await)
+    }
+
+    async fn patch_status(
+        &mut self,
+        api_version: String,
+        kind: String,
+        namespace: Option<String>,
+        name: String,
+        patch_type: wit::PatchType,
+        patch: Vec<u8>,
+    ) -> Result<Vec<u8>, wit::ApiError> {
+        let target = (api_version, kind, namespace, Some(name));
+        let op = WriteOp::PatchStatus(patch_type.into());
+        expect_object(self.write(Verb::UpdateStatus, op, target, patch).await)
+    }
+
+    async fn apply_status(
+        &mut self,
+        api_version: String,
+        kind: String,
+        namespace: Option<String>,
+        name: String,
+        obj: Vec<u8>,
+        force: bool,
+    ) -> Result<Vec<u8>, wit::ApiError> {
+        let target = (api_version, kind, namespace, Some(name));
+        let op = WriteOp::ApplyStatus {
+            field_manager: Arc::clone(&self.ctx.name),
+            force,
+        };
+        expect_object(self.write(Verb::UpdateStatus, op, target, obj).await)
     }
 }
 

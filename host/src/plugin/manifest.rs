@@ -16,18 +16,43 @@ pub enum Verb {
     Patch,
     /// `delete`.
     Delete,
-    /// `update` on the `status` subresource.
+    /// Writes of the `status` subresource: `update` (replace-status) and `patch` (patch-status,
+    /// apply-status).
     UpdateStatus,
 }
 
 impl Verb {
-    /// The RBAC verb (the subresource is separate, see [`Verb::subresource`]).
+    /// The RBAC verb it is named after (the subresource is separate, see [`Verb::subresource`]).
     pub fn rbac(self) -> &'static str {
         match self {
             Verb::Create => "create",
             Verb::Update | Verb::UpdateStatus => "update",
             Verb::Patch => "patch",
             Verb::Delete => "delete",
+        }
+    }
+
+    /// Every RBAC verb the calls it allows need, sorted: what `host rbac` grants for it.
+    /// `update-status` needs two because the contract's one status verb covers replace, patch
+    /// and apply of the status subresource.
+    pub fn rbac_verbs(self) -> &'static [&'static str] {
+        match self {
+            Verb::Create => &["create"],
+            Verb::Update => &["update"],
+            Verb::Patch => &["patch"],
+            Verb::Delete => &["delete"],
+            Verb::UpdateStatus => &["patch", "update"],
+        }
+    }
+
+    /// The name the contract (and so the guest's manifest) gives it.
+    pub fn wit_name(self) -> &'static str {
+        match self {
+            Verb::Create => "create",
+            Verb::Update => "update",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+            Verb::UpdateStatus => "update-status",
         }
     }
 
@@ -378,6 +403,52 @@ mod tests {
             resync_period_ms: 0,
             workers: 0,
         }
+    }
+
+    /// The cases of the contract's `verb` enum, in order, as every 0.1.0 guest was built with.
+    ///
+    /// wasmtime type-checks the `manifest` export exactly (an enum must have the same cases),
+    /// so one more case would make every guest built before it fail to load with "expected enum
+    /// of 6 names, found 5 names". New write calls are therefore guarded by an existing verb
+    /// (`update-status` covers patch-status and apply-status) until the package version moves.
+    #[test]
+    fn the_verb_enum_keeps_its_0_1_0_cases_so_older_guests_still_load() {
+        let wit = include_str!("../../../wit/controller.wit");
+        assert!(wit.contains("package kube:controller@0.1.0;"));
+        let body = wit
+            .split_once("enum verb {")
+            .and_then(|(_, rest)| rest.split_once('}'))
+            .map(|(body, _)| body)
+            .expect("the verb enum");
+        let cases: Vec<&str> = body
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("//"))
+            .map(|l| l.trim_end_matches(','))
+            .collect();
+        assert_eq!(
+            cases,
+            ["create", "update", "patch", "delete", "update-status"]
+        );
+        let names: Vec<&str> = [
+            Verb::Create,
+            Verb::Update,
+            Verb::Patch,
+            Verb::Delete,
+            Verb::UpdateStatus,
+        ]
+        .iter()
+        .map(|v| v.wit_name())
+        .collect();
+        assert_eq!(names, cases);
+    }
+
+    #[test]
+    fn update_status_grants_every_status_write() {
+        assert_eq!(Verb::UpdateStatus.subresource(), Some("status"));
+        assert_eq!(Verb::UpdateStatus.rbac_verbs(), ["patch", "update"]);
+        assert_eq!(Verb::Patch.rbac_verbs(), ["patch"]);
+        assert_eq!(Verb::Patch.subresource(), None);
     }
 
     #[test]

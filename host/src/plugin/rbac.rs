@@ -206,7 +206,7 @@ fn add_rules(
             };
             into.entry((group_of(&w.api_version).to_string(), r))
                 .or_default()
-                .insert(v.rbac());
+                .extend(v.rbac_verbs());
         }
     }
     Ok(())
@@ -362,8 +362,30 @@ mod tests {
                 {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "patch"]},
                 {"apiGroups": ["apps"], "resources": ["deployments"],
                  "verbs": ["delete", "get", "list", "watch"]},
-                {"apiGroups": ["apps"], "resources": ["deployments/status"], "verbs": ["update"]},
+                {"apiGroups": ["apps"], "resources": ["deployments/status"], "verbs": ["patch", "update"]},
             ])
+        );
+    }
+
+    #[test]
+    fn status_writes_need_update_and_patch_on_the_status_subresource_only() {
+        // replace-status is a PUT of .../status, patch-status and apply-status a PATCH of it; the
+        // one manifest verb covering them must grant both there, and nothing on the object.
+        let m = with_writes("s", &[("apps/v1", "Deployment", &[Verb::UpdateStatus])]);
+        let d = docs(&rbac_yaml([&m], resolve, None, &SUBJECT).expect("yaml"));
+        assert_eq!(
+            d[0]["rules"],
+            json!([
+                {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["apps"], "resources": ["deployments/status"], "verbs": ["patch", "update"]},
+            ])
+        );
+        // Patch on the object does not reach its status, and status writes do not need it.
+        let p = with_writes("p", &[("apps/v1", "Deployment", &[Verb::Patch])]);
+        let r = rules([&p], resolve).expect("resolves");
+        assert!(
+            r.iter().all(|r| r["resources"][0] != "deployments/status"),
+            "{r:?}"
         );
     }
 

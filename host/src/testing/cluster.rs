@@ -208,28 +208,32 @@ impl FakeCluster {
         };
         let w = WriteOpts::by(manager);
         let sh = &*self.shared;
+        let sub = req.op.subresource();
+        if sub == Some("status") && !def.status {
+            // The API server has no route for it: the same 404 whatever the method.
+            return Err(ApiError::new(
+                404,
+                "NotFound",
+                format!("{} has no status subresource", def.plural),
+            ));
+        }
         let obj = match &req.op {
             WriteOp::Create => write::create(sh, &rr(None, None), &req.body, w),
             WriteOp::Replace => write::update(sh, &rr(Some(name()?), None), &req.body, w),
-            WriteOp::ReplaceStatus => {
-                if !def.status {
-                    return Err(ApiError::new(
-                        404,
-                        "NotFound",
-                        format!("{} has no status subresource", def.plural),
-                    ));
-                }
-                write::update(sh, &rr(Some(name()?), Some("status")), &req.body, w)
-            }
-            WriteOp::Patch(kind) => {
+            WriteOp::ReplaceStatus => write::update(sh, &rr(Some(name()?), sub), &req.body, w),
+            WriteOp::Patch(kind) | WriteOp::PatchStatus(kind) => {
                 let q = PatchQuery {
                     field_manager: Some(manager),
                     ..PatchQuery::default()
                 };
-                let r = rr(Some(name()?), None);
+                let r = rr(Some(name()?), sub);
                 write::patch(sh, &r, kind.content_type(), &req.body, w, q).map(|(_, o)| o)
             }
             WriteOp::Apply {
+                field_manager,
+                force,
+            }
+            | WriteOp::ApplyStatus {
                 field_manager,
                 force,
             } => {
@@ -238,7 +242,7 @@ impl FakeCluster {
                     force: *force,
                     force_given: *force,
                 };
-                let r = rr(Some(name()?), None);
+                let r = rr(Some(name()?), sub);
                 let w = WriteOpts::by(field_manager);
                 write::patch(sh, &r, "application/apply-patch+yaml", &req.body, w, q)
                     .map(|(_, o)| o)
@@ -427,5 +431,179 @@ spec: {size: 1}
         assert_eq!(v["status"]["ready"], true);
         assert_eq!(v["spec"]["size"], 1, "a status write leaves spec alone");
         assert_eq!(o.meta().generation, 1);
+    }
+
+    const WIDGETS: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget, listKind: WidgetList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      subresources: {status: {}}
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+---
+apiVersion: example.com/v1
+kind: Widget
+metadata: {name: w, namespace: team, labels: {a: "1"}}
+spec: {size: 1}
+status: {phase: Old, note: kept}
+"#;
+
+    fn widget_req(op: WriteOp, name: &str, body: Value) -> WriteRequest {
+        WriteRequest {
+            op,
+            api_version: "example.com/v1".into(),
+            kind: "Widget".into(),
+            namespace: Some("team".into()),
+            name: Some(name.into()),
+            body: body.to_string().into_bytes(),
+        }
+    }
+
+    fn stored(b: Option<Bytes>) -> Value {
+        Object::from_bytes(b.expect("object"))
+            .expect("object")
+            .to_value()
+            .expect("json")
+    }
+
+    fn manager_entry<'a>(v: &'a Value, manager: &str, operation: &str) -> Option<&'a Value> {
+        v["metadata"]["managedFields"]
+            .as_array()?
+            .iter()
+            .find(|e| e["manager"] == manager && e["operation"] == operation)
+    }
+
+    #[test]
+    fn a_status_patch_changes_only_status_and_needs_no_current_resource_version() {
+        use crate::plugin::backend::PatchKind;
+        let c = FakeCluster::new(VirtualClock::default()).expect("cluster");
+        c.seed_yaml(WIDGETS).expect("seed");
+        let before = c
+            .get("example.com/v1", "Widget", Some("team"), "w")
+            .expect("widget");
+        // The status a seed sets is dropped on create (status subresource): give it one.
+        c.replace_status(json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "team"}, "status": {"phase": "Old", "note": "kept"}}))
+            .expect("status");
+        let patch = json!({"metadata": {"labels": {"a": "2"}}, "spec": {"size": 9},
+            "status": {"phase": "Ready"}});
+        let out = c
+            .write(
+                &widget_req(WriteOp::PatchStatus(PatchKind::Merge), "w", patch),
+                "p",
+            )
+            .expect("status patch");
+        let v = stored(out);
+        assert_eq!(v["status"], json!({"phase": "Ready", "note": "kept"}));
+        assert_eq!(v["spec"]["size"], 1, "spec is not the status subresource's");
+        assert_eq!(v["metadata"]["labels"]["a"], "1", "nor is metadata");
+        assert_eq!(v["metadata"]["generation"], 1);
+        assert_ne!(v["metadata"]["resourceVersion"], before.resource_version());
+        let e = manager_entry(&v, "p", "Update").expect("p's entry");
+        assert_eq!(e["subresource"], "status");
+
+        // A patch that states a stale resourceVersion is refused like a stale PUT.
+        let stale = json!({"metadata": {"resourceVersion": before.resource_version()},
+            "status": {"phase": "Stale"}});
+        let e = c
+            .write(
+                &widget_req(WriteOp::PatchStatus(PatchKind::Merge), "w", stale),
+                "p",
+            )
+            .unwrap_err();
+        assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
+
+        // A JSON patch addresses status paths the same way.
+        let ops = json!([{"op": "replace", "path": "/status/phase", "value": "Done"}]);
+        let v = stored(
+            c.write(
+                &widget_req(WriteOp::PatchStatus(PatchKind::Json), "w", ops),
+                "p",
+            )
+            .expect("json patch"),
+        );
+        assert_eq!(v["status"]["phase"], "Done");
+
+        // Kinds without a status subresource, and missing objects, are 404s.
+        let e = c
+            .write(
+                &WriteRequest {
+                    op: WriteOp::PatchStatus(PatchKind::Merge),
+                    api_version: "v1".into(),
+                    kind: "ConfigMap".into(),
+                    namespace: Some("team".into()),
+                    name: Some("x".into()),
+                    body: b"{}".to_vec(),
+                },
+                "p",
+            )
+            .unwrap_err();
+        assert_eq!(e.code, 404, "{e}");
+        let e = c
+            .write(
+                &widget_req(WriteOp::PatchStatus(PatchKind::Merge), "nope", json!({})),
+                "p",
+            )
+            .unwrap_err();
+        assert_eq!(e.code, 404, "{e}");
+    }
+
+    #[test]
+    fn a_status_apply_owns_the_status_fields_it_states_and_never_creates() {
+        let c = FakeCluster::new(VirtualClock::default()).expect("cluster");
+        c.seed_yaml(WIDGETS).expect("seed");
+        let apply = |force: bool| WriteOp::ApplyStatus {
+            field_manager: "p".into(),
+            force,
+        };
+        let body = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "team", "labels": {"b": "x"}},
+            "spec": {"size": 5}, "status": {"phase": "Ready", "count": 2}});
+        let v = stored(
+            c.write(
+                &widget_req(apply(false), "w", body),
+                "ignored: an apply writes as its field manager",
+            )
+            .expect("status apply"),
+        );
+        assert_eq!(v["status"]["phase"], "Ready");
+        assert_eq!(v["status"]["count"], 2);
+        assert_eq!(v["spec"]["size"], 1, "spec is not the status subresource's");
+        assert!(v["metadata"]["labels"].get("b").is_none(), "{v}");
+        let e = manager_entry(&v, "p", "Apply").expect("p owns what it applied");
+        assert_eq!(e["subresource"], "status");
+        assert!(
+            e["fieldsV1"]["f:status"]["f:count"].is_object(),
+            "{}",
+            e["fieldsV1"]
+        );
+        assert!(e["fieldsV1"].get("f:spec").is_none(), "{}", e["fieldsV1"]);
+
+        // Stating fewer fields removes the ones it stops stating.
+        let body = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "team"}, "status": {"phase": "Ready"}});
+        let v = stored(
+            c.write(&widget_req(apply(false), "w", body), "p")
+                .expect("status apply"),
+        );
+        assert_eq!(v["status"], json!({"phase": "Ready"}));
+
+        // Status apply never creates.
+        let body = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "new", "namespace": "team"}, "status": {"phase": "Ready"}});
+        let e = c
+            .write(&widget_req(apply(true), "new", body), "p")
+            .unwrap_err();
+        assert_eq!(e.code, 404, "{e}");
+        assert!(c
+            .get("example.com/v1", "Widget", Some("team"), "new")
+            .is_none());
     }
 }

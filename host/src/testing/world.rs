@@ -105,11 +105,21 @@ pub enum WriteVerb {
     Delete,
     /// `client.replace-status`.
     ReplaceStatus,
+    /// `client.patch-status` with a JSON patch.
+    JsonPatchStatus,
+    /// `client.patch-status` with a merge patch.
+    MergePatchStatus,
+    /// `client.patch-status` with a strategic merge patch.
+    StrategicMergePatchStatus,
+    /// `client.apply-status`.
+    ApplyStatus,
 }
 
 impl WriteVerb {
     /// The name used in scenario files and reports: `create`, `replace`, `patch` (or
-    /// `json-patch`, `merge-patch`, `strategic-merge-patch`), `apply`, `delete`, `replace-status`.
+    /// `json-patch`, `merge-patch`, `strategic-merge-patch`), `apply`, `delete`,
+    /// `replace-status`, `patch-status` (or `json-patch-status`, `merge-patch-status`,
+    /// `strategic-merge-patch-status`), `apply-status`.
     pub fn as_str(self) -> &'static str {
         match self {
             WriteVerb::Create => "create",
@@ -120,16 +130,28 @@ impl WriteVerb {
             WriteVerb::Apply => "apply",
             WriteVerb::Delete => "delete",
             WriteVerb::ReplaceStatus => "replace-status",
+            WriteVerb::JsonPatchStatus => "json-patch-status",
+            WriteVerb::MergePatchStatus => "merge-patch-status",
+            WriteVerb::StrategicMergePatchStatus => "strategic-merge-patch-status",
+            WriteVerb::ApplyStatus => "apply-status",
         }
     }
 
-    /// Whether a scenario's verb name matches (`patch` matches every patch type).
+    /// Whether a scenario's verb name matches (`patch` matches every patch type of the object,
+    /// `patch-status` every patch type of its status).
     pub fn matches(self, name: &str) -> bool {
         name == self.as_str()
             || name == "patch"
                 && matches!(
                     self,
                     WriteVerb::JsonPatch | WriteVerb::MergePatch | WriteVerb::StrategicMergePatch
+                )
+            || name == "patch-status"
+                && matches!(
+                    self,
+                    WriteVerb::JsonPatchStatus
+                        | WriteVerb::MergePatchStatus
+                        | WriteVerb::StrategicMergePatchStatus
                 )
     }
 
@@ -143,6 +165,10 @@ impl WriteVerb {
             WriteOp::Apply { .. } => WriteVerb::Apply,
             WriteOp::Delete(_) => WriteVerb::Delete,
             WriteOp::ReplaceStatus => WriteVerb::ReplaceStatus,
+            WriteOp::PatchStatus(PatchKind::Json) => WriteVerb::JsonPatchStatus,
+            WriteOp::PatchStatus(PatchKind::Merge) => WriteVerb::MergePatchStatus,
+            WriteOp::PatchStatus(PatchKind::StrategicMerge) => WriteVerb::StrategicMergePatchStatus,
+            WriteOp::ApplyStatus { .. } => WriteVerb::ApplyStatus,
         }
     }
 }
@@ -671,6 +697,36 @@ mod tests {
         };
         let w = World::new(cluster, &m).expect("world");
         w.perform(create("other")).expect("not confined");
+    }
+
+    #[test]
+    fn scenario_verb_names_match_the_status_writes_apart_from_the_object_writes() {
+        let status_patches = [
+            WriteVerb::JsonPatchStatus,
+            WriteVerb::MergePatchStatus,
+            WriteVerb::StrategicMergePatchStatus,
+        ];
+        for v in status_patches {
+            assert!(v.matches("patch-status"), "{v:?}");
+            assert!(!v.matches("patch"), "{v:?}");
+            assert!(v.matches(v.as_str()), "{v:?}");
+        }
+        assert!(!WriteVerb::MergePatch.matches("patch-status"));
+        assert!(!WriteVerb::MergePatch.matches("merge-patch-status"));
+        assert!(WriteVerb::ApplyStatus.matches("apply-status"));
+        assert!(!WriteVerb::ApplyStatus.matches("apply"));
+        assert!(!WriteVerb::Apply.matches("apply-status"));
+        assert!(!WriteVerb::ApplyStatus.matches("patch-status"));
+        let field_manager: Arc<str> = Arc::from("p");
+        let op = WriteOp::ApplyStatus {
+            field_manager,
+            force: true,
+        };
+        assert_eq!(WriteVerb::of(&op), WriteVerb::ApplyStatus);
+        assert_eq!(
+            WriteVerb::of(&WriteOp::PatchStatus(PatchKind::Json)),
+            WriteVerb::JsonPatchStatus
+        );
     }
 
     #[test]

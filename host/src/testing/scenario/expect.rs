@@ -194,6 +194,11 @@ const VERBS: &[&str] = &[
     "apply",
     "delete",
     "replace-status",
+    "patch-status",
+    "json-patch-status",
+    "merge-patch-status",
+    "strategic-merge-patch-status",
+    "apply-status",
 ];
 
 fn write(v: &Value, at: &str) -> R<WriteExpect> {
