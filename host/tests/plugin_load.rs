@@ -210,3 +210,33 @@ async fn corrupt_cache_entry_is_recompiled_and_replaced() {
     assert_eq!(third.compiles(), 0);
     let _ = std::fs::remove_dir_all(&cache);
 }
+
+/// A selector is parsed at load with the parser the informers match with, so a typo stops that
+/// plugin before it watches anything, in one line that names the file, the watch and the cause.
+#[tokio::test]
+async fn an_unparsable_selector_fails_the_load_in_one_line_naming_the_file_and_cause() {
+    let engine = support::engine();
+    for (name, which, selector) in [
+        ("badlabel", "label", "app in (a,b"),
+        ("badfield", "field", "metadata.name"),
+    ] {
+        let path = guest(name);
+        let err = tokio::time::timeout(T, engine.load(&path, Limits::default()))
+            .await
+            .expect("in time")
+            .err()
+            .expect("must fail");
+        assert!(matches!(err.cause, LoadCause::Manifest(_)), "{err}");
+        let msg = err.to_string();
+        assert_eq!(msg.lines().count(), 1, "{msg}");
+        let prefix = format!(
+            "plugin {}: invalid manifest: watch 0: unparsable {which} selector {selector:?}: ",
+            path.display()
+        );
+        assert!(msg.starts_with(&prefix), "{msg}");
+        assert!(
+            msg.len() > prefix.len(),
+            "the parser's reason follows: {msg}"
+        );
+    }
+}
