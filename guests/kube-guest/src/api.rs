@@ -6,6 +6,7 @@
 use serde_json::{json, Value};
 
 use crate::bindings::kube::controller::{client, lister};
+use crate::conditions::{self, Condition};
 use crate::error::Result;
 use crate::object::{split_key, Object};
 use crate::{DeleteOptions, ObjectMeta, PatchType, Preconditions, PropagationPolicy};
@@ -269,6 +270,100 @@ impl Api {
             m.insert("status".into(), status);
         }
         self.replace_status(&next)
+    }
+
+    /// Patches the `status` subresource of the named object in this `Api`'s namespace: only the
+    /// patched `status` is stored (the API server drops changes to anything else).
+    ///
+    /// Why rather than [`Api::replace_status`]: a patch sends only what it changes and no
+    /// resourceVersion, so a concurrent write elsewhere in the object (a spec edit, a label, a
+    /// finalizer) does not fail it with 409 `Conflict`. A patch that replaces a list (a merge
+    /// patch of `conditions`) can drop another writer's entries; state `metadata.resourceVersion`
+    /// in it to be refused instead (as [`Api::set_condition`] does), or use [`Api::apply_status`].
+    /// Needs [`Verb::UpdateStatus`](crate::Verb::UpdateStatus) in the manifest.
+    ///
+    /// ```no_run
+    /// use kube_guest::{Api, Patch};
+    /// use serde_json::json;
+    /// # fn f() -> kube_guest::Result<()> {
+    /// let widgets = Api::namespaced("example.com/v1", "Widget", "prod");
+    /// let patch = json!({"status": {"phase": "Ready", "observedGeneration": 4}});
+    /// let stored = widgets.patch_status("w1", &Patch::Merge(patch))?;
+    /// assert_eq!(stored["status"]["phase"], "Ready");
+    /// # Ok(()) }
+    /// ```
+    pub fn patch_status(&self, name: &str, patch: &Patch) -> Result<Object> {
+        self.patch_status_in(self.ns(), name, patch)
+    }
+
+    fn patch_status_in(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        patch: &Patch,
+    ) -> Result<Object> {
+        let (ty, body) = patch.parts();
+        let body = serde_json::to_vec(body)?;
+        let out = client::patch_status(&self.api_version, &self.kind, namespace, name, ty, &body)?;
+        Object::from_slice(&out)
+    }
+
+    /// Server-side apply of `obj`'s status through the `status` subresource, with the plugin's
+    /// name as field manager: the controller owns exactly the status fields `obj` states, and
+    /// those it stops stating are removed; other managers' status fields are kept. `force` takes
+    /// over fields another manager holds instead of failing with 409 `Conflict`. Anything but
+    /// `status` in `obj` (beyond apiVersion, kind, name and namespace) is ignored, and the
+    /// object must exist: a status apply never creates (404 `NotFound`).
+    ///
+    /// Why: no read-modify-write and no resourceVersion, so neither a concurrent spec change
+    /// nor another controller's status fields can make it fail or be overwritten.
+    /// apiVersion and kind are filled in when missing. Needs
+    /// [`Verb::UpdateStatus`](crate::Verb::UpdateStatus) in the manifest.
+    ///
+    /// ```no_run
+    /// use kube_guest::{Api, Object};
+    /// use serde_json::json;
+    /// # fn f(w: &Object) -> kube_guest::Result<()> {
+    /// let widgets = Api::all("example.com/v1", "Widget");
+    /// let mut status = Object::new("example.com/v1", "Widget", w.namespace(), w.name());
+    /// status["status"] = json!({"observedGeneration": w.generation(), "replicas": 3});
+    /// widgets.apply_status(&status, true)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn apply_status(&self, obj: &Object, force: bool) -> Result<Object> {
+        let obj = self.typed(obj);
+        let out = client::apply_status(
+            &self.api_version,
+            &self.kind,
+            self.ns_of(&obj),
+            obj.name(),
+            &obj.to_vec(),
+            force,
+        )?;
+        Object::from_slice(&out)
+    }
+
+    /// Sets the condition `cond` in `obj`'s `status.conditions` with a merge patch of the
+    /// `status` subresource (see [`conditions::merge_patch`]): `lastTransitionTime` moves only
+    /// when the condition's status changes, nothing is written when nothing changes (returning
+    /// `obj`), and other status fields are left alone. `obj` should be the cached object; a 409
+    /// `Conflict` means its status changed meanwhile: reconcile again.
+    ///
+    /// ```no_run
+    /// use kube_guest::conditions::Condition;
+    /// use kube_guest::{Api, Object};
+    /// # fn f(w: &Object) -> kube_guest::Result<()> {
+    /// let widgets = Api::all("example.com/v1", "Widget");
+    /// let ready = Condition::new("Ready", "True", "Available", "all replicas up")
+    ///     .observed_generation(w.generation());
+    /// widgets.set_condition(w, ready)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn set_condition(&self, obj: &Object, cond: Condition) -> Result<Object> {
+        match conditions::merge_patch(obj, cond, &crate::time::now()) {
+            Some(p) => self.patch_status_in(self.ns_of(obj), obj.name(), &p),
+            None => Ok(obj.clone()),
+        }
     }
 
     /// Patches the named object in this `Api`'s namespace.

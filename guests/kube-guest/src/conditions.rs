@@ -1,9 +1,15 @@
 //! Status conditions (`status.conditions[]`, metav1.Condition) with Kubernetes' transition rule:
 //! `lastTransitionTime` changes only when a condition's `status` changes, so it tells when the
 //! state was entered, not when a controller last looked.
+//!
+//! [`merge_patch`] turns one condition change into a patch of the `status` subresource, which
+//! [`Api::set_condition`](crate::Api::set_condition) sends.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
+
+use crate::api::Patch;
+use crate::object::Object;
 
 /// One condition, as metav1.Condition serialises it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -133,6 +139,42 @@ pub fn set(status: &mut Value, mut cond: Condition, now: &str) -> bool {
     true
 }
 
+/// The merge patch of `obj`'s `status` subresource that sets `cond` (with [`set`]'s transition
+/// rule, `now` being the time of a transition), or none when it would change nothing.
+///
+/// Why the patch carries every condition and `obj`'s resourceVersion: a JSON merge patch
+/// replaces a list whole, so it must state the others too, and the resourceVersion makes the API
+/// server refuse it with 409 `Conflict` when the object changed since `obj` was read, rather
+/// than silently drop a condition another writer set meanwhile (client-go's
+/// `MergeFromWithOptimisticLock`, as [`crate::finalizer`] does). Other status fields are left
+/// as they are. On conflict, reconcile again from the fresher cached object.
+///
+/// ```
+/// use kube_guest::conditions::{self, Condition};
+/// use kube_guest::{Object, Patch};
+/// let obj = Object::from_slice(br#"{"metadata":{"name":"w","resourceVersion":"7"},
+///     "status":{"phase":"Running","conditions":[{"type":"Synced","status":"True",
+///     "reason":"Ok","message":"","lastTransitionTime":"2024-01-01T00:00:00Z"}]}}"#).unwrap();
+/// let ready = Condition::new("Ready", "True", "Available", "");
+/// let Some(Patch::Merge(p)) = conditions::merge_patch(&obj, ready, "2024-01-02T00:00:00Z")
+/// else { panic!() };
+/// assert_eq!(p["metadata"]["resourceVersion"], "7");
+/// assert_eq!(p["status"]["conditions"][0]["type"], "Synced");
+/// assert_eq!(p["status"]["conditions"][1]["lastTransitionTime"], "2024-01-02T00:00:00Z");
+/// assert!(p["status"].get("phase").is_none(), "other status fields are not touched");
+/// ```
+pub fn merge_patch(obj: &Object, cond: Condition, now: &str) -> Option<Patch> {
+    let mut status = obj.get("status").cloned().unwrap_or(Value::Null);
+    if !set(&mut status, cond, now) {
+        return None;
+    }
+    let mut patch = json!({ "status": { "conditions": status["conditions"].take() } });
+    if let Some(rv) = obj.resource_version() {
+        patch["metadata"] = json!({ "resourceVersion": rv });
+    }
+    Some(Patch::Merge(patch))
+}
+
 /// Removes the condition of `type_`; returns whether there was one.
 pub fn remove(status: &mut Value, type_: &str) -> bool {
     let Some(list) = status.get_mut("conditions").and_then(Value::as_array_mut) else {
@@ -147,6 +189,38 @@ pub fn remove(status: &mut Value, type_: &str) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn merge_patch_states_every_condition_and_nothing_when_unchanged() {
+        let obj = Object::from_slice(
+            br#"{"metadata":{"name":"w","resourceVersion":"3"},
+                "status":{"conditions":[{"type":"Ready","status":"False","reason":"Wait",
+                "message":"","lastTransitionTime":"t1"}]}}"#,
+        )
+        .unwrap();
+        let same = Condition::new("Ready", "False", "Wait", "");
+        assert_eq!(merge_patch(&obj, same, "t2"), None, "no change, no write");
+        let Some(Patch::Merge(p)) =
+            merge_patch(&obj, Condition::new("Ready", "True", "Ok", ""), "t2")
+        else {
+            panic!("a merge patch")
+        };
+        assert_eq!(
+            p,
+            json!({"metadata": {"resourceVersion": "3"}, "status": {"conditions": [
+                {"type": "Ready", "status": "True", "reason": "Ok", "message": "",
+                 "lastTransitionTime": "t2"}]}})
+        );
+        // An object with no status (or no resourceVersion yet) gets a list of one, unlocked.
+        let bare = Object::new("example.com/v1", "Widget", None, "w");
+        let Some(Patch::Merge(p)) =
+            merge_patch(&bare, Condition::new("Ready", "True", "Ok", ""), "t3")
+        else {
+            panic!("a merge patch")
+        };
+        assert!(p.get("metadata").is_none(), "{p}");
+        assert_eq!(p["status"]["conditions"].as_array().map(Vec::len), Some(1));
+    }
 
     #[test]
     fn transition_time_moves_only_with_status() {

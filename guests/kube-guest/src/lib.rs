@@ -11,8 +11,8 @@
 //!   owner references, finalizers, generation, ...), keys ([`object_key`], [`split_key`]) and
 //!   owner references ([`Object::controller_owner_ref`]).
 //! - [`Api`]: cache reads (get, list, by-index) and writes (create, replace, patch, server-side
-//!   apply, status, delete, finalizers), failing with [`Error`]s that keep the API's code and
-//!   reason (`is_not_found()`, `is_conflict()`, ...).
+//!   apply, status by replace, patch or apply, conditions, delete, finalizers), failing with
+//!   [`Error`]s that keep the API's code and reason (`is_not_found()`, `is_conflict()`, ...).
 //! - [`finalizer`], [`conditions`], [`time`]: pure helpers, unit-testable on the host target.
 //!
 //! A complete controller:
