@@ -64,6 +64,10 @@ impl RetryPolicy {
 /// The dispatch side of one plugin: its instance and counters.
 pub struct Dispatcher {
     name: Arc<str>,
+    /// Shared by the listeners of every watch of the plugin. Held for a whole delivery
+    /// (retries included) on purpose: it is what makes the plugin's notifications reach the
+    /// guest one at a time, in order; it guards nothing else. A dispatch task fed by a channel
+    /// would order them too, at the cost of one more hop and allocation per notification.
     instance: tokio::sync::Mutex<PluginInstance>,
     health: Arc<Health>,
     retry: RetryPolicy,

@@ -1,9 +1,12 @@
 //! Sandboxed guest instances: one store each, with deadlines, memory caps and replacement.
 //!
-//! A [`PluginInstance`] belongs to one worker (or to the plugin's dispatcher) and is used by one
-//! task at a time (`&mut self`), so no lock is ever held across a guest call. It instantiates
-//! lazily; when a call traps, runs past its deadline or exhausts its memory, the store is thrown
-//! away (its state may be inconsistent) and the next call starts from a fresh instance.
+//! A [`PluginInstance`] belongs to one reconcile worker, used by that task alone (`&mut self`),
+//! or to the plugin's dispatcher, whose watch listeners take turns on it behind an async mutex:
+//! that wait is the point (a plugin's notifications reach its guest one at a time, in order),
+//! and the mutex guards nothing else, so no shared-state lock is held across a guest call. It
+//! instantiates lazily; when a call traps, runs past its deadline or exhausts its memory, the
+//! store is thrown away (its state may be inconsistent) and the next call starts from a fresh
+//! instance.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
