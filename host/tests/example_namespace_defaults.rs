@@ -312,7 +312,7 @@ async fn harness_first_reconcile_writes_finalizer_objects_status_then_steady_sta
             w(WriteVerb::MergePatch, KIND, "team-defaults"),
             w(WriteVerb::Apply, "ConfigMap", "team-a/team-settings"),
             w(WriteVerb::Apply, "ResourceQuota", "team-a/team-quota"),
-            w(WriteVerb::ReplaceStatus, KIND, "team-defaults"),
+            w(WriteVerb::ApplyStatus, KIND, "team-defaults"),
         ]
     );
     assert_eq!(
@@ -340,6 +340,64 @@ async fn harness_first_reconcile_writes_finalizer_objects_status_then_steady_sta
 }
 
 #[tokio::test]
+async fn harness_the_status_is_applied_even_when_the_owner_changed_since_the_cache_read() {
+    let mut h = harness().await;
+    h.add(owner_json(json!({"pods": 10}))).await.expect("add");
+    h.run_queue().await;
+    h.deliver_pending().await.expect("deliver");
+    h.run_queue().await;
+    h.clear_records();
+
+    // A new namespace makes the status change; before the reconcile runs, someone labels the
+    // owner, so the owner the reconcile reads from the cache is one resourceVersion behind.
+    h.add(namespace("team-b", json!({"team": "b"})))
+        .await
+        .expect("namespace");
+    let mut current = h.get(API, KIND, None, "team-defaults").expect("owner");
+    current["metadata"]["labels"] = json!({"edited-by": "someone-else"});
+    h.cluster().replace(current).expect("out-of-band edit");
+
+    // A replace of the status would carry the stale resourceVersion and fail with 409; the
+    // status apply carries none and goes through, stating only the status fields it owns.
+    assert_eq!(h.reconcile("team-defaults").await, ReconcileOutcome::Done);
+    let recorded = h.writes();
+    let status_write = recorded
+        .iter()
+        .find(|w| w.verb == WriteVerb::ApplyStatus)
+        .expect("a status apply");
+    assert!(status_write.result.is_ok(), "{:?}", status_write.result);
+    assert!(
+        status_write.body["metadata"]
+            .get("resourceVersion")
+            .is_none(),
+        "{}",
+        status_write.body
+    );
+    let mut keys: Vec<&String> = status_write.body["status"]
+        .as_object()
+        .expect("status")
+        .keys()
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["conditions", "managed", "observedGeneration"]);
+    let stored = h.get(API, KIND, None, "team-defaults").expect("owner");
+    assert_eq!(stored["metadata"]["labels"]["edited-by"], "someone-else");
+    assert_eq!(
+        stored["status"]["managed"].as_array().map(Vec::len),
+        Some(4)
+    );
+    let entry = stored["metadata"]["managedFields"]
+        .as_array()
+        .and_then(|m| {
+            m.iter()
+                .find(|e| e["manager"] == "namespace-defaults" && e["operation"] == "Apply")
+        })
+        .cloned()
+        .expect("the controller owns the status it applied");
+    assert_eq!(entry["subresource"], "status");
+}
+
+#[tokio::test]
 async fn harness_new_namespaces_enqueue_owners_and_deletion_runs_the_finalizer() {
     let mut h = harness().await;
     h.add(owner_json(json!({"pods": 10}))).await.expect("add");
@@ -358,7 +416,7 @@ async fn harness_new_namespaces_enqueue_owners_and_deletion_runs_the_finalizer()
         [
             w(WriteVerb::Apply, "ConfigMap", "team-b/team-settings"),
             w(WriteVerb::Apply, "ResourceQuota", "team-b/team-quota"),
-            w(WriteVerb::ReplaceStatus, KIND, "team-defaults"),
+            w(WriteVerb::ApplyStatus, KIND, "team-defaults"),
         ]
     );
     h.deliver_pending().await.expect("deliver");
@@ -408,7 +466,7 @@ async fn harness_a_bad_spec_is_reported_in_status_and_nothing_is_applied() {
         writes(&h),
         [
             w(WriteVerb::MergePatch, KIND, "team-defaults"),
-            w(WriteVerb::ReplaceStatus, KIND, "team-defaults"),
+            w(WriteVerb::ApplyStatus, KIND, "team-defaults"),
         ]
     );
     let cond = &recorded[1].body["status"]["conditions"][0];

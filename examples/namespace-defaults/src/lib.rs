@@ -70,6 +70,7 @@ impl Controller for NamespaceDefaults {
             .watch(Watch::new("v1", "Namespace"))
             .watch(managed("ConfigMap"))
             .watch(managed("ResourceQuota"))
+            // Patch: the finalizer. UpdateStatus: every status write, the status apply included.
             .write(Write::new(
                 API_VERSION,
                 KIND,
@@ -264,12 +265,19 @@ fn finalize(owner: &Object) -> Result<Action> {
     Ok(Action::Done)
 }
 
-/// Writes `status` (managed list, observed generation, `Ready`) when it differs from the stored.
+/// The status fields this controller states (and, by applying them, owns).
+const STATUS_FIELDS: [&str; 3] = ["observedGeneration", "managed", "conditions"];
+
+/// Applies `status` (managed list, observed generation, `Ready`) to the status subresource when
+/// it differs from the stored one.
+///
+/// Why server-side apply rather than a replace: the controller states every status field it
+/// owns, so the write needs no resourceVersion, and an edit of the spec (or any other write to
+/// the object) landing between the cache read and this write no longer fails it with 409. That
+/// edit enqueues the owner again, and `observedGeneration` says which spec the status describes.
 fn write_status(owner: &Object, managed: Option<&[Managed]>, ready: Condition) -> Result<()> {
-    let mut status = owner.get("status").cloned().unwrap_or_else(|| json!({}));
-    if !status.is_object() {
-        status = json!({});
-    }
+    let stored = owner.get("status").filter(|s| s.is_object());
+    let mut status = stored.cloned().unwrap_or_else(|| json!({}));
     status["observedGeneration"] = owner.generation().into();
     if let Some(m) = managed {
         status["managed"] = Value::Array(m.iter().map(Managed::to_json).collect());
@@ -279,7 +287,16 @@ fn write_status(owner: &Object, managed: Option<&[Managed]>, ready: Condition) -
         ready.observed_generation(owner.generation()),
         &kube_guest::time::now(),
     );
-    owners().update_status(owner, status)?;
+    if stored == Some(&status) {
+        return Ok(());
+    }
+    let mut apply = Object::new(API_VERSION, KIND, None, owner.name());
+    apply["status"] = STATUS_FIELDS
+        .iter()
+        .filter_map(|f| Some((f.to_string(), status.get(f)?.clone())))
+        .collect::<serde_json::Map<_, _>>()
+        .into();
+    owners().apply_status(&apply, true)?;
     Ok(())
 }
 
