@@ -89,7 +89,8 @@ struct RunArgs {
     #[arg(long, value_name = "N")]
     max_instances: Option<u32>,
     /// Grace period for in-flight reconciles at shutdown, in seconds (default 30). Reconciles
-    /// still running when it ends are abandoned and the host exits with status 1.
+    /// still running when it ends are abandoned with a warning naming them; the exit status is
+    /// still 0.
     #[arg(long, value_name = "SECONDS")]
     grace_period: Option<u64>,
     /// Instance failures (traps, deadlines, memory exhaustion) within the quarantine window
@@ -119,7 +120,8 @@ struct RunArgs {
     /// Serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9090.
     #[arg(long, value_name = "ADDR")]
     metrics_addr: Option<SocketAddr>,
-    /// Log format on stderr.
+    /// Log format on stderr; `json` also makes the lines announced on stdout (emulator address,
+    /// kubeconfig, metrics address) and a fatal error JSON objects.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
 }
@@ -223,6 +225,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    let format = cli.run.log_format;
     let r = match cli.command {
         Some(Command::Emulator(args)) => rt.block_on(host::emulator::cli::run(args)),
         Some(Command::Inspect(args)) => rt.block_on(inspect(args)),
@@ -233,10 +236,45 @@ fn main() -> std::process::ExitCode {
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            match format {
+                LogFormat::Text => eprintln!("error: {e:#}"),
+                // Written directly rather than through the subscriber, so that no log filter
+                // can hide why the host stopped; shaped like the subscriber's own lines.
+                LogFormat::Json => eprintln!(
+                    "{}",
+                    serde_json::json!({
+                        "level": "ERROR",
+                        "fields": { "message": format!("error: {e:#}") },
+                        "target": "host",
+                    })
+                ),
+            }
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Writes one announcement line to stdout (what scripts and tests read addresses from): `text`
+/// as is, or in JSON mode an object shaped like the log lines with `message` and `fields`.
+fn announce(
+    format: LogFormat,
+    text: std::fmt::Arguments<'_>,
+    message: &str,
+    fields: serde_json::Value,
+) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match format {
+        LogFormat::Text => writeln!(out, "{text}")?,
+        LogFormat::Json => {
+            let mut f = serde_json::json!({ "message": message });
+            if let (Some(f), Some(extra)) = (f.as_object_mut(), fields.as_object()) {
+                f.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+            let line = serde_json::json!({ "level": "INFO", "fields": f, "target": "host" });
+            writeln!(out, "{line}")?
+        }
+    }
+    out.flush()
 }
 
 fn init_logs(format: LogFormat, default_level: &str) {
@@ -551,10 +589,19 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = match &args.emulator {
         Some(seed) => {
             let (handle, kubeconfig) = start_emulator(seed.as_deref()).await?;
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "emulator listening on {}", handle.base_url())?;
-            writeln!(out, "kubeconfig: {}", kubeconfig.display())?;
-            out.flush()?;
+            let url = handle.base_url();
+            announce(
+                args.log_format,
+                format_args!("emulator listening on {url}"),
+                "emulator listening",
+                serde_json::json!({ "url": url }),
+            )?;
+            announce(
+                args.log_format,
+                format_args!("kubeconfig: {}", kubeconfig.display()),
+                "kubeconfig written",
+                serde_json::json!({ "path": kubeconfig.display().to_string() }),
+            )?;
             let config = kube_config(Some(&kubeconfig), None)?;
             emulator = Some((handle, kubeconfig));
             config
@@ -580,8 +627,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             "no plugin could be started ({} given)",
             args.plugins.len()
         )),
-        Ok(_) => serve(&runtime, metrics_addr, &mut stop).await,
+        Ok(_) => serve(&runtime, metrics_addr, args.log_format, &mut stop).await,
     };
+    // Queue handles outlive the runtime's shutdown: what their workers still held then is what
+    // the grace period cut off.
+    let queues: Vec<_> = runtime
+        .plugins()
+        .iter()
+        .map(|p| (p.plugin().name().to_string(), p.queue().clone()))
+        .collect();
     let clean = runtime.shutdown(grace).await;
     if let Some((handle, kubeconfig)) = emulator {
         handle.shutdown().await;
@@ -589,17 +643,49 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     result?;
     if !clean {
-        // Abandoned work is worth a non-zero status: an orchestrator's restart count or a
-        // rollout's logs then show that the grace period is too short for these reconciles.
-        bail!("grace period of {grace:?} ended with reconciles still running; they were abandoned");
+        // A stop that was asked for is a success: the reconciles are level-based and run again
+        // from the current state at the next start, so a non-zero status would only make an
+        // orchestrator report a failure (or restart a host being stopped). The line says what
+        // was cut off, so a grace period that is too short still shows.
+        warn_abandoned(grace, &queues);
     }
     Ok(())
+}
+
+/// One warning line for a grace period that ended with work left: how many reconciles were
+/// abandoned mid-call, as `plugin key` pairs, and how many queued keys never started.
+fn warn_abandoned(
+    grace: Duration,
+    queues: &[(String, host::workqueue::RateLimitingQueue<String>)],
+) {
+    let mut in_flight = Vec::new();
+    let mut queued = 0;
+    for (plugin, q) in queues {
+        let mut keys = q.processing();
+        keys.sort();
+        in_flight.extend(keys.into_iter().map(|k| format!("{plugin} {k}")));
+        queued += q.len();
+    }
+    tracing::warn!(
+        abandoned = in_flight.len(),
+        queued,
+        "grace period of {grace:?} ended: {} in-flight reconcile{} abandoned ({}){}",
+        in_flight.len(),
+        if in_flight.len() == 1 { "" } else { "s" },
+        in_flight.join(", "),
+        if queued > 0 {
+            format!(", {queued} queued key(s) not reconciled")
+        } else {
+            String::new()
+        },
+    );
 }
 
 /// Serves metrics (if asked) until SIGINT/SIGTERM.
 async fn serve(
     runtime: &PluginRuntime,
     metrics_addr: Option<SocketAddr>,
+    format: LogFormat,
     stop: &mut host::shutdown::ShutdownSignal,
 ) -> anyhow::Result<()> {
     let ops = match metrics_addr {
@@ -607,9 +693,13 @@ async fn serve(
             let (bound, task) = host::plugin::ops::serve(addr, runtime.status())
                 .await
                 .with_context(|| format!("cannot serve metrics on {addr}"))?;
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "metrics on http://{bound}/metrics")?;
-            out.flush()?;
+            let url = format!("http://{bound}/metrics");
+            announce(
+                format,
+                format_args!("metrics on {url}"),
+                "metrics served",
+                serde_json::json!({ "url": url }),
+            )?;
             Some(task)
         }
         None => None,

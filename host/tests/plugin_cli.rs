@@ -6,6 +6,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use support::guests::guest;
+use support::process::{HostProcess, Stream, WAIT};
 
 const T: Duration = Duration::from_secs(120);
 
@@ -25,6 +26,19 @@ async fn host(args: &[&std::ffi::OsStr]) -> Output {
 
 fn os(s: &str) -> &std::ffi::OsStr {
     std::ffi::OsStr::new(s)
+}
+
+/// `line` as a JSON object; panics naming the line otherwise.
+fn json_object(line: &str) -> serde_json::Value {
+    match serde_json::from_str::<serde_json::Value>(line) {
+        Ok(v) if v.is_object() => v,
+        _ => panic!("not a JSON object: {line:?}"),
+    }
+}
+
+/// Every line as a JSON object (see [`json_object`]); empty lines are not allowed either.
+fn json_objects<'a>(lines: impl Iterator<Item = &'a str>) -> Vec<serde_json::Value> {
+    lines.map(json_object).collect()
 }
 
 #[tokio::test]
@@ -203,7 +217,7 @@ async fn no_plugin_or_only_broken_plugins_exit_non_zero_with_one_clear_line() {
     let out = host(&[os("inspect"), junk.as_os_str()]).await;
     assert!(!out.status.success());
 
-    // JSON logs: every stderr line the host writes through tracing is a JSON object.
+    // JSON logs: every line on either stream is a JSON object, the final error included.
     let out = host(&[
         os("--log-format"),
         os("json"),
@@ -214,11 +228,20 @@ async fn no_plugin_or_only_broken_plugins_exit_non_zero_with_one_clear_line() {
     .await;
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let json_lines = stderr
-        .lines()
-        .filter(|l| serde_json::from_str::<serde_json::Value>(l).is_ok())
-        .count();
-    assert!(json_lines >= 1, "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let objects = json_objects(stdout.lines().chain(stderr.lines()));
+    assert!(
+        objects.len() >= 3,
+        "announcements and errors: {stdout}{stderr}"
+    );
+    let last = stderr.lines().last().map(json_object).expect("a last line");
+    assert_eq!(last["level"], "ERROR");
+    assert!(
+        last["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("error: no plugin could be started")),
+        "{stderr}"
+    );
 
     // A config file with an unknown key is refused, naming the file.
     let cfg = dir.join("host.yaml");
@@ -273,5 +296,91 @@ async fn no_plugin_or_only_broken_plugins_exit_non_zero_with_one_clear_line() {
         stderr.contains("no plugin could be started"),
         "the limits were accepted; only the plugin is bad: {stderr}"
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `--log-format json` over a whole run: the emulator and metrics announcements on stdout, the
+/// host's logs, a plugin failing to load, a guest's own stdout and stderr, the shutdown: every
+/// line on either stream is one JSON object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_make_every_line_of_a_run_a_json_object() {
+    let dir = support::temp_dir("json");
+    let seed = dir.join("seed.yaml");
+    std::fs::write(
+        &seed,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: default}\n",
+    )
+    .expect("seed");
+    let junk = dir.join("junk.wasm");
+    std::fs::write(&junk, b"not wasm at all").expect("write");
+    let getter = guest("getter");
+    let mut host = HostProcess::spawn(
+        [
+            os("--log-format"),
+            os("json"),
+            os("--emulator"),
+            seed.as_os_str(),
+            os("--plugin"),
+            getter.as_os_str(),
+            os("--plugin"),
+            junk.as_os_str(),
+            os("--metrics-addr"),
+            os("127.0.0.1:0"),
+        ],
+        "info",
+    );
+    host.line("running; SIGINT or SIGTERM stops").await;
+    // The guest prints this to its stdout while reconciling the seeded object's key.
+    host.line("reconciling added-").await;
+    host.line("stderr line for added-").await;
+    host.sigterm();
+    let status = host.exit(WAIT).await;
+    assert!(status.success(), "{}", host.log());
+    let by_stream = |s: Stream| {
+        host.seen
+            .iter()
+            .filter(|l| l.stream == s)
+            .map(|l| json_object(&l.text))
+            .collect::<Vec<_>>()
+    };
+    let (out, err) = (by_stream(Stream::Stdout), by_stream(Stream::Stderr));
+    let message = |v: &serde_json::Value| v["fields"]["message"].as_str().unwrap_or("").to_string();
+    let stdout: Vec<_> = out.iter().map(message).collect();
+    assert_eq!(
+        stdout,
+        ["emulator listening", "kubeconfig written", "metrics served"],
+        "{}",
+        host.log()
+    );
+    assert!(out[0]["fields"]["url"]
+        .as_str()
+        .is_some_and(|u| u.starts_with("http://127.0.0.1:")));
+    assert!(out[2]["fields"]["url"]
+        .as_str()
+        .is_some_and(|u| u.ends_with("/metrics")));
+    let has = |target: &str, text: &str| {
+        err.iter()
+            .any(|v| v["target"] == target && message(v).contains(text))
+    };
+    assert!(
+        has("plugin::stdout", "reconciling added-"),
+        "{}",
+        host.log()
+    );
+    assert!(
+        has("plugin::stderr", "stderr line for added-"),
+        "{}",
+        host.log()
+    );
+    assert!(
+        err.iter().any(|v| v["level"] == "ERROR"
+            && message(v).contains(&format!(
+                "plugin {}: not a WebAssembly file",
+                junk.display()
+            ))),
+        "{}",
+        host.log()
+    );
+    assert!(has("host", "signal received"), "{}", host.log());
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -231,6 +231,12 @@ impl<T: Key> Queue<T> {
         self.len() == 0
     }
 
+    /// Items a worker holds (got, not yet `done`): after a shutdown whose workers were stopped
+    /// mid-item, the work that was abandoned.
+    pub fn processing(&self) -> Vec<T> {
+        self.shared.state.lock().processing.keys().cloned().collect()
+    }
+
     /// Stops accepting adds. Workers keep getting the items already queued; `get` returns `None`
     /// once the queue is empty (k/k#131200). Also cancels a pending
     /// [`shutdown_with_drain`](Self::shutdown_with_drain) wait (k/k#119554).

@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod fakes;
 pub mod guests;
 pub mod logs;
+pub mod process;
 pub mod scenarios;
 
 use std::path::PathBuf;
