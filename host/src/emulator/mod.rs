@@ -42,6 +42,7 @@
 
 pub mod cli;
 pub mod discovery;
+pub(crate) mod encode;
 pub mod faults;
 pub mod fields;
 pub mod list;

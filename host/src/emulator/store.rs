@@ -230,7 +230,7 @@ impl Store {
             return Ok(match (decision, current) {
                 (Mutation::Put(v), cur) => {
                     let obj = Object::from_bytes(Bytes::from(
-                        serde_json::to_vec(&v).map_err(StoreError::from)?,
+                        super::encode::to_vec(&v).map_err(StoreError::from)?,
                     ))
                     .map_err(StoreError::from)?;
                     if cur.is_some() {
@@ -251,7 +251,7 @@ impl Store {
             (Mutation::Put(mut v), _) => {
                 set_rv(&mut v, rv);
                 let obj = Object::from_bytes(Bytes::from(
-                    serde_json::to_vec(&v).map_err(StoreError::from)?,
+                    super::encode::to_vec(&v).map_err(StoreError::from)?,
                 ))
                 .map_err(StoreError::from)?;
                 let ty = if current.is_some() {
@@ -265,7 +265,7 @@ impl Store {
                 let mut v = cur.to_value().map_err(StoreError::from)?;
                 set_rv(&mut v, rv);
                 let obj = Object::from_bytes(Bytes::from(
-                    serde_json::to_vec(&v).map_err(StoreError::from)?,
+                    super::encode::to_vec(&v).map_err(StoreError::from)?,
                 ))
                 .map_err(StoreError::from)?;
                 (EventType::Deleted, obj)

@@ -374,7 +374,7 @@ impl Watcher {
                 if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
                     m.insert("resourceVersion".into(), Value::String(e.rv.to_string()));
                 }
-                Some(("DELETED", Cow::Owned(serde_json::to_vec(&v).ok()?)))
+                Some(("DELETED", Cow::Owned(super::encode::to_vec(&v).ok()?)))
             }
             _ => None,
         }
