@@ -258,6 +258,8 @@ async fn typed_generators_send_protobuf_that_is_decoded() {
         .await;
     let cm = k.json(&["get", "cm", "c", "-n", "gen"]).await;
     assert_eq!(cm["data"]["a"], "b");
+    // The protobuf body carries an empty generateName; the API server omits empty strings.
+    assert!(cm["metadata"].get("generateName").is_none(), "{cm}");
     let s = k.json(&["get", "secret", "s", "-n", "gen"]).await;
     assert_eq!(s["data"]["p"], "cQ==");
     // Kinds without a protobuf decoder are refused clearly (use create -f / apply for them).

@@ -133,18 +133,21 @@ fn push_string(obj: &mut Map<String, Value>, field: &str, b: &[u8]) -> Result<()
 fn object_meta(b: &[u8]) -> Result<Value, ProtoError> {
     let mut m = Map::new();
     let mut r = fields(b);
+    // proto2 encodes a set empty string; the API server's JSON omits empty strings (Go's
+    // omitempty), so an empty one is dropped here rather than stored.
+    let mut put = |m: &mut Map<String, Value>, key: &str, x: &[u8]| -> Result<(), ProtoError> {
+        let s = string(x)?;
+        if !s.is_empty() {
+            m.insert(key.into(), s.into());
+        }
+        Ok(())
+    };
     while let Some((f, w)) = r.next()? {
         let Wire::Bytes(x) = w else { continue };
         match f {
-            1 => {
-                m.insert("name".into(), string(x)?.into());
-            }
-            2 => {
-                m.insert("generateName".into(), string(x)?.into());
-            }
-            3 => {
-                m.insert("namespace".into(), string(x)?.into());
-            }
+            1 => put(&mut m, "name", x)?,
+            2 => put(&mut m, "generateName", x)?,
+            3 => put(&mut m, "namespace", x)?,
             11 => insert_entry(&mut m, "labels", x, false)?,
             12 => insert_entry(&mut m, "annotations", x, false)?,
             14 => push_string(&mut m, "finalizers", x)?,
