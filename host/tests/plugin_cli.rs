@@ -384,3 +384,191 @@ async fn json_logs_make_every_line_of_a_run_a_json_object() {
     assert!(has("host", "signal received"), "{}", host.log());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Seeds `default/grow` and `default/stall`: `hungry` reconciles `grow` until the memory cap
+/// stops it and loops in `on-add` of `stall`; `looper` loops in every reconcile.
+fn limits_seed(dir: &std::path::Path) -> std::path::PathBuf {
+    let seed = dir.join("seed.yaml");
+    std::fs::write(
+        &seed,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: grow, namespace: default}\n---\n\
+         apiVersion: v1\nkind: ConfigMap\nmetadata: {name: stall, namespace: default}\n",
+    )
+    .expect("seed");
+    seed
+}
+
+/// Runs `looper` and `hungry` on a seeded emulator with `args` added, and checks that the
+/// reconcile deadline, the handler deadline and the memory cap the host enforces are the given
+/// ones. The reconcile deadline must show within 8 s of the start, before the 10 s default
+/// could; the logged values tell the configured limits from the defaults (1 s, 64 MiB).
+async fn expect_limits(
+    args: &[&std::ffi::OsStr],
+    seed: &std::path::Path,
+    reconcile: &str,
+    handler: &str,
+    memory_bytes: usize,
+) {
+    let looper = guest("looper");
+    let hungry = guest("hungry");
+    let mut all: Vec<&std::ffi::OsStr> = args.to_vec();
+    all.extend([
+        os("--emulator"),
+        seed.as_os_str(),
+        os("--plugin"),
+        looper.as_os_str(),
+        os("--plugin"),
+        hungry.as_os_str(),
+        os("--grace-period"),
+        os("5"),
+    ]);
+    let mut host = HostProcess::spawn(all, "info");
+    host.line("running; SIGINT or SIGTERM stops").await;
+    let reconcile_line = format!("error=deadline exceeded after {reconcile}");
+    let handler_line = format!("error=deadline exceeded after {handler}");
+    let memory_line = format!("error=memory limit of {memory_bytes} bytes exceeded");
+    let (mut r, mut h, mut m) = (false, false, false);
+    let all_seen = host
+        .line_where(Duration::from_secs(8), |l| {
+            let t = &l.text;
+            r |= t.contains("plugin=looper") && t.contains(&reconcile_line);
+            h |= t.contains("plugin=hungry") && t.contains(&handler_line);
+            m |= t.contains("plugin=hungry") && t.contains(&memory_line);
+            r && h && m
+        })
+        .await;
+    assert!(
+        all_seen.is_some(),
+        "reconcile {r}, handler {h}, memory {m}; saw:\n{}",
+        host.log()
+    );
+    host.sigterm();
+    host.exit(WAIT).await;
+    // No call ran under another limit (a default, or the value the flags override).
+    for l in &host.seen {
+        let t = &l.text;
+        if let Some((_, after)) = t.split_once("error=deadline exceeded after ") {
+            let expected = if t.contains("plugin=looper") {
+                reconcile
+            } else {
+                handler
+            };
+            assert!(after.starts_with(expected), "{t}");
+        }
+        if t.contains("error=memory limit of ") {
+            assert!(t.contains(&memory_line), "{t}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_from_the_config_file_take_effect_at_run_time() {
+    let dir = support::temp_dir("limits-file");
+    let seed = limits_seed(&dir);
+    let cfg = dir.join("host.yaml");
+    std::fs::write(
+        &cfg,
+        "reconcileDeadlineMs: 300\nhandlerDeadlineMs: 200\nmemoryMb: 8\n",
+    )
+    .expect("write");
+    expect_limits(
+        &[os("--config"), cfg.as_os_str()],
+        &seed,
+        "300ms",
+        "200ms",
+        8 << 20,
+    )
+    .await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_flags_take_effect_at_run_time_over_the_config_file() {
+    let dir = support::temp_dir("limits-flags");
+    let seed = limits_seed(&dir);
+    let cfg = dir.join("host.yaml");
+    std::fs::write(
+        &cfg,
+        "reconcileDeadlineMs: 300\nhandlerDeadlineMs: 200\nmemoryMb: 8\n",
+    )
+    .expect("write");
+    expect_limits(
+        &[
+            os("--config"),
+            cfg.as_os_str(),
+            os("--reconcile-deadline-ms"),
+            os("400"),
+            os("--handler-deadline-ms"),
+            os("250"),
+            os("--memory-mb"),
+            os("16"),
+        ],
+        &seed,
+        "400ms",
+        "250ms",
+        16 << 20,
+    )
+    .await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `copier` needs three instances (two workers and its dispatcher).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_instances_from_the_config_file_and_the_flag_take_effect_at_run_time() {
+    let copier = guest("copier");
+    let dir = support::temp_dir("max-instances");
+    let cfg = dir.join("host.yaml");
+    std::fs::write(&cfg, "maxInstances: 2\n").expect("write");
+    let refused = |limit: u32| {
+        format!(
+            "plugin {}: instance limit of {limit} reached",
+            copier.display()
+        )
+    };
+
+    let out = host(&[
+        os("--config"),
+        cfg.as_os_str(),
+        os("--emulator"),
+        os("--plugin"),
+        copier.as_os_str(),
+    ])
+    .await;
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&refused(2)), "{stderr}");
+
+    let out = host(&[
+        os("--config"),
+        cfg.as_os_str(),
+        os("--max-instances"),
+        os("1"),
+        os("--emulator"),
+        os("--plugin"),
+        copier.as_os_str(),
+    ])
+    .await;
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&refused(1)), "{stderr}");
+
+    // A flag large enough lets it start, over the file's smaller value.
+    let mut host = HostProcess::spawn(
+        [
+            os("--config"),
+            cfg.as_os_str(),
+            os("--max-instances"),
+            os("3"),
+            os("--emulator"),
+            os("--plugin"),
+            copier.as_os_str(),
+        ],
+        "info",
+    );
+    host.line("running; SIGINT or SIGTERM stops").await;
+    assert!(host.saw("plugin started plugin=copier"), "{}", host.log());
+    host.sigterm();
+    let status = host.exit(WAIT).await;
+    assert!(status.success(), "{}", host.log());
+    let _ = std::fs::remove_dir_all(dir);
+}
