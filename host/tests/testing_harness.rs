@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use host::plugin::backend::WriteOp;
+use host::plugin::backend::{PatchKind, WriteOp};
 use host::plugin::{GuestError, Limits};
 use host::testing::{
     Harness, HarnessError, LogLevel, LogLine, LogSource, Origin, ReconcileOutcome, WriteVerb,
@@ -423,6 +423,72 @@ async fn handler_trap_is_reported_and_the_dispatch_instance_replaced() {
             .await
             .expect("next event works");
         assert_eq!(h.ready_keys(), ["default/fine"]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn status_patch_and_status_apply_change_only_status_and_need_update_status() {
+    bounded(async {
+        let mut h = harness("ttl").await;
+        for name in ["patched", "applied"] {
+            h.seed_yaml(&format!(
+                "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: default, labels: {{app: web}}}}\nspec: {{ports: [{{port: 80}}]}}\n"
+            ))
+            .expect("seed service");
+        }
+
+        // A merge patch of the status: its spec and labels are dropped, its status stored.
+        assert_eq!(h.reconcile("patch-status/default/patched").await, ReconcileOutcome::Done);
+        let w = h.take_writes().remove(0);
+        assert_eq!((w.verb, w.key().as_str()), (WriteVerb::MergePatchStatus, "default/patched"));
+        assert!(w.verb.matches("patch-status") && !w.verb.matches("patch"));
+        assert!(matches!(w.request.op, WriteOp::PatchStatus(PatchKind::Merge)));
+        assert_eq!(w.body["spec"]["sessionAffinity"], "ClientIP", "the request asked for it");
+        let svc = h.get("v1", "Service", Some("default"), "patched").expect("svc");
+        assert_eq!(svc["status"]["loadBalancer"]["ingress"][0]["ip"], "10.0.0.8");
+        assert_ne!(svc["spec"]["sessionAffinity"], "ClientIP", "spec is not the status's");
+        assert_eq!(svc["metadata"]["labels"], json!({"app": "web"}), "nor are labels");
+        assert_eq!(svc["spec"]["ports"][0]["port"], 80);
+        let cached = h.cached(1, "default/patched").expect("cached").to_value().expect("json");
+        assert_eq!(cached["status"]["loadBalancer"]["ingress"][0]["ip"], "10.0.0.8");
+
+        // A server-side apply of the status: the plugin is its field manager, for status only.
+        assert_eq!(h.reconcile("apply-status/default/applied").await, ReconcileOutcome::Done);
+        let w = h.take_writes().remove(0);
+        assert_eq!(w.verb, WriteVerb::ApplyStatus);
+        assert!(matches!(w.request.op,
+            WriteOp::ApplyStatus { force: false, ref field_manager } if &**field_manager == "ttl"));
+        let svc = h.get("v1", "Service", Some("default"), "applied").expect("svc");
+        assert_eq!(svc["status"]["loadBalancer"]["ingress"][0]["ip"], "10.0.0.9");
+        assert_ne!(svc["spec"]["sessionAffinity"], "ClientIP");
+        assert!(svc["metadata"]["labels"].get("applied").is_none(), "{svc}");
+        let owned = svc["metadata"]["managedFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["manager"] == "ttl" && e["operation"] == "Apply")
+            .cloned()
+            .expect("ttl's apply entry");
+        assert_eq!(owned["subresource"], "status");
+
+        // The manifest declares ConfigMap writes, but not update-status: refused before sending.
+        h.take_logs();
+        match h.reconcile("cm-patch-status/default/made").await {
+            ReconcileOutcome::Error(e) => {
+                assert!(e.starts_with("403 Forbidden: "), "{e}");
+                assert!(e.contains("may not patch ConfigMap/status (v1)"), "{e}");
+                assert!(e.contains("needs verb update-status"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(h.take_writes().is_empty(), "a refused write never reaches the cluster");
+        let refusals: Vec<LogLine> = h
+            .take_logs()
+            .into_iter()
+            .filter(|l| l.source == LogSource::Host && l.message.contains("client write refused"))
+            .collect();
+        assert_eq!(refusals.len(), 1, "{refusals:?}");
     })
     .await;
 }

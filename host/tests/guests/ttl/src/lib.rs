@@ -5,8 +5,10 @@
 //! `creationTimestamp + ttl` has passed, else merge-patched with `ttl.example.com/checked-at`
 //! (virtual epoch seconds) and requeued for the time left; each call logs the monotonic time
 //! since the instance's first call. `create/ns/name`, `replace/ns/name`, `json-patch/ns/name`,
-//! `sm-patch/ns/name`, `status/ns/name` (a Service) write once; `enqueue/ms/key` adds `key` now and
-//! again after `ms`; `panic/…` traps.
+//! `sm-patch/ns/name`, `status/ns/name`, `patch-status/ns/name`, `apply-status/ns/name` (a
+//! Service; the last two also try to change its spec and labels, which a status write must drop)
+//! write once; `cm-patch-status/ns/name` patches a ConfigMap's status, which the manifest does not
+//! allow; `enqueue/ms/key` adds `key` now and again after `ms`; `panic/…` traps.
 use std::sync::OnceLock;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -133,6 +135,28 @@ fn write_once(op: &str, ns: Option<&str>, name: &str) -> Result<Outcome, String>
             client::replace_status("v1", "Service", ns, name, svc.to_string().as_bytes())
                 .map_err(err)?;
         }
+        "patch-status" => {
+            let p = json!({"metadata": {"labels": {"patched": "status"}},
+                "spec": {"sessionAffinity": "ClientIP"},
+                "status": {"loadBalancer": {"ingress": [{"ip": "10.0.0.8"}]}}});
+            let t = PatchType::Merge;
+            client::patch_status("v1", "Service", ns, name, t, p.to_string().as_bytes())
+                .map_err(err)?;
+        }
+        "apply-status" => {
+            let obj = json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": name, "namespace": ns, "labels": {"applied": "status"}},
+                "spec": {"sessionAffinity": "ClientIP"},
+                "status": {"loadBalancer": {"ingress": [{"ip": "10.0.0.9"}]}}});
+            client::apply_status("v1", "Service", ns, name, obj.to_string().as_bytes(), false)
+                .map_err(err)?;
+        }
+        "cm-patch-status" => {
+            let p = json!({"status": {"seen": true}});
+            let t = PatchType::Merge;
+            client::patch_status("v1", "ConfigMap", ns, name, t, p.to_string().as_bytes())
+                .map_err(err)?;
+        }
         other => return Err(format!("unknown operation {other}")),
     }
     log::log(Level::Info, &format!("{op} {name} ok"));
@@ -180,7 +204,16 @@ impl kube_guest::Guest for Ttl {
             queue::add_after(target, ms.parse().map_err(|_| "bad ms")?);
             return Ok(Outcome::Done);
         }
-        for op in ["create", "replace", "json-patch", "sm-patch", "status"] {
+        for op in [
+            "create",
+            "replace",
+            "json-patch",
+            "sm-patch",
+            "status",
+            "patch-status",
+            "apply-status",
+            "cm-patch-status",
+        ] {
             if let Some(rest) = key.strip_prefix(op).and_then(|r| r.strip_prefix('/')) {
                 let (ns, name) = split_key(rest);
                 return write_once(op, ns, name);
