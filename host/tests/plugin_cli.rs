@@ -572,3 +572,168 @@ async fn max_instances_from_the_config_file_and_the_flag_take_effect_at_run_time
     assert!(status.success(), "{}", host.log());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `--namespace N` (or `namespace: N` in the config file) confines watches that name no
+/// namespace, at run time: `copier` logs `event add ns/name` for every ConfigMap it is told
+/// about, and copies it in the same namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_confines_the_watches_at_run_time() {
+    use host::kube::client::WriteParams;
+    use host::kube::ApiResource;
+    let copier = guest("copier");
+    let dir = support::temp_dir("namespace");
+    let seed = dir.join("seed.yaml");
+    std::fs::write(
+        &seed,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: seed-other, namespace: other}\n---\n\
+         apiVersion: v1\nkind: ConfigMap\nmetadata: {name: seed-team, namespace: team}\n",
+    )
+    .expect("seed");
+    let cfg = dir.join("host.yaml");
+    std::fs::write(&cfg, "namespace: team\n").expect("write");
+    let cm = ApiResource::new("v1", "ConfigMap", "configmaps", true);
+    for confine in [
+        [os("--namespace"), os("team")],
+        [os("--config"), cfg.as_os_str()],
+    ] {
+        let mut args = confine.to_vec();
+        args.extend([
+            os("--emulator"),
+            seed.as_os_str(),
+            os("--plugin"),
+            copier.as_os_str(),
+        ]);
+        let mut host = HostProcess::spawn(args, "info");
+        let (_, kubeconfig) = host.emulator().await;
+        host.line("running; SIGINT or SIGTERM stops").await;
+        let client = support::process::client(&kubeconfig);
+        let create = |ns: &'static str, name: &'static str| {
+            let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": ns}});
+            let client = client.clone();
+            let cm = cm.clone();
+            async move {
+                client
+                    .create(
+                        &cm,
+                        Some(ns),
+                        body.to_string().into(),
+                        &WriteParams::default(),
+                    )
+                    .await
+                    .expect("create");
+            }
+        };
+        // In this order: a watch of every namespace would deliver `other/late` first, and the
+        // plugin handles its notifications in order.
+        create("other", "late").await;
+        create("team", "late").await;
+        host.line("event add team/late").await;
+        let copied = tokio::time::timeout(Duration::from_secs(20), async {
+            while client.get(&cm, Some("team"), "late-copy").await.is_err() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        assert!(copied.is_ok(), "team/late was copied: {}", host.log());
+        assert!(host.saw("event add team/seed-team"), "{}", host.log());
+        assert!(
+            !host.saw("other/"),
+            "nothing of namespace other reached the plugin: {}",
+            host.log()
+        );
+        for name in ["seed-other-copy", "late-copy"] {
+            let e = client
+                .get(&cm, Some("other"), name)
+                .await
+                .expect_err("no copy in namespace other");
+            assert_eq!(e.code(), Some(404), "{e}");
+        }
+        host.sigterm();
+        let status = host.exit(WAIT).await;
+        assert!(status.success(), "{}", host.log());
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// One good and one bad plugin: without fail-fast the good one runs and the bad one is an error
+/// line; with `--fail-fast` (or `failFast: true` in the config file) the host exits non-zero
+/// with the bad plugin's one line as its only output on stderr.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_fast_from_the_flag_or_the_config_file_stops_at_a_bad_plugin() {
+    let good = guest("noop");
+    let badkind = guest("badkind");
+    let badlabel = guest("badlabel");
+    let kind_error = format!(
+        "plugin {}: cannot resolve kind Widget (example.com/v1)",
+        badkind.display()
+    );
+    let label_error = format!(
+        "plugin {}: invalid manifest: watch 0: unparsable label selector",
+        badlabel.display()
+    );
+
+    for bad in [&badkind, &badlabel] {
+        let mut host = HostProcess::spawn(
+            [
+                os("--emulator"),
+                os("--plugin"),
+                good.as_os_str(),
+                os("--plugin"),
+                bad.as_os_str(),
+            ],
+            "info",
+        );
+        host.line("running; SIGINT or SIGTERM stops").await;
+        assert!(host.saw("plugin started plugin=noop"), "{}", host.log());
+        let error = if bad == &badkind {
+            &kind_error
+        } else {
+            &label_error
+        };
+        let errors: Vec<_> = host
+            .seen
+            .iter()
+            .filter(|l| l.text.contains("ERROR"))
+            .collect();
+        assert_eq!(errors.len(), 1, "{}", host.log());
+        assert!(errors[0].text.contains(error.as_str()), "{}", host.log());
+        host.sigterm();
+        let status = host.exit(WAIT).await;
+        assert!(status.success(), "{}", host.log());
+    }
+
+    let only_line = |out: &Output, error: &str| {
+        assert!(!out.status.success(), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<_> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{stderr}");
+        assert!(lines[0].starts_with(&format!("error: {error}")), "{stderr}");
+    };
+    let out = host(&[
+        os("--fail-fast"),
+        os("--emulator"),
+        os("--plugin"),
+        good.as_os_str(),
+        os("--plugin"),
+        badkind.as_os_str(),
+    ])
+    .await;
+    only_line(&out, &kind_error);
+
+    let dir = support::temp_dir("fail-fast");
+    let cfg = dir.join("host.yaml");
+    std::fs::write(&cfg, "failFast: true\n").expect("write");
+    let out = host(&[
+        os("--config"),
+        cfg.as_os_str(),
+        os("--emulator"),
+        os("--plugin"),
+        good.as_os_str(),
+        os("--plugin"),
+        badlabel.as_os_str(),
+    ])
+    .await;
+    only_line(&out, &label_error);
+    let _ = std::fs::remove_dir_all(dir);
+}
