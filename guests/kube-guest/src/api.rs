@@ -260,7 +260,9 @@ impl Api {
     /// object the status was computed from; on 409 `Conflict`, reconcile again.
     ///
     /// Skips the write (returning `obj`) when the status is already `status`, so a reconcile
-    /// that changes nothing does not bump the resourceVersion and wake every watcher.
+    /// that changes nothing does not bump the resourceVersion and wake every watcher. To write
+    /// status without failing on a concurrent change of the object, see [`Api::apply_status`]
+    /// and [`Api::patch_status`].
     pub fn update_status(&self, obj: &Object, status: Value) -> Result<Object> {
         if obj.get("status") == Some(&status) {
             return Ok(obj.clone());
