@@ -135,7 +135,7 @@ fn object_meta(b: &[u8]) -> Result<Value, ProtoError> {
     let mut r = fields(b);
     // proto2 encodes a set empty string; the API server's JSON omits empty strings (Go's
     // omitempty), so an empty one is dropped here rather than stored.
-    let mut put = |m: &mut Map<String, Value>, key: &str, x: &[u8]| -> Result<(), ProtoError> {
+    let put = |m: &mut Map<String, Value>, key: &str, x: &[u8]| -> Result<(), ProtoError> {
         let s = string(x)?;
         if !s.is_empty() {
             m.insert(key.into(), s.into());
