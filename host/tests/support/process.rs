@@ -83,13 +83,18 @@ impl HostProcess {
         }
     }
 
-    /// The next line (on either stream) for which `pred` holds, within `within`; `None` if the
-    /// time passes or the process closes both streams first.
+    /// The first line (on either stream) for which `pred` holds, among those already seen or
+    /// arriving within `within`; `None` if the time passes or the process closes both streams
+    /// first. Lines already seen count because output comes as it comes: a plugin may well log
+    /// before the host says it is running.
     pub async fn line_where(
         &mut self,
         within: Duration,
         mut pred: impl FnMut(&Line) -> bool,
     ) -> Option<String> {
+        if let Some(l) = self.seen.iter().find(|l| pred(l)) {
+            return Some(l.text.clone());
+        }
         tokio::time::timeout(within, async {
             while let Some(l) = self.lines.recv().await {
                 self.seen.push(l.clone());
@@ -104,7 +109,8 @@ impl HostProcess {
         .flatten()
     }
 
-    /// The next line containing `text`, within [`WAIT`]; panics with everything seen otherwise.
+    /// The first line containing `text` (see [`line_where`](Self::line_where)), within [`WAIT`];
+    /// panics with everything seen otherwise.
     pub async fn line(&mut self, text: &str) -> String {
         match self.line_where(WAIT, |l| l.text.contains(text)).await {
             Some(l) => l,
