@@ -44,8 +44,8 @@ pub enum StartError {
         api_version: String,
         /// The kind.
         kind: String,
-        /// What discovery said.
-        cause: crate::kube::Error,
+        /// What discovery said (boxed: it is the rare path, and keeps every `Result` small).
+        cause: Box<crate::kube::Error>,
     },
     /// A second plugin of the same name (metrics and field managers would collide).
     #[error("plugin {}: {0}", path.display())]
@@ -226,7 +226,7 @@ impl PluginRuntime {
                     path: loaded.path().to_path_buf(),
                     api_version: api_version.clone(),
                     kind: kind.clone(),
-                    cause,
+                    cause: Box::new(cause),
                 })?;
             out.insert(k, r);
         }
@@ -413,7 +413,8 @@ impl PluginRuntime {
             // Releases a dispatcher still waiting at the gate.
             p.health.close();
             if !drained {
-                tracing::warn!(plugin = %p.plugin.name(), ?grace,
+                // The caller reports the cut-off once, for all plugins (it returns false).
+                tracing::debug!(plugin = %p.plugin.name(), ?grace,
                     "grace period over with reconciles in flight; they were abandoned");
                 clean = false;
             }
