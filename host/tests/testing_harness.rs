@@ -561,7 +561,7 @@ async fn stdout_stderr_and_log_lines_are_captured_with_source_and_level() {
         // Nothing ambient in the sandbox, exactly as in production.
         match h.reconcile("ambient").await {
             ReconcileOutcome::Error(e) => {
-                assert_eq!(e, "env=0 args=0 root=false cwd=false tcp=false udp=false")
+                assert_eq!(e, "env=0 args=0 root=false cwd=false udp=false")
             }
             other => panic!("{other:?}"),
         }
