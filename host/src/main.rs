@@ -289,11 +289,18 @@ fn init_logs(format: LogFormat, default_level: &str) {
     }
 }
 
-fn engine(cache_dir: Option<PathBuf>, max_memory: usize) -> anyhow::Result<PluginEngine> {
+/// The engine, with pool slots for at least `instances` instances (never fewer than the
+/// default): a run needs every plugin's worker and dispatch instances at once.
+fn engine(
+    cache_dir: Option<PathBuf>,
+    max_memory: usize,
+    instances: u32,
+) -> anyhow::Result<PluginEngine> {
     let defaults = EngineConfig::default();
     Ok(PluginEngine::new(EngineConfig {
         cache_dir: cache_dir.or(defaults.cache_dir),
         max_memory_bytes: max_memory.max(DEFAULT_MAX_MEMORY),
+        max_instances: instances.max(defaults.max_instances),
         ..EngineConfig::default()
     })?)
 }
@@ -351,7 +358,7 @@ async fn test(args: TestArgs) -> std::process::ExitCode {
 }
 
 async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
-    let engine = engine(args.cache_dir, DEFAULT_MAX_MEMORY)?;
+    let engine = engine(args.cache_dir, DEFAULT_MAX_MEMORY, 0)?;
     let loaded = engine.load(&args.plugin, Limits::default()).await?;
     let mut v = manifest_value(loaded.manifest());
     // Unset optional fields are left out, as kubectl prints objects.
@@ -398,7 +405,7 @@ fn manifest_value(m: &Manifest) -> serde_json::Value {
 }
 
 async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
-    let engine = engine(args.cache_dir, DEFAULT_MAX_MEMORY)?;
+    let engine = engine(args.cache_dir, DEFAULT_MAX_MEMORY, 0)?;
     let mut manifests = Vec::new();
     for p in &args.plugins {
         manifests.push(engine.load(p, Limits::default()).await?.manifest().clone());
@@ -583,7 +590,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ..RetryPolicy::default()
     };
     let metrics_addr = args.metrics_addr.or(file.metrics_addr);
-    let engine = engine(args.cache_dir.or(file.cache_dir), limits.memory_bytes)?;
+    // Each plugin may hold `max_instances` instances (its workers and its dispatcher).
+    let slots = u32::try_from(args.plugins.len())
+        .unwrap_or(u32::MAX)
+        .saturating_mul(limits.max_instances);
+    let engine = engine(
+        args.cache_dir.or(file.cache_dir),
+        limits.memory_bytes,
+        slots,
+    )?;
 
     let mut emulator = None;
     let config = match &args.emulator {
