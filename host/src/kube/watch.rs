@@ -478,11 +478,94 @@ mod tests {
             .collect()
     }
 
+    /// Every metadata field the pipeline reads, and the bytes themselves, agree with what serde
+    /// reads from the sample's line (less `managedFields`, which ingest strips).
+    fn assert_matches_serde(name: &str, o: &Object, line: &serde_json::Value) {
+        let mut want = line["object"].clone();
+        let meta = want["metadata"].as_object_mut().unwrap();
+        meta.remove("managedFields");
+        let want_meta = want["metadata"].clone();
+        assert_eq!(o.to_value().unwrap(), want, "{name}: bytes");
+        let m = o.meta();
+        let str_map = |pairs: Vec<(&str, &str)>| -> serde_json::Value {
+            pairs
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), serde_json::Value::from(v)))
+                .collect::<serde_json::Map<_, _>>()
+                .into()
+        };
+        let or_empty = |v: &serde_json::Value| {
+            if v.is_null() {
+                serde_json::json!({})
+            } else {
+                v.clone()
+            }
+        };
+        assert_eq!(
+            str_map(m.labels.iter().collect()),
+            or_empty(&want_meta["labels"]),
+            "{name}: labels"
+        );
+        assert_eq!(
+            str_map(m.annotations.iter().collect()),
+            or_empty(&want_meta["annotations"]),
+            "{name}: annotations"
+        );
+        assert_eq!(
+            m.generation,
+            want_meta["generation"].as_i64().unwrap_or(0),
+            "{name}: generation"
+        );
+        let finalizers: Vec<&str> = m.finalizers.iter().collect();
+        let want_finalizers: Vec<&str> = want_meta["finalizers"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|f| f.as_str()).collect())
+            .unwrap_or_default();
+        assert_eq!(finalizers, want_finalizers, "{name}: finalizers");
+        let owners: Vec<(&str, &str, &str, &str)> = m
+            .owner_references
+            .iter()
+            .map(|r| (r.api_version, r.kind, r.name, r.uid))
+            .collect();
+        let want_owners: Vec<(&str, &str, &str, &str)> = want_meta["ownerReferences"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|r| {
+                        let f = |k: &str| r[k].as_str().unwrap_or("");
+                        (f("apiVersion"), f("kind"), f("name"), f("uid"))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(owners, want_owners, "{name}: ownerReferences");
+        assert_eq!(
+            m.deletion_timestamp,
+            want_meta["deletionTimestamp"].as_str(),
+            "{name}: deletionTimestamp"
+        );
+        assert_eq!(
+            m.uid,
+            want_meta["uid"].as_str().unwrap_or(""),
+            "{name}: uid"
+        );
+    }
+
     #[test]
     fn golden_every_watch_sample_spec_6_3() {
         for (name, raw) in samples() {
             let evs = decode_all(&[&raw]).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(summary(&evs), expected(&raw), "{name}");
+            let lines: Vec<serde_json::Value> = serde_json::Deserializer::from_slice(&raw)
+                .into_iter::<serde_json::Value>()
+                .map(Result::unwrap)
+                .collect();
+            for (ev, line) in evs.iter().zip(&lines) {
+                if let WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) = ev
+                {
+                    assert_matches_serde(&name, o, line);
+                }
+            }
             for ev in &evs {
                 match ev {
                     WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => {

@@ -234,7 +234,13 @@ impl<T: Key> Queue<T> {
     /// Items a worker holds (got, not yet `done`): after a shutdown whose workers were stopped
     /// mid-item, the work that was abandoned.
     pub fn processing(&self) -> Vec<T> {
-        self.shared.state.lock().processing.keys().cloned().collect()
+        self.shared
+            .state
+            .lock()
+            .processing
+            .keys()
+            .cloned()
+            .collect()
     }
 
     /// Stops accepting adds. Workers keep getting the items already queued; `get` returns `None`
