@@ -1,4 +1,4 @@
-use kube_guest::{info, Action, Api, Controller, Manifest, Object, Result, Verb, Watch, Write};
+use kube_guest::{Action, Api, Controller, Manifest, Object, Result, Verb, Watch, Write, info};
 
 struct Greeter;
 
