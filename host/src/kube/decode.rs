@@ -798,7 +798,23 @@ mod tests {
         for (name, code, reason) in cases {
             let raw = read(name);
             let want: serde_json::Value = serde_json::from_slice(&raw).unwrap();
-            let e = error_from_response(*code, None, &raw);
+            // The recorded response head: its status code is what the client decodes with,
+            // its Retry-After (if any) what it passes along.
+            let head = String::from_utf8(read(&name.replace(".json", ".headers.txt"))).unwrap();
+            let status_line = head.lines().next().unwrap();
+            let recorded: u16 = status_line
+                .split_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(recorded, *code, "{name}: {status_line}");
+            let retry_after = head.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("retry-after")
+                    .then(|| v.trim().to_owned())
+            });
+            let e = error_from_response(recorded, retry_after.as_deref(), &raw);
             let s = e.status().unwrap();
             assert_eq!(s.code, *code, "{name}");
             assert_eq!(s.reason, *reason, "{name}");
