@@ -713,6 +713,72 @@ async fn spec_1_12_missing_end_bookmark_retries_watch_list() {
     );
 }
 
+/// Warning messages logged while `f` runs on this thread (the paused-clock runtime runs every
+/// task here).
+async fn warnings_during<F: std::future::Future>(f: F) -> (F::Output, Vec<String>) {
+    use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+    #[derive(Clone, Default)]
+    struct Warnings(Arc<Mutex<Vec<String>>>);
+    struct Msg(String);
+    impl tracing::field::Visit for Msg {
+        fn record_debug(&mut self, field: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+            if field.name() == "message" {
+                self.0 = format!("{v:?}");
+            }
+        }
+    }
+    impl<S: tracing::Subscriber> Layer<S> for Warnings {
+        fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+            if *event.metadata().level() == tracing::Level::WARN {
+                let mut m = Msg(String::new());
+                event.record(&mut m);
+                self.0.lock().push(m.0);
+            }
+        }
+    }
+    let w = Warnings::default();
+    let _guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(w.clone()));
+    let out = f.await;
+    let got = w.0.lock().clone();
+    (out, got)
+}
+
+#[tokio::test(start_paused = true)]
+async fn spec_1_12_a_missing_end_bookmark_is_warned_about_every_10_seconds() {
+    // The first attempt streams for 25 s without the end bookmark: warnings at 10 s and 20 s,
+    // then the retry completes at once and nothing more is said.
+    let lw = FakeLw::new(vec![
+        fake::watch(vec![add("a", "5"), Item::Sleep(secs(25.0))]),
+        fake::watch_hang(vec![add("a", "5"), fake::bookmark("6", true)]),
+    ]);
+    let (r, store) = make(&lw, watch_list_opts(), 0.0);
+    let ((), warnings) = warnings_during(async {
+        let stop = StopSignal::new();
+        let task = tokio::spawn({
+            let (r, stop) = (r.clone(), stop.clone());
+            async move { r.run(stop).await }
+        });
+        lw.wait_requests(2).await;
+        tokio::time::timeout(secs(60.0), async {
+            while store.ops().is_empty() {
+                tokio::time::sleep(secs(0.01)).await;
+            }
+        })
+        .await
+        .expect("second attempt never completed");
+        // Long after: no further warning once the initial state is complete.
+        tokio::time::sleep(secs(30.0)).await;
+        stop.stop();
+        task.await.unwrap();
+    })
+    .await;
+    let waiting: Vec<_> = warnings
+        .iter()
+        .filter(|w| w.contains("initial-events-end bookmark"))
+        .collect();
+    assert_eq!(waiting.len(), 2, "{warnings:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn spec_1_12_422_falls_back_to_list_and_watch() {
     let lw = FakeLw::new(vec![
