@@ -147,6 +147,11 @@ impl ListDecoder {
                 self.buf.len()
             )));
         }
+        // Something else answered in a list's place (a Table, a Status): decoding it as a
+        // list without items would make a relist delete every cached object.
+        if let Some(kind) = self.kind.as_deref().filter(|k| !k.ends_with("List")) {
+            return Err(self.error(format!("expected a list, got kind {kind:?}")));
+        }
         let type_meta = item_type(self.kind.as_deref(), self.api_version.as_deref());
         for raw in std::mem::take(&mut self.deferred) {
             let mut sc = Scanner::new(&raw);
@@ -767,6 +772,22 @@ mod tests {
                 assert!(matches!(e, Error::Decode(_)), "{e}");
             }
         }
+    }
+
+    #[test]
+    fn a_table_is_not_decoded_as_an_empty_list_spec_1_7() {
+        // A relist that read this as a list without items would delete the whole cache.
+        let e = decode_list(&read("list-as-table.json"), &IngestOptions::default()).unwrap_err();
+        assert!(matches!(e, Error::Decode(_)), "{e}");
+        assert!(
+            e.to_string()
+                .contains("expected a list, got kind \"Table\""),
+            "{e}"
+        );
+        let empty = br#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[]}"#;
+        let l = decode_list(empty, &IngestOptions::default()).unwrap();
+        assert!(l.items.is_empty());
+        assert_eq!(l.resource_version, "7");
     }
 
     #[test]
