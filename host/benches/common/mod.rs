@@ -150,7 +150,7 @@ mod libc_rusage {
 pub fn configmap(ns: &str, i: usize, pad: usize) -> Value {
     json!({
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": format!("cm-{i:06}"), "namespace": ns, "labels": {"app": "bench", "shard": (i % 16).to_string()}},
+        "metadata": {"name": format!("cm-{i:06}"), "namespace": ns, "labels": {"app": "bench", "rev": rev_label(0), "shard": (i % 16).to_string()}},
         "data": {"payload": "x".repeat(pad)}
     })
 }
@@ -161,7 +161,7 @@ pub fn pod(ns: &str, i: usize, pad: usize) -> Value {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
             "name": format!("pod-{i:06}"), "namespace": ns,
-            "labels": {"app": "bench", "pod-template-hash": "5d8f7c9b4", "shard": (i % 16).to_string()},
+            "labels": {"app": "bench", "pod-template-hash": "5d8f7c9b4", "rev": rev_label(0), "shard": (i % 16).to_string()},
             "annotations": {"bench/pad": "y".repeat(pad)},
         },
         "spec": {
@@ -184,8 +184,15 @@ pub fn pod(ns: &str, i: usize, pad: usize) -> Value {
 
 /// Set `metadata.labels.rev` (an update that changes content and RV).
 pub fn bump(mut v: Value, rev: usize) -> Value {
-    v["metadata"]["labels"]["rev"] = Value::String(rev.to_string());
+    v["metadata"]["labels"]["rev"] = Value::String(rev_label(rev));
     v
+}
+
+/// The `rev` label's value, fixed-width and present from the start, so that an update changes
+/// an object's content but not its size: a relist of changed objects is then measured against
+/// a steady state of objects just as large.
+pub fn rev_label(rev: usize) -> String {
+    format!("{:04}", rev % 10_000)
 }
 
 /// A bare HTTP/1.1 connection to the emulator.
