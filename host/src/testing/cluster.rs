@@ -396,29 +396,7 @@ mod crd_tests {
     #[test]
     fn a_seeded_crd_serves_its_kind_with_a_status_subresource() {
         let c = FakeCluster::new(VirtualClock::default()).expect("cluster");
-        c.seed_yaml(
-            r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: widgets.example.com}
-spec:
-  group: example.com
-  scope: Namespaced
-  names: {plural: widgets, singular: widget, kind: Widget, listKind: WidgetList}
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      subresources: {status: {}}
-      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
----
-apiVersion: example.com/v1
-kind: Widget
-metadata: {name: w, namespace: team}
-spec: {size: 1}
-"#,
-        )
-        .expect("seed");
+        c.seed_yaml(WIDGETS).expect("seed");
         let w = c
             .get("example.com/v1", "Widget", Some("team"), "w")
             .expect("widget");
