@@ -405,6 +405,7 @@ fn manifest_value(m: &Manifest) -> serde_json::Value {
 }
 
 async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
+    use host::plugin::rbac::guess;
     let engine = engine(args.cache_dir, DEFAULT_MAX_MEMORY, 0)?;
     let mut manifests = Vec::new();
     for p in &args.plugins {
@@ -432,8 +433,10 @@ async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
     } else {
         None
     };
-    // Every kind a manifest names, resolved once: by discovery when a cluster is given, else
-    // from the built-in resources and the CRD files, else guessed as kubectl would (and said).
+    // Every kind a manifest names, resolved once: from the CRD files first (the kind they
+    // define is what the cluster will serve, whether or not it does yet), then by discovery
+    // when a cluster is given, else from the built-in resources, else guessed as kubectl would
+    // (and said).
     let mut resolved = std::collections::HashMap::new();
     for m in &manifests {
         let kinds = m
@@ -445,8 +448,10 @@ async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
             if resolved.contains_key(&(av.clone(), k.clone())) {
                 continue;
             }
-            let r = match &discovery {
-                Some(d) => {
+            let from_crd = offline.resolve_from_crds(av, k);
+            let r = match (&discovery, from_crd) {
+                (_, Some(r)) => r,
+                (Some(d), None) => {
                     let r = d
                         .resolve(av, k)
                         .await
@@ -456,8 +461,8 @@ async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
                         namespaced: r.namespaced,
                     }
                 }
-                None => offline.resolve(av, k).unwrap_or_else(|| {
-                    let g = host::plugin::rbac::guess(k);
+                (None, None) => offline.resolve(av, k).unwrap_or_else(|| {
+                    let g = guess(k);
                     eprintln!(
                         "warning: plugin {:?}: kind {k} ({av}) is not built in and no --crd file \
                          defines it; guessed resource {:?}, namespaced (give its CRD with --crd, \
@@ -633,15 +638,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             fail_fast: args.fail_fast || file.fail_fast.unwrap_or(false),
             quarantine,
             handler_retry,
+            ..RuntimeOptions::default()
         },
     );
     let started = runtime.start_all(&args.plugins).await;
     let result = match started {
         Err(e) => Err(anyhow::anyhow!("{e}")),
-        Ok(_) if runtime.plugins().is_empty() => Err(anyhow::anyhow!(
-            "no plugin could be started ({} given)",
-            args.plugins.len()
-        )),
+        Ok(_) if runtime.plugins().is_empty() && runtime.waiting().is_empty() => Err(
+            anyhow::anyhow!("no plugin could be started ({} given)", args.plugins.len()),
+        ),
         Ok(_) => serve(&runtime, metrics_addr, args.log_format, &mut stop).await,
     };
     // Queue handles outlive the runtime's shutdown: what their workers still held then is what
@@ -721,6 +726,7 @@ async fn serve(
     };
     tracing::info!(
         plugins = runtime.plugins().len(),
+        waiting = runtime.waiting().len(),
         "running; SIGINT or SIGTERM stops"
     );
     stop.recv().await;

@@ -177,7 +177,8 @@ async fn expired_objects_go_on_time_others_stay_and_dry_runs_only_report() {
         );
     }
     // Requeue-after, not polling: a handful of reconciles per annotated object over 6+ seconds.
-    let stats = rt.plugins()[0].reconcile_stats();
+    let janitor = rt.plugins()[0].clone();
+    let stats = janitor.reconcile_stats();
     let total = stats.total.load(Ordering::Relaxed);
     assert!(total <= 20, "{total} reconciles: the janitor must not poll");
     assert!(stats.requeue_after.load(Ordering::Relaxed) >= 3);

@@ -140,7 +140,7 @@ fn managers(obj: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_follow_their_source_through_create_update_and_delete() {
     let (em, rt) = start().await;
-    let m = rt.plugins()[0].plugin().manifest();
+    let m = rt.plugins()[0].plugin().manifest().clone();
     assert_eq!(m.name, "secret-replicator");
 
     namespaces(&em, &["team-a", "team-b", "team-c"]);

@@ -6,9 +6,10 @@ use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use host::plugin::{Limits, StartError};
+use host::informer::backoff::Backoff;
+use host::plugin::{Limits, RuntimeOptions, StartError};
 use serde_json::json;
-use support::cluster::{cm, emulator, eventually, get_cm, http_get, runtime, start};
+use support::cluster::{cm, emulator, eventually, get_cm, http_get, runtime, runtime_with, start};
 use support::guests::guest;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -82,7 +83,8 @@ async fn a_trapping_handler_is_logged_and_its_instance_replaced() {
     start(&mut rt, &["copier"]).await;
     em.create(cm("handler-panic", json!({}))).expect("create");
     let copier = rt.plugins()[0].plugin().clone();
-    let dispatcher = || rt.plugins()[0].dispatcher();
+    let running = rt.plugins()[0].clone();
+    let dispatcher = || running.dispatcher();
     // Every attempt (the first and two retries on fresh instances) traps; then it is dropped.
     assert!(eventually(WAIT, || dispatcher().dropped.load(Ordering::Relaxed) == 1).await);
     assert_eq!(dispatcher().failures.load(Ordering::Relaxed), 3);
@@ -158,7 +160,8 @@ async fn requeue_after_is_honoured_and_errors_back_off() {
     start(&mut rt, &["copier"]).await;
     em.create(cm("r", json!({"requeue-ms": "400"})))
         .expect("create");
-    let stats = || rt.plugins()[0].reconcile_stats();
+    let running = rt.plugins()[0].clone();
+    let stats = || running.reconcile_stats();
     let n = || stats().requeue_after.load(Ordering::Relaxed);
     assert!(eventually(WAIT, || n() >= 1).await);
     let first = Instant::now();
@@ -182,37 +185,120 @@ async fn requeue_after_is_honoured_and_errors_back_off() {
     em.shutdown().await;
 }
 
-#[tokio::test]
-async fn an_unresolvable_kind_stops_only_that_plugin_unless_fail_fast() {
+/// The CustomResourceDefinition of the `Widget` kind the badkind guest watches.
+fn widget_crd() -> serde_json::Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}}]}
+    })
+}
+
+/// A plugin started before its CRD is installed waits (unready, saying for what), the others
+/// run; once the CRD is created it starts by itself and its handlers see widgets. With
+/// fail-fast the unresolvable kind stops the start instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_whose_kind_is_not_served_yet_waits_and_starts_once_its_crd_is_installed() {
     let em = emulator().await;
-    let mut rt = runtime(&em, Limits::default(), false);
+    let mut rt = runtime_with(
+        &em,
+        RuntimeOptions {
+            // Short retries and discovery refreshes, so the test does not sit out the
+            // production backoff (0.8 s doubling to 30 s) and the 5 s refresh floor.
+            start_retry: Backoff::new(
+                Duration::from_millis(50),
+                Duration::from_millis(400),
+                2.0,
+                0.0,
+                Duration::from_secs(120),
+            ),
+            discovery_refresh: Duration::from_millis(50),
+            ..RuntimeOptions::default()
+        },
+    );
     let bad = guest("badkind");
     let failed = tokio::time::timeout(T, rt.start_all(&[bad.clone(), guest("copier")]))
         .await
         .expect("in time")
         .expect("not fail-fast");
-    assert_eq!(failed.len(), 1);
-    let msg = failed[0].to_string();
-    assert!(matches!(failed[0], StartError::Resolve { .. }), "{msg}");
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(rt.plugins().len(), 1, "the other plugin starts at once");
+    let waiting = rt.waiting();
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    assert_eq!(waiting[0].0, "badkind");
     assert!(
-        msg.starts_with(&format!(
+        waiting[0]
+            .1
+            .starts_with("cannot resolve kind Widget (example.com/v1): 404"),
+        "{waiting:?}"
+    );
+    let status = rt.status();
+    let (ready, why) = status.readiness();
+    assert!(!ready);
+    assert!(
+        why.contains("plugin badkind: not started: cannot resolve kind Widget (example.com/v1)"),
+        "{why}"
+    );
+    // Several retries pass while the kind is not served; it keeps waiting.
+    let attempts = || {
+        let doc: serde_json::Value =
+            serde_json::from_str(&status.render_status()).expect("statusz is JSON");
+        doc["plugins"][0]["startAttempts"].as_u64().unwrap_or(0)
+    };
+    assert!(eventually(WAIT, || attempts() >= 3).await, "retried");
+    assert_eq!(rt.waiting().len(), 1);
+
+    em.create(widget_crd()).expect("CRD created");
+    assert!(
+        eventually(WAIT, || rt.plugins().len() == 2 && rt.is_ready()).await,
+        "started by itself once discovery serves the kind: {}",
+        status.readiness().1
+    );
+    assert!(rt.waiting().is_empty());
+    assert_eq!(status.readiness(), (true, "ok\n".to_string()));
+    let badkind = rt.plugins()[1].clone();
+    assert_eq!(badkind.plugin().name(), "badkind");
+    em.create(json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w1", "namespace": "default"}}))
+        .expect("widget");
+    assert!(
+        eventually(WAIT, || badkind
+            .dispatcher()
+            .delivered
+            .load(Ordering::Relaxed)
+            >= 1)
+        .await,
+        "its watch is live"
+    );
+    assert!(rt.shutdown(Duration::from_secs(5)).await, "clean stop");
+    em.shutdown().await;
+
+    // Fail-fast: the unresolvable kind is the start's error.
+    let em = emulator().await;
+    let mut rt = runtime(&em, Limits::default(), true);
+    let r = tokio::time::timeout(T, rt.start_all(&[bad.clone(), guest("copier")]))
+        .await
+        .expect("in time");
+    let Err(e) = r else {
+        panic!("fail-fast returns the error")
+    };
+    assert!(matches!(e, StartError::Resolve { .. }), "{e}");
+    assert!(
+        e.to_string().starts_with(&format!(
             "plugin {}: cannot resolve kind Widget (example.com/v1)",
             bad.display()
         )),
-        "{msg}"
+        "{e}"
     );
-    assert_eq!(rt.plugins().len(), 1, "the other plugin still starts");
-    rt.shutdown(Duration::from_secs(5)).await;
-
-    let mut rt = runtime(&em, Limits::default(), true);
-    let r = tokio::time::timeout(T, rt.start_all(&[bad, guest("copier")]))
-        .await
-        .expect("in time");
-    assert!(matches!(r, Err(StartError::Resolve { .. })));
     assert!(
-        rt.plugins().is_empty(),
+        rt.plugins().is_empty() && rt.waiting().is_empty(),
         "fail-fast stops at the first failure"
     );
+    assert!(rt.shutdown(Duration::from_secs(5)).await);
     em.shutdown().await;
 }
 

@@ -206,9 +206,29 @@ async fn spec_2_7_readyz_is_503_naming_the_plugin_until_its_informers_sync() {
         .expect("starts without waiting for its informers");
     let (addr, task) = serve_ops(&rt).await;
 
+    // Readiness names the informer, and once its LIST has failed, the error it met.
+    let unsynced = "plugin trapper: informer v1/secrets||| not synced";
     let (code, body) = http_get(&addr, "/readyz").await;
     assert_eq!(code, 503, "{body}");
-    assert_eq!(body, "plugin trapper: informers not synced\n");
+    assert!(body.starts_with(unsynced), "{body}");
+    let refused = format!(
+        "{unsynced}: last error: 500 InternalError: Internal error occurred: injected failure\n"
+    );
+    let with_cause = tokio::time::timeout(WAIT, async {
+        loop {
+            let (code, body) = http_get(&addr, "/readyz").await;
+            if body.contains("last error") {
+                return (code, body);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the LIST's failure is reported");
+    assert_eq!(
+        (with_cause.0, with_cause.1.as_str()),
+        (503, refused.as_str())
+    );
     // Still unready after the reflector's retry (spec 1.1 backoff) was refused as well.
     let secrets = "v1/secrets|||";
     let refused_twice = tokio::time::timeout(WAIT, async {
@@ -236,10 +256,7 @@ async fn spec_2_7_readyz_is_503_naming_the_plugin_until_its_informers_sync() {
         Some(1)
     );
     let (code, body) = http_get(&addr, "/readyz").await;
-    assert_eq!(
-        (code, body.as_str()),
-        (503, "plugin trapper: informers not synced\n")
-    );
+    assert_eq!((code, body.as_str()), (503, refused.as_str()));
     assert!(!rt.is_ready());
 
     em.faults().clear();

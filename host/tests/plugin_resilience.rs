@@ -47,7 +47,7 @@ async fn a_failed_notification_is_retried_on_a_fresh_instance_in_order_then_drop
     em.create(cm("flaky-b", json!({}))).expect("b");
     em.create(cm("flaky-c", json!({"traps": "5"}))).expect("c");
     em.create(cm("flaky-d", json!({}))).expect("d");
-    let d = rt.plugins()[0].dispatcher();
+    let d = rt.plugins()[0].dispatcher_handle();
     assert!(
         eventually(WAIT, || guest_lines(
             &logs,
@@ -71,7 +71,7 @@ async fn a_failed_notification_is_retried_on_a_fresh_instance_in_order_then_drop
     assert_eq!(d.retries.load(Ordering::Relaxed), 4, "two for a, two for c");
     assert_eq!(d.failures.load(Ordering::Relaxed), 5);
     assert_eq!(d.dropped.load(Ordering::Relaxed), 1);
-    let plugin = rt.plugins()[0].plugin();
+    let plugin = rt.plugins()[0].plugin().clone();
     assert_eq!(plugin.stats().traps.load(Ordering::Relaxed), 5);
     // Each attempt ran on a fresh instance: it found the markers of the earlier ones.
     for m in [

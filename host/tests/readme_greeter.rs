@@ -96,7 +96,8 @@ async fn the_greeter_greets_a_labelled_configmap_in_the_host() {
     let em = emulator().await;
     let rt = running(&em, &[guest("greeter")]).await;
     assert!(em.wait_for_open_watches("/configmaps", 1, WAIT).await);
-    let stats = rt.plugins()[0].reconcile_stats();
+    let greeter = rt.plugins()[0].clone();
+    let stats = greeter.reconcile_stats();
     let reconciles = || stats.total.load(Ordering::Relaxed);
 
     // Unlabelled: outside the watch. It is created first, so with the one worker its greeting

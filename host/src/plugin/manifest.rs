@@ -33,13 +33,15 @@ impl Verb {
     }
 
     /// Every RBAC verb the calls it allows need, sorted: what `host rbac` grants for it.
-    /// `update-status` needs two because the contract's one status verb covers replace, patch
-    /// and apply of the status subresource.
+    /// `patch` needs `create` too: it covers server-side apply, and the API server authorizes
+    /// an apply of an object that does not exist yet as `create` as well as `patch` (its 403
+    /// then has an empty reason). `update-status` needs two because the contract's one status
+    /// verb covers replace, patch and apply of the status subresource (which never creates).
     pub fn rbac_verbs(self) -> &'static [&'static str] {
         match self {
             Verb::Create => &["create"],
             Verb::Update => &["update"],
-            Verb::Patch => &["patch"],
+            Verb::Patch => &["create", "patch"],
             Verb::Delete => &["delete"],
             Verb::UpdateStatus => &["patch", "update"],
         }
@@ -447,7 +449,9 @@ mod tests {
     fn update_status_grants_every_status_write() {
         assert_eq!(Verb::UpdateStatus.subresource(), Some("status"));
         assert_eq!(Verb::UpdateStatus.rbac_verbs(), ["patch", "update"]);
-        assert_eq!(Verb::Patch.rbac_verbs(), ["patch"]);
+        // Server-side apply that creates is authorized as create as well (rbac-403-apply-that-
+        // creates-with-patch-only in the recorded samples).
+        assert_eq!(Verb::Patch.rbac_verbs(), ["create", "patch"]);
         assert_eq!(Verb::Patch.subresource(), None);
     }
 

@@ -13,6 +13,7 @@ pub mod backend;
 pub mod backends;
 mod bindings;
 pub mod cache;
+pub mod cache_sync;
 pub mod dispatch;
 pub mod engine;
 pub mod health;
@@ -25,6 +26,7 @@ pub mod ops;
 pub mod rbac;
 pub mod reconcile;
 pub mod runtime;
+pub mod status;
 mod stdio;
 pub mod watch_counters;
 
@@ -35,4 +37,6 @@ pub use health::{Health, HealthSnapshot, Phase, QuarantinePolicy};
 pub use instance::{GuestClock, GuestError, Limits, Outcome, PluginInstance, ReconcileResult};
 pub use loader::{LoadCause, LoadError, LoadedPlugin, Plugin};
 pub use manifest::{Manifest, ManifestError};
-pub use runtime::{PluginRuntime, RuntimeOptions, RuntimeStatus, StartError};
+pub use runtime::{
+    PluginRuntime, RunningPlugin, RuntimeOptions, RuntimeStatus, StartError, Started,
+};

@@ -110,6 +110,19 @@ impl OfflineKinds {
                 namespaced: d.namespaced,
             })
     }
+
+    /// The resource of `kind` if one of the given CRD files defines it. Asked before the
+    /// cluster's discovery: a CRD the user hands over is what the kind will be, whether or
+    /// not the cluster serves it yet (RBAC is often applied before the CRD is).
+    pub fn resolve_from_crds(&self, api_version: &str, kind: &str) -> Option<Resolved> {
+        self.registry
+            .find_kind(api_version, kind)
+            .filter(|d| !d.builtin)
+            .map(|d| Resolved {
+                resource: d.plural.clone(),
+                namespaced: d.namespaced,
+            })
+    }
 }
 
 /// What kubectl guesses for a kind it cannot look up (client-go `UnsafeGuessKindToResource`):
@@ -238,6 +251,12 @@ pub fn rules<'a>(
     Ok(render(all))
 }
 
+/// Why a `patch` write is granted `create` as well, said at the top of the output (a YAML
+/// comment) whenever a plugin declares one.
+pub const APPLY_CREATES_NOTE: &str = "# Plugins that declare `patch` are granted `create` too: \
+server-side apply of an object that does not exist yet\n# is authorized by the API server as \
+`create` as well as `patch` (without it: 403 \"... is forbidden: \").\n";
+
 /// The roles and bindings as a multi-document YAML stream: a ClusterRole and ClusterRoleBinding
 /// for the plugins that are not confined to one namespace (if any), then a Role and RoleBinding
 /// per namespace that confined plugins use, each named `subject.role_name`.
@@ -250,7 +269,12 @@ pub fn rbac_yaml<'a>(
     let mut cluster = Rules::new();
     let mut any_cluster = false;
     let mut namespaced: BTreeMap<String, Rules> = BTreeMap::new();
+    let mut patches = false;
     for m in manifests {
+        patches |= m
+            .writes
+            .iter()
+            .any(|w| w.verbs.contains(&super::manifest::Verb::Patch));
         let scope = namespace_scope(m, default_namespace, |a, k| {
             resolve(a, k).map(|r| r.namespaced)
         });
@@ -301,7 +325,12 @@ pub fn rbac_yaml<'a>(
     }
     // Serialising a `Value` built above cannot fail; fall back to JSON (valid YAML) regardless.
     let doc = |v: &serde_json::Value| serde_yaml::to_string(v).unwrap_or_else(|_| v.to_string());
-    Ok(docs.iter().map(doc).collect::<Vec<_>>().join("---\n"))
+    let mut out = String::new();
+    if patches {
+        out.push_str(APPLY_CREATES_NOTE);
+    }
+    out.push_str(&docs.iter().map(doc).collect::<Vec<_>>().join("---\n"));
+    Ok(out)
 }
 
 #[cfg(test)]

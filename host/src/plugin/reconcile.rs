@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use super::cache_sync::CacheSync;
 use super::health::Health;
 use super::instance::{GuestError, Outcome, PluginInstance};
 use super::loader::Plugin;
@@ -64,13 +65,15 @@ impl ReconcileStats {
 }
 
 /// Starts `plugin.manifest().workers` workers on `queue`, each calling through `health`'s gate.
-/// Each takes an instance slot now, so an instance limit too small for the worker count fails
-/// the plugin's start, not a worker.
+/// They take no key before `synced` opens (every watch of the plugin has synced). Each takes
+/// an instance slot now, so an instance limit too small for the worker count fails the
+/// plugin's start, not a worker.
 pub fn spawn_workers(
     plugin: &Plugin,
     queue: &RateLimitingQueue<String>,
     stats: &Arc<ReconcileStats>,
     health: &Arc<Health>,
+    synced: &CacheSync,
 ) -> Result<Vec<JoinHandle<()>>, GuestError> {
     let n = plugin.manifest().workers.max(1);
     let instances = (0..n)
@@ -82,7 +85,14 @@ pub fn spawn_workers(
         .map(|(i, inst)| {
             let span = tracing::info_span!("worker", plugin = %plugin.name(), worker = i);
             tokio::spawn(
-                worker(inst, queue.clone(), stats.clone(), health.clone()).instrument(span),
+                worker(
+                    inst,
+                    queue.clone(),
+                    stats.clone(),
+                    health.clone(),
+                    synced.clone(),
+                )
+                .instrument(span),
             )
         })
         .collect())
@@ -109,7 +119,12 @@ async fn worker(
     queue: RateLimitingQueue<String>,
     stats: Arc<ReconcileStats>,
     health: Arc<Health>,
+    synced: CacheSync,
 ) {
+    if !synced.wait().await {
+        tracing::debug!("worker stopped before the caches synced");
+        return;
+    }
     while let Some(key) = queue.get().await {
         // Taken after the key: while the plugin is quarantined the key waits here, marked as
         // processing, so no other worker takes it and the rest stay queued.

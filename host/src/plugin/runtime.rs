@@ -1,26 +1,39 @@
 //! Running plugins: load, resolve kinds by discovery, wire each plugin to the shared informers,
 //! its workqueue and the API client, and stop them all gracefully.
+//!
+//! Start-up order, as a controller on a real cluster needs it:
+//! - a plugin whose kinds discovery cannot resolve yet (its CRD is applied later by a GitOps
+//!   tool, or the API server is not reachable yet) waits, unready, and starts by itself once
+//!   they resolve, retrying with backoff; one log line says it waits, one that it started;
+//! - a started plugin's notifications are handled as its informers list, but its reconcile
+//!   workers pass a [`CacheSync`] gate that opens only when every one of its watches has
+//!   synced, so no reconcile reads a partial cache.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use parking_lot::Mutex;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::backend::Backends;
 use super::backends::{InformerLister, KubeClientBackend, WorkqueueBackend};
+use super::cache_sync::CacheSync;
 use super::dispatch::{Dispatcher, RetryPolicy};
 use super::engine::PluginEngine;
-use super::health::{Health, HealthSnapshot, Phase, QuarantinePolicy};
+use super::health::{Health, QuarantinePolicy};
 use super::index::register as register_indexes;
 use super::instance::{GuestError, Limits};
 use super::loader::{LoadError, LoadedPlugin, Plugin};
 use super::rbac::namespace_scope;
-use super::reconcile::{spawn_workers, ReconcileStats, RECONCILE_BUCKETS};
+use super::reconcile::{spawn_workers, ReconcileStats};
+pub use super::status::RuntimeStatus;
+use super::status::{RunningStatus, Slot, Slots, WaitingStatus, WatchStatus};
 use super::watch_counters::{CounterMap, CountingLw};
+use crate::informer::backoff::Backoff;
 use crate::informer::factory::{FactoryRegistration, InformerKey, SharedInformerFactory};
 use crate::informer::processor::PanicPolicy;
 use crate::informer::shared::{InformerError, InformerOptions};
@@ -82,35 +95,67 @@ pub enum StartError {
 const INFORMER_RESYNC_CHECK: Duration = Duration::from_secs(30);
 
 /// Host-wide settings of the plugin runtime.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct RuntimeOptions {
     /// Sandbox limits applied to every plugin.
     pub limits: Limits,
     /// Restricts watches that name no namespace to this one (namespaced kinds only).
     pub namespace: Option<String>,
-    /// Stop at the first plugin that fails to start.
+    /// Stop at the first plugin that fails to start, including one whose kinds do not
+    /// resolve yet (instead of waiting for them).
     pub fail_fast: bool,
     /// When a plugin whose instances keep failing is quarantined, and for how long.
     pub quarantine: QuarantinePolicy,
     /// How a notification whose handler failed in the sandbox is retried.
     pub handler_retry: RetryPolicy,
+    /// The waits between attempts to start a plugin whose kinds do not resolve yet.
+    pub start_retry: Backoff,
+    /// The shortest interval between two discovery requests for one group-version.
+    pub discovery_refresh: Duration,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            limits: Limits::default(),
+            namespace: None,
+            fail_fast: false,
+            quarantine: QuarantinePolicy::default(),
+            handler_retry: RetryPolicy::default(),
+            // client-go's reflector backoff: 0.8 s doubling to 30 s, with jitter.
+            start_retry: Backoff::default(),
+            discovery_refresh: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What `start` made of a plugin that loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Started {
+    /// Watching and reconciling (once its caches sync).
+    Running,
+    /// Waiting for a kind to be served, or for the API server; the reason as logged.
+    Waiting(String),
+}
+
+/// The parts of a running plugin that only shutdown takes apart.
+struct Teardown {
+    regs: Vec<FactoryRegistration<CountingLw>>,
+    workers: Vec<JoinHandle<()>>,
+    sync_task: JoinHandle<()>,
 }
 
 /// One running plugin.
 pub struct RunningPlugin {
-    plugin: Plugin,
+    status: Arc<RunningStatus>,
     queue: RateLimitingQueue<String>,
-    regs: Vec<FactoryRegistration<CountingLw>>,
-    workers: Vec<JoinHandle<()>>,
-    dispatcher: Arc<Dispatcher>,
-    stats: Arc<ReconcileStats>,
-    health: Arc<Health>,
+    teardown: Mutex<Option<Teardown>>,
 }
 
 impl RunningPlugin {
     /// The plugin.
     pub fn plugin(&self) -> &Plugin {
-        &self.plugin
+        &self.status.plugin
     }
     /// Its workqueue.
     pub fn queue(&self) -> &RateLimitingQueue<String> {
@@ -118,36 +163,48 @@ impl RunningPlugin {
     }
     /// Its reconcile counters.
     pub fn reconcile_stats(&self) -> &ReconcileStats {
-        &self.stats
+        &self.status.stats
     }
     /// Its dispatcher counters.
     pub fn dispatcher(&self) -> &Dispatcher {
-        &self.dispatcher
+        &self.status.dispatcher
     }
     /// A shared handle on its dispatcher (counters outliving a borrow of the runtime).
     pub fn dispatcher_handle(&self) -> Arc<Dispatcher> {
-        self.dispatcher.clone()
+        self.status.dispatcher.clone()
     }
     /// Whether every one of its handlers has seen its informer's initial list.
     pub fn has_synced(&self) -> bool {
-        self.regs.iter().all(FactoryRegistration::has_synced)
+        self.status.watches.iter().all(|w| w.reg.has_synced())
+    }
+    /// Whether its reconcile workers have been let through the cache-sync gate.
+    pub fn workers_started(&self) -> bool {
+        self.status.synced.is_open()
     }
     /// Its health gate (quarantine state).
     pub fn health(&self) -> &Health {
-        &self.health
+        &self.status.health
     }
 }
 
-/// The plugins of one host process, sharing one informer factory and metrics registry.
-pub struct PluginRuntime {
-    engine: PluginEngine,
+/// Everything a plugin is wired to; shared with the tasks that start waiting plugins.
+struct Wiring {
     client: Client,
     discovery: Arc<Discovery>,
     factory: SharedInformerFactory<CountingLw>,
     registry: Registry,
     lw_counters: CounterMap,
     opts: RuntimeOptions,
-    plugins: Vec<RunningPlugin>,
+    slots: Slots,
+    running: Mutex<Vec<Arc<RunningPlugin>>>,
+}
+
+/// The plugins of one host process, sharing one informer factory and metrics registry.
+pub struct PluginRuntime {
+    engine: PluginEngine,
+    wiring: Arc<Wiring>,
+    stop_waiting: watch::Sender<bool>,
+    waiting_tasks: Vec<JoinHandle<()>>,
 }
 
 impl PluginRuntime {
@@ -155,32 +212,42 @@ impl PluginRuntime {
     pub fn new(engine: PluginEngine, client: Client, opts: RuntimeOptions) -> Self {
         PluginRuntime {
             engine,
-            discovery: Arc::new(Discovery::new(client.clone())),
-            client,
-            factory: SharedInformerFactory::new(InformerOptions {
-                // The resync check period of shared informers: plugins that want a shorter
-                // resync lower it while the informer is new; 0 would disable resync entirely.
-                resync_period: INFORMER_RESYNC_CHECK,
-                // Plugin dispatchers turn guest faults into errors; a panic would be a host
-                // bug in one plugin's path, and must not stop every other plugin.
-                handler_panics: PanicPolicy::Skip,
-                ..InformerOptions::default()
+            wiring: Arc::new(Wiring {
+                discovery: Arc::new(
+                    Discovery::new(client.clone())
+                        .with_min_refresh_interval(opts.discovery_refresh),
+                ),
+                client,
+                factory: SharedInformerFactory::new(InformerOptions {
+                    // The resync check period of shared informers: plugins that want a
+                    // shorter resync lower it while the informer is new; 0 would disable
+                    // resync entirely.
+                    resync_period: INFORMER_RESYNC_CHECK,
+                    // Plugin dispatchers turn guest faults into errors; a panic would be a
+                    // host bug in one plugin's path, and must not stop every other plugin.
+                    handler_panics: PanicPolicy::Skip,
+                    ..InformerOptions::default()
+                }),
+                registry: Registry::new(),
+                lw_counters: CounterMap::default(),
+                opts,
+                slots: Slots::default(),
+                running: Mutex::new(Vec::new()),
             }),
-            registry: Registry::new(),
-            lw_counters: CounterMap::default(),
-            opts,
-            plugins: Vec::new(),
+            stop_waiting: watch::channel(false).0,
+            waiting_tasks: Vec::new(),
         }
     }
 
-    /// Loads and starts every file. A plugin that fails is logged as one line and skipped,
-    /// unless `fail_fast`, when the first failure is returned. Returns the failures.
+    /// Loads and starts every file. A plugin that fails to load is logged as one line and
+    /// skipped, and one whose kinds do not resolve yet waits for them, unless `fail_fast`,
+    /// when the first failure of either kind is returned. Returns the failures.
     pub async fn start_all(&mut self, paths: &[PathBuf]) -> Result<Vec<StartError>, StartError> {
         let mut failed = Vec::new();
         for path in paths {
             match self.start(path).await {
-                Ok(()) => {}
-                Err(e) if self.opts.fail_fast => return Err(e),
+                Ok(_) => {}
+                Err(e) if self.wiring.opts.fail_fast => return Err(e),
                 Err(e) => {
                     tracing::error!("{e}");
                     failed.push(e);
@@ -190,17 +257,202 @@ impl PluginRuntime {
         Ok(failed)
     }
 
-    /// Loads the plugin at `path` and starts its watches and workers.
-    pub async fn start(&mut self, path: &Path) -> Result<(), StartError> {
-        let loaded = self.engine.load(path, self.opts.limits.clone()).await?;
-        let resources = self.resolve(&loaded).await?;
-        let running = self.wire(loaded, &resources)?;
-        tracing::info!(plugin = %running.plugin.name(), file = %path.display(),
-            workers = running.workers.len(), "plugin started");
-        self.plugins.push(running);
-        Ok(())
+    /// Loads the plugin at `path` and starts its watches and workers, or, when one of its
+    /// kinds does not resolve (not served yet, API server unreachable) and not `fail_fast`,
+    /// leaves it waiting: it starts by itself once discovery resolves its kinds.
+    pub async fn start(&mut self, path: &Path) -> Result<Started, StartError> {
+        let loaded = self
+            .engine
+            .load(path, self.wiring.opts.limits.clone())
+            .await?;
+        match self.wiring.resolve(&loaded).await {
+            Ok(resources) => {
+                let running = self.wiring.wire(loaded, &resources)?;
+                self.wiring.adopt(running, None);
+                Ok(Started::Running)
+            }
+            Err(e) if self.wiring.opts.fail_fast => Err(e),
+            Err(e) => {
+                let reason = waiting_reason(&e);
+                tracing::warn!(plugin = %loaded.name(), file = %path.display(),
+                    "plugin waits to start: {reason}; retrying with backoff until it resolves");
+                let waiting = Arc::new(WaitingStatus {
+                    name: loaded.name().to_owned(),
+                    path: path.to_path_buf(),
+                    since: SystemTime::now(),
+                    reason: Mutex::new(reason.clone()),
+                    attempts: AtomicU64::new(1),
+                });
+                self.wiring
+                    .slots
+                    .lock()
+                    .push(Slot::Waiting(waiting.clone()));
+                let task = tokio::spawn(start_when_resolved(
+                    self.wiring.clone(),
+                    loaded,
+                    waiting,
+                    self.stop_waiting.subscribe(),
+                ));
+                self.waiting_tasks.push(task);
+                Ok(Started::Waiting(reason))
+            }
+        }
     }
 
+    /// The running plugins, in the order they started.
+    pub fn plugins(&self) -> Vec<Arc<RunningPlugin>> {
+        self.wiring.running.lock().clone()
+    }
+
+    /// The plugins waiting to start, as (name, why).
+    pub fn waiting(&self) -> Vec<(String, String)> {
+        self.wiring
+            .slots
+            .lock()
+            .iter()
+            .filter_map(|s| match s {
+                Slot::Waiting(w) => Some((w.name.clone(), w.reason.lock().clone())),
+                Slot::Running(_) => None,
+            })
+            .collect()
+    }
+
+    /// The informer factory (shared watches).
+    pub fn factory(&self) -> &SharedInformerFactory<CountingLw> {
+        &self.wiring.factory
+    }
+
+    /// Whether every plugin has started, its informers have delivered their initial lists,
+    /// its workers have passed the cache-sync gate, and no plugin is quarantined.
+    pub fn is_ready(&self) -> bool {
+        self.status().is_ready()
+    }
+
+    /// A cheap handle for the metrics and health endpoints; it also sees plugins that start
+    /// later.
+    pub fn status(&self) -> RuntimeStatus {
+        RuntimeStatus {
+            registry: self.wiring.registry.clone(),
+            lw_counters: self.wiring.lw_counters.clone(),
+            slots: self.wiring.slots.clone(),
+        }
+    }
+
+    /// Stops watches, lets in-flight and queued reconciles finish within `grace`, then stops
+    /// the workers. Plugins still waiting to start are given up; workers whose caches never
+    /// synced stop without reconciling. Returns whether everything finished in time.
+    pub async fn shutdown(self, grace: Duration) -> bool {
+        tracing::info!(?grace, "stopping watches and draining workqueues");
+        self.stop_waiting.send_replace(true);
+        for t in self.waiting_tasks {
+            // A task wiring a plugin right now finishes that first (it holds no await then),
+            // so every running plugin is in the list below once it has ended.
+            let _ = t.await;
+        }
+        let w = &self.wiring;
+        w.factory.shutdown();
+        let deadline = tokio::time::Instant::now() + grace;
+        let mut clean = true;
+        let plugins = w.running.lock().clone();
+        for p in &plugins {
+            // Workers that never got past the gate would reconcile on a partial cache.
+            p.status.synced.close();
+            if p.status.health.is_quarantined() {
+                // Its workers wait at the health gate and would only sit out the grace period.
+                tracing::warn!(plugin = %p.plugin().name(), queued = p.queue.len(),
+                    "plugin quarantined at shutdown; its queued keys are not reconciled");
+                p.status.health.close();
+            }
+        }
+        for p in plugins {
+            let Some(t) = p.teardown.lock().take() else {
+                continue;
+            };
+            t.sync_task.abort();
+            drop(t.regs);
+            let drained = tokio::time::timeout_at(deadline, p.queue.shutdown_with_drain())
+                .await
+                .is_ok();
+            p.queue.shutdown();
+            for worker in t.workers {
+                let abort = worker.abort_handle();
+                if tokio::time::timeout_at(deadline, worker).await.is_err() {
+                    abort.abort();
+                    clean = false;
+                }
+            }
+            // Releases a dispatcher still waiting at the gate.
+            p.status.health.close();
+            if !drained {
+                // The caller reports the cut-off once, for all plugins (it returns false).
+                tracing::debug!(plugin = %p.plugin().name(), ?grace,
+                    "grace period over with reconciles in flight; they were abandoned");
+                clean = false;
+            }
+        }
+        clean
+    }
+}
+
+/// Why a plugin waits, without the file name its log line already carries.
+fn waiting_reason(e: &StartError) -> String {
+    match e {
+        StartError::Resolve {
+            api_version,
+            kind,
+            cause,
+            ..
+        } => format!("cannot resolve kind {kind} ({api_version}): {cause}"),
+        other => other.to_string(),
+    }
+}
+
+/// Retries resolving a waiting plugin's kinds with backoff; wires it once they resolve and
+/// puts it in its slot. One line when it starts (or fails for good), none per retry.
+async fn start_when_resolved(
+    wiring: Arc<Wiring>,
+    loaded: LoadedPlugin,
+    waiting: Arc<WaitingStatus>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut backoff = wiring.opts.start_retry.clone();
+    loop {
+        let wait = backoff.step(tokio::time::Instant::now(), rand::random::<f64>());
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let resolved = tokio::select! {
+            r = wiring.resolve(&loaded) => r,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        waiting.attempts.fetch_add(1, Ordering::Relaxed);
+        match resolved {
+            Ok(resources) => {
+                let name = loaded.name().to_owned();
+                match wiring.wire(loaded, &resources) {
+                    Ok(running) => wiring.adopt(running, Some(&waiting)),
+                    Err(e) => {
+                        tracing::error!("{e}");
+                        wiring
+                            .slots
+                            .lock()
+                            .retain(|s| !matches!(s, Slot::Waiting(w) if Arc::ptr_eq(w, &waiting)));
+                        tracing::debug!(plugin = %name, "waiting plugin given up");
+                    }
+                }
+                return;
+            }
+            Err(e) => {
+                let reason = waiting_reason(&e);
+                tracing::debug!(plugin = %waiting.name, ?wait, "still waiting: {reason}");
+                *waiting.reason.lock() = reason;
+            }
+        }
+    }
+}
+
+impl Wiring {
     /// Every watched and written kind → its resource, or the first that does not resolve.
     async fn resolve(
         &self,
@@ -231,6 +483,33 @@ impl PluginRuntime {
             out.insert(k, r);
         }
         Ok(out)
+    }
+
+    /// Puts a newly wired plugin in the running list and in its slot (replacing `waiting`,
+    /// or appended), and says so.
+    fn adopt(&self, running: RunningPlugin, waiting: Option<&Arc<WaitingStatus>>) {
+        let running = Arc::new(running);
+        let slot = Slot::Running(running.status.clone());
+        {
+            let mut slots = self.slots.lock();
+            let at = waiting.and_then(|w| {
+                slots
+                    .iter()
+                    .position(|s| matches!(s, Slot::Waiting(x) if Arc::ptr_eq(x, w)))
+            });
+            match at {
+                Some(i) => slots[i] = slot,
+                None => slots.push(slot),
+            }
+        }
+        let workers = running
+            .teardown
+            .lock()
+            .as_ref()
+            .map_or(0, |t| t.workers.len());
+        tracing::info!(plugin = %running.plugin().name(), file = %running.plugin().path().display(),
+            workers, "plugin started");
+        self.running.lock().push(running);
     }
 
     fn wire(
@@ -272,8 +551,11 @@ impl PluginRuntime {
         let dispatcher = Dispatcher::new(&plugin, health.clone(), self.opts.handler_retry.clone())
             .map_err(instance_err)?;
         let stats = Arc::new(ReconcileStats::default());
-        let workers = spawn_workers(&plugin, &queue, &stats, &health).map_err(instance_err)?;
+        let synced = CacheSync::new();
+        let workers =
+            spawn_workers(&plugin, &queue, &stats, &health, &synced).map_err(instance_err)?;
         let mut regs = Vec::new();
+        let mut watches = Vec::new();
         let manifest = plugin.manifest().clone();
         for (i, w) in manifest.watches.iter().enumerate() {
             let Some(res) = resources.get(&(w.api_version.clone(), w.kind.clone())) else {
@@ -307,9 +589,8 @@ impl PluginRuntime {
                     Some(manifest.resync_period.unwrap_or(Duration::ZERO)),
                 )
                 .map_err(|source| {
-                    for h in &workers {
-                        h.abort();
-                    }
+                    // Closing the gate ends the workers, which have reconciled nothing.
+                    synced.close();
                     StartError::Informer {
                         path: path.clone(),
                         key: key.to_string(),
@@ -325,339 +606,34 @@ impl PluginRuntime {
                 store,
                 indexes,
             );
+            if let Some(handler) = reg.registration() {
+                watches.push(WatchStatus {
+                    key: key.to_string(),
+                    reg: handler.clone(),
+                    counters: reg.informer().lister_watcher().counters().clone(),
+                });
+            }
             regs.push(reg);
         }
+        let sync_task = synced.open_when(&name, {
+            let handlers: Vec<_> = watches.iter().map(|w| w.reg.clone()).collect();
+            move || handlers.iter().all(|h| h.has_synced())
+        });
         Ok(RunningPlugin {
-            plugin,
-            queue,
-            regs,
-            workers,
-            dispatcher,
-            stats,
-            health,
-        })
-    }
-
-    /// The running plugins.
-    pub fn plugins(&self) -> &[RunningPlugin] {
-        &self.plugins
-    }
-
-    /// The informer factory (shared watches).
-    pub fn factory(&self) -> &SharedInformerFactory<CountingLw> {
-        &self.factory
-    }
-
-    /// Whether every plugin's informers have delivered their initial lists and no plugin is
-    /// quarantined.
-    pub fn is_ready(&self) -> bool {
-        !self.plugins.is_empty()
-            && self
-                .plugins
-                .iter()
-                .all(|p| p.has_synced() && !p.health.is_quarantined())
-    }
-
-    /// A cheap handle for the metrics and health endpoints.
-    pub fn status(&self) -> RuntimeStatus {
-        RuntimeStatus {
-            registry: self.registry.clone(),
-            lw_counters: self.lw_counters.clone(),
-            plugins: self
-                .plugins
-                .iter()
-                .map(|p| PluginStatus {
-                    plugin: p.plugin.clone(),
-                    stats: p.stats.clone(),
-                    dispatcher: p.dispatcher.clone(),
-                    health: p.health.clone(),
-                    synced: p
-                        .regs
-                        .iter()
-                        .filter_map(|r| r.registration().cloned())
-                        .collect(),
-                })
-                .collect::<Vec<_>>()
-                .into(),
-        }
-    }
-
-    /// Stops watches, lets in-flight and queued reconciles finish within `grace`, then stops
-    /// the workers. Returns whether everything finished in time.
-    pub async fn shutdown(self, grace: Duration) -> bool {
-        tracing::info!(?grace, "stopping watches and draining workqueues");
-        self.factory.shutdown();
-        let deadline = tokio::time::Instant::now() + grace;
-        let mut clean = true;
-        for p in &self.plugins {
-            if p.health.is_quarantined() {
-                // Its workers wait at the health gate and would only sit out the grace period.
-                tracing::warn!(plugin = %p.plugin.name(), queued = p.queue.len(),
-                    "plugin quarantined at shutdown; its queued keys are not reconciled");
-                p.health.close();
-            }
-        }
-        for p in self.plugins {
-            drop(p.regs);
-            let drained = tokio::time::timeout_at(deadline, p.queue.shutdown_with_drain())
-                .await
-                .is_ok();
-            p.queue.shutdown();
-            for w in p.workers {
-                let abort = w.abort_handle();
-                if tokio::time::timeout_at(deadline, w).await.is_err() {
-                    abort.abort();
-                    clean = false;
-                }
-            }
-            // Releases a dispatcher still waiting at the gate.
-            p.health.close();
-            if !drained {
-                // The caller reports the cut-off once, for all plugins (it returns false).
-                tracing::debug!(plugin = %p.plugin.name(), ?grace,
-                    "grace period over with reconciles in flight; they were abandoned");
-                clean = false;
-            }
-        }
-        clean
-    }
-}
-
-struct PluginStatus {
-    plugin: Plugin,
-    stats: Arc<ReconcileStats>,
-    dispatcher: Arc<Dispatcher>,
-    health: Arc<Health>,
-    synced: Vec<crate::informer::shared::HandlerRegistration>,
-}
-
-impl PluginStatus {
-    fn synced(&self) -> bool {
-        self.synced.iter().all(|r| r.has_synced())
-    }
-}
-
-/// What `/metrics` and `/readyz` read: shared handles, no lock on the runtime.
-#[derive(Clone)]
-pub struct RuntimeStatus {
-    registry: Registry,
-    lw_counters: CounterMap,
-    plugins: Arc<[PluginStatus]>,
-}
-
-impl RuntimeStatus {
-    /// Ready when there is at least one plugin, every handler has seen its initial list and no
-    /// plugin is quarantined (a rollout whose new version quarantines a plugin should stall).
-    pub fn is_ready(&self) -> bool {
-        self.readiness().0
-    }
-
-    /// Readiness and its explanation: `ok`, or one line per reason it is not ready, naming the
-    /// plugin (and, for a quarantine, why and for how long).
-    pub fn readiness(&self) -> (bool, String) {
-        if self.plugins.is_empty() {
-            return (false, "no plugin running\n".into());
-        }
-        let mut out = String::new();
-        for p in self.plugins.iter() {
-            let name = p.plugin.name();
-            if !p.synced() {
-                let _ = writeln!(out, "plugin {name}: informers not synced");
-            }
-            let h = p.health.snapshot();
-            if h.phase != Phase::Running {
-                let _ = write!(out, "plugin {name}: {}", h.phase.as_str());
-                if let Some(r) = &h.reason {
-                    let _ = write!(out, " ({r})");
-                }
-                if let Some(left) = h.remaining {
-                    let _ = write!(out, "; probation in {:.1}s", left.as_secs_f64());
-                }
-                out.push('\n');
-            }
-        }
-        if out.is_empty() {
-            (true, "ok\n".into())
-        } else {
-            (false, out)
-        }
-    }
-
-    /// The `/statusz` document: one entry per plugin with its state, quarantine details,
-    /// informer sync and a few counters, as JSON.
-    pub fn render_status(&self) -> String {
-        let plugins: Vec<_> = self
-            .plugins
-            .iter()
-            .map(|p| {
-                let h: HealthSnapshot = p.health.snapshot();
-                let since = h.since.and_then(|t| {
-                    t.duration_since(std::time::UNIX_EPOCH)
-                        .ok()
-                        .map(|d| d.as_secs())
-                });
-                serde_json::json!({
-                    "name": p.plugin.name(),
-                    "file": p.plugin.path().display().to_string(),
-                    "state": h.phase.as_str(),
-                    "reason": h.reason,
-                    "quarantinedSinceUnix": since,
-                    "probationInSeconds": h.remaining.map(|d| d.as_secs_f64()),
-                    "quarantines": h.quarantines,
-                    "informersSynced": p.synced(),
-                    "reconciles": p.stats.total.load(Ordering::Relaxed),
-                    "reconcileErrors": p.stats.errors.load(Ordering::Relaxed),
-                    "notificationsDropped": p.dispatcher.dropped.load(Ordering::Relaxed),
-                    "instantiations": p.plugin.stats().instantiations.load(Ordering::Relaxed),
-                })
-            })
-            .collect();
-        let (ready, _) = self.readiness();
-        let doc = serde_json::json!({ "ready": ready, "plugins": plugins });
-        let mut s = doc.to_string();
-        s.push('\n');
-        s
-    }
-
-    /// The Prometheus text exposition: client-go workqueue metrics (one queue per plugin, named
-    /// after it), then reconcile and sandbox counters labelled by plugin.
-    pub fn render_metrics(&self) -> String {
-        let mut out = self.registry.render();
-        type Get = fn(&PluginStatus) -> u64;
-        let counters: [(&str, &str, Get); 11] = [
-            ("plugin_reconcile_total", "Reconcile calls.", |p| {
-                p.stats.total.load(Ordering::Relaxed)
+            status: Arc::new(RunningStatus {
+                plugin,
+                stats,
+                dispatcher,
+                health,
+                watches,
+                synced,
             }),
-            (
-                "plugin_reconcile_errors_total",
-                "Reconcile calls that failed (guest error or sandbox failure).",
-                |p| p.stats.errors.load(Ordering::Relaxed),
-            ),
-            (
-                "plugin_reconcile_requeue_after_total",
-                "Reconcile calls that asked to be requeued after a delay.",
-                |p| p.stats.requeue_after.load(Ordering::Relaxed),
-            ),
-            (
-                "plugin_guest_traps_total",
-                "Guest calls that trapped.",
-                |p| p.plugin.stats().traps.load(Ordering::Relaxed),
-            ),
-            (
-                "plugin_guest_deadline_hits_total",
-                "Guest calls stopped at their deadline.",
-                |p| p.plugin.stats().deadline_hits.load(Ordering::Relaxed),
-            ),
-            (
-                "plugin_guest_memory_exhaustions_total",
-                "Guest calls stopped at the memory cap.",
-                |p| p.plugin.stats().memory_exhaustions.load(Ordering::Relaxed),
-            ),
-            (
-                "plugin_instantiations_total",
-                "Guest instances created (first ones and replacements).",
-                |p| p.plugin.stats().instantiations.load(Ordering::Relaxed),
-            ),
-            (
-                "plugin_notifications_total",
-                "Informer notifications delivered to the guest's handlers.",
-                |p| p.dispatcher.delivered.load(Ordering::Relaxed),
-            ),
-            (
-                "plugin_notification_retries_total",
-                "Handler calls retried on a fresh instance after a sandbox failure.",
-                |p| p.dispatcher.retries.load(Ordering::Relaxed),
-            ),
-            (
-                "plugin_notifications_dropped_total",
-                "Notifications dropped after every handler attempt failed.",
-                |p| p.dispatcher.dropped.load(Ordering::Relaxed),
-            ),
-            (
-                "plugin_quarantines_total",
-                "Times the plugin was quarantined (repeated instance failures, failed probation).",
-                |p| p.health.quarantines(),
-            ),
-        ];
-        for (name, help, get) in counters {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for p in self.plugins.iter() {
-                let _ = writeln!(out, "{name}{{plugin=\"{}\"}} {}", p.plugin.name(), get(p));
-            }
-        }
-        let name = "plugin_reconcile_duration_seconds";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Duration of reconcile calls.\n# TYPE {name} histogram"
-        );
-        for p in self.plugins.iter() {
-            let plugin = p.plugin.name();
-            let (buckets, sum) = p.stats.histogram();
-            for (bound, n) in RECONCILE_BUCKETS.iter().zip(&buckets) {
-                let _ = writeln!(
-                    out,
-                    "{name}_bucket{{plugin=\"{plugin}\",le=\"{bound}\"}} {n}"
-                );
-            }
-            let count = buckets.last().copied().unwrap_or(0);
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{plugin=\"{plugin}\",le=\"+Inf\"}} {count}"
-            );
-            let _ = writeln!(out, "{name}_sum{{plugin=\"{plugin}\"}} {sum}");
-            let _ = writeln!(out, "{name}_count{{plugin=\"{plugin}\"}} {count}");
-        }
-        let _ = writeln!(
-            out,
-            "# HELP plugin_quarantined Whether the plugin is quarantined or on probation (1) or running (0).\n# TYPE plugin_quarantined gauge"
-        );
-        for p in self.plugins.iter() {
-            let _ = writeln!(
-                out,
-                "plugin_quarantined{{plugin=\"{}\"}} {}",
-                p.plugin.name(),
-                u8::from(p.health.is_quarantined())
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP plugin_informers_synced Whether all of a plugin's informers have synced.\n# TYPE plugin_informers_synced gauge"
-        );
-        for p in self.plugins.iter() {
-            let synced = p.synced.iter().all(|r| r.has_synced());
-            let _ = writeln!(
-                out,
-                "plugin_informers_synced{{plugin=\"{}\"}} {}",
-                p.plugin.name(),
-                u8::from(synced)
-            );
-        }
-        let informers: Vec<_> = self
-            .lw_counters
-            .lock()
-            .iter()
-            .map(|(k, c)| (k.clone(), c.clone()))
-            .collect();
-        type Count = fn(&super::watch_counters::LwCounters) -> u64;
-        let informer_counters: [(&str, &str, Count); 2] = [
-            (
-                "informer_relists_total",
-                "Full lists after an informer's first one (410 Gone, errors, restarts).",
-                |c| c.relists(),
-            ),
-            (
-                "informer_watch_restarts_total",
-                "Watch requests after an informer's first one.",
-                |c| c.watch_restarts(),
-            ),
-        ];
-        for (name, help, get) in informer_counters {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (key, c) in &informers {
-                let key = key.replace('\\', "\\\\").replace('"', "\\\"");
-                let _ = writeln!(out, "{name}{{informer=\"{key}\"}} {}", get(c));
-            }
-        }
-        out
+            queue,
+            teardown: Mutex::new(Some(Teardown {
+                regs,
+                workers,
+                sync_task,
+            })),
+        })
     }
 }
