@@ -6,6 +6,7 @@
 
 mod support;
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use host::emulator::EmulatorHandle;
@@ -171,6 +172,87 @@ async fn referenced_config_changes_roll_opted_in_deployments_only() {
         opted_out["metadata"]["resourceVersion"], opted_out_rv,
         "a Deployment without the opt-in annotation is never written: {opted_out}"
     );
+}
+
+/// A restart of the host while one of the reloader's informers is slow to list (the
+/// ConfigMap LIST is held, as 10,000 ConfigMaps make it on a real cluster) rolls nothing: the
+/// Deployment's key is queued as its informer syncs, but no reconcile runs before every
+/// informer of the plugin has synced, so the guest never hashes "ConfigMap absent".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_with_a_slow_configmap_list_rolls_nothing() {
+    let em = emulator().await;
+    em.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "app-config", "namespace": "default"}, "data": {"level": "info"}}))
+        .expect("configmap");
+    em.create(
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": "app-secret", "namespace": "default"},
+        "data": {"password": "czNjcjN0"}}),
+    )
+    .expect("secret");
+    em.create(deployment("web", true, "app-config", true))
+        .expect("web");
+
+    // A first run records the baseline and rolls once for a change.
+    let rt = running(&em, &[example("config-reloader")]).await;
+    assert!(eventually(WAIT, || observed_hash(&get_deploy(&em, "web")).is_some()).await);
+    set_data(&em, "ConfigMap", "app-config", "level", "debug");
+    assert!(eventually(WAIT, || template_hash(&get_deploy(&em, "web")).is_some()).await);
+    assert!(
+        tokio::time::timeout(T, rt.shutdown(Duration::from_secs(10)))
+            .await
+            .expect("in time")
+    );
+    let before = get_deploy(&em, "web");
+    let generation = before["metadata"]["generation"].clone();
+    let hash = template_hash(&before).expect("rolled once");
+
+    // The restart, with the ConfigMap LIST held.
+    em.faults().hold_lists("/configmaps");
+    let mut rt = support::cluster::runtime(&em, host::plugin::Limits::default(), true);
+    tokio::time::timeout(T, rt.start_all(&[example("config-reloader")]))
+        .await
+        .expect("in time")
+        .expect("starts");
+    let reloader = rt.plugins()[0].clone();
+    assert!(
+        eventually(WAIT, || em.faults().held_list_count() >= 1
+            && reloader.dispatcher().delivered.load(Ordering::Relaxed) >= 2)
+        .await,
+        "the ConfigMap LIST is held while the Deployment and the Secret are delivered"
+    );
+    // A reconcile now would read a cache without the ConfigMap. Give one every chance to
+    // happen (a worker takes a queued key within milliseconds), and see none does.
+    let reconciled = || reloader.reconcile_stats().total.load(Ordering::Relaxed);
+    assert!(
+        !eventually(Duration::from_secs(1), || reconciled() > 0).await,
+        "no reconcile before every informer synced"
+    );
+    assert!(!reloader.workers_started());
+    assert_eq!(reloader.queue().len(), 1, "web's key waits in the queue");
+    assert!(!rt.is_ready());
+
+    em.faults().release_lists("/configmaps");
+    assert!(
+        eventually(WAIT, || rt.is_ready()).await,
+        "synced after the release"
+    );
+    assert!(
+        eventually(WAIT, || reconciled() >= 1).await,
+        "the queued key is reconciled"
+    );
+    assert!(
+        tokio::time::timeout(T, rt.shutdown(Duration::from_secs(10)))
+            .await
+            .expect("in time")
+    );
+    let after = get_deploy(&em, "web");
+    assert_eq!(
+        after["metadata"]["generation"], generation,
+        "no roll on restart: {after}"
+    );
+    assert_eq!(template_hash(&after).as_deref(), Some(hash.as_str()));
+    em.shutdown().await;
 }
 
 // ----- unit tests through the harness -----

@@ -795,3 +795,96 @@ async fn fail_fast_from_the_flag_or_the_config_file_stops_at_a_bad_plugin() {
     only_line(&out, &label_error);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// An API server that is not up when the host starts (spec 1.8's refused connection at the
+/// very first request): the host does not exit, it says once that the plugin waits, is unready
+/// meanwhile, and starts the plugin by itself once the server answers discovery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_that_comes_up_after_the_host_is_waited_for() {
+    let copier = guest("copier");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let dir = support::temp_dir("late-server");
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:{port}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n"
+        ),
+    )
+    .expect("kubeconfig");
+    let mut host = HostProcess::spawn(
+        [
+            os("--kubeconfig"),
+            kubeconfig.as_os_str(),
+            os("--plugin"),
+            copier.as_os_str(),
+            os("--metrics-addr"),
+            os("127.0.0.1:0"),
+        ],
+        "info",
+    );
+    let waits = host.line("plugin waits to start").await;
+    assert!(
+        waits.contains("WARN") && waits.contains("cannot connect to"),
+        "{}",
+        host.log()
+    );
+    let metrics = host.line("metrics on http://").await;
+    let addr = metrics
+        .split_once("metrics on http://")
+        .and_then(|(_, u)| u.strip_suffix("/metrics"))
+        .expect("metrics address")
+        .to_string();
+    let (code, body) = support::cluster::http_get(&addr, "/readyz").await;
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.starts_with(
+            "plugin copier: not started: cannot resolve kind ConfigMap (v1): cannot connect to"
+        ),
+        "{body}"
+    );
+
+    let em = host::emulator::Emulator::builder()
+        .port(port)
+        .start()
+        .await
+        .expect("the API server comes up");
+    host.line("plugin started plugin=copier").await;
+    let ready = tokio::time::timeout(WAIT, async {
+        loop {
+            let r = support::cluster::http_get(&addr, "/readyz").await;
+            if r.0 == 200 {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("ready once started");
+    assert_eq!(ready.1, "ok\n");
+    em.create(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "late", "namespace": "default"}, "data": {"v": "1"}}))
+        .expect("create");
+    assert!(
+        support::cluster::eventually(WAIT, || em
+            .get("v1", "ConfigMap", Some("default"), "late-copy")
+            .is_some())
+        .await,
+        "the plugin reconciles: {}",
+        host.log()
+    );
+    let waits = host
+        .seen
+        .iter()
+        .filter(|l| l.text.contains("plugin waits to start"))
+        .count();
+    assert_eq!(waits, 1, "one line, not one per retry: {}", host.log());
+    host.sigterm();
+    let status = host.exit(WAIT).await;
+    assert!(status.success(), "{}", host.log());
+    em.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}

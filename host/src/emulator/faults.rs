@@ -26,6 +26,13 @@ pub struct Kicks {
     pub stall: u64,
 }
 
+/// Which resources' LISTs are held, and how many LISTs met a hold.
+#[derive(Debug, Default)]
+struct HeldLists {
+    resources: std::collections::BTreeSet<String>,
+    held: u64,
+}
+
 /// The next requests to fail.
 #[derive(Debug, Clone, Copy)]
 struct FailNext {
@@ -36,6 +43,8 @@ struct FailNext {
 
 /// Fault controls. Cheap to share (`Arc` inside the handle); every method takes effect at once.
 pub struct Faults {
+    /// Resources (`group/plural`) whose LISTs wait, and how many LISTs have waited.
+    held_lists: watch::Sender<HeldLists>,
     close_after: AtomicU64,
     fail: Mutex<Option<FailNext>>,
     stall_until: Mutex<Option<Instant>>,
@@ -64,6 +73,7 @@ pub struct InjectedFailure {
 impl Faults {
     pub(crate) fn new(store: Arc<Store>) -> Self {
         Faults {
+            held_lists: watch::channel(HeldLists::default()).0,
             close_after: AtomicU64::new(0),
             fail: Mutex::new(None),
             stall_until: Mutex::new(None),
@@ -121,8 +131,41 @@ impl Faults {
         self.refuse_watch_list.store(on, Ordering::Relaxed);
     }
 
-    /// Turn off every persistent fault (close-after, fail-next, stall, the watch-list knobs).
+    /// LIST requests of `resource` (`group/plural`, `/configmaps` for core) wait until
+    /// [`Faults::release_lists`]: a resource whose initial list is slow, as 10,000 objects on a
+    /// real cluster are, while the other resources answer at once.
+    pub fn hold_lists(&self, resource: &str) {
+        self.held_lists.send_modify(|h| {
+            h.resources.insert(resource.to_owned());
+        });
+    }
+
+    /// Lets held LISTs of `resource`, and later ones, through.
+    pub fn release_lists(&self, resource: &str) {
+        self.held_lists.send_modify(|h| {
+            h.resources.remove(resource);
+        });
+    }
+
+    /// How many LIST requests have met a hold (counted when they start waiting).
+    pub fn held_list_count(&self) -> u64 {
+        self.held_lists.borrow().held
+    }
+
+    /// Waits while LISTs of `resource` are held (the router calls it before a LIST).
+    pub(crate) async fn before_list(&self, resource: &str) {
+        let mut rx = self.held_lists.subscribe();
+        if !rx.borrow().resources.contains(resource) {
+            return;
+        }
+        self.held_lists.send_modify(|h| h.held += 1);
+        let _ = rx.wait_for(|h| !h.resources.contains(resource)).await;
+    }
+
+    /// Turn off every persistent fault (close-after, fail-next, stall, held lists, the
+    /// watch-list knobs).
     pub fn clear(&self) {
+        self.held_lists.send_modify(|h| h.resources.clear());
         self.close_watches_after(0);
         *self.fail.lock() = None;
         *self.stall_until.lock() = None;

@@ -289,6 +289,9 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
                 dry_run: q.get("dryRun") == Some("All"),
                 apply: false,
             };
+            if v == "list" {
+                shared.faults.before_list(&r.def.store_key).await;
+            }
             let out = match v {
                 "list" => list::list(&shared, &r, &q, &accept),
                 "watch" => Ok(watch::watch(&shared, &r, &q, &accept)),

@@ -227,7 +227,9 @@ impl Discovery {
         }
         let due = last.is_none_or(|t| t.elapsed() >= self.min_refresh_interval);
         if due {
-            *last = Some(Instant::now());
+            // Only an answer counts as a refresh: after a failed request (server unreachable)
+            // the next caller asks again instead of reading the stale miss as a 404.
+            let previous = last.replace(Instant::now());
             match self.fetch_gv(api_version).await {
                 Ok(list) => {
                     self.cache
@@ -238,7 +240,10 @@ impl Discovery {
                 Err(e) if e.code() == Some(404) => {
                     self.cache.write().by_gv.remove(api_version);
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    *last = previous;
+                    return Err(e);
+                }
             }
         }
         drop(last);
