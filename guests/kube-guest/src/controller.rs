@@ -91,6 +91,12 @@ pub trait Controller {
 
     /// Brings the object named by `key` to its desired state. An error is logged by the host
     /// and the key retried with rate-limited backoff.
+    ///
+    /// The host calls it only once every watch of the manifest has synced (its informer's
+    /// initial list is in the cache), at start and after any restart of the plugin, as
+    /// client-go and controller-runtime start workers after `WaitForCacheSync`. So an object
+    /// [`Api::get`](crate::Api::get) does not find is absent, not merely not listed yet; the
+    /// event handlers, by contrast, run while the caches fill.
     fn reconcile(key: &str) -> Result<Action>;
 }
 

@@ -10,7 +10,8 @@
 //! - [`Object`]: the JSON object with typed metadata (name, namespace, labels, annotations,
 //!   owner references, finalizers, generation, ...), keys ([`object_key`], [`split_key`]) and
 //!   owner references ([`Object::controller_owner_ref`]).
-//! - [`Api`]: cache reads (get, list, by-index) and writes (create, replace, patch, server-side
+//! - [`Api`]: cache reads (get, list, by-index; complete during `reconcile`, which runs only
+//!   after every watched kind's cache has synced) and writes (create, replace, patch, server-side
 //!   apply, status by replace, patch or apply, conditions, delete, finalizers), failing with
 //!   [`Error`]s that keep the API's code and reason (`is_not_found()`, `is_conflict()`, ...).
 //! - [`finalizer`], [`conditions`], [`time`]: pure helpers, unit-testable on the host target.
