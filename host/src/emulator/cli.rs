@@ -25,9 +25,17 @@ pub struct EmulatorArgs {
     /// Serve HTTPS with a self-signed certificate.
     #[arg(long)]
     pub tls: bool,
-    /// Require this bearer token.
+    /// Require this bearer token (with `--authorize`: the admin's, in `system:masters`).
     #[arg(long)]
     pub token: Option<String>,
+    /// Authorize every request by RBAC (Roles, ClusterRoles and their bindings), as a cluster
+    /// with RBAC on does; the written kubeconfig authenticates as an admin.
+    #[arg(long)]
+    pub authorize: bool,
+    /// Tokens of users and groups, in kube-apiserver's `--token-auth-file` format
+    /// (`token,user,uid,"group1,group2"` per line); implies `--authorize`.
+    #[arg(long, value_name = "FILE")]
+    pub token_auth_file: Option<PathBuf>,
     /// Where to write the kubeconfig (default: a file in the temp directory).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -39,9 +47,20 @@ pub struct EmulatorArgs {
 /// Runs until SIGINT or SIGTERM.
 pub async fn run(args: EmulatorArgs) -> anyhow::Result<()> {
     let mut stop = crate::shutdown::ShutdownSignal::install()?;
-    let handle = Emulator::builder()
+    let mut builder = Emulator::builder()
         .tls(args.tls)
         .token(args.token.clone())
+        .authorize(args.authorize || args.token_auth_file.is_some());
+    if let Some(path) = &args.token_auth_file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read token file {}: {e}", path.display()))?;
+        let users = super::authn::parse_token_file(&text)
+            .map_err(|e| anyhow::anyhow!("token file {}: {e}", path.display()))?;
+        for (token, user) in users {
+            builder = builder.user_token(&token, user);
+        }
+    }
+    let handle = builder
         .port(args.port)
         .history_window(args.history_window)
         .admin(true)

@@ -21,9 +21,16 @@
 //!   deployment …`) are answered 415. `create -f`, `apply` (client- and server-side), `diff`,
 //!   `label`, `patch`, `delete` and `get` send JSON and work for every kind.
 //!
+//! Authorization is opt-in ([`EmulatorBuilder::authorize`], `host emulator --authorize`):
+//! bearer tokens from a token file or issued through the TokenRequest API (`kubectl create
+//! token`) map to users and groups ([`authn`]), and RBAC is evaluated from the stored Roles,
+//! ClusterRoles and bindings with refusals worded as the real server's ([`authz`]), including
+//! the `create` check of a server-side apply that creates. The kubeconfig's own token is in
+//! `system:masters`.
+//!
 //! Known differences from kube-apiserver (by design or not yet done):
-//! - no authorization: any request with the right token (or none configured) is allowed, so
-//!   the 403 sample has no counterpart;
+//! - without `authorize`, any request with the right token (or none configured) is allowed;
+//!   with it, aggregated ClusterRoles, impersonation and access reviews are not implemented;
 //! - `fieldValidation` is accepted and ignored (no schemas are known);
 //! - graceful deletion is immediate; garbage collection and namespace cleanup run synchronously
 //!   at the end of the DELETE that triggers them (see [`write`](mod@write));
@@ -40,6 +47,8 @@
 // becomes the response body, so boxing it would only add an allocation.
 #![allow(clippy::result_large_err)]
 
+pub mod authn;
+pub mod authz;
 pub mod cli;
 pub mod discovery;
 pub(crate) mod encode;
@@ -54,6 +63,7 @@ pub mod response;
 pub mod router;
 pub mod server;
 pub mod store;
+pub mod token;
 pub mod util;
 pub mod watch;
 pub mod write;
@@ -98,6 +108,8 @@ pub(crate) struct Shared {
     pub faults: Faults,
     pub counters: Arc<Counters>,
     pub token: Option<String>,
+    /// Tokens and RBAC enforcement, when authorization is on.
+    pub auth: Option<authn::Tokens>,
     pub addr: SocketAddr,
     pub tls: bool,
     pub bookmark_interval: Duration,
@@ -120,6 +132,7 @@ impl Shared {
             registry: Registry::new(),
             counters: Arc::new(Counters::default()),
             token: None,
+            auth: None,
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             tls: false,
             bookmark_interval: Duration::from_secs(60),
@@ -149,6 +162,31 @@ fn seed_default_namespaces(shared: &Shared) -> Result<(), Status> {
     Ok(())
 }
 
+/// What a cluster with RBAC on starts with: the `cluster-admin` ClusterRole bound to the
+/// `system:masters` group.
+fn seed_cluster_admin(shared: &Shared) -> Result<(), Status> {
+    let rbac = "rbac.authorization.k8s.io/v1";
+    write::create_value(
+        shared,
+        serde_json::json!({"apiVersion": rbac, "kind": "ClusterRole",
+            "metadata": {"name": "cluster-admin"},
+            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+                {"nonResourceURLs": ["*"], "verbs": ["*"]}]}),
+        "emulator",
+    )?;
+    write::create_value(
+        shared,
+        serde_json::json!({"apiVersion": rbac, "kind": "ClusterRoleBinding",
+            "metadata": {"name": "cluster-admin"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                "name": "cluster-admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                "name": authn::MASTERS}]}),
+        "emulator",
+    )?;
+    Ok(())
+}
+
 /// Entry point: `Emulator::builder()…start().await`.
 pub struct Emulator;
 
@@ -163,6 +201,8 @@ impl Emulator {
             history_window: 10_000,
             bookmark_interval: Duration::from_secs(60),
             admin: false,
+            authorize: false,
+            users: Vec::new(),
         }
     }
 }
@@ -176,9 +216,24 @@ pub struct EmulatorBuilder {
     history_window: usize,
     bookmark_interval: Duration,
     admin: bool,
+    authorize: bool,
+    users: Vec<(String, authn::UserInfo)>,
 }
 
 impl EmulatorBuilder {
+    /// Authenticate bearer tokens and authorize every request by RBAC, as a cluster with RBAC
+    /// on does. The kubeconfig's token (the [`EmulatorBuilder::token`], else a random one)
+    /// belongs to an `admin` user in `system:masters`; requests without a token are
+    /// `system:anonymous`.
+    pub fn authorize(mut self, on: bool) -> Self {
+        self.authorize = on;
+        self
+    }
+    /// Accept `token` as `user` (with authorization on), as a line of a token file does.
+    pub fn user_token(mut self, token: &str, user: authn::UserInfo) -> Self {
+        self.users.push((token.to_owned(), user));
+        self
+    }
     /// Serve HTTPS with a self-signed certificate generated at start (ALPN h2 and http/1.1).
     pub fn tls(mut self, on: bool) -> Self {
         self.tls = on;
@@ -226,12 +281,27 @@ impl EmulatorBuilder {
             (None, None)
         };
         let store = Arc::new(Store::new(self.history_window));
+        let (token, auth) = if self.authorize {
+            let tokens = authn::Tokens::default();
+            let admin = self
+                .token
+                .unwrap_or_else(|| format!("admin.{}", util::new_uid().replace('-', "")));
+            tokens.add(&admin, authn::UserInfo::new("admin", &[authn::MASTERS]));
+            for (t, u) in self.users {
+                tokens.add(&t, u);
+            }
+            (Some(admin), Some(tokens))
+        } else {
+            (self.token, None)
+        };
+        let authorize = auth.is_some();
         let shared = Arc::new(Shared {
             faults: Faults::new(store.clone()),
             store,
             registry: Registry::new(),
             counters: Arc::new(Counters::default()),
-            token: self.token,
+            token,
+            auth,
             addr,
             tls: self.tls,
             bookmark_interval: self.bookmark_interval,
@@ -242,6 +312,12 @@ impl EmulatorBuilder {
             index: 0,
             status: s.message,
         })?;
+        if authorize {
+            seed_cluster_admin(&shared).map_err(|s| EmulatorError::Rejected {
+                index: 0,
+                status: s.message,
+            })?;
+        }
         let (stop_tx, stop_rx) = tokio_watch::channel(false);
         let task = tokio::spawn(server::serve(listener, acceptor, shared.clone(), stop_rx));
         tracing::info!(%addr, tls = self.tls, "emulator listening");
@@ -288,8 +364,40 @@ impl EmulatorHandle {
         self.cert_pem.as_deref()
     }
 
-    /// A kubeconfig for this emulator (TLS with insecure-skip-tls-verify, the token if any).
+    /// A kubeconfig for this emulator (TLS with insecure-skip-tls-verify, the token if any:
+    /// with authorization on, an admin's).
     pub fn kubeconfig(&self) -> String {
+        self.kubeconfig_for(self.shared.token.as_deref())
+    }
+
+    /// A kubeconfig that authenticates with `token` (a user's or a ServiceAccount's).
+    pub fn kubeconfig_with_token(&self, token: &str) -> String {
+        self.kubeconfig_for(Some(token))
+    }
+
+    /// Accept `token` as `user` from now on; false (and nothing done) when authorization is off.
+    pub fn add_user_token(&self, token: &str, user: authn::UserInfo) -> bool {
+        match &self.shared.auth {
+            Some(t) => {
+                t.add(token, user);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A token for the ServiceAccount `namespace/name`, as the TokenRequest API issues one
+    /// (404 if it does not exist; with authorization off the token is not checked).
+    pub fn issue_service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+        ttl: Duration,
+    ) -> Result<String, crate::kube::Error> {
+        Ok(token::issue(&self.shared, namespace, name, ttl)?)
+    }
+
+    fn kubeconfig_for(&self, token: Option<&str>) -> String {
         let mut s = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {}\n",
             self.base_url()
@@ -298,7 +406,7 @@ impl EmulatorHandle {
             s.push_str("    insecure-skip-tls-verify: true\n");
         }
         s.push_str("users:\n- name: emulator\n  user:");
-        match &self.shared.token {
+        match token {
             Some(t) => s.push_str(&format!("\n    token: {t:?}\n")),
             None => s.push_str(" {}\n"),
         }

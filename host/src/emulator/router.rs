@@ -10,6 +10,8 @@ use hyper::body::Incoming;
 use percent_encoding::percent_decode_str;
 use tracing::{debug, Instrument};
 
+use super::authn::UserInfo;
+use super::authz::{self, Attributes};
 use super::registry::ResourceDef;
 use super::response::{self, Body};
 use super::{discovery, list, openapi, watch, write, Shared};
@@ -134,6 +136,9 @@ fn resource_route(shared: &Shared, g: &str, v: &str, rest: &[&str]) -> Route {
                 [] => req(def, Some(ns), None, None),
                 [name] => req(def, Some(ns), Some(name), None),
                 [name, "status"] if def.status => req(def, Some(ns), Some(name), Some("status")),
+                [name, "token"] if def.group.is_empty() && def.plural == "serviceaccounts" => {
+                    req(def, Some(ns), Some(name), Some("token"))
+                }
                 _ => Route::NotFound,
             };
         }
@@ -161,6 +166,7 @@ fn verb(method: &Method, r: &ResourceRequest, q: &Query) -> &'static str {
         (&Method::GET, false) if q.is_watch() || r.watch_path => "watch",
         (&Method::GET, false) => "list",
         (&Method::POST, false) => "create",
+        (&Method::POST, true) if r.subresource.as_deref() == Some("token") => "create",
         (&Method::PUT, true) => "update",
         (&Method::PATCH, true) => "patch",
         (&Method::DELETE, true) => "delete",
@@ -169,15 +175,43 @@ fn verb(method: &Method, r: &ResourceRequest, q: &Query) -> &'static str {
     }
 }
 
-fn authorized(shared: &Shared, req: &Request<Incoming>) -> bool {
-    let Some(token) = &shared.token else {
-        return true;
-    };
-    req.headers()
+/// Who is asking: `Ok(None)` when authorization is off and the request may proceed,
+/// `Ok(Some(user))` when it is on, `Err(())` for a missing or wrong token (401).
+fn authenticate(shared: &Shared, req: &Request<Incoming>) -> Result<Option<UserInfo>, ()> {
+    let header = req
+        .headers()
         .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.to_str().ok());
+    if let Some(tokens) = &shared.auth {
+        return tokens.authenticate(header).map(Some).ok_or(());
+    }
+    let Some(token) = &shared.token else {
+        return Ok(None);
+    };
+    let ok = header
         .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| t.trim() == token)
+        .is_some_and(|t| t.trim() == token);
+    if ok {
+        Ok(None)
+    } else {
+        Err(())
+    }
+}
+
+/// The authorizer's view of a routed request.
+fn attributes<'a>(route: &'a Route, verb: &'a str, path: &'a str) -> Option<Attributes<'a>> {
+    match route {
+        Route::Admin(_) => None,
+        Route::Resource(r) => Some(Attributes::Resource {
+            verb,
+            group: &r.def.group,
+            resource: &r.def.plural,
+            subresource: r.subresource.as_deref(),
+            namespace: r.namespace.as_deref(),
+            name: r.name.as_deref(),
+        }),
+        _ => Some(Attributes::NonResource { verb: "get", path }),
+    }
 }
 
 /// Serve one request.
@@ -195,10 +229,10 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
 async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
-    if !authorized(&shared, &req) {
+    let Ok(user) = authenticate(&shared, &req) else {
         shared.counters.count("other");
         return response::status(&response::unauthorized());
-    }
+    };
     let segs: Vec<String> = path
         .split('/')
         .filter(|s| !s.is_empty())
@@ -218,6 +252,14 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         _ => "other",
     };
     shared.counters.count(v);
+    if let Some(user) = &user {
+        if let Some(attrs) = attributes(&route, v, &path) {
+            if !authz::allowed(&shared, user, &attrs) {
+                debug!(user = %user.name, "forbidden");
+                return response::status(&authz::forbidden(user, &attrs));
+            }
+        }
+    }
     if let Some(f) = shared.faults.take_failure() {
         debug!(code = f.code, "injected failure");
         return response::status(&match f.code {
@@ -262,6 +304,16 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         Route::OpenApiRoot => openapi::root(&shared),
         Route::OpenApiGroupVersion(g, v) => openapi::group_version(&shared, &g, &v),
         Route::NotFound | Route::Admin(_) => response::status(&response::no_route()),
+        Route::Resource(r) if r.subresource.as_deref() == Some("token") => {
+            if method != Method::POST {
+                return response::status(&response::method_not_allowed());
+            }
+            match read_body(req).await {
+                Ok(body) => super::token::request(&shared, &r, &content_type, &body)
+                    .unwrap_or_else(|s| response::status(&s)),
+                Err(s) => response::status(&s),
+            }
+        }
         Route::Resource(r) => {
             let body = if matches!(
                 method,
@@ -314,6 +366,20 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
                     .map(|o| response::json(StatusCode::CREATED, o.raw_bytes())),
                 "update" => write::update(&shared, &r, &body, w)
                     .map(|o| response::json(StatusCode::OK, o.raw_bytes())),
+                "patch"
+                    if apply_would_create_unauthorized(
+                        &shared,
+                        user.as_ref(),
+                        &r,
+                        &content_type,
+                    ) =>
+                {
+                    Err(authz::apply_create_forbidden(
+                        &r.def.group,
+                        &r.def.plural,
+                        r.name.as_deref().unwrap_or(""),
+                    ))
+                }
                 "patch" => write::patch(
                     &shared,
                     &r,
@@ -334,6 +400,33 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             out.unwrap_or_else(|s| response::status(&s))
         }
     }
+}
+
+/// A server-side apply of an object that does not exist yet is authorized as `create` too,
+/// after `patch` passed; true when the user may not create it.
+fn apply_would_create_unauthorized(
+    shared: &Shared,
+    user: Option<&UserInfo>,
+    r: &ResourceRequest,
+    content_type: &str,
+) -> bool {
+    let Some(user) = user else { return false };
+    if !content_type.starts_with("application/apply-patch") || r.subresource.is_some() {
+        return false;
+    }
+    let name = r.name.as_deref().unwrap_or("");
+    if write::get(shared, &r.def, r.namespace.as_deref(), name).is_ok() {
+        return false;
+    }
+    let create = Attributes::Resource {
+        verb: "create",
+        group: &r.def.group,
+        resource: &r.def.plural,
+        subresource: None,
+        namespace: r.namespace.as_deref(),
+        name: Some(name),
+    };
+    !authz::allowed(shared, user, &create)
 }
 
 /// POST/PUT bodies as JSON: JSON as is, YAML converted, the protobuf kubectl's generators send
