@@ -6,6 +6,7 @@ pub mod fakes;
 pub mod guests;
 pub mod logs;
 pub mod process;
+pub mod rbac;
 pub mod scenarios;
 
 use std::path::PathBuf;
