@@ -93,3 +93,95 @@ async fn runs_seeds_serves_admin_and_stops_on_sigint() {
     assert!(status.success(), "{status:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `host emulator --token-auth-file`: the file's tokens authenticate as its users and groups,
+/// RBAC decides (a user without bindings is refused as the real server refuses, a group in
+/// `system:masters` is not), and the written kubeconfig is an admin's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_file_gives_users_and_groups_and_rbac_decides() {
+    let dir = std::env::temp_dir().join(format!("host-emulator-cli-tokens-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tokens = dir.join("tokens.csv");
+    std::fs::write(
+        &tokens,
+        "# token,user,uid,groups\nt-nobody,nobody,1\nt-root,root,2,\"ops,system:masters\"\n",
+    )
+    .unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_host"))
+        .arg("emulator")
+        .arg("--token-auth-file")
+        .arg(&tokens)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(STEP, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let base = first
+        .strip_prefix("listening on ")
+        .expect(&first)
+        .to_owned();
+    let as_user = |token: &str| {
+        let mut h = Http::new(base.clone());
+        h.token = Some(token.to_owned());
+        h
+    };
+    let r = as_user("t-nobody")
+        .get("/api/v1/namespaces/default/configmaps")
+        .await;
+    assert_eq!(r.status.as_u16(), 403);
+    assert_eq!(
+        r.json()["message"],
+        "configmaps is forbidden: User \"nobody\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"default\""
+    );
+    let r = as_user("t-root")
+        .get("/api/v1/namespaces/default/configmaps")
+        .await;
+    assert_eq!(r.status.as_u16(), 200);
+    assert_eq!(as_user("t-other").get("/api").await.status.as_u16(), 401);
+    // Without a token: anonymous, refused.
+    assert_eq!(
+        Http::new(base.clone()).get("/api").await.status.as_u16(),
+        403
+    );
+    let kc = std::fs::read_to_string(&kubeconfig).unwrap();
+    let admin = kc
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: "))
+        .map(|t| t.trim_matches('"').to_owned())
+        .expect("the kubeconfig has the admin token");
+    assert_eq!(
+        as_user(&admin).get("/api/v1/secrets").await.status.as_u16(),
+        200
+    );
+
+    // A malformed file is one line naming it, and nothing starts.
+    std::fs::write(&tokens, "only-a-token\n").unwrap();
+    let out = tokio::time::timeout(
+        STEP,
+        Command::new(env!("CARGO_BIN_EXE_host"))
+            .arg("emulator")
+            .arg("--token-auth-file")
+            .arg(&tokens)
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("token file {}: line 1:", tokens.display())),
+        "{stderr}"
+    );
+    child.start_kill().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

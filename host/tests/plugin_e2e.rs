@@ -250,6 +250,15 @@ async fn a_plugin_whose_kind_is_not_served_yet_waits_and_starts_once_its_crd_is_
         doc["plugins"][0]["startAttempts"].as_u64().unwrap_or(0)
     };
     assert!(eventually(WAIT, || attempts() >= 3).await, "retried");
+    let doc: serde_json::Value = serde_json::from_str(&status.render_status()).expect("JSON");
+    assert_eq!(doc["plugins"][0]["name"], "badkind");
+    assert_eq!(doc["plugins"][0]["state"], "waiting");
+    assert!(
+        doc["plugins"][0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("cannot resolve kind Widget (example.com/v1): 404")),
+        "{doc}"
+    );
     assert_eq!(rt.waiting().len(), 1);
 
     em.create(widget_crd()).expect("CRD created");

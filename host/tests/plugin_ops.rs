@@ -466,3 +466,82 @@ async fn memory_exhaustion_in_reconcile_replaces_the_instance_and_rate_limits_th
     rt.shutdown(Duration::from_secs(5)).await;
     em.shutdown().await;
 }
+
+/// With a token that may not list ConfigMaps (RBAC on), `/readyz` names the informer and the
+/// API server's 403 as it worded it, and `/statusz` carries the same per informer; granting
+/// the right lets the informer sync and the host become ready, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_names_the_informer_and_the_403_of_a_missing_rbac_rule() {
+    use host::emulator::authn::UserInfo;
+    use host::kube::config::KubeconfigOptions;
+    use host::kube::{Client, Config};
+    let em = host::emulator::Emulator::builder()
+        .authorize(true)
+        .user_token("nobody-token", UserInfo::new("nobody", &[]))
+        .start()
+        .await
+        .expect("emulator");
+    let cfg = Config::from_kubeconfig_str(
+        &em.kubeconfig_with_token("nobody-token"),
+        &std::env::temp_dir(),
+        &KubeconfigOptions::default(),
+    )
+    .expect("kubeconfig");
+    let mut rt = host::plugin::PluginRuntime::new(
+        support::engine(),
+        Client::new(cfg).expect("client"),
+        RuntimeOptions::default(),
+    );
+    tokio::time::timeout(T, rt.start(&guest("copier")))
+        .await
+        .expect("in time")
+        .expect("starts: discovery is open to every authenticated user");
+    let (addr, task) = serve_ops(&rt).await;
+    let expected = "plugin copier: informer v1/configmaps||| not synced: last error: 403 Forbidden: configmaps is forbidden: User \"nobody\" cannot list resource \"configmaps\" in API group \"\" at the cluster scope\n";
+    let body = tokio::time::timeout(WAIT, async {
+        loop {
+            let (code, body) = http_get(&addr, "/readyz").await;
+            assert_eq!(code, 503, "{body}");
+            if body.contains("last error") {
+                return body;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the refusal is reported");
+    assert_eq!(body, expected);
+    let (_, statusz) = http_get(&addr, "/statusz").await;
+    let doc: Value = serde_json::from_str(&statusz).expect("JSON");
+    let informer = &doc["plugins"][0]["informers"][0];
+    assert_eq!(informer["informer"], "v1/configmaps|||");
+    assert_eq!(informer["synced"], false);
+    assert!(
+        informer["lastError"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("403 Forbidden: configmaps is forbidden")),
+        "{statusz}"
+    );
+
+    // The missing rule granted: the reflector's next retry lists, and the host becomes ready.
+    em.create(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "copier"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+            "verbs": ["get", "list", "watch", "create", "patch", "delete"]}]}),
+    )
+    .expect("role");
+    em.create(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "copier"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "copier"},
+        "subjects": [{"kind": "User", "name": "nobody"}]}))
+        .expect("binding");
+    assert!(
+        eventually(Duration::from_secs(60), || rt.is_ready()).await,
+        "ready once the rule exists: {}",
+        rt.status().readiness().1
+    );
+    task.abort();
+    assert!(rt.shutdown(Duration::from_secs(5)).await);
+    em.shutdown().await;
+}
