@@ -11,6 +11,36 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
+/// `host emulator ARGS… --kubeconfig KUBECONFIG` as a child; returns it with the base URL and
+/// the second stdout line (the kubeconfig announcement), both read within the step deadline.
+async fn spawn_emulator(
+    args: &[&std::ffi::OsStr],
+    kubeconfig: &std::path::Path,
+) -> (tokio::process::Child, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_host"))
+        .arg("emulator")
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = Vec::new();
+    for _ in 0..2 {
+        let line = tokio::time::timeout(STEP, lines.next_line()).await;
+        next.push(line.unwrap().unwrap().expect("a line"));
+    }
+    let (first, second) = (next[0].clone(), next[1].clone());
+    let base = first
+        .strip_prefix("listening on ")
+        .expect(&first)
+        .to_owned();
+    (child, base, second)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_seeds_serves_admin_and_stops_on_sigint() {
     let dir = std::env::temp_dir().join(format!("host-emulator-cli-{}", std::process::id()));
@@ -22,32 +52,8 @@ async fn runs_seeds_serves_admin_and_stops_on_sigint() {
     )
     .unwrap();
     let kubeconfig = dir.join("kubeconfig");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_host"))
-        .arg("emulator")
-        .arg("--seed")
-        .arg(&seed)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = tokio::time::timeout(STEP, lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let second = tokio::time::timeout(STEP, lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let base = first
-        .strip_prefix("listening on ")
-        .expect(&first)
-        .to_owned();
+    let (mut child, base, second) =
+        spawn_emulator(&["--seed".as_ref(), seed.as_os_str()], &kubeconfig).await;
     assert!(base.starts_with("http://127.0.0.1:"), "{base}");
     assert_eq!(second, format!("kubeconfig: {}", kubeconfig.display()));
     let kc = std::fs::read_to_string(&kubeconfig).unwrap();
@@ -108,27 +114,11 @@ async fn a_token_file_gives_users_and_groups_and_rbac_decides() {
     )
     .unwrap();
     let kubeconfig = dir.join("kubeconfig");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_host"))
-        .arg("emulator")
-        .arg("--token-auth-file")
-        .arg(&tokens)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = tokio::time::timeout(STEP, lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let base = first
-        .strip_prefix("listening on ")
-        .expect(&first)
-        .to_owned();
+    let (mut child, base, _) = spawn_emulator(
+        &["--token-auth-file".as_ref(), tokens.as_os_str()],
+        &kubeconfig,
+    )
+    .await;
     let as_user = |token: &str| {
         let mut h = Http::new(base.clone());
         h.token = Some(token.to_owned());

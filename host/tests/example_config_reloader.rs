@@ -72,6 +72,19 @@ fn observed_hash(d: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The ConfigMap `app-config` and the Secret `app-secret` that [`deployment`]s reference.
+fn seed_app_config(em: &EmulatorHandle) {
+    em.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "app-config", "namespace": "default"}, "data": {"level": "info"}}))
+        .expect("configmap");
+    em.create(
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": "app-secret", "namespace": "default"},
+        "data": {"password": "czNjcjN0"}}),
+    )
+    .expect("secret");
+}
+
 /// Changes `data[key]` of a ConfigMap or Secret.
 fn set_data(em: &EmulatorHandle, kind: &str, name: &str, key: &str, value: &str) {
     let mut o = em
@@ -84,18 +97,10 @@ fn set_data(em: &EmulatorHandle, kind: &str, name: &str, key: &str, value: &str)
 #[tokio::test]
 async fn referenced_config_changes_roll_opted_in_deployments_only() {
     let em = emulator().await;
-    em.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "app-config", "namespace": "default"}, "data": {"level": "info"}}))
-        .expect("configmap");
+    seed_app_config(&em);
     em.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "other-config", "namespace": "default"}, "data": {"x": "1"}}))
         .expect("configmap");
-    em.create(
-        json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-        "metadata": {"name": "app-secret", "namespace": "default"},
-        "data": {"password": "czNjcjN0"}}),
-    )
-    .expect("secret");
 
     let rt = running(&em, &[example("config-reloader")]).await;
 
@@ -181,15 +186,7 @@ async fn referenced_config_changes_roll_opted_in_deployments_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_with_a_slow_configmap_list_rolls_nothing() {
     let em = emulator().await;
-    em.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "app-config", "namespace": "default"}, "data": {"level": "info"}}))
-        .expect("configmap");
-    em.create(
-        json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-        "metadata": {"name": "app-secret", "namespace": "default"},
-        "data": {"password": "czNjcjN0"}}),
-    )
-    .expect("secret");
+    seed_app_config(&em);
     em.create(deployment("web", true, "app-config", true))
         .expect("web");
 

@@ -853,17 +853,9 @@ async fn an_api_server_that_comes_up_after_the_host_is_waited_for() {
         .await
         .expect("the API server comes up");
     host.line("plugin started plugin=copier").await;
-    let ready = tokio::time::timeout(WAIT, async {
-        loop {
-            let r = support::cluster::http_get(&addr, "/readyz").await;
-            if r.0 == 200 {
-                return r;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("ready once started");
+    let ready = support::cluster::get_until(&addr, "/readyz", WAIT, |code, _| code == 200)
+        .await
+        .expect("ready once started");
     assert_eq!(ready.1, "ok\n");
     em.create(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "late", "namespace": "default"}, "data": {"v": "1"}}))

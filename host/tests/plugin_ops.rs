@@ -11,7 +11,9 @@ use std::time::Duration;
 use host::plugin::{Limits, QuarantinePolicy, RuntimeOptions};
 use host::workqueue::rate_limiter::CONTROLLER_BASE_DELAY;
 use serde_json::{json, Value};
-use support::cluster::{cm, emulator, eventually, get_cm, http_get, runtime, runtime_with, start};
+use support::cluster::{
+    cm, emulator, eventually, get_cm, get_until, http_get, runtime, runtime_with, start,
+};
 use support::guests::guest;
 
 const T: Duration = Duration::from_secs(120);
@@ -214,14 +216,8 @@ async fn spec_2_7_readyz_is_503_naming_the_plugin_until_its_informers_sync() {
     let refused = format!(
         "{unsynced}: last error: 500 InternalError: Internal error occurred: injected failure\n"
     );
-    let with_cause = tokio::time::timeout(WAIT, async {
-        loop {
-            let (code, body) = http_get(&addr, "/readyz").await;
-            if body.contains("last error") {
-                return (code, body);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    let with_cause = get_until(&addr, "/readyz", WAIT, |_, body| {
+        body.contains("last error")
     })
     .await
     .expect("the LIST's failure is reported");
@@ -260,17 +256,9 @@ async fn spec_2_7_readyz_is_503_naming_the_plugin_until_its_informers_sync() {
     assert!(!rt.is_ready());
 
     em.faults().clear();
-    let ready = tokio::time::timeout(WAIT, async {
-        loop {
-            let r = http_get(&addr, "/readyz").await;
-            if r.0 == 200 {
-                return r;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("ready once the LIST succeeds");
+    let ready = get_until(&addr, "/readyz", WAIT, |code, _| code == 200)
+        .await
+        .expect("ready once the LIST succeeds");
     assert_eq!(ready.1, "ok\n");
     assert!(rt.plugins()[1].has_synced());
     task.abort();
@@ -498,19 +486,12 @@ async fn readyz_names_the_informer_and_the_403_of_a_missing_rbac_rule() {
         .expect("starts: discovery is open to every authenticated user");
     let (addr, task) = serve_ops(&rt).await;
     let expected = "plugin copier: informer v1/configmaps||| not synced: last error: 403 Forbidden: configmaps is forbidden: User \"nobody\" cannot list resource \"configmaps\" in API group \"\" at the cluster scope\n";
-    let body = tokio::time::timeout(WAIT, async {
-        loop {
-            let (code, body) = http_get(&addr, "/readyz").await;
-            assert_eq!(code, 503, "{body}");
-            if body.contains("last error") {
-                return body;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    let (code, body) = get_until(&addr, "/readyz", WAIT, |_, body| {
+        body.contains("last error")
     })
     .await
     .expect("the refusal is reported");
-    assert_eq!(body, expected);
+    assert_eq!((code, body.as_str()), (503, expected));
     let (_, statusz) = http_get(&addr, "/statusz").await;
     let doc: Value = serde_json::from_str(&statusz).expect("JSON");
     let informer = &doc["plugins"][0]["informers"][0];

@@ -113,3 +113,24 @@ pub async fn http_get(addr: &str, path: &str) -> (u16, String) {
         .to_string();
     (code, body)
 }
+
+/// GETs `path` every 20 ms until `pred(code, body)` holds, within `within`; the last answer,
+/// or `None` when the time passed first.
+pub async fn get_until(
+    addr: &str,
+    path: &str,
+    within: Duration,
+    mut pred: impl FnMut(u16, &str) -> bool,
+) -> Option<(u16, String)> {
+    tokio::time::timeout(within, async {
+        loop {
+            let (code, body) = http_get(addr, path).await;
+            if pred(code, &body) {
+                return (code, body);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .ok()
+}
