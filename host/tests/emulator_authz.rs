@@ -331,6 +331,10 @@ async fn run(c: &mut tokio::process::Command) -> (bool, String, String) {
 /// The real kubectl: `kubectl create token` (the TokenRequest API) as the admin, then `kubectl
 /// get` with that token, allowed and refused as the Role says, the refusal as kubectl prints it.
 #[tokio::test]
+#[cfg_attr(
+    not(kubectl),
+    ignore = "needs kubectl, not installed when this was built"
+)]
 async fn kubectl_create_token_then_get_with_it_is_authorized_by_rbac() {
     let (em, _admin, _patcher, _nobody) = recorded_setup_with(true).await;
     let dir: PathBuf = std::env::temp_dir().join(format!(
