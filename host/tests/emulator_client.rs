@@ -198,6 +198,10 @@ async fn informer_syncs_and_recovers_from_faults() {
     keys.sort();
     assert_eq!(keys, ["default/c"]);
     inf.stop();
-    let _ = tokio::time::timeout(STEP, runner).await;
+    let ran = tokio::time::timeout(STEP, runner)
+        .await
+        .expect("the informer stops when asked")
+        .expect("its task does not panic");
+    assert!(ran.is_ok(), "run ends cleanly: {ran:?}");
     h.shutdown().await;
 }

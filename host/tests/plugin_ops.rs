@@ -147,7 +147,10 @@ async fn spec_5_6_a_failing_reconcile_is_retried_after_the_rate_limiters_growing
     let queue = rt.plugins()[0].queue().clone();
     assert!(queue.num_requeues(&"default/backoff".to_string()) >= ATTEMPTS as u32);
     assert!(get_cm(&em, "backoff-done").is_none());
-    rt.shutdown(Duration::from_secs(5)).await;
+    assert!(
+        rt.shutdown(Duration::from_secs(5)).await,
+        "every reconcile finished within the grace period"
+    );
     em.shutdown().await;
 }
 
@@ -174,8 +177,23 @@ async fn spec_1_8_watch_restarts_and_relists_are_counted_in_metrics() {
     em.faults().close_watches_after(0);
     assert_eq!(after_close, (0, 1), "a normal close does not relist");
 
-    // An expired watch (410 inside the stream) is followed by a relist and a new watch.
-    em.faults().inject_expired();
+    // An expired watch (410 inside the stream) is followed by a relist and a new watch. A kick
+    // reaches only the watches open at that moment (the restarted one may not be yet), so it
+    // is repeated until the emulator counts one delivered.
+    let delivered = em.faults().expiries_delivered();
+    let mut kicked = false;
+    for _ in 0..20 {
+        em.faults().inject_expired();
+        if eventually(Duration::from_millis(500), || {
+            em.faults().expiries_delivered() > delivered
+        })
+        .await
+        {
+            kicked = true;
+            break;
+        }
+    }
+    assert!(kicked, "the 410 reached the informer's watch");
     let after_expiry = counts_until(&addr, informer, |(l, w)| {
         l > after_close.0 && w > after_close.1
     })
@@ -184,13 +202,21 @@ async fn spec_1_8_watch_restarts_and_relists_are_counted_in_metrics() {
     assert!(em.wait_for_open_watches("/configmaps", 1, WAIT).await);
 
     // A dropped connection ends the watch mid-stream: another watch is started and counted.
+    let dropped = em.faults().connections_dropped();
     em.faults().drop_connections();
+    assert!(
+        eventually(WAIT, || em.faults().connections_dropped() > dropped).await,
+        "the drop reached the informer's connection"
+    );
     let after_drop = counts_until(&addr, informer, |(_, w)| w > after_expiry.1)
         .await
         .expect("the watch restart after a dropped connection is counted");
     assert!(after_drop.0 >= after_expiry.0, "counters never go down");
     task.abort();
-    rt.shutdown(Duration::from_secs(5)).await;
+    assert!(
+        rt.shutdown(Duration::from_secs(5)).await,
+        "every reconcile finished within the grace period"
+    );
     em.shutdown().await;
 }
 
@@ -262,7 +288,10 @@ async fn spec_2_7_readyz_is_503_naming_the_plugin_until_its_informers_sync() {
     assert_eq!(ready.1, "ok\n");
     assert!(rt.plugins()[1].has_synced());
     task.abort();
-    rt.shutdown(Duration::from_secs(5)).await;
+    assert!(
+        rt.shutdown(Duration::from_secs(5)).await,
+        "every reconcile finished within the grace period"
+    );
     em.shutdown().await;
 }
 
@@ -317,7 +346,10 @@ async fn spec_2_5_a_delete_missed_while_the_watch_was_stalled_reaches_the_guest_
         eventually(WAIT, || get_cm(&em, "vanish-copy").is_none()).await,
         "the copy goes with its source"
     );
-    rt.shutdown(Duration::from_secs(5)).await;
+    assert!(
+        rt.shutdown(Duration::from_secs(5)).await,
+        "every reconcile finished within the grace period"
+    );
     em.shutdown().await;
 }
 
@@ -387,7 +419,10 @@ async fn spec_6_11_patches_replace_and_apply_reach_the_emulator_under_the_plugin
     let stats = em.stats();
     assert!(stats.requests.get("update").is_some_and(|n| *n >= 1));
     assert!(stats.requests.get("patch").is_some_and(|n| *n >= 2));
-    rt.shutdown(Duration::from_secs(5)).await;
+    assert!(
+        rt.shutdown(Duration::from_secs(5)).await,
+        "every reconcile finished within the grace period"
+    );
     em.shutdown().await;
 }
 
@@ -451,7 +486,10 @@ async fn memory_exhaustion_in_reconcile_replaces_the_instance_and_rate_limits_th
     );
     assert!(eventually(WAIT, || queue.num_requeues(&key) == 0).await);
     assert!(!running.health().is_quarantined());
-    rt.shutdown(Duration::from_secs(5)).await;
+    assert!(
+        rt.shutdown(Duration::from_secs(5)).await,
+        "every reconcile finished within the grace period"
+    );
     em.shutdown().await;
 }
 

@@ -356,27 +356,24 @@ async fn instances_per_plugin_are_capped() {
     plugin.instance().expect("a slot was freed");
 }
 
+/// Calls reuse one instance: 2,000 notifications with a 4 KiB object, then an update and a
+/// delete, instantiate nothing more. (What a call costs is measured by the `plugin` benchmark,
+/// in a release build; see BENCHMARKS.md.)
 #[tokio::test]
-async fn noop_call_overhead() {
+async fn two_thousand_calls_reuse_one_instance() {
     let fakes = Fakes::new();
     let plugin = start("noop", Limits::default(), &fakes).await;
     let mut inst = plugin.instance().expect("instance");
-    let started = Instant::now();
     inst.warm().await.expect("instantiate");
-    let instantiate = started.elapsed();
     let obj = vec![b'x'; 4096];
-    let n = 2000u32;
-    let started = Instant::now();
-    for i in 0..n {
+    for i in 0..2000u32 {
         inst.on_add(0, &obj).await.expect("call");
         if i % 500 == 0 {
             tokio::task::yield_now().await;
         }
     }
-    let per_call = started.elapsed() / n;
     inst.on_update(0, &obj, &obj).await.expect("on-update");
     inst.on_delete(0, &obj, true).await.expect("on-delete");
-    eprintln!("instantiate: {instantiate:?}; on-add with 4 KiB (debug build): {per_call:?}/call");
-    // The load-time instance plus this one: 2000 calls reused a single instance.
+    // The load-time instance plus this one: 2002 calls reused a single instance.
     assert_eq!(plugin.stats().instantiations.load(Ordering::Relaxed), 2);
 }

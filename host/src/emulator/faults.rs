@@ -43,6 +43,10 @@ struct FailNext {
 
 /// Fault controls. Cheap to share (`Arc` inside the handle); every method takes effect at once.
 pub struct Faults {
+    /// Watches that ended with the injected 410, counted where it is sent.
+    expiries_delivered: AtomicU64,
+    /// Connections closed by the drop fault, counted where they close.
+    connections_dropped: AtomicU64,
     /// Resources (`group/plural`) whose LISTs wait, and how many LISTs have waited.
     held_lists: watch::Sender<HeldLists>,
     close_after: AtomicU64,
@@ -73,6 +77,8 @@ pub struct InjectedFailure {
 impl Faults {
     pub(crate) fn new(store: Arc<Store>) -> Self {
         Faults {
+            expiries_delivered: AtomicU64::new(0),
+            connections_dropped: AtomicU64::new(0),
             held_lists: watch::channel(HeldLists::default()).0,
             close_after: AtomicU64::new(0),
             fail: Mutex::new(None),
@@ -87,6 +93,25 @@ impl Faults {
     /// Every watch (open or future) ends after it has sent `n` events; 0 turns this off.
     pub fn close_watches_after(&self, n: u64) {
         self.close_after.store(n, Ordering::Relaxed);
+    }
+
+    /// How many watches have sent the injected 410 and closed: a test confirms the fault took
+    /// effect from this, since a kick reaches only the watches open at that moment.
+    pub fn expiries_delivered(&self) -> u64 {
+        self.expiries_delivered.load(Ordering::Relaxed)
+    }
+
+    /// How many connections the drop fault has closed.
+    pub fn connections_dropped(&self) -> u64 {
+        self.connections_dropped.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_expiry_delivered(&self) {
+        self.expiries_delivered.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_connection_dropped(&self) {
+        self.connections_dropped.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Every open watch sends one `ERROR` event with a 410 Expired Status, then closes.

@@ -108,7 +108,10 @@ where
     };
     tokio::select! {
         r = conn => if let Err(e) = r { debug!(error = %e, "connection ended with error") },
-        _ = dropped => debug!("connection dropped by fault injection"),
+        _ = dropped => {
+            shared.faults.count_connection_dropped();
+            debug!("connection dropped by fault injection");
+        }
         _ = stop.changed() => {},
     }
 }

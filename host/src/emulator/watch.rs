@@ -223,6 +223,7 @@ impl Watcher {
                                 store.current_rv()
                             ));
                             self.error_and_close(&s).await;
+                            self.shared.faults.count_expiry_delivered();
                             return;
                         }
                     }
@@ -298,6 +299,7 @@ impl Watcher {
                             store.current_rv()
                         ));
                         self.error_and_close(&s).await;
+                        self.shared.faults.count_expiry_delivered();
                         return;
                     }
                 }
