@@ -1464,17 +1464,69 @@ async fn convergence_under_faults_5000_writes_500_objects() {
                 )
                 .await
             }
-            4 => f.stall_streams(Duration::from_millis(rng.gen_range(10..60))),
-            5 => f.compact_history(),
-            _ => f.drop_connections(),
+            4 => {
+                // A stall takes effect when an open stream has something to send: feed it.
+                let ms = rng.gen_range(10..60);
+                let mut n = 0u64;
+                deliver(
+                    "a stall",
+                    (&*log, h),
+                    || {},
+                    || {
+                        f.stall_streams(Duration::from_millis(ms));
+                        n += 1;
+                        touch(h, "fault-probe", &format!("s{n}"));
+                    },
+                    || f.delivered().stalled as usize,
+                )
+                .await
+            }
+            5 => {
+                deliver(
+                    "a compaction",
+                    (&*log, h),
+                    || {},
+                    || {
+                        touch(h, "fault-probe", "c");
+                        f.compact_history();
+                    },
+                    || f.delivered().compacted as usize,
+                )
+                .await
+            }
+            _ => {
+                deliver(
+                    "a dropped connection",
+                    (&*log, h),
+                    || {},
+                    || f.drop_connections(),
+                    || f.delivered().dropped as usize,
+                )
+                .await
+            }
         }
         injected[kind] += 1;
         spent[kind] += t.elapsed();
     }
     let writes_done = started.elapsed();
+    // Every kind was delivered at least 50 times, as counted where it took effect (the
+    // emulator's counters; each injection above waited for its own delivery).
+    let d = h.faults().delivered();
     h.faults().clear();
-    for (k, n) in FAULT_KINDS.iter().zip(injected) {
-        assert!(n >= 50, "only {n} faults of kind {k}");
+    let counted = [
+        d.closed_after,
+        d.expired,
+        d.too_many_requests,
+        d.failed,
+        d.stalled,
+        d.compacted,
+        d.dropped,
+    ];
+    for ((k, n), armed) in FAULT_KINDS.iter().zip(counted).zip(injected) {
+        assert!(
+            n >= 50 && armed >= 50,
+            "{k}: {n} delivered of {armed} injected; {d:?}"
+        );
     }
 
     caught_up(&r, h, Duration::from_secs(30)).await;
@@ -1502,10 +1554,15 @@ async fn convergence_under_faults_5000_writes_500_objects() {
     )
     .await;
 
-    // The faults really reached the informer.
+    // The faults really reached the informer, as it saw them too; dropped connections broke
+    // its streams.
     assert!(log.stream_expired.load(Ordering::SeqCst) >= 50);
     assert!(log.failures(429) >= 50 && log.failures(500) >= 50);
     assert!(log.stream_closed.load(Ordering::SeqCst) >= 50);
+    assert!(
+        log.stream_broken.load(Ordering::SeqCst) >= 1,
+        "no dropped connection broke a stream the informer was reading"
+    );
     eprintln!(
         "convergence: {} live objects, {} notifications, {} lists, {} watches, {} streams \
          expired / {} closed / {} broken; writes {:?} (waiting for delivery {:?}), total {:?}",

@@ -26,6 +26,38 @@ pub struct Kicks {
     pub stall: u64,
 }
 
+/// Where each injected fault took effect, counted there: a test asserts from these that a
+/// fault it armed was really delivered, not only armed.
+#[derive(Debug, Default)]
+struct DeliveredCounters {
+    expired: AtomicU64,
+    dropped: AtomicU64,
+    closed_after: AtomicU64,
+    failed: AtomicU64,
+    too_many_requests: AtomicU64,
+    stalled: AtomicU64,
+    compacted: AtomicU64,
+}
+
+/// A snapshot of [`Faults::delivered`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Delivered {
+    /// Watches that sent the injected 410 and closed.
+    pub expired: u64,
+    /// Connections closed by the drop fault.
+    pub dropped: u64,
+    /// Watches closed by the close-after fault.
+    pub closed_after: u64,
+    /// Requests answered with an injected error other than 429.
+    pub failed: u64,
+    /// Requests answered with an injected 429.
+    pub too_many_requests: u64,
+    /// Times a watch stream paused for a stall.
+    pub stalled: u64,
+    /// Compactions that dropped history.
+    pub compacted: u64,
+}
+
 /// Which resources' LISTs are held, and how many LISTs met a hold.
 #[derive(Debug, Default)]
 struct HeldLists {
@@ -43,10 +75,8 @@ struct FailNext {
 
 /// Fault controls. Cheap to share (`Arc` inside the handle); every method takes effect at once.
 pub struct Faults {
-    /// Watches that ended with the injected 410, counted where it is sent.
-    expiries_delivered: AtomicU64,
-    /// Connections closed by the drop fault, counted where they close.
-    connections_dropped: AtomicU64,
+    /// Where each fault took effect, counted there (see [`Delivered`]).
+    delivered: DeliveredCounters,
     /// Resources (`group/plural`) whose LISTs wait, and how many LISTs have waited.
     held_lists: watch::Sender<HeldLists>,
     close_after: AtomicU64,
@@ -77,8 +107,7 @@ pub struct InjectedFailure {
 impl Faults {
     pub(crate) fn new(store: Arc<Store>) -> Self {
         Faults {
-            expiries_delivered: AtomicU64::new(0),
-            connections_dropped: AtomicU64::new(0),
+            delivered: DeliveredCounters::default(),
             held_lists: watch::channel(HeldLists::default()).0,
             close_after: AtomicU64::new(0),
             fail: Mutex::new(None),
@@ -98,20 +127,43 @@ impl Faults {
     /// How many watches have sent the injected 410 and closed: a test confirms the fault took
     /// effect from this, since a kick reaches only the watches open at that moment.
     pub fn expiries_delivered(&self) -> u64 {
-        self.expiries_delivered.load(Ordering::Relaxed)
+        self.delivered.expired.load(Ordering::Relaxed)
     }
 
     /// How many connections the drop fault has closed.
     pub fn connections_dropped(&self) -> u64 {
-        self.connections_dropped.load(Ordering::Relaxed)
+        self.delivered.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Every fault's count of where it took effect.
+    pub fn delivered(&self) -> Delivered {
+        let d = &self.delivered;
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Delivered {
+            expired: n(&d.expired),
+            dropped: n(&d.dropped),
+            closed_after: n(&d.closed_after),
+            failed: n(&d.failed),
+            too_many_requests: n(&d.too_many_requests),
+            stalled: n(&d.stalled),
+            compacted: n(&d.compacted),
+        }
     }
 
     pub(crate) fn count_expiry_delivered(&self) {
-        self.expiries_delivered.fetch_add(1, Ordering::Relaxed);
+        self.delivered.expired.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn count_connection_dropped(&self) {
-        self.connections_dropped.fetch_add(1, Ordering::Relaxed);
+        self.delivered.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_closed_after(&self) {
+        self.delivered.closed_after.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_stalled(&self) {
+        self.delivered.stalled.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Every open watch sends one `ERROR` event with a 410 Expired Status, then closes.
@@ -136,7 +188,9 @@ impl Faults {
 
     /// Drop the history: any RV before now is too old for watches and Exact lists.
     pub fn compact_history(&self) {
-        self.store.compact();
+        if self.store.compact() {
+            self.delivered.compacted.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Close every client connection without a goodbye (watches end mid-stream).
@@ -222,6 +276,12 @@ impl Faults {
         if cur.remaining == 0 {
             *f = None;
         }
+        let counter = if out.code == 429 {
+            &self.delivered.too_many_requests
+        } else {
+            &self.delivered.failed
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
         Some(out)
     }
 

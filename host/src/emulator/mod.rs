@@ -78,7 +78,7 @@ use serde_json::Value;
 use tokio::sync::watch as tokio_watch;
 use tokio::task::JoinHandle;
 
-pub use faults::{Faults, Stats};
+pub use faults::{Delivered, Faults, Stats};
 pub use registry::ResourceDef;
 
 use crate::kube::Status;

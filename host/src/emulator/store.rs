@@ -443,13 +443,17 @@ impl Store {
 
     /// Forget all history: any older RV is now too old (fault injection, like an etcd compaction
     /// plus a watch-cache restart).
-    pub fn compact(&self) {
+    /// Drops every resource's history; true when any event was dropped.
+    pub fn compact(&self) -> bool {
         let mut inner = self.inner.lock();
         let rv = inner.rv;
+        let mut dropped = false;
         for st in inner.resources.values_mut() {
+            dropped |= !st.history.is_empty();
             st.history.clear();
             st.floor = rv;
         }
+        dropped
     }
 
     /// Change the history window; shrinking drops the oldest events at the next write.

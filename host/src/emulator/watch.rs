@@ -212,6 +212,7 @@ impl Watcher {
         loop {
             // A stalled stream sends nothing until the stall ends (events wait in the history).
             if let Some(until) = self.shared.faults.stalled_until() {
+                self.shared.faults.count_stalled();
                 // A cleared stall or an expiry kick ends the wait early.
                 tokio::select! {
                     _ = sleep_until(until) => {}
@@ -248,6 +249,7 @@ impl Watcher {
                     Err(End::Closed) => return,
                     Err(End::Done) => {
                         let _ = self.flush().await;
+                        self.shared.faults.count_closed_after();
                         return;
                     }
                 }
