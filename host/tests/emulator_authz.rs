@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use emulator_common::{sample_json, Http};
+use emulator_common::{assert_head_matches, sample_json, Http};
 use host::emulator::authn::UserInfo;
 use host::emulator::{Emulator, EmulatorHandle};
 use http::{Method, StatusCode};
@@ -58,7 +58,7 @@ async fn recorded_setup_with(tls: bool) -> (EmulatorHandle, Http, Http, Http) {
     em.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "exists", "namespace": NS}, "data": {"a": "1"}}))
         .expect("cm");
-    let mut admin = Http::new(em.base_url());
+    let mut admin = Http::h2(em.base_url());
     admin.token = em
         .kubeconfig()
         .lines()
@@ -68,12 +68,12 @@ async fn recorded_setup_with(tls: bool) -> (EmulatorHandle, Http, Http, Http) {
         admin.token.is_some(),
         "the kubeconfig carries the admin token"
     );
-    let mut patcher = Http::new(em.base_url());
+    let mut patcher = Http::h2(em.base_url());
     patcher.token = Some(
         em.issue_service_account_token(NS, "patcher", Duration::from_secs(3600))
             .expect("token"),
     );
-    let mut nobody = Http::new(em.base_url());
+    let mut nobody = Http::h2(em.base_url());
     nobody.token = Some("nobody-token".into());
     (em, admin, patcher, nobody)
 }
@@ -139,8 +139,13 @@ async fn spec_6_5_refusals_match_the_recorded_403_bodies() {
         };
         let r = client.send(method, &path, ct, &body).await;
         assert_eq!(r.status, StatusCode::FORBIDDEN, "{name}");
+        assert_head_matches(&format!("rbac-leases-events/{name}"), r.status, &r.headers);
         assert_eq!(r.json(), sample(name), "{name}");
     }
+    // The first capture's 403 (a list in namespace "samples" as nobody), body and head.
+    let r = nobody.get("/api/v1/namespaces/samples/configmaps").await;
+    assert_head_matches("error-403-forbidden", r.status, &r.headers);
+    assert_eq!(r.json(), sample_json("error-403-forbidden.json"));
     // The refused watch sent no stream: a plain Status, before any event.
     em.shutdown().await;
 }
@@ -162,6 +167,12 @@ async fn an_apply_that_creates_needs_create_as_well_as_patch() {
         )
         .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
+    // Refused by the handler, not the authorization filter: no x-content-type-options.
+    assert_head_matches(
+        "rbac-leases-events/rbac-403-apply-that-creates-with-patch-only",
+        r.status,
+        &r.headers,
+    );
     assert_eq!(
         r.json(),
         sample("rbac-403-apply-that-creates-with-patch-only")
@@ -176,6 +187,11 @@ async fn an_apply_that_creates_needs_create_as_well_as_patch() {
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json());
+    assert_head_matches(
+        "rbac-leases-events/rbac-200-apply-existing-with-patch-only",
+        r.status,
+        &r.headers,
+    );
     assert_eq!(r.json()["data"]["k"], "v");
     // With create granted as well, the apply creates.
     let mut role = em

@@ -256,7 +256,14 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         if let Some(attrs) = attributes(&route, v, &path) {
             if !authz::allowed(&shared, user, &attrs) {
                 debug!(user = %user.name, "forbidden");
-                return response::status(&authz::forbidden(user, &attrs));
+                let mut r = response::status(&authz::forbidden(user, &attrs));
+                // kube-apiserver's authorization filter adds it; refusals from handlers (the
+                // apply that creates) do not.
+                r.headers_mut().insert(
+                    "x-content-type-options",
+                    http::HeaderValue::from_static("nosniff"),
+                );
+                return r;
             }
         }
     }

@@ -57,6 +57,18 @@ impl Http {
         }
     }
 
+    /// A client speaking HTTP/2 (prior knowledge), as the recorded samples were captured: their
+    /// headers can then be compared as they are, with no HTTP/1.1 framing headers.
+    pub fn h2(base: String) -> Self {
+        Http {
+            client: Client::builder(TokioExecutor::new())
+                .http2_only(true)
+                .build_http(),
+            base,
+            token: None,
+        }
+    }
+
     fn request(
         &self,
         method: Method,
@@ -229,4 +241,49 @@ pub fn keys(v: &Value) -> Vec<String> {
         .unwrap_or_default();
     k.sort();
     k
+}
+
+/// Headers that differ per request or per server by nature, never compared.
+const VARYING_HEADERS: [&str; 4] = [
+    "date",
+    "audit-id",
+    "x-kubernetes-pf-flowschema-uid",
+    "x-kubernetes-pf-prioritylevel-uid",
+];
+
+/// The response head agrees with the recorded `{name}.headers.txt` (spec 6.3/6.5): the status
+/// code, the same header names (less those that vary per request), the same `content-type`,
+/// `cache-control` and `x-content-type-options` values, and `content-length` present exactly
+/// where the real server sent one (a full body, not a stream).
+pub fn assert_head_matches(name: &str, status: StatusCode, headers: &HeaderMap) {
+    let text = sample(&format!("{name}.headers.txt"));
+    let mut lines = text.lines();
+    let code: u16 = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("{name}: no status line"));
+    assert_eq!(status.as_u16(), code, "{name}: status");
+    let recorded: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.trim().to_owned()))
+        .filter(|(k, _)| !VARYING_HEADERS.contains(&k.as_str()))
+        .collect();
+    let mut ours: Vec<String> = headers
+        .keys()
+        .map(|k| k.as_str().to_owned())
+        .filter(|k| !VARYING_HEADERS.contains(&k.as_str()))
+        .collect();
+    ours.sort();
+    let mut theirs: Vec<String> = recorded.iter().map(|(k, _)| k.clone()).collect();
+    theirs.sort();
+    assert_eq!(ours, theirs, "{name}: header names");
+    for (k, v) in &recorded {
+        if matches!(
+            k.as_str(),
+            "content-type" | "cache-control" | "x-content-type-options"
+        ) {
+            assert_eq!(headers[k.as_str()], v.as_str(), "{name}: {k}");
+        }
+    }
 }
