@@ -217,12 +217,12 @@ async fn fault_stall_holds_events_until_it_ends() {
 }
 
 #[tokio::test]
-async fn fault_compact_history_expires_old_rvs() {
+async fn fault_expire_watch_history_expires_old_rvs() {
     let (h, http) = start().await;
     h.create(default_cm("a", json!({}))).unwrap();
     let old = h.current_resource_version();
     h.create(default_cm("b", json!({}))).unwrap();
-    h.faults().compact_history();
+    h.faults().expire_watch_history();
     let (status, _, mut ev) = http
         .watch(&format!("{CMS}?watch=1&resourceVersion={old}"))
         .await;

@@ -93,8 +93,8 @@ async fn host_client_lists_watches_and_classifies_errors() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Some(404));
-    // A watch from a compacted RV gets the in-stream 410.
-    h.faults().compact_history();
+    // A watch from an RV the watch cache no longer holds gets the in-stream 410.
+    h.faults().expire_watch_history();
     let old = WatchParams {
         resource_version: rv,
         ..Default::default()

@@ -501,6 +501,43 @@ async fn watch_410_old_rv_is_200_one_error_event_and_close() {
     h.shutdown().await;
 }
 
+/// An etcd compaction does not expire watches: a watch from an RV older than the compaction
+/// is still served (200 and its events, no 410) from the watch cache, as the recorded
+/// `watch-from-compacted-rv-50478-via-watch-cache` shows, while an Exact LIST at that RV is
+/// 410 (above). The watch 410 is the watch cache's own window (`expire_watch_history`).
+#[tokio::test]
+async fn a_watch_from_a_compacted_rv_is_served_from_the_watch_cache() {
+    let (h, http) = seeded().await;
+    let old = h.current_resource_version();
+    let mut pre1 = h.get("v1", "ConfigMap", Some("samples"), "pre-1").unwrap();
+    pre1["data"] = json!({"k": "changed"});
+    h.update(pre1).unwrap();
+    h.faults().compact_history();
+    assert_eq!(h.faults().delivered().compacted, 1);
+    let (status, headers, mut ev) = http
+        .watch(&format!(
+            "/api/v1/namespaces/samples/configmaps?watch=1&resourceVersion={old}&timeoutSeconds=5"
+        ))
+        .await;
+    assert_head_matches("watch-stream", status, &headers);
+    let recorded: Value = serde_json::from_str(
+        sample("watch-from-compacted-rv-50478-via-watch-cache.jsonl")
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    let e = ev.next_within(STEP).await.unwrap();
+    assert_eq!(keys(&e), keys(&recorded));
+    assert_eq!(
+        (&e["type"], &recorded["type"]),
+        (&json!("MODIFIED"), &json!("MODIFIED"))
+    );
+    assert_eq!(e["object"]["metadata"]["name"], "pre-1");
+    assert_eq!(e["object"]["data"]["k"], "changed");
+    h.shutdown().await;
+}
+
 #[tokio::test]
 async fn watch_rv1_on_fresh_store_replays_everything() {
     let (h, http) = seeded().await;

@@ -692,9 +692,10 @@ async fn spec_1_4_list_410_retries_at_rv_empty() {
     synced(&r).await;
     open_watch(&e.h).await;
     let n = r.inf.last_sync_resource_version();
-    // Move the server past N without touching ConfigMaps, then compact: N is gone.
+    // Move the server past N without touching ConfigMaps, then drop the watch cache's
+    // history: N is gone.
     bump_other_resource(&e.h, "s0");
-    e.h.faults().compact_history();
+    e.h.faults().expire_watch_history();
     e.h.faults().inject_expired();
     wait_until("the relist at RV=\"\"", STEP, || {
         let l = r.log.lists();

@@ -321,7 +321,7 @@ async fn spec_2_5_a_delete_missed_while_the_watch_was_stalled_reaches_the_guest_
         .expect("delete");
     // The history holding the DELETED event is gone: when the stream resumes it can only send
     // 410, so the reflector relists and the DeltaFIFO's Replace finds `vanish` missing.
-    em.faults().compact_history();
+    em.faults().expire_watch_history();
     em.faults().clear();
 
     let deletes = || -> Vec<String> {

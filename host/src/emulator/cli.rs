@@ -107,7 +107,10 @@ pub enum FaultCommand {
     },
     /// Seconds.
     StallStreams(f64),
+    /// An etcd compaction: old Exact lists and continue tokens 410, watches still served.
     CompactHistory(bool),
+    /// The watch cache's history dropped: watches from older RVs get an in-stream 410.
+    ExpireWatchHistory(bool),
     DropConnections(bool),
     /// Watch-list streams leave out the initial-events-end bookmark while on.
     OmitInitialEventsEnd(bool),
@@ -157,6 +160,7 @@ pub(crate) fn admin(
                     f.stall_streams(std::time::Duration::from_secs_f64(s.clamp(0.0, 86_400.0)))
                 }
                 FaultCommand::CompactHistory(_) => f.compact_history(),
+                FaultCommand::ExpireWatchHistory(_) => f.expire_watch_history(),
                 FaultCommand::DropConnections(_) => f.drop_connections(),
                 FaultCommand::OmitInitialEventsEnd(on) => f.omit_initial_events_end(on),
                 FaultCommand::RefuseWatchList(on) => f.refuse_watch_list(on),

@@ -37,6 +37,7 @@ struct DeliveredCounters {
     too_many_requests: AtomicU64,
     stalled: AtomicU64,
     compacted: AtomicU64,
+    history_expired: AtomicU64,
 }
 
 /// A snapshot of [`Faults::delivered`].
@@ -54,8 +55,10 @@ pub struct Delivered {
     pub too_many_requests: u64,
     /// Times a watch stream paused for a stall.
     pub stalled: u64,
-    /// Compactions that dropped history.
+    /// Compactions that moved the compaction point.
     pub compacted: u64,
+    /// Expiries of the watch history that dropped events.
+    pub history_expired: u64,
 }
 
 /// Which resources' LISTs are held, and how many LISTs met a hold.
@@ -147,6 +150,7 @@ impl Faults {
             too_many_requests: n(&d.too_many_requests),
             stalled: n(&d.stalled),
             compacted: n(&d.compacted),
+            history_expired: n(&d.history_expired),
         }
     }
 
@@ -186,10 +190,23 @@ impl Faults {
         self.kicks.send_modify(|k| k.stall += 1);
     }
 
-    /// Drop the history: any RV before now is too old for watches and Exact lists.
+    /// Compact the storage at the current RV, as `etcdctl compact` does: an Exact LIST at an
+    /// older RV and a continue token from before are answered 410, but a watch from an older
+    /// RV is still served from the watch cache (the recorded
+    /// `watch-from-compacted-rv-…-via-watch-cache` sample).
     pub fn compact_history(&self) {
         if self.store.compact() {
             self.delivered.compacted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Drop the watch cache's history, as when it restarts or a watcher falls behind its
+    /// window: any RV before now is too old for watches (an in-stream 410) and lists alike.
+    pub fn expire_watch_history(&self) {
+        if self.store.expire_history() {
+            self.delivered
+                .history_expired
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 

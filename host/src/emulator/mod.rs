@@ -37,7 +37,10 @@
 //! - `events.k8s.io/v1` events and core `v1` events are separate collections;
 //! - a watch or list at an RV newer than the store answers at once (504 for lists) instead of
 //!   waiting up to 3 s for it;
-//! - the history window counts events per resource, not seconds;
+//! - the history window counts events per resource, not seconds; as on the real server, an
+//!   etcd-style compaction ([`Faults::compact_history`]) expires old Exact LISTs and continue
+//!   tokens but not watches, which the history (the watch cache) still serves; a watch 410
+//!   comes from the window or from [`Faults::expire_watch_history`];
 //! - list items keep their `kind` and `apiVersion` (the server drops them for built-in kinds)
 //!   and stored objects serialize their keys in sorted order.
 //!

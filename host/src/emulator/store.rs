@@ -133,6 +133,10 @@ impl ResourceState {
 #[derive(Default)]
 struct Inner {
     rv: u64,
+    /// The storage's compaction point: a LIST at an older RV (an Exact read, a continue
+    /// token's snapshot) is gone, while watches are still served from the per-resource history
+    /// (the watch cache), as kube-apiserver serves them after an etcd compaction.
+    compacted: u64,
     resources: HashMap<Arc<str>, ResourceState>,
     /// owner uid → dependents (store key, object key), for garbage collection.
     owners: HashMap<Box<str>, HashSet<(Arc<str>, String)>>,
@@ -336,10 +340,11 @@ impl Store {
         let at = at.unwrap_or(now);
         let empty = ResourceState::new();
         let st = inner.resources.get(res).unwrap_or(&empty);
-        if at < st.floor {
+        let oldest = st.floor.max(inner.compacted);
+        if at < oldest {
             return Err(TooOld {
                 requested: at,
-                oldest: st.floor,
+                oldest,
             });
         }
         // Undo the events after `at`: key → its state at `at`.
@@ -441,10 +446,20 @@ impl Store {
         }
     }
 
-    /// Forget all history: any older RV is now too old (fault injection, like an etcd compaction
-    /// plus a watch-cache restart).
-    /// Drops every resource's history; true when any event was dropped.
+    /// Compacts the storage at the current RV, as `etcdctl compact` does: LISTs at an older RV
+    /// (Exact reads, continue tokens) are too old from now on; watches from an older RV are
+    /// still served from the history, the watch cache. True when it moved the compaction point.
     pub fn compact(&self) -> bool {
+        let mut inner = self.inner.lock();
+        let moved = inner.compacted < inner.rv;
+        inner.compacted = inner.rv;
+        moved
+    }
+
+    /// Forgets every resource's history, as a watch cache that restarted or fell behind its
+    /// window: any older RV is too old for watches and lists alike. True when any event was
+    /// dropped.
+    pub fn expire_history(&self) -> bool {
         let mut inner = self.inner.lock();
         let rv = inner.rv;
         let mut dropped = false;
@@ -557,7 +572,22 @@ mod tests {
         );
         assert!(s.events_after("/configmaps", 3, 10, &mut ev).is_ok());
         assert_eq!(ev.len(), 2);
-        s.compact();
+        // A compaction leaves the watch history alone; only LISTs at older RVs are gone.
+        assert!(s.compact());
+        assert!(!s.compact(), "nothing new to compact");
+        assert!(s.events_after("/configmaps", 4, 10, &mut ev).is_ok());
+        let all = |_: &Object| true;
+        assert_eq!(
+            s.list("/configmaps", Some(4), "", "", None, &all, false)
+                .map(|p| p.rv),
+            Err(TooOld {
+                requested: 4,
+                oldest: 5
+            })
+        );
+        assert!(s.list("/configmaps", Some(5), "", "", None, &all, false).is_ok());
+        // Expiring the history is what makes a watch from an older RV too old.
+        assert!(s.expire_history());
         assert!(s.events_after("/configmaps", 4, 10, &mut ev).is_err());
         assert!(s.events_after("/configmaps", 5, 10, &mut ev).is_ok());
     }
