@@ -545,8 +545,17 @@ async fn watch_rv1_on_fresh_store_replays_everything() {
         .watch("/api/v1/namespaces/samples/configmaps?watch=1&resourceVersion=1&timeoutSeconds=5")
         .await;
     assert_head_matches("watch-rv1-not-expired-on-fresh-cache", status, &headers);
+    // As recorded: every event since RV 1 replayed in order, each an ADDED of the same shape
+    // (no 410: on a fresh cache RV 1 is inside the window).
+    let recorded: Vec<Value> = sample("watch-rv1-not-expired-on-fresh-cache.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(recorded.iter().take(5).all(|e| e["type"] == "ADDED"));
     for i in 1..=5 {
         let e = ev.next_within(STEP).await.unwrap();
+        assert_eq!(keys(&e), keys(&recorded[i - 1]));
+        assert_eq!(keys(&e["object"]), keys(&recorded[i - 1]["object"]));
         assert_eq!(e["type"], "ADDED");
         assert_eq!(e["object"]["metadata"]["name"], format!("pre-{i}"));
     }
