@@ -251,6 +251,8 @@ async fn typed_generators_send_protobuf_that_is_decoded() {
     assert!(cm["metadata"].get("generateName").is_none(), "{cm}");
     let s = k.json(&["get", "secret", "s", "-n", "gen"]).await;
     assert_eq!(s["data"]["p"], "cQ==");
+    // Its body's type is empty; the API server defaults a Secret's type to Opaque.
+    assert_eq!(s["type"], "Opaque", "{s}");
     // Kinds without a protobuf decoder are refused clearly (use create -f / apply for them).
     let (ok, _, err) = k.run(&["create", "deployment", "d", "--image=nginx"]).await;
     assert!(!ok && err.contains("unknown format"), "{err}");

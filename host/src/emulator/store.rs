@@ -585,7 +585,9 @@ mod tests {
                 oldest: 5
             })
         );
-        assert!(s.list("/configmaps", Some(5), "", "", None, &all, false).is_ok());
+        assert!(s
+            .list("/configmaps", Some(5), "", "", None, &all, false)
+            .is_ok());
         // Expiring the history is what makes a watch from an older RV too old.
         assert!(s.expire_history());
         assert!(s.events_after("/configmaps", 4, 10, &mut ev).is_err());

@@ -315,6 +315,15 @@ fn prepare_create(
 /// Server-populated fields of particular kinds.
 fn kind_defaults(def: &ResourceDef, v: &mut Value, name: &str, now: &str) -> Result<(), Status> {
     match &*def.store_key {
+        // The API server's SetDefaults_Secret: a Secret without a type is Opaque (what
+        // `kubectl create secret generic` relies on: its protobuf body carries an empty type).
+        "/secrets"
+            if v.get("type")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty) =>
+        {
+            v["type"] = "Opaque".into();
+        }
         NAMESPACES => {
             let m = meta_mut(v);
             if !m.get("labels").is_some_and(Value::is_object) {
