@@ -39,6 +39,12 @@ struct State {
     lists: usize,
     watches: usize,
     expired: usize,
+    /// Faults counted where they took effect: lists answered 500, watch starts refused (a
+    /// refused connection) or answered 429, and open watches closed by a kill.
+    lists_failed: usize,
+    starts_refused: usize,
+    starts_throttled: usize,
+    streams_killed: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 struct Server {
@@ -113,6 +119,7 @@ impl ListerWatcher for Arc<Server> {
         let mut st = self.st.lock();
         if st.fail_lists > 0 {
             st.fail_lists -= 1;
+            st.lists_failed += 1;
             return Err(fake::api_err(500, "InternalError"));
         }
         st.lists += 1;
@@ -129,8 +136,10 @@ impl ListerWatcher for Arc<Server> {
         if st.fail_watch_starts > 0 {
             st.fail_watch_starts -= 1;
             return Err(if st.fail_watch_starts % 2 == 0 {
+                st.starts_refused += 1;
                 fake::refused()
             } else {
+                st.starts_throttled += 1;
                 fake::api_err(429, "TooManyRequests")
             });
         }
@@ -158,19 +167,25 @@ impl ListerWatcher for Arc<Server> {
         let live = self.events.subscribe();
         let mut kill = self.kill.subscribe();
         kill.mark_unchanged();
+        let killed = st.streams_killed.clone();
         let last = initial
             .last()
             .map(|(rv, _)| *rv)
             .unwrap_or(from.unwrap_or(st.rv));
         drop(st);
         let live = stream::unfold(
-            (live, kill, last),
-            |(mut live, mut kill, last)| async move {
+            (live, kill, last, killed),
+            |(mut live, mut kill, last, killed)| async move {
                 loop {
                     tokio::select! {
-                        _ = kill.changed() => return None,
+                        _ = kill.changed() => {
+                            killed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            return None;
+                        }
                         ev = live.recv() => match ev {
-                            Ok((rv, ev)) if rv > last => return Some((Ok(ev), (live, kill, rv))),
+                            Ok((rv, ev)) if rv > last => {
+                                return Some((Ok(ev), (live, kill, rv, killed)))
+                            }
                             Ok(_) => continue,
                             // Lagged or closed: end the watch; the reflector resumes.
                             Err(_) => return None,
@@ -242,7 +257,8 @@ async fn pipeline_converges_under_faults_7_1_7_2() {
                     compactions += 1;
                 }
                 2 => {
-                    server.st.lock().fail_watch_starts = 2;
+                    // Added to what is still pending: a new arming never hides an old one.
+                    server.st.lock().fail_watch_starts += 2;
                     server.close_watches();
                     start_faults += 1;
                 }
@@ -250,13 +266,15 @@ async fn pipeline_converges_under_faults_7_1_7_2() {
                     server.close_watches();
                     server.apply(&format!("o{}", rng.gen_range(0..200)), true);
                     server.compact();
-                    server.st.lock().fail_lists = 1;
+                    server.st.lock().fail_lists += 1;
                     list_faults += 1;
                 }
             }
         }
         tokio::time::sleep(Duration::from_millis(rng.gen_range(0..1000))).await;
     }
+    // Armed often enough; whether each took effect is asserted below from the server's own
+    // counts.
     assert!(closes >= 10 && compactions >= 10 && start_faults >= 10 && list_faults >= 10);
 
     let want = server.snapshot();
@@ -307,9 +325,27 @@ async fn pipeline_converges_under_faults_7_1_7_2() {
             inf.last_sync_resource_version()
         );
     }
-    // The faults really exercised relists (with tombstones) and resumed watches.
+    // Every fault took effect where it was counted: lists failed, watch starts refused and
+    // throttled, open watches killed, re-watches expired; relists (with tombstones) and
+    // resumed watches followed.
     let (lists, expired, watches) = {
         let st = server.st.lock();
+        let killed = st.streams_killed.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(st.lists_failed >= 10, "failed lists {}", st.lists_failed);
+        assert!(
+            st.starts_refused >= 10,
+            "refused starts {}",
+            st.starts_refused
+        );
+        assert!(
+            st.starts_throttled >= 10,
+            "429 starts {}",
+            st.starts_throttled
+        );
+        assert!(
+            killed >= closes,
+            "killed streams {killed} of {closes} closes"
+        );
         (st.lists, st.expired, st.watches)
     };
     assert!(lists >= 10, "lists {lists}");
