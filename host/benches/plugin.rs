@@ -323,6 +323,7 @@ async fn pipeline(plugins: usize, n: usize, runs: usize) -> (f64, f64, f64) {
     let res = ApiResource::new("v1", "ConfigMap", "configmaps", true);
     let mut baseline = None;
     let mut rt = None;
+    let mut handles = Vec::new();
     let delivered: Box<dyn Fn() -> u64> = if plugins == 0 {
         let informer = SharedIndexInformer::new(
             ResourceClient::new(client(&h), res, None),
@@ -353,6 +354,7 @@ async fn pipeline(plugins: usize, n: usize, runs: usize) -> (f64, f64, f64) {
         assert!(failed.is_empty(), "{failed:?}");
         let _ = std::fs::remove_dir_all(dir);
         let dispatchers: Vec<_> = r.plugins().iter().map(|p| p.dispatcher_handle()).collect();
+        handles = dispatchers.clone();
         rt = Some(r);
         Box::new(move || {
             dispatchers
@@ -395,12 +397,29 @@ async fn pipeline(plugins: usize, n: usize, runs: usize) -> (f64, f64, f64) {
             (waits1 - waits0) as f64 / n as f64
         );
     }
+    // `delivered` counts every notification handed to a dispatcher, failed ones too: the
+    // figures stand only if none failed or was dropped.
+    for d in &handles {
+        assert_eq!(
+            d.failures.load(Ordering::Relaxed),
+            0,
+            "failed handler calls"
+        );
+        assert_eq!(
+            d.dropped.load(Ordering::Relaxed),
+            0,
+            "dropped notifications"
+        );
+    }
     if let Some((informer, task)) = baseline {
         informer.stop();
-        let _ = tokio::time::timeout(DEADLINE, task).await;
+        tokio::time::timeout(DEADLINE, task)
+            .await
+            .expect("the informer stops")
+            .expect("its task does not panic");
     }
     if let Some(r) = rt {
-        r.shutdown(Duration::from_secs(5)).await;
+        assert!(r.shutdown(Duration::from_secs(5)).await, "clean stop");
     }
     h.shutdown().await;
     let best = rates.iter().copied().fold(0.0, f64::max);

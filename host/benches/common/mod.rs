@@ -234,20 +234,22 @@ impl Raw {
     }
 
     /// GET a watch and count newline-terminated events until `want` arrived.
-    pub async fn count_events(&mut self, path: &str, want: u64) -> u64 {
+    /// Reads a watch until `want` events have arrived; returns (events, body bytes read).
+    pub async fn count_events(&mut self, path: &str, want: u64) -> (u64, u64) {
         let mut body = self.get(path).await;
-        let mut n = 0u64;
+        let (mut n, mut bytes) = (0u64, 0u64);
         while n < want {
             match body.frame().await {
                 Some(Ok(f)) => {
                     if let Some(d) = f.data_ref() {
                         n += d.iter().filter(|&&b| b == b'\n').count() as u64;
+                        bytes += d.len() as u64;
                     }
                 }
                 _ => break,
             }
         }
-        n
+        (n, bytes)
     }
 }
 
