@@ -1,6 +1,8 @@
-//! Plugin runtime benchmark (issue 4): dispatch cost per event into a no-op guest, events/s
-//! through the whole pipeline with 0, 1 and 10 no-op plugins, reconciles/s of a guest doing one
-//! lister get, resident memory per idle instance, and cold start from the compile cache.
+//! Plugin runtime benchmark (issue 4): dispatch cost per event into a guest, events/s through
+//! the whole pipeline with 0, 1 and 10 plugins, reconciles/s of a guest doing one lister get,
+//! resident memory per idle instance, and cold start from the compile cache. Every figure is
+//! given for two guests: a raw no-op (the floor) and one built with the SDK's default handlers
+//! (each notification parses the object and enqueues its key; what users pay).
 //!
 //! `cargo bench -p host --bench plugin` prints Markdown tables (the test guests are built for
 //! wasm32-wasip2 first, as the tests do). `BENCH_RUNS` (default 5) sets the runs per figure,
@@ -31,11 +33,13 @@ use host::informer::processor::ResourceEventHandler;
 use host::informer::shared::{InformerOptions, SharedIndexInformer};
 use host::informer::tombstone::ObjOrTombstone;
 use host::kube::{ApiResource, Client, Config, Object, ResourceClient};
+use host::plugin::backends::{InformerLister, WorkqueueBackend};
 use host::plugin::dispatch::Dispatcher;
 use host::plugin::{
     Backends, EngineConfig, Health, Limits, PluginEngine, PluginRuntime, QuarantinePolicy,
     RetryPolicy, RuntimeOptions,
 };
+use host::workqueue::{default_controller_rate_limiter, RateLimitingQueue};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
@@ -81,23 +85,30 @@ async fn run() {
     println!("# Plugin runtime benchmark\n");
     println!("load average at start: {}\n", load());
     eprintln!("building the test guests …");
-    let noop = guests::guest("noop");
+    let guests = [
+        ("raw no-op", guests::guest("noop")),
+        ("SDK, default handlers", guests::guest("bench-sdk")),
+    ];
     let _ = std::fs::remove_dir_all(cache_dir());
+    let dispatch_n = env_or("BENCH_DISPATCH", 100_000) as u32;
 
     if want("dispatch") {
         eprintln!("dispatch …");
         let mut dispatch_rows = Vec::new();
-        for size in [1024, 4096] {
-            dispatch_rows.push((size, dispatch(&noop, size, runs).await));
+        for (guest, path) in &guests {
+            for size in [1024, 4096] {
+                dispatch_rows.push((guest, size, dispatch(path, size, runs, dispatch_n).await));
+            }
         }
         println!(
-            "## Dispatch into a no-op guest (ns per event, median of {runs} runs of 100,000)\n"
+            "## Dispatch into a guest (ns per event, median of {runs} runs of {})\n",
+            thousands(f64::from(dispatch_n))
         );
-        println!("| object | through the dispatcher (handler → health gate → on-add): wall / CPU | bare `PluginInstance::on_add`: wall / CPU |");
-        println!("|---|---|---|");
-        for (size, d) in &dispatch_rows {
+        println!("| guest | object | through the dispatcher (handler → health gate → on-add): wall / CPU | bare `PluginInstance::on_add`: wall / CPU |");
+        println!("|---|---|---|---|");
+        for (guest, size, d) in &dispatch_rows {
             println!(
-                "| ConfigMap {size} B | {:.0} ns / {:.0} ns | {:.0} ns / {:.0} ns |",
+                "| {guest} | ConfigMap {size} B | {:.0} ns / {:.0} ns | {:.0} ns / {:.0} ns |",
                 d.via_wall, d.via_cpu, d.bare_wall, d.bare_cpu
             );
         }
@@ -109,10 +120,14 @@ async fn run() {
         reconcile_section(events, runs).await;
     }
     if want("memory") {
-        memory_section(&noop).await;
+        for (guest, path) in &guests {
+            memory_section(guest, path).await;
+        }
     }
     if want("cold") {
-        cold_section(&noop, runs).await;
+        for (guest, path) in &guests {
+            cold_section(guest, path, runs).await;
+        }
     }
     println!("\nload average at end: {}", load());
     let _ = std::fs::remove_dir_all(cache_dir());
@@ -128,16 +143,24 @@ async fn pipeline_section(events: usize, runs: usize) {
         .ok()
         .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![0, 1, 10]);
-    for plugins in counts {
-        pipeline_rows.push((plugins, pipeline(plugins, events, runs).await));
+    for (guest, base) in [
+        ("raw no-op", "bench-noop"),
+        ("SDK, default handlers", "bench-sdk"),
+    ] {
+        for &plugins in &counts {
+            if plugins == 0 && base != "bench-noop" {
+                continue; // the row without plugins is the same for both
+            }
+            pipeline_rows.push((guest, plugins, pipeline(base, plugins, events, runs).await));
+        }
     }
     println!("\n## Pipeline: {events} updates of 1 KB ConfigMaps (queued while the watch is stalled, then released) to every plugin's on-update\n");
-    println!("| no-op plugins | events/s (median) | events/s (best run) | guest calls/s (median) | CPU per event (median) |");
-    println!("|---|---|---|---|---|");
+    println!("| guest | plugins | events/s (median) | events/s (best run) | guest calls/s (median) | CPU per event (median) |");
+    println!("|---|---|---|---|---|---|");
     set_counting(true);
-    for (plugins, (rate, best, cpu)) in &pipeline_rows {
+    for (guest, plugins, (rate, best, cpu)) in &pipeline_rows {
         println!(
-            "| {plugins} | {} | {} | {} | {cpu:.2} µs |",
+            "| {guest} | {plugins} | {} | {} | {} | {cpu:.2} µs |",
             thousands(*rate),
             thousands(*best),
             thousands(*rate * (*plugins as f64))
@@ -157,11 +180,11 @@ async fn reconcile_section(events: usize, runs: usize) {
     );
 }
 
-async fn memory_section(noop: &Path) {
-    eprintln!("memory …");
-    let fresh = memory(noop, false).await;
-    let used = memory(noop, true).await;
-    println!("\n## Resident memory per idle instance ({} instances of the no-op guest, after one warm-up instance)\n", fresh.instances);
+async fn memory_section(guest: &str, path: &Path) {
+    eprintln!("memory ({guest}) …");
+    let fresh = memory(path, false).await;
+    let used = memory(path, true).await;
+    println!("\n## Resident memory per idle instance ({} instances of the {guest} guest, after one warm-up instance)\n", fresh.instances);
     println!("| measure | fresh (instantiated, never called) | idle after handling one 4 KB on-update |\n|---|---|---|");
     println!(
         "| VmRSS delta (everything resident: guest linear-memory pages touched, tables, store, heap) | {:.1} KiB | {:.1} KiB |",
@@ -180,11 +203,11 @@ async fn memory_section(noop: &Path) {
     );
 }
 
-async fn cold_section(noop: &Path, runs: usize) {
-    eprintln!("cold start …");
-    let c = cold_start(noop, runs.max(20)).await;
+async fn cold_section(guest: &str, path: &Path, runs: usize) {
+    eprintln!("cold start ({guest}) …");
+    let c = cold_start(path, runs.max(20)).await;
     println!(
-        "\n## Cold start from the compile cache (median of {} runs, fresh engine each)\n",
+        "\n## Cold start of the {guest} guest from the compile cache (median of {} runs, fresh engine each)\n",
         c.runs
     );
     println!("| step | median | best run |\n|---|---|---|");
@@ -216,14 +239,24 @@ struct DispatchCost {
 }
 
 /// ns per event through the dispatcher's handler, and for a bare instance call.
-async fn dispatch(noop: &Path, size: usize, runs: usize) -> DispatchCost {
-    const N: u32 = 100_000;
+/// Backends for a guest that enqueues (the SDK's default handlers): a real workqueue and an
+/// empty cache; no client.
+fn queueing_backends() -> Backends {
+    let queue = RateLimitingQueue::new(default_controller_rate_limiter::<String>());
+    Backends {
+        lister: Arc::new(InformerLister::new()),
+        queue: Arc::new(WorkqueueBackend::new(queue)),
+        ..Backends::unavailable()
+    }
+}
+
+async fn dispatch(guest: &Path, size: usize, runs: usize, n: u32) -> DispatchCost {
     let engine = engine(64);
     let plugin = engine
-        .load(noop, Limits::default())
+        .load(guest, Limits::default())
         .await
         .expect("load")
-        .activate(Backends::unavailable());
+        .activate(queueing_backends());
     let health = Arc::new(Health::new(plugin.name(), QuarantinePolicy::default()));
     let d = Dispatcher::new(&plugin, health, RetryPolicy::default()).expect("dispatcher");
     let handler = d.handler(0);
@@ -232,11 +265,11 @@ async fn dispatch(noop: &Path, size: usize, runs: usize) -> DispatchCost {
     for _ in 0..1000 {
         handler.on_add(obj.clone(), false).await;
     }
-    let per = |d: Duration| d.as_nanos() as f64 / f64::from(N);
+    let per = |d: Duration| d.as_nanos() as f64 / f64::from(n);
     let (mut via_wall, mut via_cpu) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         let (t, c) = (Instant::now(), cpu_time());
-        for _ in 0..N {
+        for _ in 0..n {
             handler.on_add(obj.clone(), false).await;
         }
         via_wall.push(per(t.elapsed()));
@@ -248,7 +281,7 @@ async fn dispatch(noop: &Path, size: usize, runs: usize) -> DispatchCost {
     let (mut bare_wall, mut bare_cpu) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         let (t, c) = (Instant::now(), cpu_time());
-        for _ in 0..N {
+        for _ in 0..n {
             inst.on_add(0, obj.raw()).await.expect("call");
         }
         bare_wall.push(per(t.elapsed()));
@@ -287,15 +320,17 @@ impl ResourceEventHandler for Counter {
     }
 }
 
-/// `count` copies of the `bench-noop` guest named `bench-noop-00` … in `dir`: each plugin needs
+/// `count` copies of the test guest `base` (named `{base}-00`) … in `dir`: each plugin needs
 /// its own name (queue metrics and field managers are per name), and the guest cannot learn one
 /// from anywhere but its code. The placeholder occurs exactly once, in a data segment.
-fn noop_variants(dir: &Path, count: usize) -> Vec<PathBuf> {
-    let bytes = std::fs::read(guests::guest("bench-noop")).expect("read guest");
+fn guest_variants(base: &str, dir: &Path, count: usize) -> Vec<PathBuf> {
+    let bytes = std::fs::read(guests::guest(base)).expect("read guest");
+    let placeholder = format!("{base}-00");
+    let len = placeholder.len();
     let at: Vec<usize> = bytes
-        .windows(13)
+        .windows(len)
         .enumerate()
-        .filter(|(_, w)| *w == b"bench-noop-00")
+        .filter(|(_, w)| *w == placeholder.as_bytes())
         .map(|(i, _)| i)
         .collect();
     assert_eq!(at.len(), 1, "the name placeholder occurs once");
@@ -303,8 +338,8 @@ fn noop_variants(dir: &Path, count: usize) -> Vec<PathBuf> {
     (0..count)
         .map(|i| {
             let mut b = bytes.clone();
-            b[at[0] + 11..at[0] + 13].copy_from_slice(format!("{i:02}").as_bytes());
-            let p = dir.join(format!("bench-noop-{i:02}.wasm"));
+            b[at[0] + len - 2..at[0] + len].copy_from_slice(format!("{i:02}").as_bytes());
+            let p = dir.join(format!("{base}-{i:02}.wasm"));
             std::fs::write(&p, b).expect("write");
             p
         })
@@ -313,7 +348,7 @@ fn noop_variants(dir: &Path, count: usize) -> Vec<PathBuf> {
 
 /// Update events/s through reflector → DeltaFIFO → store → processor → every plugin's
 /// dispatcher → guest, and CPU per event.
-async fn pipeline(plugins: usize, n: usize, runs: usize) -> (f64, f64, f64) {
+async fn pipeline(base: &str, plugins: usize, n: usize, runs: usize) -> (f64, f64, f64) {
     let h = Emulator::builder()
         .history_window(n + 10)
         .start()
@@ -341,7 +376,7 @@ async fn pipeline(plugins: usize, n: usize, runs: usize) -> (f64, f64, f64) {
         Box::new(move || counter.n.load(Ordering::Relaxed))
     } else {
         let dir = std::env::temp_dir().join(format!("plugin-bench-{}", std::process::id()));
-        let paths = noop_variants(&dir, plugins);
+        let paths = guest_variants(base, &dir, plugins);
         let mut r = PluginRuntime::new(
             engine(256),
             client(&h),
@@ -471,12 +506,12 @@ struct Memory {
 
 /// Per-instance resident memory of idle instances: fresh (instantiated, never called), or after
 /// one `on-update` with two 4 KB objects (the guest's allocator and stack have been used).
-async fn memory(noop: &Path, after_a_call: bool) -> Memory {
+async fn memory(guest: &Path, after_a_call: bool) -> Memory {
     const K: usize = 200;
     let engine = engine(256);
     let plugin = engine
         .load(
-            noop,
+            guest,
             Limits {
                 max_instances: K as u32 + 1,
                 ..Limits::default()
@@ -484,7 +519,7 @@ async fn memory(noop: &Path, after_a_call: bool) -> Memory {
         )
         .await
         .expect("load")
-        .activate(Backends::unavailable());
+        .activate(queueing_backends());
     // The first instance maps the compiled code and the memory image; later ones share them.
     let mut first = plugin.instance().expect("instance");
     first.warm().await.expect("warm");
@@ -528,7 +563,7 @@ struct Cold {
     compile_ms: f64,
 }
 
-async fn cold_start(noop: &Path, runs: usize) -> Cold {
+async fn cold_start(guest: &Path, runs: usize) -> Cold {
     // The first load compiles and fills the cache (a fresh directory per benchmark process).
     let fresh = std::env::temp_dir().join(format!("plugin-bench-cold-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&fresh);
@@ -538,7 +573,10 @@ async fn cold_start(noop: &Path, runs: usize) -> Cold {
     })
     .expect("engine");
     let t = Instant::now();
-    compiling.load(noop, Limits::default()).await.expect("load");
+    compiling
+        .load(guest, Limits::default())
+        .await
+        .expect("load");
     let compile_ms = secs(t) * 1e3;
     assert_eq!(compiling.compiles(), 1);
     drop(compiling);
@@ -550,9 +588,9 @@ async fn cold_start(noop: &Path, runs: usize) -> Cold {
         })
         .expect("engine");
         let t = Instant::now();
-        let loaded = engine.load(noop, Limits::default()).await.expect("load");
+        let loaded = engine.load(guest, Limits::default()).await.expect("load");
         load.push(secs(t) * 1e3);
-        let plugin = loaded.activate(Backends::unavailable());
+        let plugin = loaded.activate(queueing_backends());
         let mut inst = plugin.instance().expect("instance");
         inst.reconcile("bench/cm-000001")
             .await
