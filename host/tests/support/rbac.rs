@@ -174,5 +174,6 @@ impl RbacCluster {
 /// Whether a log line reports a 403 naming `resource` (`configmaps`, `deployments/status`) as
 /// the API server words a refusal: `cannot list resource "configmaps" …`.
 pub fn is_forbidden_line(line: &str, resource: &str) -> bool {
-    line.contains("403") && line.contains(&format!("resource \"{resource}\""))
+    (line.contains("403 (Forbidden)") || line.contains("403 Forbidden"))
+        && line.contains(&format!("resource \"{resource}\""))
 }
