@@ -1,9 +1,12 @@
 //! The emulator with authorization on, against the real kube-apiserver's recorded answers
 //! (`apiserver-samples/rbac-leases-events/`): the same RBAC set up as in the recording (the
-//! ServiceAccount `rbac-samples:patcher` bound to a Role with get, list, watch and patch on
-//! configmaps; the user `nobody` with no bindings) must give byte-for-byte the same 403 Status
-//! bodies (spec 6.5), the apply-create rule included; then system:masters, RoleBindings to
-//! ClusterRoles, resourceNames, and the real `kubectl create token` / `kubectl get`.
+//! ServiceAccount `rbac-samples:patcher` bound by the RoleBinding `patcher-cm` to the Role
+//! `cm-patch-only`, with get, list, watch and patch on configmaps; the user `nobody` with no
+//! bindings) must give the same 403 Status bodies (spec 6.5), the apply-create rule included,
+//! the same TokenRequest and SelfSubjectAccessReview answers; then system:masters, RoleBindings
+//! to ClusterRoles, resourceNames, requests named from the path alone (spec 6.1), refusals
+//! with the authorizer's reason, the token file, and the real `kubectl create token`, `kubectl
+//! get`, `kubectl auth can-i` and `kubectl auth whoami`.
 
 mod emulator_common;
 
@@ -43,15 +46,15 @@ async fn recorded_setup_with(tls: bool) -> (EmulatorHandle, Http, Http, Http) {
         .expect("sa");
     em.create(
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "cm-patcher", "namespace": NS},
+        "metadata": {"name": "cm-patch-only", "namespace": NS},
         "rules": [{"apiGroups": [""], "resources": ["configmaps"],
             "verbs": ["get", "list", "watch", "patch"]}]}),
     )
     .expect("role");
     em.create(
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "cm-patcher", "namespace": NS},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm-patcher"},
+        "metadata": {"name": "patcher-cm", "namespace": NS},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm-patch-only"},
         "subjects": [{"kind": "ServiceAccount", "name": "patcher", "namespace": NS}]}),
     )
     .expect("binding");
@@ -199,7 +202,7 @@ async fn an_apply_that_creates_needs_create_as_well_as_patch() {
             "rbac.authorization.k8s.io/v1",
             "Role",
             Some(NS),
-            "cm-patcher",
+            "cm-patch-only",
         )
         .expect("role");
     role["rules"][0]["verbs"] = json!(["get", "list", "watch", "patch", "create"]);
@@ -299,20 +302,374 @@ async fn bindings_scope_and_names_and_masters_bypass() {
         patcher.get("/api/v1/configmaps").await.status,
         StatusCode::OK
     );
-    // A status subresource is its own resource to RBAC.
+    // A subresource is its own resource to RBAC: patch on configmaps does not reach
+    // configmaps/status (authorized before routing, so 403 although configmaps have none).
+    let status = format!("/api/v1/namespaces/{NS}/configmaps/exists/status");
     let r = patcher
-        .patch(
-            &format!("/api/v1/namespaces/{NS}/configmaps/exists/status"),
-            "application/merge-patch+json",
-            "{}",
+        .patch(&status, "application/merge-patch+json", "{}")
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        r.json()["message"],
+        "configmaps \"exists\" is forbidden: User \"system:serviceaccount:rbac-samples:patcher\" cannot patch resource \"configmaps/status\" in API group \"\" in the namespace \"rbac-samples\""
+    );
+    // `*/status` grants the status of everything; the emulator then routes (404: none here).
+    em.create(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "status-patcher"},
+        "rules": [{"apiGroups": ["*"], "resources": ["*/status"], "verbs": ["patch"]}]}),
+    )
+    .expect("clusterrole");
+    em.create(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "patcher-status", "namespace": NS},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+            "name": "status-patcher"},
+        "subjects": [{"kind": "ServiceAccount", "name": "patcher", "namespace": NS}]}),
+    )
+    .expect("binding");
+    let r = patcher
+        .patch(&status, "application/merge-patch+json", "{}")
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    em.shutdown().await;
+}
+
+/// Replaces what differs per run (the issued token, timestamps) with placeholders.
+fn without_run_values(mut v: Value) -> Value {
+    for p in [
+        "/status/token",
+        "/status/expirationTimestamp",
+        "/metadata/creationTimestamp",
+    ] {
+        if let Some(x) = v.pointer_mut(p).filter(|x| x.is_string()) {
+            *x = json!("<varies>");
+        }
+    }
+    if let Some(entries) = v
+        .pointer_mut("/metadata/managedFields")
+        .and_then(Value::as_array_mut)
+    {
+        for e in entries {
+            e["time"] = json!("<varies>");
+        }
+    }
+    v
+}
+
+fn request_body(name: &str) -> Vec<u8> {
+    emulator_common::sample(&format!("rbac-leases-events/{name}.request.json")).into_bytes()
+}
+
+/// The TokenRequest answer (head and body) equals the recorded one, the issued token
+/// and timestamps aside; the token expires `expirationSeconds` after creation and works.
+#[tokio::test]
+async fn token_request_answers_as_recorded_and_its_token_authenticates() {
+    let (em, admin, _patcher, nobody) = recorded_setup().await;
+    // The recording was made with curl, recorded as the field manager "curl".
+    let path = format!("/api/v1/namespaces/{NS}/serviceaccounts/patcher/token?fieldManager=curl");
+    let r = admin
+        .send(
+            Method::POST,
+            &path,
+            Some("application/json"),
+            &request_body("tr"),
         )
         .await;
-    assert_ne!(
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    assert_head_matches(
+        "rbac-leases-events/tokenrequest-create",
         r.status,
-        StatusCode::FORBIDDEN,
-        "configmaps have no status: 404"
+        &r.headers,
+    );
+    let got = r.json();
+    let created = got["metadata"]["creationTimestamp"].as_str().expect("set");
+    let expires = got["status"]["expirationTimestamp"].as_str().expect("set");
+    let secs = |t: &str| {
+        host::emulator::util::parse_rfc3339(t).unwrap_or_else(|| panic!("not RFC 3339: {t}"))
+    };
+    assert_eq!(secs(expires) - secs(created), 3600);
+    assert_eq!(
+        without_run_values(got.clone()),
+        without_run_values(sample("tokenrequest-create"))
+    );
+    // The token is the ServiceAccount's: what its Role allows, and nothing else.
+    let mut sa = Http::new(em.base_url());
+    sa.token = got["status"]["token"].as_str().map(str::to_owned);
+    let r = sa.get(&format!("/api/v1/namespaces/{NS}/configmaps")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = sa.get(&format!("/api/v1/namespaces/{NS}/secrets")).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        r.json()["message"],
+        "secrets is forbidden: User \"system:serviceaccount:rbac-samples:patcher\" cannot list resource \"secrets\" in API group \"\" in the namespace \"rbac-samples\""
+    );
+
+    // No such ServiceAccount: 404; a lifetime under ten minutes: 422; an expired token: 401.
+    let r = admin
+        .post(
+            &format!("/api/v1/namespaces/{NS}/serviceaccounts/ghost/token"),
+            &json!({"spec": {}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.json()["message"], "serviceaccounts \"ghost\" not found");
+    let r = admin
+        .post(
+            &format!("/api/v1/namespaces/{NS}/serviceaccounts/patcher/token"),
+            &json!({"spec": {"expirationSeconds": 60}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        r.json()["message"],
+        "TokenRequest.authentication.k8s.io \"\" is invalid: spec.expirationSeconds: Invalid value: 60: may not specify a duration less than 10 minutes"
+    );
+    let mut expired = Http::new(em.base_url());
+    expired.token = Some(
+        em.issue_service_account_token(NS, "patcher", Duration::ZERO)
+            .expect("token"),
+    );
+    let r = expired
+        .get(&format!("/api/v1/namespaces/{NS}/configmaps"))
+        .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    // Issuing needs the create right on serviceaccounts/token.
+    let r = nobody
+        .post(
+            &format!("/api/v1/namespaces/{NS}/serviceaccounts/patcher/token"),
+            &json!({"spec": {}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        r.json()["message"],
+        "serviceaccounts \"patcher\" is forbidden: User \"nobody\" cannot create resource \"serviceaccounts/token\" in API group \"\" in the namespace \"rbac-samples\""
     );
     em.shutdown().await;
+}
+
+/// `kubectl auth can-i`'s SelfSubjectAccessReview, denied and allowed, answers as recorded:
+/// the allowed one names the RoleBinding, Role and subject that allowed it.
+#[tokio::test]
+async fn self_subject_access_reviews_answer_as_recorded() {
+    let (em, admin, patcher, nobody) = recorded_setup().await;
+    let path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews?fieldManager=curl";
+    for (body, name) in [
+        ("ssar", "selfsubjectaccessreview-denied"),
+        ("ssar2", "selfsubjectaccessreview-allowed"),
+    ] {
+        let r = patcher
+            .send(
+                Method::POST,
+                path,
+                Some("application/json"),
+                &request_body(body),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{name}: {:?}", r.json());
+        assert_head_matches(&format!("rbac-leases-events/{name}"), r.status, &r.headers);
+        assert_eq!(
+            without_run_values(r.json()),
+            without_run_values(sample(name)),
+            "{name}"
+        );
+    }
+    let review = |attrs: Value| {
+        json!({"apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview", "spec": attrs})
+    };
+    // The admin is allowed by system:masters, which gives no reason.
+    let r = admin
+        .post(
+            path,
+            &review(json!({"resourceAttributes": {"verb": "delete", "resource": "nodes"}})),
+        )
+        .await;
+    assert_eq!(r.json()["status"], json!({"allowed": true}));
+    // Discovery is allowed to every authenticated user by a bootstrap ClusterRoleBinding.
+    let r = nobody
+        .post(
+            path,
+            &review(json!({"nonResourceAttributes": {"verb": "get", "path": "/apis"}})),
+        )
+        .await;
+    assert_eq!(
+        r.json()["status"],
+        json!({"allowed": true, "reason": "RBAC: allowed by ClusterRoleBinding \"system:discovery\" of ClusterRole \"system:discovery\" to Group \"system:authenticated\""})
+    );
+    // Exactly one of the two attribute sets.
+    let r = nobody.post(path, &review(json!({}))).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        r.json()["message"],
+        "SelfSubjectAccessReview.authorization.k8s.io \"\" is invalid: spec.resourceAttributes: Invalid value: \"null\": exactly one of nonResourceAttributes or resourceAttributes must be specified"
+    );
+    // Without credentials even the review is refused.
+    let anonymous = Http::new(em.base_url());
+    let r = anonymous.post(path, &review(json!({}))).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    em.shutdown().await;
+}
+
+/// Requests are authorized from their path alone (spec 6.1), before the emulator knows whether
+/// it serves the resource; a refusal carries the authorizer's reason after its message.
+#[tokio::test]
+async fn spec_6_1_requests_are_named_from_the_path_and_refusals_carry_the_reason() {
+    let (em, admin, _patcher, nobody) = recorded_setup().await;
+    // A namespace is requested in itself.
+    let r = nobody.get(&format!("/api/v1/namespaces/{NS}")).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        r.json()["message"],
+        "namespaces \"rbac-samples\" is forbidden: User \"nobody\" cannot get resource \"namespaces\" in API group \"\" in the namespace \"rbac-samples\""
+    );
+    // A resource nobody serves: 403 for whoever may not, 404 only for whoever may.
+    let widgets = "/apis/example.com/v1/namespaces/rbac-samples/widgets";
+    let r = nobody.get(widgets).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        r.json(),
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "widgets.example.com is forbidden: User \"nobody\" cannot list resource \"widgets\" in API group \"example.com\" in the namespace \"rbac-samples\"",
+            "reason": "Forbidden", "details": {"group": "example.com", "kind": "widgets"},
+            "code": 403})
+    );
+    assert_eq!(admin.get(widgets).await.status, StatusCode::NOT_FOUND);
+    // A list pinned to one name by its field selector is a request for that name, which
+    // resourceNames can allow.
+    em.create(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "one-cm", "namespace": NS},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"],
+            "resourceNames": ["exists"]}]}),
+    )
+    .expect("role");
+    em.create(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "nobody-one-cm", "namespace": NS},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "one-cm"},
+        "subjects": [{"kind": "User", "name": "nobody"}]}),
+    )
+    .expect("binding");
+    let list = format!("/api/v1/namespaces/{NS}/configmaps");
+    let r = nobody
+        .get(&format!("{list}?fieldSelector=metadata.name%3Dexists"))
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.json()["items"][0]["metadata"]["name"], "exists");
+    assert_eq!(nobody.get(&list).await.status, StatusCode::FORBIDDEN);
+    // A binding to a role that does not exist: the refusal says so, as RBAC reports it.
+    em.create(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "dangling", "namespace": NS},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "gone"},
+        "subjects": [{"kind": "User", "name": "nobody"}]}),
+    )
+    .expect("binding");
+    let r = nobody.get(&format!("{list}/exists-not")).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        r.json()["message"],
+        "configmaps \"exists-not\" is forbidden: User \"nobody\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"rbac-samples\": RBAC: role.rbac.authorization.k8s.io \"gone\" not found"
+    );
+    // Credentials that are not a bearer token are no credentials: anonymous, not 401.
+    let basic = Http::new(em.base_url());
+    let req = http::Request::builder()
+        .uri(format!(
+            "{}/api/v1/namespaces/{NS}/configmaps",
+            em.base_url()
+        ))
+        .header("authorization", "Basic dXNlcjpwdw==")
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .expect("request");
+    let r = basic.send_req(req).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert!(
+        r.json()["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("User \"system:anonymous\"")),
+        "{:?}",
+        r.json()
+    );
+    em.shutdown().await;
+}
+
+/// A token file in kube-apiserver's format (the builder's `token_auth_file`, `host emulator
+/// --token-auth-file`) turns authorization on by itself; its users have their groups, which
+/// bindings can name.
+#[tokio::test]
+async fn token_file_users_and_their_groups_are_authorized_by_group_bindings() {
+    let dir =
+        std::env::temp_dir().join(format!("host-emulator-authz-tokens-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("tokens.csv");
+    std::fs::write(
+        &file,
+        "# token,user,uid,groups\nt-alice,alice,1001,\"dev,ops\"\nt-bob,bob,1002\n",
+    )
+    .expect("token file");
+    let em = Emulator::builder()
+        .token_auth_file(&file)
+        .start()
+        .await
+        .expect("starts");
+    em.create(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "ops-admin"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+            "name": "cluster-admin"},
+        "subjects": [{"kind": "Group", "name": "ops"}]}),
+    )
+    .expect("binding");
+    let client = |token: &str| {
+        let mut c = Http::new(em.base_url());
+        c.token = Some(token.to_owned());
+        c
+    };
+    assert_eq!(
+        client("t-alice").get("/api/v1/secrets").await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        client("t-bob").get("/api/v1/secrets").await.status,
+        StatusCode::FORBIDDEN
+    );
+    let r = client("t-alice")
+        .post(
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    assert_eq!(
+        r.json()["status"],
+        json!({"userInfo": {"username": "alice", "uid": "1001",
+            "groups": ["dev", "ops", "system:authenticated"]}})
+    );
+    // The kubeconfig is still the admin's.
+    let mut admin = Http::new(em.base_url());
+    admin.token = em
+        .kubeconfig()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: "))
+        .map(|t| t.trim_matches('"').to_owned());
+    assert_eq!(admin.get("/api/v1/secrets").await.status, StatusCode::OK);
+    em.shutdown().await;
+
+    // An unreadable file stops the start, naming the line.
+    std::fs::write(&file, "only-a-token\n").expect("token file");
+    let err = Emulator::builder()
+        .token_auth_file(&file)
+        .start()
+        .await
+        .expect_err("refused");
+    assert!(
+        err.to_string()
+            .ends_with("line 1: expected token,user,uid[,\"groups\"]"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn kubectl(
@@ -345,7 +702,9 @@ async fn run(c: &mut tokio::process::Command) -> (bool, String, String) {
 }
 
 /// The real kubectl: `kubectl create token` (the TokenRequest API) as the admin, then `kubectl
-/// get` with that token, allowed and refused as the Role says, the refusal as kubectl prints it.
+/// get`, `kubectl auth can-i` and `kubectl auth whoami` with that token, allowed and refused as
+/// the Role says, the refusal as kubectl prints it. kubectl sends the TokenRequest and both
+/// reviews as protobuf.
 #[tokio::test]
 #[cfg_attr(
     not(kubectl),
@@ -386,6 +745,62 @@ async fn kubectl_create_token_then_get_with_it_is_authorized_by_rbac() {
         err.contains("secrets is forbidden: User \"system:serviceaccount:rbac-samples:patcher\" cannot list resource \"secrets\" in API group \"\" in the namespace \"rbac-samples\""),
         "{err}"
     );
+    // `kubectl auth can-i` (a SelfSubjectAccessReview in protobuf) answers as the Role says.
+    for (args, allowed) in [
+        (
+            &["auth", "can-i", "patch", "configmaps", "-n", NS][..],
+            true,
+        ),
+        (
+            &["auth", "can-i", "create", "configmaps", "-n", NS][..],
+            false,
+        ),
+        (&["auth", "can-i", "list", "configmaps", "-A"][..], false),
+    ] {
+        let (ok, out, err) = run(&mut kubectl(&dir, &sa_kc, args)).await;
+        assert_eq!(ok, allowed, "{args:?}: {out}{err}");
+        assert_eq!(out.trim(), if allowed { "yes" } else { "no" }, "{args:?}");
+    }
+    // `kubectl auth whoami` (a SelfSubjectReview): the account's user, uid and groups.
+    let (ok, out, err) = run(&mut kubectl(
+        &dir,
+        &sa_kc,
+        &["auth", "whoami", "-o", "json"],
+    ))
+    .await;
+    assert!(ok, "{err}");
+    let review: Value = serde_json::from_str(&out).expect("whoami JSON");
+    let sa = em
+        .get("v1", "ServiceAccount", Some(NS), "patcher")
+        .expect("sa");
+    assert_eq!(
+        review["status"]["userInfo"],
+        json!({"username": "system:serviceaccount:rbac-samples:patcher",
+            "uid": sa["metadata"]["uid"],
+            "groups": ["system:serviceaccounts", "system:serviceaccounts:rbac-samples",
+                "system:authenticated"]})
+    );
+    // `--duration` reaches the server in the protobuf body.
+    let (ok, out, err) = run(&mut kubectl(
+        &dir,
+        &admin_kc,
+        &[
+            "create",
+            "token",
+            "patcher",
+            "-n",
+            NS,
+            "--duration=10m",
+            "-o",
+            "json",
+            "--show-managed-fields",
+        ],
+    ))
+    .await;
+    assert!(ok, "{err}");
+    let tr: Value = serde_json::from_str(&out).expect("TokenRequest JSON");
+    assert_eq!(tr["spec"]["expirationSeconds"], 600, "{tr}");
+    assert_eq!(tr["metadata"]["managedFields"][0]["manager"], "kubectl");
     // A token for an account that does not exist is refused.
     let (ok, _, err) = run(&mut kubectl(
         &dir,

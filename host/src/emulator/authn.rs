@@ -23,6 +23,8 @@ pub const ANONYMOUS: &str = "system:anonymous";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserInfo {
     pub name: String,
+    /// The token file's uid column, a ServiceAccount's `metadata.uid`; "" when none.
+    pub uid: String,
     pub groups: Vec<String>,
 }
 
@@ -35,14 +37,22 @@ impl UserInfo {
         }
         UserInfo {
             name: name.to_owned(),
+            uid: String::new(),
             groups,
         }
+    }
+
+    /// The same user with `uid` (what `kubectl auth whoami` shows).
+    pub fn with_uid(mut self, uid: &str) -> Self {
+        uid.clone_into(&mut self.uid);
+        self
     }
 
     /// The user of a request that carries no token.
     pub fn anonymous() -> Self {
         UserInfo {
             name: ANONYMOUS.to_owned(),
+            uid: String::new(),
             groups: vec![UNAUTHENTICATED.to_owned()],
         }
     }
@@ -87,7 +97,7 @@ pub fn parse_token_file(text: &str) -> Result<Vec<(String, UserInfo)>, TokenFile
         }
         let err = |why| TokenFileError { line: i + 1, why };
         let fields = csv_fields(line).ok_or_else(|| err("unbalanced quotes"))?;
-        let [token, user, _uid, rest @ ..] = fields.as_slice() else {
+        let [token, user, uid, rest @ ..] = fields.as_slice() else {
             return Err(err("expected token,user,uid[,\"groups\"]"));
         };
         if token.is_empty() || user.is_empty() {
@@ -102,7 +112,7 @@ pub fn parse_token_file(text: &str) -> Result<Vec<(String, UserInfo)>, TokenFile
                     .collect()
             })
             .unwrap_or_default();
-        out.push((token.clone(), UserInfo::new(user, &groups)));
+        out.push((token.clone(), UserInfo::new(user, &groups).with_uid(uid)));
     }
     Ok(out)
 }
@@ -166,13 +176,14 @@ impl Tokens {
         token
     }
 
-    /// The user of an `Authorization` header value: anonymous without one, `None` for a
-    /// token that is unknown or expired (the server answers 401 then).
+    /// The user of an `Authorization` header value, as kube-apiserver's bearer-token
+    /// authenticator with anonymous access decides: a header that is absent, not `Bearer`
+    /// (any case) or carries an empty token is anonymous; a token that is unknown or expired is
+    /// `None` (the server answers 401 then).
     pub fn authenticate(&self, authorization: Option<&str>) -> Option<UserInfo> {
-        let Some(value) = authorization else {
+        let Some(token) = authorization.and_then(bearer_token) else {
             return Some(UserInfo::anonymous());
         };
-        let token = value.strip_prefix("Bearer ")?.trim();
         let map = self.map.read();
         let e = map.get(token)?;
         match e.expires {
@@ -180,6 +191,15 @@ impl Tokens {
             _ => Some(e.user.clone()),
         }
     }
+}
+
+/// The token of a `Bearer <token>` header value; `None` when the scheme is another or the
+/// token is empty.
+fn bearer_token(value: &str) -> Option<&str> {
+    let mut parts = value.trim().splitn(3, ' ');
+    let scheme = parts.next()?;
+    let token = parts.next()?;
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 #[cfg(test)]
@@ -192,8 +212,12 @@ mod tests {
         let users = parse_token_file(text).expect("parses");
         assert_eq!(users.len(), 3);
         assert_eq!(users[0].0, "t1");
-        assert_eq!(users[0].1, UserInfo::new("alice", &[]));
+        assert_eq!(users[0].1, UserInfo::new("alice", &[]).with_uid("1"));
         assert_eq!(users[1].1.groups, ["dev", "ops", AUTHENTICATED]);
+        assert_eq!(
+            (users[1].1.name.as_str(), users[1].1.uid.as_str()),
+            ("bob", "2")
+        );
         assert_eq!(users[2].1.name, "carol");
         assert!(users[2].1.in_group(MASTERS));
         assert_eq!(
@@ -217,11 +241,23 @@ mod tests {
             t.authenticate(Some("Bearer good")).map(|u| u.name),
             Some("alice".into())
         );
+        assert_eq!(
+            t.authenticate(Some("bearer good")).map(|u| u.name),
+            Some("alice".into()),
+            "the scheme is case-insensitive"
+        );
         assert_eq!(t.authenticate(Some("Bearer bad")), None);
-        assert_eq!(t.authenticate(Some("Basic x")), None);
         let anon = t.authenticate(None).expect("anonymous");
         assert_eq!(anon.name, ANONYMOUS);
         assert!(!anon.is_authenticated());
+        // Not bearer credentials at all: anonymous, as the real server treats them.
+        for other in ["Basic eDp5", "Bearer", "Bearer  good", ""] {
+            assert_eq!(
+                t.authenticate(Some(other)),
+                Some(UserInfo::anonymous()),
+                "{other:?}"
+            );
+        }
         let sa = t.issue(
             UserInfo::service_account("ns", "sa"),
             Duration::from_secs(60),

@@ -5,12 +5,22 @@
 //! everything and fails on every real cluster. With authorization on, a test runs the host with
 //! exactly the RBAC `host rbac` prints and sees the same 403s a cluster would answer (the
 //! recorded ones are in the API server samples). Aggregated ClusterRoles are not evaluated.
+//!
+//! The evaluation follows the real RBAC authorizer: members of `system:masters` are allowed
+//! without a look at RBAC; otherwise ClusterRoleBindings are visited first, then the
+//! RoleBindings of the request's namespace, and the first rule that allows the request decides
+//! (its binding is the `reason` an access review reports). A binding that names the user but
+//! refers to a role that does not exist is an error that a refusal then reports after its
+//! message (`…: RBAC: role.rbac.authorization.k8s.io "x" not found`). What real clusters
+//! grant through bootstrap roles (discovery, health and version to everyone, self access reviews
+//! to authenticated users, everything to `system:masters`) is seeded as those roles and bindings
+//! ([`seed_bootstrap_policy`]), so `kubectl get clusterroles` shows them as on a cluster.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use super::authn::{UserInfo, MASTERS};
+use super::authn::{UserInfo, AUTHENTICATED, MASTERS, UNAUTHENTICATED};
 use super::store::key_of;
-use super::Shared;
+use super::{write, Shared};
 use crate::kube::error::StatusDetails;
 use crate::kube::Status;
 
@@ -32,49 +42,96 @@ pub enum Attributes<'a> {
     NonResource { verb: &'a str, path: &'a str },
 }
 
+/// The authorizer's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// Allowed: the binding that allowed it (empty for `system:masters`). Refused: the errors
+    /// met on the way (bindings to missing roles), empty when there were none.
+    pub reason: String,
+}
+
 /// Whether `user` may do what `attrs` describes.
 pub(crate) fn allowed(shared: &Shared, user: &UserInfo, attrs: &Attributes<'_>) -> bool {
+    authorize(shared, user, attrs).allowed
+}
+
+/// The decision on `attrs` for `user`, with its reason.
+pub(crate) fn authorize(shared: &Shared, user: &UserInfo, attrs: &Attributes<'_>) -> Decision {
     if user.in_group(MASTERS) {
-        return true;
+        return Decision {
+            allowed: true,
+            reason: String::new(),
+        };
     }
-    if let Attributes::NonResource { path, .. } = attrs {
-        // The bootstrap roles: system:public-info-viewer (everyone) and system:discovery /
-        // system:basic-user (every authenticated user).
-        let public = ["/version", "/healthz", "/livez", "/readyz"];
-        if public
-            .iter()
-            .any(|p| path == p || path.starts_with(&format!("{p}/")))
-        {
-            return true;
-        }
-        let discovery = ["/api", "/apis", "/openapi"];
-        if user.is_authenticated()
-            && discovery
-                .iter()
-                .any(|p| path == p || path.starts_with(&format!("{p}/")))
-        {
-            return true;
-        }
-    }
-    let request_ns = match attrs {
-        Attributes::Resource { namespace, .. } => *namespace,
-        Attributes::NonResource { .. } => None,
+    let mut errors: Vec<String> = Vec::new();
+    let allow = |source: String| Decision {
+        allowed: true,
+        reason: format!("RBAC: allowed by {source}"),
     };
     // ClusterRoleBindings grant their ClusterRole everywhere.
     for b in objects(shared, "clusterrolebindings", "") {
-        if binds(&b, user, None) && role_allows(shared, &b, None, attrs) {
-            return true;
+        let Some(subject) = applying_subject(&b, user, "") else {
+            continue;
+        };
+        match role_rules(shared, &b, "") {
+            Err(e) => errors.push(e),
+            Ok(rules) if rules.iter().any(|r| rule_allows(r, attrs)) => {
+                return allow(format!(
+                    "ClusterRoleBinding {:?} of {} {:?} to {}",
+                    str_at(&b["metadata"], "name"),
+                    str_at(&b["roleRef"], "kind"),
+                    str_at(&b["roleRef"], "name"),
+                    describe_subject(subject, "")
+                ));
+            }
+            Ok(_) => {}
         }
     }
     // RoleBindings grant their Role or ClusterRole in their own namespace only.
-    if let Some(ns) = request_ns {
-        for b in objects(shared, "rolebindings", &format!("{ns}/")) {
-            if binds(&b, user, Some(ns)) && role_allows(shared, &b, Some(ns), attrs) {
-                return true;
+    let request_ns = match attrs {
+        Attributes::Resource { namespace, .. } => namespace.unwrap_or(""),
+        Attributes::NonResource { .. } => "",
+    };
+    if !request_ns.is_empty() {
+        for b in objects(shared, "rolebindings", &format!("{request_ns}/")) {
+            let Some(subject) = applying_subject(&b, user, request_ns) else {
+                continue;
+            };
+            match role_rules(shared, &b, request_ns) {
+                Err(e) => errors.push(e),
+                Ok(rules) if rules.iter().any(|r| rule_allows(r, attrs)) => {
+                    return allow(format!(
+                        "RoleBinding {:?} of {} {:?} to {}",
+                        format!("{}/{request_ns}", str_at(&b["metadata"], "name")),
+                        str_at(&b["roleRef"], "kind"),
+                        str_at(&b["roleRef"], "name"),
+                        describe_subject(subject, request_ns)
+                    ));
+                }
+                Ok(_) => {}
             }
         }
     }
-    false
+    Decision {
+        allowed: false,
+        reason: if errors.is_empty() {
+            String::new()
+        } else {
+            format!("RBAC: {}", aggregate(errors))
+        },
+    }
+}
+
+/// Several errors as Kubernetes' error aggregate prints them: one as is, more de-duplicated in
+/// brackets.
+fn aggregate(mut errors: Vec<String>) -> String {
+    let mut seen = std::collections::HashSet::new();
+    errors.retain(|e| seen.insert(e.clone()));
+    match errors.as_slice() {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    }
 }
 
 /// Every stored object of an RBAC resource under `prefix`, as JSON.
@@ -87,47 +144,66 @@ fn str_at<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or("")
 }
 
-/// Whether one of the binding's subjects is `user` (a ServiceAccount subject without a
-/// namespace takes the binding's).
-fn binds(binding: &Value, user: &UserInfo, binding_ns: Option<&str>) -> bool {
-    let subjects = binding.get("subjects").and_then(Value::as_array);
-    subjects.into_iter().flatten().any(|s| {
+/// The first of the binding's subjects that is `user`, as RBAC's `appliesTo` finds it (a
+/// ServiceAccount subject without a namespace takes the binding's, `binding_ns`).
+fn applying_subject<'b>(
+    binding: &'b Value,
+    user: &UserInfo,
+    binding_ns: &str,
+) -> Option<&'b Value> {
+    let subjects = binding.get("subjects").and_then(Value::as_array)?;
+    subjects.iter().find(|s| {
         let name = str_at(s, "name");
         match str_at(s, "kind") {
             "User" => user.name == name,
             "Group" => user.in_group(name),
             "ServiceAccount" => {
                 let ns = match str_at(s, "namespace") {
-                    "" => binding_ns.unwrap_or(""),
+                    "" => binding_ns,
                     ns => ns,
                 };
-                user.name == format!("system:serviceaccount:{ns}:{name}")
+                !ns.is_empty() && user.name == format!("system:serviceaccount:{ns}:{name}")
             }
             _ => false,
         }
     })
 }
 
-/// Whether the role the binding refers to has a rule allowing `attrs`.
-fn role_allows(shared: &Shared, binding: &Value, ns: Option<&str>, attrs: &Attributes<'_>) -> bool {
-    let Some(role_ref) = binding.get("roleRef") else {
-        return false;
-    };
+/// A subject as the RBAC authorizer's reasons name it: `User "u"`, `Group "g"`,
+/// `ServiceAccount "name/namespace"`.
+fn describe_subject(subject: &Value, binding_ns: &str) -> String {
+    let (kind, name) = (str_at(subject, "kind"), str_at(subject, "name"));
+    if kind == "ServiceAccount" {
+        let ns = match str_at(subject, "namespace") {
+            "" => binding_ns,
+            ns => ns,
+        };
+        format!("{kind} {:?}", format!("{name}/{ns}"))
+    } else {
+        format!("{kind} {name:?}")
+    }
+}
+
+/// The rules of the role the binding refers to (a Role in `binding_ns`, else a ClusterRole);
+/// the error the real resolver reports when it does not exist.
+fn role_rules(shared: &Shared, binding: &Value, binding_ns: &str) -> Result<Vec<Value>, String> {
+    let role_ref = &binding["roleRef"];
     let name = str_at(role_ref, "name");
-    let (plural, key) = match (str_at(role_ref, "kind"), ns) {
-        ("ClusterRole", _) => ("clusterroles", key_of(None, name)),
-        ("Role", Some(ns)) => ("roles", key_of(Some(ns), name)),
-        _ => return false,
+    let (plural, singular, key) = match str_at(role_ref, "kind") {
+        "ClusterRole" => ("clusterroles", "clusterrole", key_of(None, name)),
+        "Role" => ("roles", "role", key_of(Some(binding_ns), name)),
+        other => return Err(format!("unsupported role reference kind: {other:?}")),
     };
-    let Some(role) = shared
+    let role = shared
         .store
         .get(&format!("{RBAC}/{plural}"), &key)
         .and_then(|o| o.to_value().ok())
-    else {
-        return false;
-    };
-    let rules = role.get("rules").and_then(Value::as_array);
-    rules.into_iter().flatten().any(|r| rule_allows(r, attrs))
+        .ok_or_else(|| format!("{singular}.{RBAC} {name:?} not found"))?;
+    Ok(role
+        .get("rules")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default())
 }
 
 fn strings(rule: &Value, key: &str) -> Vec<String> {
@@ -150,7 +226,7 @@ fn rule_allows(rule: &Value, attrs: &Attributes<'_>) -> bool {
     }
     match attrs {
         Attributes::NonResource { path, .. } => strings(rule, "nonResourceURLs").iter().any(|u| {
-            u == "*" || u == path || u.strip_suffix('*').is_some_and(|p| path.starts_with(p))
+            u == "*" || u == path || (u.ends_with('*') && path.starts_with(u.trim_end_matches('*')))
         }),
         Attributes::Resource {
             group,
@@ -191,14 +267,22 @@ fn qualified(group: &str, resource: &str) -> String {
 
 /// The 403 for a refused request, worded as kube-apiserver's authorization filter words it:
 /// `configmaps "x" is forbidden: User "u" cannot get resource "configmaps" in API group "" in
-/// the namespace "ns"` (`at the cluster scope` without a namespace).
-pub fn forbidden(user: &UserInfo, attrs: &Attributes<'_>) -> Status {
+/// the namespace "ns"` (`at the cluster scope` without a namespace), followed by `: {reason}`
+/// when the authorizer gave one ([`Decision::reason`]).
+pub fn forbidden(user: &UserInfo, attrs: &Attributes<'_>, reason: &str) -> Status {
+    let with_reason = |why: String| {
+        if reason.is_empty() {
+            why
+        } else {
+            format!("{why}: {reason}")
+        }
+    };
     match attrs {
         Attributes::NonResource { verb, path } => forbidden_status(
             "",
             "",
             None,
-            &format!("User {:?} cannot {verb} path {path:?}", user.name),
+            &with_reason(format!("User {:?} cannot {verb} path {path:?}", user.name)),
         ),
         Attributes::Resource {
             verb,
@@ -220,10 +304,10 @@ pub fn forbidden(user: &UserInfo, attrs: &Attributes<'_>) -> Status {
                 group,
                 resource,
                 *name,
-                &format!(
+                &with_reason(format!(
                     "User {:?} cannot {verb} resource {what:?} in API group {group:?} {scope}",
                     user.name
-                ),
+                )),
             )
         }
     }
@@ -237,7 +321,7 @@ pub fn apply_create_forbidden(group: &str, resource: &str, name: &str) -> Status
 }
 
 fn forbidden_status(group: &str, resource: &str, name: Option<&str>, why: &str) -> Status {
-    let message = match (resource.is_empty(), name) {
+    let message = match (group.is_empty() && resource.is_empty(), name) {
         (true, _) => format!("forbidden: {why}"),
         (false, Some(n)) => format!("{} {n:?} is forbidden: {why}", qualified(group, resource)),
         (false, None) => format!("{} is forbidden: {why}", qualified(group, resource)),
@@ -250,6 +334,71 @@ fn forbidden_status(group: &str, resource: &str, name: Option<&str>, why: &str) 
         ..StatusDetails::default()
     });
     s
+}
+
+/// What every cluster with RBAC on starts with, as objects: `cluster-admin` bound to
+/// `system:masters`; `system:discovery` (discovery and OpenAPI documents) and
+/// `system:basic-user` (self access reviews) bound to `system:authenticated`;
+/// `system:public-info-viewer` (health and version) bound to everyone. Rules as kube-apiserver's
+/// bootstrap policy writes them.
+pub(crate) fn seed_bootstrap_policy(shared: &Shared) -> Result<(), Status> {
+    let get = json!(["get"]);
+    let public_urls = json!(["/healthz", "/livez", "/readyz", "/version", "/version/"]);
+    let roles = [
+        (
+            "cluster-admin",
+            json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+                {"nonResourceURLs": ["*"], "verbs": ["*"]}]),
+            vec![MASTERS],
+        ),
+        (
+            "system:discovery",
+            json!([{"nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/healthz",
+                "/livez", "/openapi", "/openapi/*", "/readyz", "/version", "/version/"],
+                "verbs": get}]),
+            vec![AUTHENTICATED],
+        ),
+        (
+            "system:basic-user",
+            json!([{"apiGroups": ["authorization.k8s.io"],
+                    "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+                    "verbs": ["create"]},
+                {"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"],
+                    "verbs": ["create"]}]),
+            vec![AUTHENTICATED],
+        ),
+        (
+            "system:public-info-viewer",
+            json!([{"nonResourceURLs": public_urls, "verbs": get}]),
+            vec![AUTHENTICATED, UNAUTHENTICATED],
+        ),
+    ];
+    let rbac = format!("{RBAC}/v1");
+    for (name, rules, groups) in roles {
+        let bootstrap = json!({"kubernetes.io/bootstrapping": "rbac-defaults"});
+        write::create_value(
+            shared,
+            json!({"apiVersion": rbac, "kind": "ClusterRole",
+                "metadata": {"name": name, "labels": bootstrap,
+                    "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
+                "rules": rules}),
+            "emulator",
+        )?;
+        let subjects: Vec<Value> = groups
+            .iter()
+            .map(|g| json!({"apiGroup": RBAC, "kind": "Group", "name": g}))
+            .collect();
+        write::create_value(
+            shared,
+            json!({"apiVersion": rbac, "kind": "ClusterRoleBinding",
+                "metadata": {"name": name, "labels": bootstrap,
+                    "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
+                "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": name},
+                "subjects": subjects}),
+            "emulator",
+        )?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -330,7 +479,7 @@ mod tests {
             namespace: None,
             name: None,
         };
-        let s = forbidden(&nobody, &list_all);
+        let s = forbidden(&nobody, &list_all, "");
         assert_eq!(
             s.message,
             "configmaps is forbidden: User \"nobody\" cannot list resource \"configmaps\" in API group \"\" at the cluster scope"
@@ -349,12 +498,153 @@ mod tests {
             name: Some("web"),
         };
         assert_eq!(
-            forbidden(&nobody, &status).message,
+            forbidden(&nobody, &status, "").message,
             "deployments.apps \"web\" is forbidden: User \"nobody\" cannot patch resource \"deployments/status\" in API group \"apps\" in the namespace \"default\""
         );
         let s = apply_create_forbidden("", "configmaps", "new-one");
         assert_eq!(s.message, "configmaps \"new-one\" is forbidden: ");
         assert_eq!(s.reason, "Forbidden");
         assert_eq!(s.code, 403);
+    }
+
+    #[test]
+    fn a_refusal_carries_the_authorizers_reason_after_its_message() {
+        let nobody = UserInfo::new("nobody", &[]);
+        let get = Attributes::Resource {
+            verb: "get",
+            group: "",
+            resource: "configmaps",
+            subresource: None,
+            namespace: Some("ns"),
+            name: Some("a"),
+        };
+        assert_eq!(
+            forbidden(&nobody, &get, "RBAC: role.rbac.authorization.k8s.io \"gone\" not found")
+                .message,
+            "configmaps \"a\" is forbidden: User \"nobody\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"ns\": RBAC: role.rbac.authorization.k8s.io \"gone\" not found"
+        );
+        let anon = UserInfo::anonymous();
+        let path = Attributes::NonResource {
+            verb: "get",
+            path: "/api",
+        };
+        let s = forbidden(&anon, &path, "");
+        assert_eq!(
+            s.message,
+            "forbidden: User \"system:anonymous\" cannot get path \"/api\""
+        );
+        assert_eq!(s.details, Some(StatusDetails::default()), "details: {{}}");
+    }
+
+    fn rbac(shared: &Shared, v: Value) {
+        write::create_value(shared, v, "test").expect("created");
+    }
+
+    /// Decisions and their reasons as the RBAC authorizer words them: which binding allowed,
+    /// ClusterRoleBindings first, the bootstrap roles for discovery and self reviews, and the
+    /// errors of bindings to missing roles (de-duplicated, bracketed when several).
+    #[test]
+    fn decisions_name_the_binding_that_allowed_or_the_errors_met() {
+        let shared = Shared::in_process(None).expect("shared");
+        seed_bootstrap_policy(&shared).expect("bootstrap");
+        let v1 = "rbac.authorization.k8s.io/v1";
+        rbac(
+            &shared,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}}),
+        );
+        rbac(
+            &shared,
+            json!({"apiVersion": v1, "kind": "Role", "metadata": {"name": "r", "namespace": "ns"},
+                "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]}),
+        );
+        rbac(
+            &shared,
+            json!({"apiVersion": v1, "kind": "RoleBinding",
+                "metadata": {"name": "b", "namespace": "ns"},
+                "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": "r"},
+                "subjects": [{"kind": "User", "name": "other"},
+                    {"kind": "ServiceAccount", "name": "sa"}]}),
+        );
+        let sa = UserInfo::service_account("ns", "sa");
+        let get = |ns| Attributes::Resource {
+            verb: "get",
+            group: "",
+            resource: "configmaps",
+            subresource: None,
+            namespace: ns,
+            name: Some("a"),
+        };
+        assert_eq!(
+            authorize(&shared, &sa, &get(Some("ns"))),
+            Decision {
+                allowed: true,
+                reason: "RBAC: allowed by RoleBinding \"b/ns\" of Role \"r\" to ServiceAccount \"sa/ns\"".into()
+            }
+        );
+        assert!(!allowed(&shared, &sa, &get(Some("other"))));
+        assert!(!allowed(&shared, &sa, &get(None)));
+        let masters = UserInfo::new("root", &[MASTERS]);
+        assert_eq!(
+            authorize(&shared, &masters, &get(None)),
+            Decision {
+                allowed: true,
+                reason: String::new()
+            },
+            "system:masters bypasses RBAC: no reason"
+        );
+        let discovery = Attributes::NonResource {
+            verb: "get",
+            path: "/apis/apps/v1",
+        };
+        assert_eq!(
+            authorize(&shared, &sa, &discovery).reason,
+            "RBAC: allowed by ClusterRoleBinding \"system:discovery\" of ClusterRole \"system:discovery\" to Group \"system:authenticated\""
+        );
+        assert!(!allowed(&shared, &UserInfo::anonymous(), &discovery));
+        let version = Attributes::NonResource {
+            verb: "get",
+            path: "/version",
+        };
+        assert!(allowed(&shared, &UserInfo::anonymous(), &version));
+        let review = Attributes::Resource {
+            verb: "create",
+            group: "authorization.k8s.io",
+            resource: "selfsubjectaccessreviews",
+            subresource: None,
+            namespace: None,
+            name: None,
+        };
+        assert!(allowed(&shared, &sa, &review));
+        assert!(!allowed(&shared, &UserInfo::anonymous(), &review));
+
+        // Bindings that name the user but refer to missing roles: errors, reported once each.
+        for (name, kind, role) in [("m1", "Role", "gone"), ("m2", "ClusterRole", "gone")] {
+            rbac(
+                &shared,
+                json!({"apiVersion": v1, "kind": "RoleBinding",
+                    "metadata": {"name": name, "namespace": "ns"},
+                    "roleRef": {"apiGroup": RBAC, "kind": kind, "name": role},
+                    "subjects": [{"kind": "User", "name": "ghost"}]}),
+            );
+        }
+        rbac(
+            &shared,
+            json!({"apiVersion": v1, "kind": "ClusterRoleBinding", "metadata": {"name": "m3"},
+                "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": "gone"},
+                "subjects": [{"kind": "User", "name": "ghost"}]}),
+        );
+        let ghost = UserInfo::new("ghost", &[]);
+        assert_eq!(
+            authorize(&shared, &ghost, &get(Some("ns"))),
+            Decision {
+                allowed: false,
+                reason: "RBAC: [clusterrole.rbac.authorization.k8s.io \"gone\" not found, role.rbac.authorization.k8s.io \"gone\" not found]".into()
+            }
+        );
+        assert_eq!(
+            authorize(&shared, &ghost, &get(None)).reason,
+            "RBAC: clusterrole.rbac.authorization.k8s.io \"gone\" not found"
+        );
+        assert_eq!(authorize(&shared, &sa, &get(Some("other"))).reason, "");
     }
 }

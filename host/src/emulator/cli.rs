@@ -50,15 +50,9 @@ pub async fn run(args: EmulatorArgs) -> anyhow::Result<()> {
     let mut builder = Emulator::builder()
         .tls(args.tls)
         .token(args.token.clone())
-        .authorize(args.authorize || args.token_auth_file.is_some());
+        .authorize(args.authorize);
     if let Some(path) = &args.token_auth_file {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("cannot read token file {}: {e}", path.display()))?;
-        let users = super::authn::parse_token_file(&text)
-            .map_err(|e| anyhow::anyhow!("token file {}: {e}", path.display()))?;
-        for (token, user) in users {
-            builder = builder.user_token(&token, user);
-        }
+        builder = builder.token_auth_file(path);
     }
     let handle = builder
         .port(args.port)

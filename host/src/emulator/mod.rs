@@ -7,7 +7,8 @@
 //!
 //! Layout: [`store`] (revisioned objects and history), [`registry`] (served resources),
 //! [`server`] (listener, TLS, connections), [`router`] (paths and verbs), [`discovery`],
-//! [`list`], [`watch`], [`write`](mod@write), [`faults`], [`cli`].
+//! [`list`], [`watch`], [`write`](mod@write), [`faults`], [`cli`]; with authorization on,
+//! [`authn`], [`request_info`], [`authz`], [`token`] and [`reviews`].
 //!
 //! What `kubectl` falls back on:
 //! - aggregated discovery is answered with the legacy documents as plain `application/json`,
@@ -17,20 +18,30 @@
 //! - requests asked `as=Table` (list, get, watch) get Tables with Name and Age columns and
 //!   PartialObjectMetadata rows (kind-specific and CRD printer columns are not rendered);
 //! - kubectl 1.32's typed generators send protobuf bodies: those for namespaces, configmaps,
-//!   secrets and serviceaccounts are decoded ([`protobuf`]); others (`kubectl create
-//!   deployment …`) are answered 415. `create -f`, `apply` (client- and server-side), `diff`,
-//!   `label`, `patch`, `delete` and `get` send JSON and work for every kind.
+//!   secrets, serviceaccounts, TokenRequests and the self reviews are decoded ([`protobuf`]);
+//!   others (`kubectl create deployment …`) are answered 415. `create -f`, `apply` (client-
+//!   and server-side), `diff`, `label`, `patch`, `delete` and `get` send JSON and work for
+//!   every kind.
 //!
 //! Authorization is opt-in ([`EmulatorBuilder::authorize`], `host emulator --authorize`):
-//! bearer tokens from a token file or issued through the TokenRequest API (`kubectl create
-//! token`) map to users and groups ([`authn`]), and RBAC is evaluated from the stored Roles,
-//! ClusterRoles and bindings with refusals worded as the real server's ([`authz`]), including
-//! the `create` check of a server-side apply that creates. The kubeconfig's own token is in
-//! `system:masters`.
+//! bearer tokens from a token file ([`EmulatorBuilder::token_auth_file`], `--token-auth-file`),
+//! added by a test ([`EmulatorBuilder::user_token`], [`EmulatorHandle::add_user_token`]) or
+//! issued through the TokenRequest API ([`token`]: `kubectl create token`,
+//! [`EmulatorHandle::issue_service_account_token`]) map to users and groups ([`authn`]); each
+//! request is named from its path as kube-apiserver names it ([`request_info`]) and RBAC is
+//! evaluated from the stored Roles, ClusterRoles and bindings, the bootstrap ones seeded, with
+//! refusals worded as the real server's ([`authz`]), including the `create` check of a
+//! server-side apply that creates. `kubectl auth can-i` and `kubectl auth whoami` work
+//! ([`reviews`]). The kubeconfig's own token is an admin's in `system:masters`.
 //!
 //! Known differences from kube-apiserver (by design or not yet done):
-//! - without `authorize`, any request with the right token (or none configured) is allowed;
-//!   with it, aggregated ClusterRoles, impersonation and access reviews are not implemented;
+//! - authorization is off unless asked for: then any request with the right token (or none
+//!   configured) is allowed, as with `--authorization-mode=AlwaysAllow`; with it on,
+//!   aggregated ClusterRoles, impersonation (`kubectl --as`), SubjectAccessReview,
+//!   LocalSubjectAccessReview and SelfSubjectRulesReview (`kubectl auth can-i --list`) are not
+//!   implemented, the bootstrap policy is only `cluster-admin`, `system:discovery`,
+//!   `system:basic-user` and `system:public-info-viewer`, issued tokens are opaque (not JWTs)
+//!   and discovery does not list the review APIs or `serviceaccounts/token`;
 //! - `fieldValidation` is accepted and ignored (no schemas are known);
 //! - graceful deletion is immediate; garbage collection and namespace cleanup run synchronously
 //!   at the end of the DELETE that triggers them (see [`write`](mod@write));
@@ -62,7 +73,9 @@ pub mod openapi;
 pub mod patch;
 pub mod protobuf;
 pub mod registry;
+pub mod request_info;
 pub mod response;
+pub mod reviews;
 pub mod router;
 pub mod server;
 pub mod store;
@@ -72,7 +85,7 @@ pub mod watch;
 pub mod write;
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -102,6 +115,16 @@ pub enum EmulatorError {
     Yaml { index: usize, message: String },
     #[error("seed object {index} rejected: {status}")]
     Rejected { index: usize, status: String },
+    #[error("cannot read token file {}: {source}", .path.display())]
+    TokenFileRead {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("token file {}: {source}", .path.display())]
+    TokenFile {
+        path: PathBuf,
+        source: authn::TokenFileError,
+    },
 }
 
 /// State shared by every connection and the handle.
@@ -165,31 +188,6 @@ fn seed_default_namespaces(shared: &Shared) -> Result<(), Status> {
     Ok(())
 }
 
-/// What a cluster with RBAC on starts with: the `cluster-admin` ClusterRole bound to the
-/// `system:masters` group.
-fn seed_cluster_admin(shared: &Shared) -> Result<(), Status> {
-    let rbac = "rbac.authorization.k8s.io/v1";
-    write::create_value(
-        shared,
-        serde_json::json!({"apiVersion": rbac, "kind": "ClusterRole",
-            "metadata": {"name": "cluster-admin"},
-            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
-                {"nonResourceURLs": ["*"], "verbs": ["*"]}]}),
-        "emulator",
-    )?;
-    write::create_value(
-        shared,
-        serde_json::json!({"apiVersion": rbac, "kind": "ClusterRoleBinding",
-            "metadata": {"name": "cluster-admin"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                "name": "cluster-admin"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
-                "name": authn::MASTERS}]}),
-        "emulator",
-    )?;
-    Ok(())
-}
-
 /// Entry point: `Emulator::builder()…start().await`.
 pub struct Emulator;
 
@@ -206,6 +204,7 @@ impl Emulator {
             admin: false,
             authorize: false,
             users: Vec::new(),
+            token_file: None,
         }
     }
 }
@@ -221,20 +220,30 @@ pub struct EmulatorBuilder {
     admin: bool,
     authorize: bool,
     users: Vec<(String, authn::UserInfo)>,
+    token_file: Option<PathBuf>,
 }
 
 impl EmulatorBuilder {
     /// Authenticate bearer tokens and authorize every request by RBAC, as a cluster with RBAC
     /// on does. The kubeconfig's token (the [`EmulatorBuilder::token`], else a random one)
     /// belongs to an `admin` user in `system:masters`; requests without a token are
-    /// `system:anonymous`.
+    /// `system:anonymous`. The bootstrap ClusterRoles and bindings (`cluster-admin`,
+    /// `system:discovery`, `system:basic-user`, `system:public-info-viewer`) are seeded.
     pub fn authorize(mut self, on: bool) -> Self {
         self.authorize = on;
         self
     }
-    /// Accept `token` as `user` (with authorization on), as a line of a token file does.
+    /// Accept `token` as `user`, as a line of a token file does. Implies
+    /// [`EmulatorBuilder::authorize`]: tokens mean nothing without it.
     pub fn user_token(mut self, token: &str, user: authn::UserInfo) -> Self {
         self.users.push((token.to_owned(), user));
+        self
+    }
+    /// Accept the tokens of a file in kube-apiserver's `--token-auth-file` format
+    /// (`token,user,uid,"group1,group2"` per line), read at [`EmulatorBuilder::start`].
+    /// Implies [`EmulatorBuilder::authorize`].
+    pub fn token_auth_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.token_file = Some(path.into());
         self
     }
     /// Serve HTTPS with a self-signed certificate generated at start (ALPN h2 and http/1.1).
@@ -284,20 +293,34 @@ impl EmulatorBuilder {
             (None, None)
         };
         let store = Arc::new(Store::new(self.history_window));
-        let (token, auth) = if self.authorize {
+        let mut users = self.users;
+        if let Some(path) = &self.token_file {
+            let text =
+                std::fs::read_to_string(path).map_err(|source| EmulatorError::TokenFileRead {
+                    path: path.clone(),
+                    source,
+                })?;
+            let from_file =
+                authn::parse_token_file(&text).map_err(|source| EmulatorError::TokenFile {
+                    path: path.clone(),
+                    source,
+                })?;
+            users.extend(from_file);
+        }
+        let authorize = self.authorize || !users.is_empty() || self.token_file.is_some();
+        let (token, auth) = if authorize {
             let tokens = authn::Tokens::default();
             let admin = self
                 .token
                 .unwrap_or_else(|| format!("admin.{}", util::new_uid().replace('-', "")));
             tokens.add(&admin, authn::UserInfo::new("admin", &[authn::MASTERS]));
-            for (t, u) in self.users {
+            for (t, u) in users {
                 tokens.add(&t, u);
             }
             (Some(admin), Some(tokens))
         } else {
             (self.token, None)
         };
-        let authorize = auth.is_some();
         let shared = Arc::new(Shared {
             faults: Faults::new(store.clone()),
             store,
@@ -316,7 +339,7 @@ impl EmulatorBuilder {
             status: s.message,
         })?;
         if authorize {
-            seed_cluster_admin(&shared).map_err(|s| EmulatorError::Rejected {
+            authz::seed_bootstrap_policy(&shared).map_err(|s| EmulatorError::Rejected {
                 index: 0,
                 status: s.message,
             })?;

@@ -1,10 +1,12 @@
 //! Just enough of Kubernetes' protobuf encoding to accept the request bodies kubectl's typed
-//! generators send (`kubectl create namespace|configmap|secret|serviceaccount …`).
+//! generators and clients send (`kubectl create namespace|configmap|secret|serviceaccount …`,
+//! `kubectl create token`, `kubectl auth can-i`, `kubectl auth whoami`).
 //!
 //! Why: kubectl 1.32 sends built-in objects from those commands as protobuf only, without a JSON
 //! fallback. The body is the `k8s\0` magic, then a `runtime.Unknown` (type meta + the raw message).
 //! Only the kinds below are decoded, and of `ObjectMeta` only what a create carries; anything else
-//! is refused with 415 by the caller.
+//! is refused with 415 by the caller. Empty strings and zero numbers are left out of the JSON,
+//! as the API server's JSON leaves out those fields (Go's `omitempty`).
 
 use base64::Engine;
 use serde_json::{json, Map, Value};
@@ -157,6 +159,17 @@ fn object_meta(b: &[u8]) -> Result<Value, ProtoError> {
     Ok(Value::Object(m))
 }
 
+/// The kinds [`decode`] knows, by (apiVersion, kind).
+const KINDS: [(&str, &str); 7] = [
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+    ("v1", "Namespace"),
+    ("v1", "ServiceAccount"),
+    ("authentication.k8s.io/v1", "TokenRequest"),
+    ("authentication.k8s.io/v1", "SelfSubjectReview"),
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"),
+];
+
 /// Decode a protobuf request body into the JSON object it stands for.
 pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
     let rest = body.strip_prefix(b"k8s\0").ok_or(ProtoError::NoMagic)?;
@@ -178,12 +191,12 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
             _ => {}
         }
     }
-    let mut obj = Map::new();
-    obj.insert("apiVersion".into(), api_version.clone().into());
-    obj.insert("kind".into(), kind.clone().into());
-    if api_version != "v1" {
+    if !KINDS.contains(&(api_version.as_str(), kind.as_str())) {
         return Err(ProtoError::Unsupported(kind));
     }
+    let mut obj = Map::new();
+    obj.insert("apiVersion".into(), api_version.into());
+    obj.insert("kind".into(), kind.clone().into());
     let mut r = fields(raw);
     while let Some((f, w)) = r.next()? {
         match (kind.as_str(), f, w) {
@@ -200,7 +213,6 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
             ("Secret", 3, Wire::Bytes(x)) if !x.is_empty() => {
                 obj.insert("type".into(), string(x)?.into());
             }
-            ("Secret", 3, Wire::Bytes(_)) => {}
             ("Secret", 4, Wire::Bytes(x)) => insert_entry(&mut obj, "stringData", x, false)?,
             ("Namespace", 2, Wire::Bytes(x)) => {
                 let mut spec = Map::new();
@@ -212,17 +224,82 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
                 }
                 obj.insert("spec".into(), Value::Object(spec));
             }
-            ("ConfigMap" | "Secret" | "Namespace" | "ServiceAccount", _, _) => {}
-            _ => return Err(ProtoError::Unsupported(kind)),
+            ("TokenRequest", 2, Wire::Bytes(x)) => {
+                obj.insert("spec".into(), token_request_spec(x)?);
+            }
+            ("SelfSubjectAccessReview", 2, Wire::Bytes(x)) => {
+                obj.insert("spec".into(), access_review_spec(x)?);
+            }
+            // Status messages of requests (and the other fields above) carry nothing a request
+            // means: the server fills them in.
+            _ => {}
         }
     }
-    if !matches!(
-        kind.as_str(),
-        "ConfigMap" | "Secret" | "Namespace" | "ServiceAccount"
-    ) {
-        return Err(ProtoError::Unsupported(kind));
-    }
     Ok(Value::Object(obj))
+}
+
+/// Inserts the non-empty strings of a message whose fields are all strings, by field number.
+fn string_fields(b: &[u8], names: &[(u64, &str)]) -> Result<Value, ProtoError> {
+    let mut m = Map::new();
+    let mut r = fields(b);
+    while let Some((f, w)) = r.next()? {
+        if let (Some((_, name)), Wire::Bytes(x)) = (names.iter().find(|(n, _)| *n == f), w) {
+            let s = string(x)?;
+            if !s.is_empty() {
+                m.insert((*name).into(), s.into());
+            }
+        }
+    }
+    Ok(Value::Object(m))
+}
+
+/// `TokenRequestSpec`: audiences = 1, boundObjectRef = 3, expirationSeconds = 4.
+fn token_request_spec(b: &[u8]) -> Result<Value, ProtoError> {
+    let mut spec = Map::new();
+    let mut r = fields(b);
+    while let Some((f, w)) = r.next()? {
+        match (f, w) {
+            (1, Wire::Bytes(x)) => push_string(&mut spec, "audiences", x)?,
+            (3, Wire::Bytes(x)) => {
+                let names = [(1, "kind"), (2, "apiVersion"), (3, "name"), (4, "uid")];
+                spec.insert("boundObjectRef".into(), string_fields(x, &names)?);
+            }
+            (4, Wire::Varint(v)) => {
+                // int64 on the wire: a negative number is its two's complement.
+                spec.insert("expirationSeconds".into(), (v as i64).into());
+            }
+            _ => {}
+        }
+    }
+    Ok(Value::Object(spec))
+}
+
+/// `SelfSubjectAccessReviewSpec`: resourceAttributes = 1, nonResourceAttributes = 2.
+fn access_review_spec(b: &[u8]) -> Result<Value, ProtoError> {
+    let mut spec = Map::new();
+    let mut r = fields(b);
+    while let Some((f, w)) = r.next()? {
+        match (f, w) {
+            (1, Wire::Bytes(x)) => {
+                let names = [
+                    (1, "namespace"),
+                    (2, "verb"),
+                    (3, "group"),
+                    (4, "version"),
+                    (5, "resource"),
+                    (6, "subresource"),
+                    (7, "name"),
+                ];
+                spec.insert("resourceAttributes".into(), string_fields(x, &names)?);
+            }
+            (2, Wire::Bytes(x)) => {
+                let names = [(1, "path"), (2, "verb")];
+                spec.insert("nonResourceAttributes".into(), string_fields(x, &names)?);
+            }
+            _ => {}
+        }
+    }
+    Ok(Value::Object(spec))
 }
 
 #[cfg(test)]
@@ -338,8 +415,34 @@ mod tests {
             Err(ProtoError::Unsupported("Deployment".into()))
         );
         assert_eq!(
-            decode(&recorded("create-token-sa1")),
-            Err(ProtoError::Unsupported("TokenRequest".into()))
+            decode(&recorded("create-token-sa1")).unwrap(),
+            // No --duration: an empty spec, the server's default lifetime applies.
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                "metadata": {}, "spec": {}})
+        );
+        assert_eq!(
+            decode(&recorded("create-token-sa1-duration-10m")).unwrap()["spec"],
+            json!({"expirationSeconds": 600})
+        );
+        assert_eq!(
+            decode(&recorded("auth-can-i-create-configmaps-n-foo")).unwrap(),
+            json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                "metadata": {}, "spec": {"resourceAttributes":
+                    {"namespace": "foo", "verb": "create", "resource": "configmaps"}}})
+        );
+        assert_eq!(
+            decode(&recorded("auth-can-i-patch-deployments-status-n-foo")).unwrap()["spec"],
+            json!({"resourceAttributes": {"namespace": "foo", "verb": "patch", "group": "apps",
+                "resource": "deployments", "subresource": "status", "name": "status"}})
+        );
+        assert_eq!(
+            decode(&recorded("auth-can-i-get-logs")).unwrap()["spec"],
+            json!({"nonResourceAttributes": {"path": "/logs", "verb": "get"}})
+        );
+        assert_eq!(
+            decode(&recorded("auth-whoami")).unwrap(),
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
+                "metadata": {}})
         );
     }
 

@@ -13,7 +13,9 @@ use tracing::{debug, Instrument};
 use super::authn::UserInfo;
 use super::authz::{self, Attributes};
 use super::registry::ResourceDef;
+use super::request_info::RequestInfo;
 use super::response::{self, Body};
+use super::reviews::{self, Asker};
 use super::{discovery, list, openapi, watch, write, Shared};
 use crate::kube::Status;
 
@@ -80,6 +82,10 @@ enum Route {
     Group(String),
     GroupResources(String, String),
     Resource(ResourceRequest),
+    /// `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`.
+    SelfSubjectAccessReview,
+    /// `POST /apis/authentication.k8s.io/v1/selfsubjectreviews`.
+    SelfSubjectReview,
     Admin(Vec<String>),
     OpenApiRoot,
     OpenApiGroupVersion(String, String),
@@ -101,6 +107,10 @@ fn route(shared: &Shared, segs: &[String]) -> Route {
         ["openapi", "v3", "apis", g, v] => {
             Route::OpenApiGroupVersion((*g).to_owned(), (*v).to_owned())
         }
+        ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] => {
+            Route::SelfSubjectAccessReview
+        }
+        ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"] => Route::SelfSubjectReview,
         ["api", "v1", rest @ ..] => resource_route(shared, "", "v1", rest),
         ["apis", g, v, rest @ ..] => resource_route(shared, g, v, rest),
         ["_emulator", rest @ ..] if shared.admin => {
@@ -198,22 +208,6 @@ fn authenticate(shared: &Shared, req: &Request<Incoming>) -> Result<Option<UserI
     }
 }
 
-/// The authorizer's view of a routed request.
-fn attributes<'a>(route: &'a Route, verb: &'a str, path: &'a str) -> Option<Attributes<'a>> {
-    match route {
-        Route::Admin(_) => None,
-        Route::Resource(r) => Some(Attributes::Resource {
-            verb,
-            group: &r.def.group,
-            resource: &r.def.plural,
-            subresource: r.subresource.as_deref(),
-            namespace: r.namespace.as_deref(),
-            name: r.name.as_deref(),
-        }),
-        _ => Some(Attributes::NonResource { verb: "get", path }),
-    }
-}
-
 /// Serve one request.
 pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     let span = tracing::debug_span!("request", method = %req.method(), path = %req.uri().path());
@@ -249,22 +243,26 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     }
     let v = match &route {
         Route::Resource(r) => verb(&method, r, &q),
+        Route::SelfSubjectAccessReview | Route::SelfSubjectReview => "create",
         _ => "other",
     };
     shared.counters.count(v);
     if let Some(user) = &user {
-        if let Some(attrs) = attributes(&route, v, &path) {
-            if !authz::allowed(&shared, user, &attrs) {
-                debug!(user = %user.name, "forbidden");
-                let mut r = response::status(&authz::forbidden(user, &attrs));
-                // kube-apiserver's authorization filter adds it; refusals from handlers (the
-                // apply that creates) do not.
-                r.headers_mut().insert(
-                    "x-content-type-options",
-                    http::HeaderValue::from_static("nosniff"),
-                );
-                return r;
-            }
+        // Authorized from the path alone, before routing matters, as kube-apiserver does.
+        let decoded = percent_decode_str(&path).decode_utf8_lossy();
+        let info = RequestInfo::parse(&method, &decoded, &segs, &q);
+        let attrs = info.attributes();
+        let decision = authz::authorize(&shared, user, &attrs);
+        if !decision.allowed {
+            debug!(user = %user.name, reason = %decision.reason, "forbidden");
+            let mut r = response::status(&authz::forbidden(user, &attrs, &decision.reason));
+            // kube-apiserver's authorization filter adds it; refusals from handlers (the
+            // apply that creates) do not.
+            r.headers_mut().insert(
+                "x-content-type-options",
+                http::HeaderValue::from_static("nosniff"),
+            );
+            return r;
         }
     }
     if let Some(f) = shared.faults.take_failure() {
@@ -315,11 +313,35 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             if method != Method::POST {
                 return response::status(&response::method_not_allowed());
             }
-            match read_body(req).await {
-                Ok(body) => super::token::request(&shared, &r, &content_type, &body)
+            let manager =
+                super::fields::manager_or_user_agent(q.get("fieldManager"), Some(&user_agent));
+            match read_json(req, &content_type).await {
+                Ok(body) => super::token::request(&shared, &r, &body, &manager)
                     .unwrap_or_else(|s| response::status(&s)),
                 Err(s) => response::status(&s),
             }
+        }
+        Route::SelfSubjectAccessReview | Route::SelfSubjectReview => {
+            if method != Method::POST {
+                return response::status(&response::method_not_allowed());
+            }
+            let asker = match &user {
+                Some(u) => Asker::User(u),
+                None => Asker::Anyone {
+                    token: shared.token.is_some(),
+                },
+            };
+            let body = match read_json(req, &content_type).await {
+                Ok(b) => b,
+                Err(s) => return response::status(&s),
+            };
+            if matches!(route, Route::SelfSubjectReview) {
+                return reviews::self_subject_review(&shared, &asker);
+            }
+            let manager =
+                super::fields::manager_or_user_agent(q.get("fieldManager"), Some(&user_agent));
+            reviews::self_subject_access_review(&shared, &asker, &body, &manager)
+                .unwrap_or_else(|s| response::status(&s))
         }
         Route::Resource(r) => {
             let body = if matches!(
@@ -434,6 +456,21 @@ fn apply_would_create_unauthorized(
         name: Some(name),
     };
     !authz::allowed(shared, user, &create)
+}
+
+/// The body of a POST to a virtual resource (TokenRequest, access reviews) as a JSON value, in
+/// any format [`body_to_json`] reads; an empty body is an empty object.
+async fn read_json(
+    req: Request<Incoming>,
+    content_type: &str,
+) -> Result<serde_json::Value, Status> {
+    let body = read_body(req).await?;
+    if body.is_empty() {
+        return Ok(serde_json::json!({}));
+    }
+    let json = body_to_json(content_type, body)?;
+    serde_json::from_slice(&json)
+        .map_err(|e| response::bad_request(format!("cannot decode the request body: {e}")))
 }
 
 /// POST/PUT bodies as JSON: JSON as is, YAML converted, the protobuf kubectl's generators send

@@ -107,6 +107,18 @@ pub fn validate_dns_subdomain(name: &str) -> Result<(), String> {
     }
 }
 
+/// The rule RBAC object names follow (kube-apiserver's `ValidatePathSegmentName`): anything
+/// usable as one path segment, so `system:discovery` is a valid ClusterRole name.
+pub fn validate_path_segment_name(name: &str) -> Result<(), String> {
+    if name == "." || name == ".." {
+        return Err(format!("may not be '{name}'"));
+    }
+    match ['/', '%'].into_iter().find(|c| name.contains(*c)) {
+        Some(c) => Err(format!("may not contain '{c}'")),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,5 +151,18 @@ mod tests {
         assert!(validate_dns_subdomain("Bad_Name").is_err());
         assert!(validate_dns_subdomain("-a").is_err());
         assert!(validate_dns_subdomain("").is_err());
+    }
+
+    #[test]
+    fn path_segment_rule() {
+        assert!(validate_path_segment_name("system:discovery").is_ok());
+        assert_eq!(
+            validate_path_segment_name("a/b"),
+            Err("may not contain '/'".into())
+        );
+        assert_eq!(
+            validate_path_segment_name(".."),
+            Err("may not be '..'".into())
+        );
     }
 }

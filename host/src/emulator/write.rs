@@ -28,7 +28,7 @@ use super::registry::{Registry, ResourceDef};
 use super::response::{self, Body, FieldError};
 use super::router::{Query, ResourceRequest};
 use super::store::{key_of, Mutation, Outcome, StoreError};
-use super::util::{name_suffix, new_uid, validate_dns_subdomain};
+use super::util::{name_suffix, new_uid, validate_dns_subdomain, validate_path_segment_name};
 use super::{fields, patch, Shared};
 use crate::kube::object::Object;
 use crate::kube::Status;
@@ -245,7 +245,13 @@ fn prepare_create(
             )],
         ));
     }
-    if let Err(why) = validate_dns_subdomain(&name) {
+    // RBAC objects may be named like `system:discovery`; everything else is a DNS subdomain.
+    let valid = if def.group == "rbac.authorization.k8s.io" {
+        validate_path_segment_name(&name)
+    } else {
+        validate_dns_subdomain(&name)
+    };
+    if let Err(why) = valid {
         return Err(response::invalid(
             &def.kind,
             &def.group,
