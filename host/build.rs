@@ -9,7 +9,6 @@ use std::process::{Command, Stdio};
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(kubectl)");
     println!("cargo::rerun-if-env-changed=PATH");
-    println!("cargo::rerun-if-changed=build.rs");
     let found = Command::new("kubectl")
         .args(["version", "--client"])
         .stdout(Stdio::null())

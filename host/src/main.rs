@@ -1,6 +1,9 @@
 //! The `host` binary: runs plugins against a cluster or the embedded emulator.
 
-use std::io::Write as _;
+mod emulator_cmd;
+mod shutdown;
+
+use std::io::{IsTerminal as _, Write as _};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -9,11 +12,11 @@ use anyhow::{bail, Context as _};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 
-use host::emulator::{Emulator, EmulatorHandle};
-use host::kube::config::KubeconfigOptions;
-use host::kube::{Client, Config, Discovery};
-use host::plugin::engine::DEFAULT_MAX_MEMORY;
-use host::plugin::{
+use kwh_client::config::KubeconfigOptions;
+use kwh_client::{Client, Config, Discovery};
+use kwh_emulator::{Emulator, EmulatorHandle};
+use kwh_plugin::engine::DEFAULT_MAX_MEMORY;
+use kwh_plugin::{
     EngineConfig, Limits, Manifest, PluginEngine, PluginRuntime, QuarantinePolicy, RetryPolicy,
     RuntimeOptions,
 };
@@ -35,7 +38,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the embedded API-server emulator as a process.
-    Emulator(host::emulator::cli::EmulatorArgs),
+    Emulator(emulator_cmd::EmulatorArgs),
     /// Print a plugin's manifest.
     Inspect(InspectArgs),
     /// Print the RBAC the plugins need: a Role and RoleBinding in the namespace of each plugin
@@ -227,7 +230,7 @@ fn main() -> std::process::ExitCode {
     };
     let format = cli.run.log_format;
     let r = match cli.command {
-        Some(Command::Emulator(args)) => rt.block_on(host::emulator::cli::run(args)),
+        Some(Command::Emulator(args)) => rt.block_on(emulator_cmd::run(args)),
         Some(Command::Inspect(args)) => rt.block_on(inspect(args)),
         Some(Command::Rbac(args)) => rt.block_on(rbac(args)),
         Some(Command::Test(args)) => return rt.block_on(test(args)),
@@ -280,8 +283,10 @@ fn announce(
 fn init_logs(format: LogFormat, default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    // Colour only on a terminal: a log file or a collector would get the escape codes.
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => b.init(),
@@ -309,7 +314,7 @@ fn engine(
 /// naming it and the cause, exit 2); the plugin is loaded once up front for the same reason;
 /// then each scenario runs in its own harness. Exit 0 only when all pass, else 1.
 async fn test(args: TestArgs) -> std::process::ExitCode {
-    use host::testing::scenario::{self, Scenario};
+    use kwh_testing::scenario::{self, Scenario};
     use std::process::ExitCode;
     let mut scenarios = Vec::new();
     let mut invalid = false;
@@ -405,13 +410,13 @@ fn manifest_value(m: &Manifest) -> serde_json::Value {
 }
 
 async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
-    use host::plugin::rbac::guess;
+    use kwh_plugin::rbac::guess;
     let engine = engine(args.cache_dir, DEFAULT_MAX_MEMORY, 0)?;
     let mut manifests = Vec::new();
     for p in &args.plugins {
         manifests.push(engine.load(p, Limits::default()).await?.manifest().clone());
     }
-    let mut offline = host::plugin::rbac::OfflineKinds::new();
+    let mut offline = kwh_plugin::rbac::OfflineKinds::new();
     for f in &args.crds {
         let text =
             std::fs::read_to_string(f).with_context(|| format!("CRD file {}", f.display()))?;
@@ -456,7 +461,7 @@ async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
                         .resolve(av, k)
                         .await
                         .with_context(|| format!("plugin {:?}: kind {k} ({av})", m.name))?;
-                    host::plugin::rbac::Resolved {
+                    kwh_plugin::rbac::Resolved {
                         resource: r.plural,
                         namespaced: r.namespaced,
                     }
@@ -475,12 +480,12 @@ async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
             resolved.insert((av.clone(), k.clone()), r);
         }
     }
-    let subject = host::plugin::rbac::Subject {
+    let subject = kwh_plugin::rbac::Subject {
         role_name: &args.role_name,
         namespace: &args.sa_namespace,
         service_account: &args.service_account,
     };
-    let yaml = host::plugin::rbac::rbac_yaml(
+    let yaml = kwh_plugin::rbac::rbac_yaml(
         &manifests,
         |av, k| resolved.get(&(av.to_string(), k.to_string())).cloned(),
         args.namespace.as_deref(),
@@ -525,7 +530,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     // Listen before anything is announced, so an early signal stops the host cleanly.
     let mut stop =
-        host::shutdown::ShutdownSignal::install().context("cannot listen for SIGINT/SIGTERM")?;
+        shutdown::ShutdownSignal::install().context("cannot listen for SIGINT/SIGTERM")?;
     let file: FileConfig = match &args.config {
         Some(p) => {
             let text = std::fs::read_to_string(p)
@@ -676,7 +681,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 /// abandoned mid-call, as `plugin key` pairs, and how many queued keys never started.
 fn warn_abandoned(
     grace: Duration,
-    queues: &[(String, host::workqueue::RateLimitingQueue<String>)],
+    queues: &[(String, kwh_informer::workqueue::RateLimitingQueue<String>)],
 ) {
     let mut in_flight = Vec::new();
     let mut queued = 0;
@@ -706,11 +711,11 @@ async fn serve(
     runtime: &PluginRuntime,
     metrics_addr: Option<SocketAddr>,
     format: LogFormat,
-    stop: &mut host::shutdown::ShutdownSignal,
+    stop: &mut shutdown::ShutdownSignal,
 ) -> anyhow::Result<()> {
     let ops = match metrics_addr {
         Some(addr) => {
-            let (bound, task) = host::plugin::ops::serve(addr, runtime.status())
+            let (bound, task) = kwh_plugin::ops::serve(addr, runtime.status())
                 .await
                 .with_context(|| format!("cannot serve metrics on {addr}"))?;
             let url = format!("http://{bound}/metrics");

@@ -1,7 +1,7 @@
 """Unit tests of the replication logic against an in-memory fake cluster, in plain CPython.
 
 Run from the repository root: python3 -m unittest discover -s examples/secret-replicator-py/tests
-(The component itself is tested end to end by host/tests/example_secret_replicator_py.rs.)
+(The component itself is tested end to end by tests/example_secret_replicator_py.rs.)
 """
 
 import itertools

@@ -183,7 +183,7 @@ mod tests {
     //! What runs without the host: outcome mapping and the glue's parsing and dispatch. The log,
     //! queue and lister imports exist only in a component (natively their stubs panic), so the
     //! default handlers, which enqueue, are tested in a component run by the host (the greeter
-    //! test guest's scenario in `host/tests`). The glue's drop-with-a-log of an event that does
+    //! test guest's scenario in `tests/guests`). The glue's drop-with-a-log of an event that does
     //! not parse is tested nowhere: it logs through an import, and the host only sends objects.
     use super::*;
     use std::cell::RefCell;

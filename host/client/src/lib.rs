@@ -1,0 +1,29 @@
+#![doc = include_str!("../README.md")]
+//!
+//! ## In this crate
+//!
+//! Access to a Kubernetes API server over hyper: configuration, the HTTP client, discovery,
+//! resource paths, the watch-stream decoder, selectors and the `Status` error type.
+
+mod auth;
+pub mod client;
+pub mod config;
+pub mod decode;
+pub mod discovery;
+pub mod error;
+mod json;
+pub mod object;
+pub mod params;
+pub mod proxy;
+pub mod registry;
+pub mod resource;
+pub mod selector;
+mod tls;
+pub mod watch;
+
+pub use client::{Client, ResourceClient};
+pub use config::Config;
+pub use discovery::Discovery;
+pub use error::{Error, Status};
+pub use object::Object;
+pub use resource::ApiResource;

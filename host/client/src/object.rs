@@ -1,0 +1,1359 @@
+//! The object representation shared by the whole pipeline: raw JSON bytes plus parsed metadata.
+//!
+//! Why: the host never needs a typed view of an object, only its identity and the fields that
+//! drive indexing and dispatch. Parsing metadata once at ingest and sharing the bytes (cheap
+//! `Clone`) keeps the store small and the hot path free of full decodes.
+//!
+//! Memory: the parsed metadata does not copy strings. It records `(offset, length)` spans into
+//! the object's own bytes; only strings that contain JSON escapes (rare in metadata) are decoded
+//! into a small side buffer. The bytes and the parsed metadata live in one exact-size
+//! allocation (see the `thin` module), so a cached 1 KB ConfigMap costs its bytes plus about 110 bytes
+//! of bookkeeping, and never pins the (much larger) read buffer it came from.
+
+mod thin;
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+
+use super::json::{self, Scanner};
+use thin::ThinArc;
+
+/// Error parsing an object's metadata.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectError {
+    /// Malformed or truncated JSON; the message names the byte offset and what was expected.
+    #[error("object is not valid JSON: {0}")]
+    Json(String),
+    #[error("object is not valid JSON: {0}")]
+    Serde(#[from] serde_json::Error),
+    #[error("object is not valid UTF-8 at byte {0}")]
+    Utf8(usize),
+    #[error("object is larger than 2 GiB")]
+    TooLarge,
+}
+
+impl From<json::SyntaxError> for ObjectError {
+    fn from(e: json::SyntaxError) -> Self {
+        ObjectError::Json(e.to_string())
+    }
+}
+
+/// How objects are taken in from the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IngestOptions {
+    /// Keep `metadata.managedFields`. Off by default: it is often half of an object's size and
+    /// controllers rarely read it.
+    pub keep_managed_fields: bool,
+}
+
+#[allow(clippy::derivable_impls)]
+impl Default for IngestOptions {
+    fn default() -> Self {
+        IngestOptions {
+            keep_managed_fields: false,
+        }
+    }
+}
+
+/// A string inside the object: `len` bytes at `off`. The top bit of `len` marks a string that
+/// had escapes and lives, decoded, in [`ParsedMeta::text`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Span {
+    off: u32,
+    len: u32,
+}
+
+const DECODED: u32 = 1 << 31;
+
+impl Span {
+    fn shift(&mut self, at: u32, delta: i64) {
+        if self.len & DECODED == 0 && self.off >= at {
+            self.off = (self.off as i64 + delta) as u32;
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct OwnerSpans {
+    api_version: Span,
+    kind: Span,
+    name: Span,
+    uid: Span,
+    controller: Option<bool>,
+    block_owner_deletion: Option<bool>,
+}
+
+/// Metadata that most objects lack; boxed so that the common object pays one pointer for it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Extra {
+    /// Strings that had escapes, decoded (spans with [`DECODED`] point here).
+    text: Box<str>,
+    annotations: Box<[(Span, Span)]>,
+    owner_references: Box<[OwnerSpans]>,
+    deletion_timestamp: Option<Span>,
+    finalizers: Box<[Span]>,
+}
+
+/// Parsed metadata as spans into the object's bytes. Read it through [`Meta`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ParsedMeta {
+    name: Span,
+    namespace: Span,
+    uid: Span,
+    resource_version: Span,
+    generation: i64,
+    labels: Box<[(Span, Span)]>,
+    extra: Option<Box<Extra>>,
+}
+
+/// What a top-level scan found besides metadata.
+#[derive(Debug, Default)]
+pub(crate) struct ScanInfo {
+    pub(crate) has_kind: bool,
+    pub(crate) has_api_version: bool,
+    /// Byte range to cut to drop `managedFields` (with its separating comma).
+    pub(crate) managed_fields_cut: Option<(usize, usize)>,
+}
+
+/// Resolves spans against an object's bytes and its side buffer of decoded strings.
+#[derive(Clone, Copy)]
+struct Src<'a> {
+    raw: &'a [u8],
+    text: &'a str,
+}
+
+impl<'a> Src<'a> {
+    fn s(self, sp: Span) -> &'a str {
+        let (bytes, len) = if sp.len & DECODED != 0 {
+            (self.text.as_bytes(), sp.len & !DECODED)
+        } else {
+            (self.raw, sp.len)
+        };
+        let (off, len) = (sp.off as usize, len as usize);
+        // Spans are bounded by ASCII quotes inside text validated as UTF-8 at ingest.
+        bytes
+            .get(off..off + len)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .unwrap_or_default()
+    }
+}
+
+/// An owner reference, borrowed from its object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OwnerRef<'a> {
+    pub api_version: &'a str,
+    pub kind: &'a str,
+    pub name: &'a str,
+    pub uid: &'a str,
+    pub controller: Option<bool>,
+    pub block_owner_deletion: Option<bool>,
+}
+
+/// A borrowed, ordered string map (labels, annotations). Build one by hand from a slice of
+/// pairs (`StrPairs::from(&[("app", "web")][..])`), e.g. in tests.
+#[derive(Clone, Copy)]
+pub struct StrPairs<'a>(PairsRepr<'a>);
+
+#[derive(Clone, Copy)]
+enum PairsRepr<'a> {
+    Spans(&'a [(Span, Span)], Src<'a>),
+    Slice(&'a [(&'a str, &'a str)]),
+}
+
+impl Default for StrPairs<'_> {
+    fn default() -> Self {
+        StrPairs(PairsRepr::Slice(&[]))
+    }
+}
+
+impl<'a> From<&'a [(&'a str, &'a str)]> for StrPairs<'a> {
+    fn from(s: &'a [(&'a str, &'a str)]) -> Self {
+        StrPairs(PairsRepr::Slice(s))
+    }
+}
+
+impl<'a> StrPairs<'a> {
+    pub fn len(&self) -> usize {
+        match self.0 {
+            PairsRepr::Spans(s, _) => s.len(),
+            PairsRepr::Slice(s) => s.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The `i`-th entry in document order.
+    pub fn at(&self, i: usize) -> Option<(&'a str, &'a str)> {
+        match self.0 {
+            PairsRepr::Spans(s, src) => s.get(i).map(|(k, v)| (src.s(*k), src.s(*v))),
+            PairsRepr::Slice(s) => s.get(i).copied(),
+        }
+    }
+    /// The value for `key`.
+    pub fn get(&self, key: &str) -> Option<&'a str> {
+        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+    pub fn iter(&self) -> PairsIter<'a> {
+        PairsIter { p: *self, i: 0 }
+    }
+}
+
+impl<'a> IntoIterator for StrPairs<'a> {
+    type Item = (&'a str, &'a str);
+    type IntoIter = PairsIter<'a>;
+    fn into_iter(self) -> PairsIter<'a> {
+        self.iter()
+    }
+}
+
+impl<'a> IntoIterator for &StrPairs<'a> {
+    type Item = (&'a str, &'a str);
+    type IntoIter = PairsIter<'a>;
+    fn into_iter(self) -> PairsIter<'a> {
+        self.iter()
+    }
+}
+
+impl std::fmt::Debug for StrPairs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl PartialEq for StrPairs<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+/// Iterator over [`StrPairs`].
+pub struct PairsIter<'a> {
+    p: StrPairs<'a>,
+    i: usize,
+}
+
+impl<'a> Iterator for PairsIter<'a> {
+    type Item = (&'a str, &'a str);
+    fn next(&mut self) -> Option<Self::Item> {
+        let r = self.p.at(self.i)?;
+        self.i += 1;
+        Some(r)
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.p.len().saturating_sub(self.i);
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for PairsIter<'_> {}
+
+/// A borrowed list of strings (finalizers).
+#[derive(Clone, Copy)]
+pub struct Strs<'a>(StrsRepr<'a>);
+
+#[derive(Clone, Copy)]
+enum StrsRepr<'a> {
+    Spans(&'a [Span], Src<'a>),
+    Slice(&'a [&'a str]),
+}
+
+impl Default for Strs<'_> {
+    fn default() -> Self {
+        Strs(StrsRepr::Slice(&[]))
+    }
+}
+
+impl<'a> From<&'a [&'a str]> for Strs<'a> {
+    fn from(s: &'a [&'a str]) -> Self {
+        Strs(StrsRepr::Slice(s))
+    }
+}
+
+impl<'a> Strs<'a> {
+    pub fn len(&self) -> usize {
+        match self.0 {
+            StrsRepr::Spans(s, _) => s.len(),
+            StrsRepr::Slice(s) => s.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn get(&self, i: usize) -> Option<&'a str> {
+        match self.0 {
+            StrsRepr::Spans(s, src) => s.get(i).map(|x| src.s(*x)),
+            StrsRepr::Slice(s) => s.get(i).copied(),
+        }
+    }
+    pub fn contains(&self, x: &str) -> bool {
+        self.iter().any(|s| s == x)
+    }
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &'a str> + 'a {
+        let me = *self;
+        (0..self.len()).map(move |i| me.get(i).unwrap_or_default())
+    }
+}
+
+impl std::fmt::Debug for Strs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl PartialEq for Strs<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+/// A borrowed list of owner references.
+#[derive(Clone, Copy)]
+pub struct OwnerRefs<'a>(OwnersRepr<'a>);
+
+#[derive(Clone, Copy)]
+enum OwnersRepr<'a> {
+    Spans(&'a [OwnerSpans], Src<'a>),
+    Slice(&'a [OwnerRef<'a>]),
+}
+
+impl Default for OwnerRefs<'_> {
+    fn default() -> Self {
+        OwnerRefs(OwnersRepr::Slice(&[]))
+    }
+}
+
+impl<'a> From<&'a [OwnerRef<'a>]> for OwnerRefs<'a> {
+    fn from(s: &'a [OwnerRef<'a>]) -> Self {
+        OwnerRefs(OwnersRepr::Slice(s))
+    }
+}
+
+impl<'a> OwnerRefs<'a> {
+    pub fn len(&self) -> usize {
+        match self.0 {
+            OwnersRepr::Spans(s, _) => s.len(),
+            OwnersRepr::Slice(s) => s.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn get(&self, i: usize) -> Option<OwnerRef<'a>> {
+        match self.0 {
+            OwnersRepr::Spans(s, src) => s.get(i).map(|o| OwnerRef {
+                api_version: src.s(o.api_version),
+                kind: src.s(o.kind),
+                name: src.s(o.name),
+                uid: src.s(o.uid),
+                controller: o.controller,
+                block_owner_deletion: o.block_owner_deletion,
+            }),
+            OwnersRepr::Slice(s) => s.get(i).copied(),
+        }
+    }
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = OwnerRef<'a>> + 'a {
+        let me = *self;
+        (0..self.len()).map(move |i| me.get(i).unwrap_or_default())
+    }
+}
+
+impl<'a> IntoIterator for &OwnerRefs<'a> {
+    type Item = OwnerRef<'a>;
+    type IntoIter = Box<dyn ExactSizeIterator<Item = OwnerRef<'a>> + 'a>;
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter())
+    }
+}
+
+impl std::fmt::Debug for OwnerRefs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl PartialEq for OwnerRefs<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+/// A borrowed view of an object's metadata, built on each [`Object::meta`] call (a few span
+/// lookups, no allocation). Labels and annotations keep document order. Construct one by hand
+/// (`Meta { name: "a", ..Default::default() }`) to test code that reads metadata.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Meta<'a> {
+    /// `None` for cluster-scoped objects (and for an empty namespace).
+    pub namespace: Option<&'a str>,
+    pub name: &'a str,
+    pub uid: &'a str,
+    pub resource_version: &'a str,
+    pub generation: i64,
+    pub labels: StrPairs<'a>,
+    pub annotations: StrPairs<'a>,
+    pub owner_references: OwnerRefs<'a>,
+    pub deletion_timestamp: Option<&'a str>,
+    pub finalizers: Strs<'a>,
+}
+
+impl<'a> Meta<'a> {
+    fn new(raw: &'a [u8], p: &'a ParsedMeta) -> Self {
+        let src = p.src(raw);
+        let extra = p.extra.as_deref();
+        Meta {
+            namespace: Some(src.s(p.namespace)).filter(|n| !n.is_empty()),
+            name: src.s(p.name),
+            uid: src.s(p.uid),
+            resource_version: src.s(p.resource_version),
+            generation: p.generation,
+            labels: StrPairs(PairsRepr::Spans(&p.labels, src)),
+            annotations: extra.map_or_else(StrPairs::default, |e| {
+                StrPairs(PairsRepr::Spans(&e.annotations, src))
+            }),
+            owner_references: extra.map_or_else(OwnerRefs::default, |e| {
+                OwnerRefs(OwnersRepr::Spans(&e.owner_references, src))
+            }),
+            deletion_timestamp: extra.and_then(|e| e.deletion_timestamp).map(|d| src.s(d)),
+            finalizers: extra
+                .map_or_else(Strs::default, |e| Strs(StrsRepr::Spans(&e.finalizers, src))),
+        }
+    }
+
+    /// The value of label `key`, if present.
+    pub fn label(&self, key: &str) -> Option<&'a str> {
+        self.labels.get(key)
+    }
+    /// The value of annotation `key`, if present.
+    pub fn annotation(&self, key: &str) -> Option<&'a str> {
+        self.annotations.get(key)
+    }
+    /// The owner reference with `controller: true`, if any.
+    pub fn controller_ref(&self) -> Option<OwnerRef<'a>> {
+        self.owner_references
+            .iter()
+            .find(|o| o.controller == Some(true))
+    }
+}
+
+/// An immutable object: raw JSON and its parsed metadata, shared by reference count. One
+/// pointer wide; cloning it bumps a count.
+#[derive(Clone)]
+pub struct Object(ThinArc<ParsedMeta>);
+
+impl std::fmt::Debug for Object {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Object")
+            .field("key", &self.key())
+            .field("rv", &self.resource_version())
+            .finish()
+    }
+}
+
+impl PartialEq for Object {
+    fn eq(&self, other: &Self) -> bool {
+        ThinArc::ptr_eq(&self.0, &other.0) || (self.raw() == other.raw())
+    }
+}
+
+impl Object {
+    /// Parse metadata from `raw` (a JSON object) and keep the bytes exactly as they are
+    /// (`managedFields` included). For data from the wire prefer [`Object::ingest`].
+    pub fn from_bytes(raw: Bytes) -> Result<Self, ObjectError> {
+        if raw.len() > (u32::MAX >> 1) as usize {
+            return Err(ObjectError::TooLarge);
+        }
+        check_utf8(&raw)?;
+        let mut sc = Scanner::new(&raw);
+        let (meta, _) = scan_object(&mut sc)?;
+        sc.end()?;
+        ThinArc::new(meta, raw.len(), |b| b.copy_from_slice(&raw))
+            .map(Object)
+            .ok_or(ObjectError::TooLarge)
+    }
+
+    /// Take an object in from the wire: parse its metadata, drop `managedFields` unless
+    /// `opts` keep it, and copy the result into an allocation of its own.
+    pub fn ingest(raw: &[u8], opts: &IngestOptions) -> Result<Self, ObjectError> {
+        check_utf8(raw)?;
+        Self::ingest_valid_utf8(raw, opts, None)
+    }
+
+    /// `ingest` for text already checked as UTF-8; `type_meta` (`kind`, `apiVersion`) is
+    /// added when the object lacks both, as list items do (spec 6.2).
+    pub(crate) fn ingest_valid_utf8(
+        raw: &[u8],
+        opts: &IngestOptions,
+        type_meta: Option<(&str, &str)>,
+    ) -> Result<Self, ObjectError> {
+        if raw.len() > (u32::MAX >> 1) as usize {
+            return Err(ObjectError::TooLarge);
+        }
+        let mut sc = Scanner::new(raw);
+        let (meta, info) = scan_object(&mut sc)?;
+        sc.end()?;
+        Self::build(raw, meta, info, opts, type_meta)
+    }
+
+    /// Ingest the object value at the scanner's position (a watch event's `object`, a list
+    /// item) without scanning it twice. The text must be valid UTF-8.
+    pub(crate) fn ingest_from(
+        sc: &mut Scanner<'_>,
+        opts: &IngestOptions,
+        type_meta: Option<(&str, &str)>,
+    ) -> Result<Self, ObjectError> {
+        Self::ingest_from_reusing(sc, opts, type_meta, &mut |_| None)
+    }
+
+    /// [`ingest_from`](Self::ingest_from), but once the metadata is parsed `reuse` may return
+    /// an object to use instead of a new copy (a held object of the same version, see
+    /// [`Object::is_version`]); the value is still scanned and validated in full.
+    pub(crate) fn ingest_from_reusing(
+        sc: &mut Scanner<'_>,
+        opts: &IngestOptions,
+        type_meta: Option<(&str, &str)>,
+        reuse: &mut dyn FnMut(&Meta<'_>) -> Option<Object>,
+    ) -> Result<Self, ObjectError> {
+        let start = json::skip_ws(sc.bytes(), sc.pos());
+        let (mut meta, mut info) = scan_object(sc)?;
+        let end = sc.pos();
+        if end - start > (u32::MAX >> 1) as usize {
+            return Err(ObjectError::TooLarge);
+        }
+        // Spans are still positions in the scanner's bytes here.
+        if let Some(held) = reuse(&Meta::new(sc.bytes(), &meta)) {
+            return Ok(held);
+        }
+        if start > 0 {
+            meta.shift(0, -(start as i64));
+            info.managed_fields_cut = info.managed_fields_cut.map(|(a, b)| (a - start, b - start));
+        }
+        Self::build(&sc.bytes()[start..end], meta, info, opts, type_meta)
+    }
+
+    fn build(
+        raw: &[u8],
+        mut meta: ParsedMeta,
+        info: ScanInfo,
+        opts: &IngestOptions,
+        type_meta: Option<(&str, &str)>,
+    ) -> Result<Self, ObjectError> {
+        let cut = info
+            .managed_fields_cut
+            .filter(|_| !opts.keep_managed_fields);
+        let prefix = match type_meta {
+            Some((kind, api_version)) if !info.has_kind && !info.has_api_version => {
+                let mut p = String::with_capacity(kind.len() + api_version.len() + 30);
+                p.push_str("\"kind\":");
+                json::push_quoted(&mut p, kind);
+                p.push_str(",\"apiVersion\":");
+                json::push_quoted(&mut p, api_version);
+                Some(p)
+            }
+            _ => None,
+        };
+        // The output as pieces: the type prefix goes right after the opening brace (with a
+        // comma unless the object is `{}`), the cut drops `managedFields`. A successful scan
+        // found the brace at `start` and the cut inside the object, after it.
+        let start = json::skip_ws(raw, 0);
+        let body_from = (start + 1).min(raw.len());
+        let comma = prefix.is_some() && raw.get(json::skip_ws(raw, body_from)) != Some(&b'}');
+        let (head, body): (&[u8], &[u8]) = match &prefix {
+            Some(_) => (&raw[..body_from], &raw[body_from..]),
+            None => (&[], raw),
+        };
+        let body_off = head.len();
+        let cut = cut.filter(|&(a, b)| a >= body_off && a <= b && b <= raw.len());
+        let (body_a, body_b): (&[u8], &[u8]) = match cut {
+            Some((a, b)) => (&raw[body_off..a], &raw[b..]),
+            None => (body, &[]),
+        };
+        let pieces: [&[u8]; 5] = [
+            head,
+            prefix.as_deref().map_or(&[][..], str::as_bytes),
+            if comma { b"," } else { &[] },
+            body_a,
+            body_b,
+        ];
+        let len: usize = pieces.iter().map(|p| p.len()).sum();
+        let added = pieces[1].len() + pieces[2].len();
+        if added != 0 {
+            meta.shift(body_from as u32, added as i64);
+        }
+        if let Some((a, b)) = cut {
+            let at = (b + added) as u32;
+            meta.shift(at, -((b - a) as i64));
+        }
+        ThinArc::new(meta, len, |out| {
+            let mut at = 0;
+            for p in pieces {
+                out[at..at + p.len()].copy_from_slice(p);
+                at += p.len();
+            }
+        })
+        .map(Object)
+        .ok_or(ObjectError::TooLarge)
+    }
+
+    /// The object's own `(apiVersion, kind)`, empty where absent. Why read from the bytes
+    /// rather than kept with the metadata: only the reflector's type check needs them (spec
+    /// 1.7), and the API server writes them first, so this scans a few dozen bytes instead of
+    /// every cached object carrying two more spans. Escaped values (never seen in practice)
+    /// are decoded.
+    pub fn type_meta(&self) -> (Cow<'_, str>, Cow<'_, str>) {
+        let raw = self.raw();
+        let mut sc = Scanner::new(raw);
+        let mut api_version = None;
+        let mut kind = None;
+        let read = |sc: &mut Scanner<'_>| -> Result<Cow<'_, str>, json::SyntaxError> {
+            if sc.peek_null() {
+                sc.skip_value()?;
+                return Ok(Cow::Borrowed(""));
+            }
+            let (a, b, escaped) = sc.string()?;
+            let text = std::str::from_utf8(&raw[a..b]).unwrap_or_default();
+            if !escaped {
+                return Ok(Cow::Borrowed(text));
+            }
+            let mut out = String::new();
+            json::unescape_into(&raw[a..b], &mut out).map_err(|m| sc.error_at(a, m))?;
+            Ok(Cow::Owned(out))
+        };
+        // Stops at the first malformed byte or once both are found: the walk's error is the
+        // way out of the member loop, so it is not an error of the object.
+        let _ = sc.object(|sc, key, _| {
+            match key {
+                b"apiVersion" => api_version = Some(read(sc)?),
+                b"kind" => kind = Some(read(sc)?),
+                _ => {
+                    sc.skip_value()?;
+                }
+            }
+            if api_version.is_some() && kind.is_some() {
+                return Err(sc.error_at(sc.pos(), "found"));
+            }
+            Ok(())
+        });
+        (api_version.unwrap_or_default(), kind.unwrap_or_default())
+    }
+
+    /// Build from a JSON value (tests and tools; not the hot path). Keeps `managedFields`.
+    pub fn from_value(v: &serde_json::Value) -> Result<Self, ObjectError> {
+        Self::from_bytes(Bytes::from(serde_json::to_vec(v)?))
+    }
+
+    /// The JSON bytes.
+    pub fn raw(&self) -> &[u8] {
+        self.0.bytes()
+    }
+    /// The JSON bytes as a [`Bytes`] that shares this object's allocation (no copy), for
+    /// response bodies and other `Bytes` consumers.
+    pub fn raw_bytes(&self) -> Bytes {
+        Bytes::from_owner(RawJson(self.clone()))
+    }
+    /// The raw JSON as text (validated UTF-8 at construction).
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(self.raw()).unwrap_or_default()
+    }
+    pub fn meta(&self) -> Meta<'_> {
+        Meta::new(self.raw(), self.0.header())
+    }
+    fn src(&self) -> Src<'_> {
+        self.0.header().src(self.raw())
+    }
+    pub fn name(&self) -> &str {
+        self.src().s(self.0.header().name)
+    }
+    /// `None` for cluster-scoped objects.
+    pub fn namespace(&self) -> Option<&str> {
+        Some(self.src().s(self.0.header().namespace)).filter(|n| !n.is_empty())
+    }
+    pub fn resource_version(&self) -> &str {
+        self.src().s(self.0.header().resource_version)
+    }
+    pub fn uid(&self) -> &str {
+        self.src().s(self.0.header().uid)
+    }
+
+    /// Both handles share one allocation (as `Arc::ptr_eq`).
+    pub fn ptr_eq(a: &Object, b: &Object) -> bool {
+        ThinArc::ptr_eq(&a.0, &b.0)
+    }
+
+    /// This object is the version `m` describes: same namespace, name, uid and (non-empty)
+    /// resourceVersion. An API server gives every write a new resourceVersion, so an item
+    /// that matches a held object this way has the same content, and the held copy can
+    /// stand for it.
+    pub fn is_version(&self, m: &Meta<'_>) -> bool {
+        !m.resource_version.is_empty()
+            && self.resource_version() == m.resource_version
+            && self.uid() == m.uid
+            && self.name() == m.name
+            && self.namespace() == m.namespace
+    }
+
+    /// [`is_version`](Self::is_version) for an object already decoded (a watch-list's
+    /// initial event): the two hold the same content.
+    pub fn is_same_version(&self, other: &Object) -> bool {
+        !other.resource_version().is_empty()
+            && self.resource_version() == other.resource_version()
+            && self.uid() == other.uid()
+            && self.name() == other.name()
+            && self.namespace() == other.namespace()
+    }
+
+    /// The store key, `namespace/name` or `name` (spec 3.1).
+    pub fn key(&self) -> String {
+        object_key(self.namespace(), self.name())
+    }
+
+    /// Decode the whole object (off the hot path only).
+    pub fn to_value(&self) -> Result<serde_json::Value, serde_json::Error> {
+        serde_json::from_slice(self.raw())
+    }
+
+    /// Approximate bytes this object holds in memory (its JSON, the shared header and the
+    /// parsed metadata), for capacity planning and benchmarks.
+    pub fn heap_size(&self) -> usize {
+        let p = self.0.header();
+        let mut n = self.0.block_size();
+        n += std::mem::size_of_val(&*p.labels);
+        if let Some(e) = &p.extra {
+            n += std::mem::size_of::<Extra>()
+                + e.text.len()
+                + std::mem::size_of_val(&*e.annotations)
+                + std::mem::size_of_val(&*e.owner_references)
+                + std::mem::size_of_val(&*e.finalizers);
+        }
+        n
+    }
+}
+
+/// An object as the owner of a [`Bytes`] view of its JSON.
+struct RawJson(Object);
+
+impl AsRef<[u8]> for RawJson {
+    fn as_ref(&self) -> &[u8] {
+        self.0.raw()
+    }
+}
+
+fn check_utf8(raw: &[u8]) -> Result<(), ObjectError> {
+    std::str::from_utf8(raw)
+        .map(|_| ())
+        .map_err(|e| ObjectError::Utf8(e.valid_up_to()))
+}
+
+impl ParsedMeta {
+    fn src<'a>(&'a self, raw: &'a [u8]) -> Src<'a> {
+        Src {
+            raw,
+            text: self.extra.as_deref().map_or("", |e| &e.text),
+        }
+    }
+
+    fn shift(&mut self, at: u32, delta: i64) {
+        let all = |s: &mut Span| s.shift(at, delta);
+        all(&mut self.name);
+        all(&mut self.namespace);
+        all(&mut self.uid);
+        all(&mut self.resource_version);
+        for (k, v) in self.labels.iter_mut() {
+            all(k);
+            all(v);
+        }
+        if let Some(e) = self.extra.as_deref_mut() {
+            for (k, v) in e.annotations.iter_mut() {
+                all(k);
+                all(v);
+            }
+            for o in e.owner_references.iter_mut() {
+                all(&mut o.api_version);
+                all(&mut o.kind);
+                all(&mut o.name);
+                all(&mut o.uid);
+            }
+            if let Some(d) = e.deletion_timestamp.as_mut() {
+                all(d);
+            }
+            for f in e.finalizers.iter_mut() {
+                all(f);
+            }
+        }
+    }
+}
+
+/// `namespace/name`, or `name` when there is no namespace (spec 3.1).
+pub fn object_key(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) if !ns.is_empty() => {
+            let mut k = String::with_capacity(ns.len() + 1 + name.len());
+            k.push_str(ns);
+            k.push('/');
+            k.push_str(name);
+            k
+        }
+        _ => name.to_owned(),
+    }
+}
+
+/// Split a key into (namespace, name); one or two parts, anything else is an error (spec 3.1).
+pub fn split_key(key: &str) -> Result<(Option<&str>, &str), InvalidKey> {
+    let mut parts = key.split('/');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(name), None, None) => Ok((None, name)),
+        (Some(ns), Some(name), None) => Ok((Some(ns), name)),
+        _ => Err(InvalidKey(key.to_owned())),
+    }
+}
+
+/// A key with more than two `/`-separated parts.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("unexpected key format: {0:?}")]
+pub struct InvalidKey(pub String);
+
+/// Builds a [`ParsedMeta`], decoding escaped strings into a side buffer.
+struct Builder {
+    text: String,
+}
+
+impl Builder {
+    fn string(&mut self, sc: &mut Scanner<'_>) -> Result<Span, json::SyntaxError> {
+        let (a, b, escaped) = sc.string()?;
+        if !escaped {
+            return Ok(Span {
+                off: a as u32,
+                len: (b - a) as u32,
+            });
+        }
+        let off = self.text.len() as u32;
+        json::unescape_into(&sc.bytes()[a..b], &mut self.text).map_err(|m| sc.error_at(a, m))?;
+        Ok(Span {
+            off,
+            len: (self.text.len() as u32 - off) | DECODED,
+        })
+    }
+    fn opt_string(&mut self, sc: &mut Scanner<'_>) -> Result<Option<Span>, json::SyntaxError> {
+        if sc.null()? {
+            Ok(None)
+        } else {
+            self.string(sc).map(Some)
+        }
+    }
+    fn string_map(
+        &mut self,
+        sc: &mut Scanner<'_>,
+    ) -> Result<Box<[(Span, Span)]>, json::SyntaxError> {
+        let mut out = Vec::new();
+        if sc.null()? {
+            return Ok(out.into());
+        }
+        sc.object(|sc, _, _| {
+            let k = self.last_key(sc)?;
+            let v = self.string(sc)?;
+            out.push((k, v));
+            Ok(())
+        })?;
+        Ok(out.into_boxed_slice())
+    }
+    /// The key the scanner just read, as a span.
+    fn last_key(&mut self, sc: &mut Scanner<'_>) -> Result<Span, json::SyntaxError> {
+        let (a, b, escaped) = sc.last_key();
+        if !escaped {
+            return Ok(Span {
+                off: a as u32,
+                len: (b - a) as u32,
+            });
+        }
+        let off = self.text.len() as u32;
+        json::unescape_into(&sc.bytes()[a..b], &mut self.text).map_err(|m| sc.error_at(a, m))?;
+        Ok(Span {
+            off,
+            len: (self.text.len() as u32 - off) | DECODED,
+        })
+    }
+}
+
+/// Scan one JSON object: parse `metadata`, validate and skip everything else.
+pub(crate) fn scan_object(sc: &mut Scanner<'_>) -> Result<(ParsedMeta, ScanInfo), ObjectError> {
+    let mut meta = ParsedMeta::default();
+    let mut info = ScanInfo::default();
+    sc.object(|sc, key, _| {
+        match key {
+            b"metadata" if !sc.peek_null() => {
+                let (m, cut) = scan_metadata(sc)?;
+                meta = m;
+                info.managed_fields_cut = cut;
+            }
+            b"kind" => {
+                info.has_kind = true;
+                sc.skip_value()?;
+            }
+            b"apiVersion" => {
+                info.has_api_version = true;
+                sc.skip_value()?;
+            }
+            _ => {
+                sc.skip_value()?;
+            }
+        }
+        Ok(())
+    })?;
+    Ok((meta, info))
+}
+
+type MetaScan = (ParsedMeta, Option<(usize, usize)>);
+
+fn scan_metadata(sc: &mut Scanner<'_>) -> Result<MetaScan, json::SyntaxError> {
+    let mut b = Builder {
+        text: String::new(),
+    };
+    let mut m = ParsedMeta::default();
+    let mut extra = Extra::default();
+    let mut has_extra = false;
+    let mut cut = None;
+    // Position just after the previous member's value, to cut `managedFields` with its comma.
+    let mut prev_end: Option<usize> = None;
+    sc.object(|sc, key, key_start| {
+        match key {
+            b"name" => m.name = b.opt_string(sc)?.unwrap_or_default(),
+            b"namespace" => m.namespace = b.opt_string(sc)?.unwrap_or_default(),
+            b"uid" => m.uid = b.opt_string(sc)?.unwrap_or_default(),
+            b"resourceVersion" => m.resource_version = b.opt_string(sc)?.unwrap_or_default(),
+            b"generation" => m.generation = sc.opt_i64()?.unwrap_or(0),
+            b"labels" => m.labels = b.string_map(sc)?,
+            b"annotations" => {
+                extra.annotations = b.string_map(sc)?;
+                has_extra |= !extra.annotations.is_empty();
+            }
+            b"deletionTimestamp" => {
+                extra.deletion_timestamp = b.opt_string(sc)?;
+                has_extra |= extra.deletion_timestamp.is_some();
+            }
+            b"finalizers" => {
+                let mut out = Vec::new();
+                if !sc.null()? {
+                    sc.array(|sc| {
+                        out.push(b.string(sc)?);
+                        Ok(())
+                    })?;
+                }
+                has_extra |= !out.is_empty();
+                extra.finalizers = out.into();
+            }
+            b"ownerReferences" => {
+                let mut out = Vec::new();
+                if !sc.null()? {
+                    sc.array(|sc| {
+                        let mut o = OwnerSpans::default();
+                        sc.object(|sc, k, _| {
+                            match k {
+                                b"apiVersion" => o.api_version = b.string(sc)?,
+                                b"kind" => o.kind = b.string(sc)?,
+                                b"name" => o.name = b.string(sc)?,
+                                b"uid" => o.uid = b.string(sc)?,
+                                b"controller" => o.controller = sc.opt_bool()?,
+                                b"blockOwnerDeletion" => o.block_owner_deletion = sc.opt_bool()?,
+                                _ => {
+                                    sc.skip_value()?;
+                                }
+                            }
+                            Ok(())
+                        })?;
+                        out.push(o);
+                        Ok(())
+                    })?;
+                }
+                has_extra |= !out.is_empty();
+                extra.owner_references = out.into();
+            }
+            b"managedFields" => {
+                sc.skip_value()?;
+                let end = sc.pos();
+                cut = Some(match prev_end {
+                    // Not the first member: drop `, "managedFields": [...]`.
+                    Some(p) => (p, end),
+                    // First member: drop `"managedFields": [...],` (and the space after).
+                    None => {
+                        let after = json::skip_ws(sc.bytes(), end);
+                        if sc.bytes().get(after) == Some(&b',') {
+                            (key_start, json::skip_ws(sc.bytes(), after + 1))
+                        } else {
+                            (key_start, end)
+                        }
+                    }
+                });
+            }
+            _ => {
+                sc.skip_value()?;
+            }
+        }
+        prev_end = Some(sc.pos());
+        Ok(())
+    })?;
+    extra.text = b.text.into_boxed_str();
+    has_extra |= !extra.text.is_empty();
+    if has_extra {
+        m.extra = Some(Box::new(extra));
+    }
+    Ok((m, cut))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CM: &[u8] = br#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"pre-5","namespace":"samples","uid":"u1","resourceVersion":"50470","labels":{"sample":"yes"},"finalizers":["a/b"]},"data":{"k":"v5"}}"#;
+
+    #[test]
+    fn type_meta_is_read_in_any_order_and_decoded() {
+        let tm = |j: &str| {
+            let o = Object::from_bytes(Bytes::from(j.to_owned())).unwrap();
+            let (a, k) = o.type_meta();
+            (a.into_owned(), k.into_owned())
+        };
+        let pair = |a: &str, k: &str| (a.to_owned(), k.to_owned());
+        assert_eq!(
+            tm(r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a"}}"#),
+            pair("v1", "ConfigMap")
+        );
+        assert_eq!(
+            tm(
+                r#"{"metadata":{"name":"a","labels":{"kind":"x"}},"data":{"apiVersion":"y"},"apiVersion":"apps/v1","kind":"Deployment"}"#
+            ),
+            pair("apps/v1", "Deployment")
+        );
+        assert_eq!(
+            tm(r#"{"apiVersion":"v1","kind":"Config\u004dap","metadata":{}}"#),
+            pair("v1", "ConfigMap")
+        );
+        assert_eq!(tm(r#"{"metadata":{"name":"a"}}"#), pair("", ""));
+        assert_eq!(tm(r#"{"kind":null,"metadata":{}}"#), pair("", ""));
+    }
+
+    #[test]
+    fn parses_metadata_of_a_sample_configmap() {
+        let o = Object::from_bytes(Bytes::from_static(CM)).unwrap();
+        assert_eq!(o.key(), "samples/pre-5");
+        assert_eq!(o.resource_version(), "50470");
+        assert_eq!(o.uid(), "u1");
+        assert_eq!(o.meta().label("sample"), Some("yes"));
+        assert_eq!(o.meta().label("other"), None);
+        assert_eq!(o.meta().finalizers.iter().collect::<Vec<_>>(), ["a/b"]);
+        assert_eq!(o.meta().generation, 0);
+        assert_eq!(o.meta().deletion_timestamp, None);
+    }
+
+    #[test]
+    fn split_key_accepts_one_or_two_parts_only() {
+        // spec 3.1
+        assert_eq!(split_key("a").unwrap(), (None, "a"));
+        assert_eq!(split_key("ns/a").unwrap(), (Some("ns"), "a"));
+        assert!(split_key("a/b/c").is_err());
+    }
+
+    fn ingest(s: &str) -> Object {
+        Object::ingest(s.as_bytes(), &IngestOptions::default()).unwrap()
+    }
+
+    #[test]
+    fn managed_fields_are_cut_in_every_position() {
+        let mf = r#""managedFields":[{"manager":"x","fieldsV1":{"f:a":{}}}]"#;
+        let cases = [
+            (
+                format!(r#"{{"metadata":{{{mf},"name":"a","resourceVersion":"1"}},"x":1}}"#),
+                r#"{"metadata":{"name":"a","resourceVersion":"1"},"x":1}"#,
+            ),
+            (
+                format!(r#"{{"metadata":{{"name":"a",{mf},"resourceVersion":"1"}},"x":1}}"#),
+                r#"{"metadata":{"name":"a","resourceVersion":"1"},"x":1}"#,
+            ),
+            (
+                format!(r#"{{"metadata":{{"name":"a","resourceVersion":"1",{mf}}},"x":1}}"#),
+                r#"{"metadata":{"name":"a","resourceVersion":"1"},"x":1}"#,
+            ),
+            (
+                format!(r#"{{"metadata":{{{mf}}},"x":1}}"#),
+                r#"{"metadata":{},"x":1}"#,
+            ),
+            (
+                format!("{{\"metadata\": {{\n  \"name\": \"a\",\n  {mf},\n  \"resourceVersion\": \"1\"\n}}}}"),
+                "{\"metadata\": {\n  \"name\": \"a\",\n  \"resourceVersion\": \"1\"\n}}",
+            ),
+        ];
+        for (input, want) in cases {
+            let o = ingest(&input);
+            assert_eq!(o.as_str(), want, "input {input}");
+            serde_json::from_slice::<serde_json::Value>(o.raw()).unwrap();
+            if !want.contains("{}") {
+                assert_eq!(o.name(), "a");
+                assert_eq!(o.resource_version(), "1");
+            }
+            let kept = Object::ingest(
+                input.as_bytes(),
+                &IngestOptions {
+                    keep_managed_fields: true,
+                },
+            )
+            .unwrap();
+            assert_eq!(kept.as_str(), input);
+        }
+    }
+
+    #[test]
+    fn type_meta_is_added_to_list_items_and_spans_follow() {
+        let item = br#"{ "metadata":{"name":"a","managedFields":[],"labels":{"k":"v"}},"data":{}}"#;
+        let o =
+            Object::ingest_valid_utf8(item, &IngestOptions::default(), Some(("ConfigMap", "v1")))
+                .unwrap();
+        assert_eq!(
+            o.as_str(),
+            r#"{"kind":"ConfigMap","apiVersion":"v1", "metadata":{"name":"a","labels":{"k":"v"}},"data":{}}"#
+        );
+        assert_eq!(o.name(), "a");
+        assert_eq!(o.meta().label("k"), Some("v"));
+        let empty =
+            Object::ingest_valid_utf8(b"{}", &IngestOptions::default(), Some(("A", "v1"))).unwrap();
+        assert_eq!(empty.as_str(), r#"{"kind":"A","apiVersion":"v1"}"#);
+    }
+
+    #[test]
+    fn hand_built_meta_for_tests_of_metadata_readers() {
+        let labels = [("app", "web"), ("tier", "x")];
+        let m = Meta {
+            name: "a",
+            namespace: Some("ns"),
+            labels: StrPairs::from(&labels[..]),
+            ..Default::default()
+        };
+        assert_eq!(m.label("tier"), Some("x"));
+        assert_eq!(m.labels.iter().len(), 2);
+        let parsed = ingest(
+            r#"{"metadata":{"name":"a","namespace":"ns","labels":{"app":"web","tier":"x"}}}"#,
+        );
+        assert_eq!(parsed.meta(), m);
+    }
+
+    #[test]
+    fn escaped_strings_are_decoded() {
+        let o = ingest(
+            r#"{"metadata":{"name":"a","annotations":{"last-applied":"{\"a\":\"\u00e9\\n\"}","b":"c"}}}"#,
+        );
+        assert_eq!(
+            o.meta().annotation("last-applied"),
+            Some("{\"a\":\"é\\n\"}")
+        );
+        assert_eq!(o.meta().annotation("b"), Some("c"));
+    }
+
+    #[test]
+    fn reads_every_metadata_field() {
+        let o = ingest(
+            r#"{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{"name":"rs","namespace":"",
+            "generation":7,"deletionTimestamp":"2026-01-01T00:00:00Z","labels":null,
+            "annotations":{"a":"1","b":"2"},"finalizers":["f1","f2"],
+            "ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"d","uid":"u",
+              "controller":true,"blockOwnerDeletion":true,"extra":[1,2]}]},"spec":{"replicas":3}}"#,
+        );
+        let m = o.meta();
+        assert_eq!(m.namespace, None);
+        assert_eq!(o.key(), "rs");
+        assert_eq!(m.generation, 7);
+        assert_eq!(m.deletion_timestamp, Some("2026-01-01T00:00:00Z"));
+        assert_eq!(m.labels.len(), 0);
+        assert!(m.labels.is_empty());
+        assert_eq!(
+            m.annotations.iter().collect::<Vec<_>>(),
+            [("a", "1"), ("b", "2")]
+        );
+        assert_eq!(m.finalizers.iter().collect::<Vec<_>>(), ["f1", "f2"]);
+        assert!(m.finalizers.contains("f2"));
+        assert_eq!(m.owner_references.len(), 1);
+        for o in &m.owner_references {
+            assert_eq!(o.api_version, "apps/v1");
+        }
+        let c = m.controller_ref().unwrap();
+        assert_eq!((c.kind, c.name, c.uid), ("Deployment", "d", "u"));
+        assert_eq!(c.block_owner_deletion, Some(true));
+    }
+
+    #[test]
+    fn malformed_objects_are_errors_not_panics() {
+        let bad: &[&[u8]] = &[
+            b"",
+            b"{",
+            b"[]",
+            b"{\"metadata\":{\"name\":\"a\"}",
+            b"{\"metadata\":{\"name\":1}}",
+            b"{\"metadata\":{\"labels\":{\"a\":2}}}",
+            b"{\"a\":tru}",
+            b"{\"a\":\"\\x\"}",
+            b"{\"a\":1,}",
+            b"{\"a\" 1}",
+            b"{\"a\":1} x",
+            b"{\"a\":\"\xff\"}",
+            b"{\"a\":[1,2}",
+            b"{\"a\":\"ctrl\x01\"}",
+        ];
+        for b in bad {
+            assert!(
+                Object::ingest(b, &IngestOptions::default()).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(b)
+            );
+        }
+        let deep = "[".repeat(100_000);
+        let s = format!("{{\"a\":{deep}}}");
+        assert!(Object::ingest(s.as_bytes(), &IngestOptions::default()).is_err());
+    }
+
+    #[test]
+    fn agrees_with_serde_on_samples() {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../shared/apiserver-samples"
+        );
+        let raw = std::fs::read(format!("{dir}/list-rv0-from-watch-cache.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+        for item in v["items"].as_array().unwrap() {
+            let text = serde_json::to_vec(item).unwrap();
+            let o = Object::ingest(&text, &IngestOptions::default()).unwrap();
+            assert_eq!(o.name(), item["metadata"]["name"].as_str().unwrap());
+            assert_eq!(o.uid(), item["metadata"]["uid"].as_str().unwrap());
+            let mut want = item.clone();
+            want["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .remove("managedFields");
+            assert_eq!(o.to_value().unwrap(), want);
+        }
+    }
+
+    #[test]
+    fn a_cached_1kb_configmap_costs_at_most_1_3x_its_json() {
+        let data = "x".repeat(700);
+        let s = format!(
+            r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"cm-00001","namespace":"default","uid":"2a6dfd23-2d8f-4131-b9ff-d69724746289","resourceVersion":"123456","creationTimestamp":"2026-11-22T03:04:17Z","labels":{{"app":"bench","tier":"x"}}}},"data":{{"k":"{data}"}}}}"#
+        );
+        assert!(s.len() > 900 && s.len() < 1100, "{}", s.len());
+        let o = ingest(&s);
+        let ratio = o.heap_size() as f64 / s.len() as f64;
+        assert!(ratio <= 1.3, "ratio {ratio}");
+        assert!(std::mem::size_of::<ParsedMeta>() <= 64);
+        assert_eq!(std::mem::size_of::<Object>(), 8);
+    }
+
+    /// Random objects (seeded): metadata read by the scanner agrees with serde, the cut
+    /// output is the same document minus managedFields, and every truncation is an error.
+    #[test]
+    fn randomised_objects_agree_with_serde() {
+        use rand::{Rng, SeedableRng};
+        use serde_json::{json, Value};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let words = [
+            "a",
+            "b/c",
+            "é",
+            "q\"uote",
+            "back\\slash",
+            "tab\t",
+            "{x}",
+            "😀",
+            "\u{1}",
+        ];
+        fn value(rng: &mut rand::rngs::StdRng, depth: u32, words: &[&str]) -> Value {
+            match rng.gen_range(0..if depth > 3 { 4 } else { 6 }) {
+                0 => Value::Null,
+                1 => json!(rng.gen::<bool>()),
+                2 => json!(rng.gen_range(-1e6..1e6)),
+                3 => json!(words[rng.gen_range(0..words.len())]),
+                4 => Value::Array(
+                    (0..rng.gen_range(0..4))
+                        .map(|_| value(rng, depth + 1, words))
+                        .collect(),
+                ),
+                _ => Value::Object(
+                    (0..rng.gen_range(0..4))
+                        .map(|i| (format!("k{i}"), value(rng, depth + 1, words)))
+                        .collect(),
+                ),
+            }
+        }
+        for round in 0..300 {
+            let w = |rng: &mut rand::rngs::StdRng| words[rng.gen_range(0..words.len())].to_owned();
+            let mut fields: Vec<(&str, Value)> = vec![
+                ("name", json!(format!("n{round}{}", w(&mut rng)))),
+                ("namespace", json!(w(&mut rng))),
+                ("resourceVersion", json!(round.to_string())),
+                ("generation", json!(rng.gen_range(0..100))),
+                ("labels", json!({ w(&mut rng): w(&mut rng), "fixed": "v" })),
+                ("annotations", json!({ "a": w(&mut rng) })),
+                (
+                    "managedFields",
+                    json!([{"manager": w(&mut rng), "fieldsV1": value(&mut rng, 0, &words)}]),
+                ),
+                ("other", value(&mut rng, 0, &words)),
+            ];
+            // Shuffle member order so managedFields lands first, in the middle and last
+            // (serde_json's map would sort the keys, so the text is assembled by hand).
+            for i in (1..fields.len()).rev() {
+                fields.swap(i, rng.gen_range(0..=i));
+            }
+            let pretty = round % 2 == 1;
+            let members: Vec<String> = fields
+                .iter()
+                .map(|(k, v)| {
+                    let v = if pretty {
+                        serde_json::to_string_pretty(v).unwrap()
+                    } else {
+                        v.to_string()
+                    };
+                    if pretty {
+                        format!("\n    {k:?}: {v}")
+                    } else {
+                        format!("{k:?}:{v}")
+                    }
+                })
+                .collect();
+            let spec = value(&mut rng, 0, &words);
+            let text = format!(
+                "{{\"kind\":\"X\",\"metadata\":{{{}}},\"spec\":{spec}}}",
+                members.join(",")
+            );
+            let doc: Value = serde_json::from_str(&text).unwrap();
+            let o = ingest(&text);
+            let m = o.meta();
+            let dm = &doc["metadata"];
+            assert_eq!(o.name(), dm["name"].as_str().unwrap());
+            assert_eq!(
+                m.namespace,
+                dm["namespace"].as_str().filter(|n| !n.is_empty())
+            );
+            assert_eq!(
+                o.resource_version(),
+                dm["resourceVersion"].as_str().unwrap()
+            );
+            assert_eq!(m.generation, dm["generation"].as_i64().unwrap());
+            let (lk, lv) = dm["labels"].as_object().unwrap().iter().next().unwrap();
+            assert_eq!(m.label(lk), lv.as_str());
+            assert_eq!(m.annotation("a"), dm["annotations"]["a"].as_str());
+            let mut want = doc.clone();
+            want["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .remove("managedFields");
+            assert_eq!(o.to_value().unwrap(), want, "round {round}: {}", o.as_str());
+            if round % 10 == 0 {
+                let bytes = text.as_bytes();
+                for cut in 0..bytes.len() {
+                    assert!(
+                        Object::ingest(&bytes[..cut], &IngestOptions::default()).is_err(),
+                        "truncated at {cut} accepted"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! The admin HTTP paths of an emulator run as a process (`host emulator`): statistics and fault
+//! commands, so tests in another process can drive what in-process tests call directly.
+
+use http::{Method, Response, StatusCode};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::response::{self, Body};
+use super::Shared;
+
+/// A fault command for `POST /_emulator/faults`, e.g. `{"failNext":{"count":2,"code":429}}`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub enum FaultCommand {
+    CloseWatchesAfter(u64),
+    InjectExpired(bool),
+    FailNext {
+        count: u64,
+        code: u16,
+        #[serde(default = "one", rename = "retryAfter")]
+        retry_after: u32,
+    },
+    /// Seconds.
+    StallStreams(f64),
+    /// An etcd compaction: old Exact lists and continue tokens 410, watches still served.
+    CompactHistory(bool),
+    /// The watch cache's history dropped: watches from older RVs get an in-stream 410.
+    ExpireWatchHistory(bool),
+    DropConnections(bool),
+    /// Watch-list streams leave out the initial-events-end bookmark while on.
+    OmitInitialEventsEnd(bool),
+    /// Watches with `sendInitialEvents` get 422 while on.
+    RefuseWatchList(bool),
+    Clear(bool),
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The admin paths: `GET /_emulator/stats`, `POST /_emulator/faults`.
+pub(crate) fn admin(
+    shared: &Shared,
+    method: &Method,
+    rest: &[String],
+    body: &[u8],
+) -> Response<Body> {
+    match (method, rest.first().map(String::as_str)) {
+        (&Method::GET, Some("stats")) => {
+            let s = shared.counters.snapshot();
+            response::value(
+                StatusCode::OK,
+                &json!({"requests": s.requests, "openWatches": s.open_watches, "resourceVersion": shared.store.current_rv()}),
+            )
+        }
+        (&Method::POST, Some("faults")) => {
+            let cmd: FaultCommand = match serde_json::from_slice(body) {
+                Ok(c) => c,
+                Err(e) => {
+                    return response::status(&response::bad_request(format!(
+                        "bad fault command: {e}"
+                    )))
+                }
+            };
+            let f = &shared.faults;
+            match cmd {
+                FaultCommand::CloseWatchesAfter(n) => f.close_watches_after(n),
+                FaultCommand::InjectExpired(_) => f.inject_expired(),
+                FaultCommand::FailNext {
+                    count,
+                    code,
+                    retry_after,
+                } => f.fail_next(count, code, retry_after),
+                FaultCommand::StallStreams(s) => {
+                    f.stall_streams(std::time::Duration::from_secs_f64(s.clamp(0.0, 86_400.0)))
+                }
+                FaultCommand::CompactHistory(_) => f.compact_history(),
+                FaultCommand::ExpireWatchHistory(_) => f.expire_watch_history(),
+                FaultCommand::DropConnections(_) => f.drop_connections(),
+                FaultCommand::OmitInitialEventsEnd(on) => f.omit_initial_events_end(on),
+                FaultCommand::RefuseWatchList(on) => f.refuse_watch_list(on),
+                FaultCommand::Clear(_) => f.clear(),
+            }
+            response::value(StatusCode::OK, &json!({"ok": true}))
+        }
+        _ => response::status(&response::no_route()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_commands_parse() {
+        let c: FaultCommand =
+            serde_json::from_str(r#"{"failNext":{"count":2,"code":429}}"#).unwrap();
+        assert!(matches!(
+            c,
+            FaultCommand::FailNext {
+                count: 2,
+                code: 429,
+                retry_after: 1
+            }
+        ));
+        let c: FaultCommand = serde_json::from_str(r#"{"closeWatchesAfter":3}"#).unwrap();
+        assert!(matches!(c, FaultCommand::CloseWatchesAfter(3)));
+        let c: FaultCommand = serde_json::from_str(r#"{"refuseWatchList":true}"#).unwrap();
+        assert!(matches!(c, FaultCommand::RefuseWatchList(true)));
+        let c: FaultCommand = serde_json::from_str(r#"{"omitInitialEventsEnd":false}"#).unwrap();
+        assert!(matches!(c, FaultCommand::OmitInitialEventsEnd(false)));
+        assert!(serde_json::from_str::<FaultCommand>(r#"{"nope":1}"#).is_err());
+    }
+}

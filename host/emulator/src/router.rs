@@ -1,0 +1,535 @@
+//! Request routing: authentication, injected failures, path → (resource, namespace, name,
+//! subresource) and method → verb (spec 6.1).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use percent_encoding::percent_decode_str;
+use tracing::{debug, Instrument};
+
+use super::authn::UserInfo;
+use super::authz::{self, Attributes};
+use super::registry::ResourceDef;
+use super::request_info::RequestInfo;
+use super::response::{self, Body};
+use super::reviews::{self, Asker};
+use super::{discovery, list, openapi, watch, write, Shared};
+use kwh_client::Status;
+
+/// Largest request body accepted (the real server's limit is 3 MiB).
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// Query parameters, decoded once.
+#[derive(Debug, Default)]
+pub struct Query(Vec<(String, String)>);
+
+impl Query {
+    /// Parse a raw query string.
+    pub fn parse(q: Option<&str>) -> Self {
+        Query(
+            form_urlencoded::parse(q.unwrap_or("").as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        )
+    }
+    /// The first value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+    /// A boolean parameter the way the server reads it (`1`, `true` → true).
+    pub fn flag(&self, key: &str) -> bool {
+        matches!(self.get(key), Some("1" | "true" | "True" | "TRUE"))
+    }
+    /// `watch=` present and not false (spec 6.1).
+    pub fn is_watch(&self) -> bool {
+        matches!(self.get("watch"), Some(v) if !matches!(v, "0" | "false" | "False" | "FALSE"))
+    }
+}
+
+/// A request for a resource (collection or one object).
+#[derive(Debug, Clone)]
+pub struct ResourceRequest {
+    pub def: Arc<ResourceDef>,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub subresource: Option<String>,
+    /// Reached through the deprecated `/watch/` path prefix (a watch without `watch=1`).
+    pub watch_path: bool,
+}
+
+impl ResourceRequest {
+    /// Store-key prefix for the collection: `ns/` or "" (all namespaces, cluster-scoped).
+    pub fn prefix(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{ns}/"),
+            None => String::new(),
+        }
+    }
+}
+
+enum Route {
+    Version,
+    Health,
+    ApiVersions,
+    CoreResources,
+    Groups,
+    Group(String),
+    GroupResources(String, String),
+    Resource(ResourceRequest),
+    /// `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`.
+    SelfSubjectAccessReview,
+    /// `POST /apis/authentication.k8s.io/v1/selfsubjectreviews`.
+    SelfSubjectReview,
+    Admin(Vec<String>),
+    OpenApiRoot,
+    OpenApiGroupVersion(String, String),
+    NotFound,
+}
+
+fn route(shared: &Shared, segs: &[String]) -> Route {
+    let s: Vec<&str> = segs.iter().map(String::as_str).collect();
+    match s.as_slice() {
+        ["version"] => Route::Version,
+        ["healthz" | "livez" | "readyz", ..] => Route::Health,
+        ["api"] => Route::ApiVersions,
+        ["api", "v1"] => Route::CoreResources,
+        ["apis"] => Route::Groups,
+        ["apis", g] => Route::Group((*g).to_owned()),
+        ["apis", g, v] => Route::GroupResources((*g).to_owned(), (*v).to_owned()),
+        ["openapi", "v3"] => Route::OpenApiRoot,
+        ["openapi", "v3", "api", v] => Route::OpenApiGroupVersion(String::new(), (*v).to_owned()),
+        ["openapi", "v3", "apis", g, v] => {
+            Route::OpenApiGroupVersion((*g).to_owned(), (*v).to_owned())
+        }
+        ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] => {
+            Route::SelfSubjectAccessReview
+        }
+        ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"] => Route::SelfSubjectReview,
+        ["api", "v1", rest @ ..] => resource_route(shared, "", "v1", rest),
+        ["apis", g, v, rest @ ..] => resource_route(shared, g, v, rest),
+        ["_emulator", rest @ ..] if shared.admin => {
+            Route::Admin(rest.iter().map(|x| (*x).to_owned()).collect())
+        }
+        _ => Route::NotFound,
+    }
+}
+
+fn resource_route(shared: &Shared, g: &str, v: &str, rest: &[&str]) -> Route {
+    if let ["watch", tail @ ..] = rest {
+        return match resource_route(shared, g, v, tail) {
+            Route::Resource(r) if r.name.is_none() => Route::Resource(ResourceRequest {
+                watch_path: true,
+                ..r
+            }),
+            _ => Route::NotFound,
+        };
+    }
+    let find = |r: &str| shared.registry.find(g, v, r);
+    let req = |def, ns: Option<&str>, name: Option<&str>, sub: Option<&str>| {
+        Route::Resource(ResourceRequest {
+            def,
+            namespace: ns.map(str::to_owned),
+            name: name.map(str::to_owned),
+            subresource: sub.map(str::to_owned),
+            watch_path: false,
+        })
+    };
+    if let ["namespaces", ns, res, tail @ ..] = rest {
+        if let Some(def) = find(res).filter(|d| d.namespaced) {
+            return match tail {
+                [] => req(def, Some(ns), None, None),
+                [name] => req(def, Some(ns), Some(name), None),
+                [name, "status"] if def.status => req(def, Some(ns), Some(name), Some("status")),
+                [name, "token"] if def.group.is_empty() && def.plural == "serviceaccounts" => {
+                    req(def, Some(ns), Some(name), Some("token"))
+                }
+                _ => Route::NotFound,
+            };
+        }
+    }
+    match rest {
+        [res] => match find(res) {
+            Some(def) => req(def, None, None, None),
+            None => Route::NotFound,
+        },
+        [res, name] => match find(res).filter(|d| !d.namespaced) {
+            Some(def) => req(def, None, Some(name), None),
+            None => Route::NotFound,
+        },
+        [res, name, "status"] => match find(res).filter(|d| !d.namespaced && d.status) {
+            Some(def) => req(def, None, Some(name), Some("status")),
+            None => Route::NotFound,
+        },
+        _ => Route::NotFound,
+    }
+}
+
+fn verb(method: &Method, r: &ResourceRequest, q: &Query) -> &'static str {
+    match (method, r.name.is_some()) {
+        (&Method::GET, true) => "get",
+        (&Method::GET, false) if q.is_watch() || r.watch_path => "watch",
+        (&Method::GET, false) => "list",
+        (&Method::POST, false) => "create",
+        (&Method::POST, true) if r.subresource.as_deref() == Some("token") => "create",
+        (&Method::PUT, true) => "update",
+        (&Method::PATCH, true) => "patch",
+        (&Method::DELETE, true) => "delete",
+        (&Method::DELETE, false) => "deletecollection",
+        _ => "other",
+    }
+}
+
+/// Who is asking: `Ok(None)` when authorization is off and the request may proceed,
+/// `Ok(Some(user))` when it is on, `Err(())` for a missing or wrong token (401).
+fn authenticate(shared: &Shared, req: &Request<Incoming>) -> Result<Option<UserInfo>, ()> {
+    let header = req
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if let Some(tokens) = &shared.auth {
+        return tokens.authenticate(header).map(Some).ok_or(());
+    }
+    let Some(token) = &shared.token else {
+        return Ok(None);
+    };
+    let ok = header
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| t.trim() == token);
+    if ok {
+        Ok(None)
+    } else {
+        Err(())
+    }
+}
+
+/// Serve one request.
+pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    let span = tracing::debug_span!("request", method = %req.method(), path = %req.uri().path());
+    async move {
+        let resp = serve(shared, req).await;
+        debug!(status = resp.status().as_u16(), "answered");
+        resp
+    }
+    .instrument(span)
+    .await
+}
+
+async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let Ok(user) = authenticate(&shared, &req) else {
+        shared.counters.count("other");
+        return response::status(&response::unauthorized());
+    };
+    let segs: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| percent_decode_str(s).decode_utf8_lossy().into_owned())
+        .collect();
+    let q = Query::parse(req.uri().query());
+    let route = route(&shared, &segs);
+    if let Route::Admin(rest) = route {
+        let body = match read_body(req).await {
+            Ok(b) => b,
+            Err(s) => return response::status(&s),
+        };
+        return super::admin::admin(&shared, &method, &rest, &body);
+    }
+    let v = match &route {
+        Route::Resource(r) => verb(&method, r, &q),
+        Route::SelfSubjectAccessReview | Route::SelfSubjectReview => "create",
+        _ => "other",
+    };
+    shared.counters.count(v);
+    if let Some(user) = &user {
+        // Authorized from the path alone, before routing matters, as kube-apiserver does.
+        let decoded = percent_decode_str(&path).decode_utf8_lossy();
+        let info = RequestInfo::parse(&method, &decoded, &segs, &q);
+        let attrs = info.attributes();
+        let decision = authz::authorize(&shared, user, &attrs);
+        if !decision.allowed {
+            debug!(user = %user.name, reason = %decision.reason, "forbidden");
+            let mut r = response::status(&authz::forbidden(user, &attrs, &decision.reason));
+            // kube-apiserver's authorization filter adds it; refusals from handlers (the
+            // apply that creates) do not.
+            r.headers_mut().insert(
+                "x-content-type-options",
+                http::HeaderValue::from_static("nosniff"),
+            );
+            return r;
+        }
+    }
+    if let Some(f) = shared.faults.take_failure() {
+        debug!(code = f.code, "injected failure");
+        return response::status(&match f.code {
+            429 => response::too_many_requests(f.retry_after),
+            c => {
+                let mut s = Status::failure(
+                    c,
+                    "InternalError",
+                    "Internal error occurred: injected failure",
+                );
+                s.code = c;
+                s
+            }
+        });
+    }
+    let accept = req
+        .headers()
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let content_type = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let user_agent = req
+        .headers()
+        .get(http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    match route {
+        Route::Version => discovery::version(),
+        Route::Health => response::text(StatusCode::OK, "ok"),
+        Route::ApiVersions => discovery::api_versions(&shared),
+        Route::CoreResources => discovery::resources(&shared, "", "v1"),
+        Route::Groups => discovery::groups(&shared),
+        Route::Group(g) => discovery::group(&shared, &g),
+        Route::GroupResources(g, v) => discovery::resources(&shared, &g, &v),
+        Route::OpenApiRoot => openapi::root(&shared),
+        Route::OpenApiGroupVersion(g, v) => openapi::group_version(&shared, &g, &v),
+        Route::NotFound | Route::Admin(_) => response::status(&response::no_route()),
+        Route::Resource(r) if r.subresource.as_deref() == Some("token") => {
+            if method != Method::POST {
+                return response::status(&response::method_not_allowed());
+            }
+            let manager =
+                super::fields::manager_or_user_agent(q.get("fieldManager"), Some(&user_agent));
+            match read_json(req, &content_type).await {
+                Ok(body) => super::token::request(&shared, &r, &body, &manager)
+                    .unwrap_or_else(|s| response::status(&s)),
+                Err(s) => response::status(&s),
+            }
+        }
+        Route::SelfSubjectAccessReview | Route::SelfSubjectReview => {
+            if method != Method::POST {
+                return response::status(&response::method_not_allowed());
+            }
+            let asker = match &user {
+                Some(u) => Asker::User(u),
+                None => Asker::Anyone {
+                    token: shared.token.is_some(),
+                },
+            };
+            let body = match read_json(req, &content_type).await {
+                Ok(b) => b,
+                Err(s) => return response::status(&s),
+            };
+            if matches!(route, Route::SelfSubjectReview) {
+                return reviews::self_subject_review(&shared, &asker);
+            }
+            let manager =
+                super::fields::manager_or_user_agent(q.get("fieldManager"), Some(&user_agent));
+            reviews::self_subject_access_review(&shared, &asker, &body, &manager)
+                .unwrap_or_else(|s| response::status(&s))
+        }
+        Route::Resource(r) => {
+            let body = if matches!(
+                method,
+                Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+            ) {
+                match read_body(req).await {
+                    Ok(b) => b,
+                    Err(s) => return response::status(&s),
+                }
+            } else {
+                Bytes::new()
+            };
+            let body = if matches!(method, Method::POST | Method::PUT) {
+                match body_to_json(&content_type, body) {
+                    Ok(b) => b,
+                    Err(s) => return response::status(&s),
+                }
+            } else {
+                body
+            };
+            let manager =
+                super::fields::manager_or_user_agent(q.get("fieldManager"), Some(&user_agent));
+            let w = write::WriteOpts {
+                manager: &manager,
+                dry_run: q.get("dryRun") == Some("All"),
+                apply: false,
+            };
+            if v == "list" {
+                shared.faults.before_list(&r.def.store_key).await;
+            }
+            let out = match v {
+                "list" => list::list(&shared, &r, &q, &accept),
+                "watch" => Ok(watch::watch(&shared, &r, &q, &accept)),
+                "get" => write::get(
+                    &shared,
+                    &r.def,
+                    r.namespace.as_deref(),
+                    r.name.as_deref().unwrap_or(""),
+                )
+                .map(|o| {
+                    if accept.contains("as=Table") {
+                        let rv = o.resource_version().parse().unwrap_or(0);
+                        let t = list::table_json(std::slice::from_ref(&o), rv, None, None);
+                        response::json(StatusCode::OK, t)
+                    } else {
+                        response::json(StatusCode::OK, o.raw_bytes())
+                    }
+                }),
+                "create" => write::create(&shared, &r, &body, w)
+                    .map(|o| response::json(StatusCode::CREATED, o.raw_bytes())),
+                "update" => write::update(&shared, &r, &body, w)
+                    .map(|o| response::json(StatusCode::OK, o.raw_bytes())),
+                "patch"
+                    if apply_would_create_unauthorized(
+                        &shared,
+                        user.as_ref(),
+                        &r,
+                        &content_type,
+                    ) =>
+                {
+                    Err(authz::apply_create_forbidden(
+                        &r.def.group,
+                        &r.def.plural,
+                        r.name.as_deref().unwrap_or(""),
+                    ))
+                }
+                "patch" => write::patch(
+                    &shared,
+                    &r,
+                    &content_type,
+                    &body,
+                    w,
+                    write::PatchQuery {
+                        field_manager: q.get("fieldManager"),
+                        force: q.flag("force"),
+                        force_given: q.get("force").is_some(),
+                    },
+                )
+                .map(|(code, o)| response::json(code, o.raw_bytes())),
+                "delete" => write::delete_request(&shared, &r, &q, &body),
+                "deletecollection" => write::delete_collection(&shared, &r, &q, &body),
+                _ => Err(response::method_not_allowed()),
+            };
+            out.unwrap_or_else(|s| response::status(&s))
+        }
+    }
+}
+
+/// A server-side apply of an object that does not exist yet is authorized as `create` too,
+/// after `patch` passed; true when the user may not create it.
+fn apply_would_create_unauthorized(
+    shared: &Shared,
+    user: Option<&UserInfo>,
+    r: &ResourceRequest,
+    content_type: &str,
+) -> bool {
+    let Some(user) = user else { return false };
+    if !content_type.starts_with("application/apply-patch") || r.subresource.is_some() {
+        return false;
+    }
+    let name = r.name.as_deref().unwrap_or("");
+    if write::get(shared, &r.def, r.namespace.as_deref(), name).is_ok() {
+        return false;
+    }
+    let create = Attributes::Resource {
+        verb: "create",
+        group: &r.def.group,
+        resource: &r.def.plural,
+        subresource: None,
+        namespace: r.namespace.as_deref(),
+        name: Some(name),
+    };
+    !authz::allowed(shared, user, &create)
+}
+
+/// The body of a POST to a virtual resource (TokenRequest, access reviews) as a JSON value, in
+/// any format [`body_to_json`] reads; an empty body is an empty object.
+async fn read_json(
+    req: Request<Incoming>,
+    content_type: &str,
+) -> Result<serde_json::Value, Status> {
+    let body = read_body(req).await?;
+    if body.is_empty() {
+        return Ok(serde_json::json!({}));
+    }
+    let json = body_to_json(content_type, body)?;
+    serde_json::from_slice(&json)
+        .map_err(|e| response::bad_request(format!("cannot decode the request body: {e}")))
+}
+
+/// POST/PUT bodies as JSON: JSON as is, YAML converted, the protobuf kubectl's generators send
+/// decoded where supported; anything else is 415.
+fn body_to_json(ct: &str, body: Bytes) -> Result<Bytes, Status> {
+    match ct.split(';').next().unwrap_or("").trim() {
+        "" | "application/json" | "*/*" => Ok(body),
+        "application/yaml" => yaml_to_json(&body),
+        "application/vnd.kubernetes.protobuf" => match super::protobuf::decode(&body) {
+            Ok(v) => serde_json::to_vec(&v)
+                .map(Bytes::from)
+                .map_err(|e| response::bad_request(e.to_string())),
+            Err(super::protobuf::ProtoError::Unsupported(_)) => Err(unsupported_body(ct)),
+            Err(e) => Err(response::bad_request(e.to_string())),
+        },
+        _ => Err(unsupported_body(ct)),
+    }
+}
+
+fn yaml_to_json(body: &[u8]) -> Result<Bytes, Status> {
+    let v: serde_json::Value =
+        serde_yaml::from_slice(body).map_err(|e| response::bad_request(format!("yaml: {e}")))?;
+    serde_json::to_vec(&v)
+        .map(Bytes::from)
+        .map_err(|e| response::bad_request(e.to_string()))
+}
+
+/// 415 for a POST/PUT body the emulator cannot decode (protobuf, CBOR).
+fn unsupported_body(ct: &str) -> Status {
+    Status::failure(
+        415,
+        "UnsupportedMediaType",
+        format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {ct:?})"),
+    )
+}
+
+async fn read_body(req: Request<Incoming>) -> Result<Bytes, Status> {
+    match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) => Err(Status::failure(
+            413,
+            "RequestEntityTooLarge",
+            format!("cannot read request body: {e}"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_flags_and_watch_values() {
+        let q = Query::parse(Some("watch=1&allowWatchBookmarks=true&labelSelector=a%3Db"));
+        assert!(q.is_watch());
+        assert!(q.flag("allowWatchBookmarks"));
+        assert_eq!(q.get("labelSelector"), Some("a=b"));
+        assert!(!Query::parse(Some("watch=false")).is_watch());
+        assert!(!Query::parse(Some("watch=0")).is_watch());
+        assert!(!Query::parse(None).is_watch());
+    }
+}

@@ -1,0 +1,1162 @@
+//! Writes: create, update (PUT), patch, delete (with preconditions, finalizers and
+//! propagation), deletecollection, the status subresource, and owner-reference garbage
+//! collection.
+//!
+//! Why every decision runs inside [`Store::mutate`](super::store::Store::mutate): the stale-RV check, the AlreadyExists check
+//! and the commit must be one atomic step, or two concurrent writers could both win. Nothing
+//! inside those closures touches the store again (that would deadlock), so checks that read other
+//! objects (the namespace exists) happen before.
+//!
+//! Simplifications, all documented behaviour of this emulator rather than of kube-apiserver:
+//! graceful deletion (`gracePeriodSeconds`) is immediate because no kubelet runs here; garbage
+//! collection runs synchronously at the end of the DELETE that removed the owner (background:
+//! owner first, then dependents; foreground: dependents first); deleting a namespace removes its
+//! contents at once instead of going through `Terminating`, unless finalizers hold some of
+//! them: then the namespace is `Terminating` (refusing new objects with 403) until the last is
+//! gone, as with the namespace controller. The propagation policy of a delete
+//! held by finalizers is not remembered (no `orphan` finalizer): when the last finalizer goes,
+//! dependents are collected in the background.
+
+use std::sync::Arc;
+
+use http::{Response, StatusCode};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::list::{list_body, Selectors};
+use super::registry::{Registry, ResourceDef};
+use super::response::{self, Body, FieldError};
+use super::router::{Query, ResourceRequest};
+use super::store::{key_of, Mutation, Outcome, StoreError};
+use super::util::{name_suffix, new_uid, validate_dns_subdomain, validate_path_segment_name};
+use super::{fields, patch, Shared};
+use kwh_client::object::Object;
+use kwh_client::Status;
+
+impl From<StoreError> for Status {
+    fn from(e: StoreError) -> Self {
+        response::internal(&e.to_string())
+    }
+}
+
+const NAMESPACES: &str = "/namespaces";
+const CRDS: &str = "apiextensions.k8s.io/customresourcedefinitions";
+
+/// How dependents are treated when their owner goes (`propagationPolicy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Propagation {
+    #[default]
+    Background,
+    Foreground,
+    Orphan,
+}
+
+/// Per-request options of create, update and patch.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteOpts<'a> {
+    /// The field manager (`fieldManager`, else the user agent's program name).
+    pub manager: &'a str,
+    /// `dryRun=All`: validate and answer, store nothing.
+    pub dry_run: bool,
+    /// The write is a server-side apply (managedFields record an `Apply` operation).
+    pub apply: bool,
+}
+
+impl<'a> WriteOpts<'a> {
+    /// A real write by `manager`.
+    pub fn by(manager: &'a str) -> Self {
+        WriteOpts {
+            manager,
+            dry_run: false,
+            apply: false,
+        }
+    }
+}
+
+/// The parts of `DeleteOptions` the emulator honours.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    /// `None` uses the kind's default ([`default_propagation`]).
+    pub propagation: Option<Propagation>,
+    /// `dryRun=All`.
+    pub dry_run: bool,
+    pub precondition_uid: Option<String>,
+    pub precondition_rv: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct DeleteOptionsBody {
+    #[serde(default)]
+    propagation_policy: Option<String>,
+    #[serde(default)]
+    orphan_dependents: Option<bool>,
+    #[serde(default)]
+    preconditions: Option<Preconditions>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Preconditions {
+    #[serde(default)]
+    uid: Option<String>,
+    #[serde(default)]
+    resource_version: Option<String>,
+}
+
+/// The definition serving `apiVersion`/`kind` (404 when nothing serves it).
+pub fn def_for(shared: &Shared, api_version: &str, kind: &str) -> Result<Arc<ResourceDef>, Status> {
+    shared.registry.find_kind(api_version, kind).ok_or_else(|| {
+        let mut s = Status::failure(
+            404,
+            "NotFound",
+            format!("no matches for kind \"{kind}\" in version \"{api_version}\""),
+        );
+        s.details = Some(Default::default());
+        s
+    })
+}
+
+fn def_by_store_key(registry: &Registry, key: &str) -> Option<Arc<ResourceDef>> {
+    registry.all().into_iter().find(|d| &*d.store_key == key)
+}
+
+fn ns_of<'a>(def: &ResourceDef, ns: Option<&'a str>) -> Option<&'a str> {
+    if def.namespaced {
+        ns
+    } else {
+        None
+    }
+}
+
+/// GET one object.
+pub fn get(
+    shared: &Shared,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    name: &str,
+) -> Result<Object, Status> {
+    shared
+        .store
+        .get(&def.store_key, &key_of(ns_of(def, ns), name))
+        .ok_or_else(|| response::not_found(&def.plural, name))
+}
+
+fn parse_body(body: &[u8]) -> Result<Value, Status> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        response::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+    })?;
+    if !v.is_object() {
+        return Err(response::bad_request(
+            "couldn't get version/kind; json parse error: the body is not a JSON object",
+        ));
+    }
+    Ok(v)
+}
+
+/// `metadata` as a map, created when missing. Callers have checked that `v` is an object
+/// ([`object_body`]); a non-object is replaced rather than indexed (which would panic).
+fn meta_mut(v: &mut Value) -> &mut Map<String, Value> {
+    if !v.is_object() {
+        *v = Value::Object(Map::new());
+    }
+    if !v.get("metadata").is_some_and(Value::is_object) {
+        v["metadata"] = json!({});
+    }
+    match v.get_mut("metadata") {
+        Some(Value::Object(m)) => m,
+        _ => unreachable!("metadata was just made an object"),
+    }
+}
+
+/// Reject anything but a JSON object as an object body.
+fn object_body(v: &Value) -> Result<(), Status> {
+    if v.is_object() {
+        Ok(())
+    } else {
+        Err(response::bad_request(
+            "the body of the request must be a JSON object",
+        ))
+    }
+}
+
+fn meta_str<'a>(v: &'a Value, field: &str) -> Option<&'a str> {
+    v.get("metadata")?.get(field)?.as_str()
+}
+
+/// Fill or check `kind`/`apiVersion` against the resource.
+fn check_type(def: &ResourceDef, v: &mut Value) -> Result<(), Status> {
+    let av = def.api_version();
+    match v.get("kind").and_then(Value::as_str) {
+        Some(k) if k != def.kind => {
+            return Err(response::bad_request(format!(
+            "the object provided is unrecognized: kind {k:?} does not match the {} being written",
+            def.kind
+        )))
+        }
+        Some(_) => {}
+        None => v["kind"] = def.kind.clone().into(),
+    }
+    match v.get("apiVersion").and_then(Value::as_str) {
+        Some(a) if a != av => {
+            return Err(response::bad_request(format!(
+                "the API version in the data ({a}) does not match the expected API version ({av})"
+            )))
+        }
+        Some(_) => {}
+        None => v["apiVersion"] = av.into(),
+    }
+    Ok(())
+}
+
+/// Everything a create needs that is decided outside the store lock: name, namespace,
+/// server-set metadata. Returns the object key.
+fn prepare_create(
+    shared: &Shared,
+    def: &ResourceDef,
+    url_ns: Option<&str>,
+    v: &mut Value,
+    manager: &str,
+    apply: bool,
+    now: &str,
+) -> Result<String, Status> {
+    check_type(def, v)?;
+    let name = meta_str(v, "name").unwrap_or("").to_owned();
+    let generate = meta_str(v, "generateName").unwrap_or("").to_owned();
+    let name = if name.is_empty() && !generate.is_empty() {
+        let n = format!("{generate}{}", name_suffix());
+        meta_mut(v).insert("name".into(), n.clone().into());
+        n
+    } else {
+        name
+    };
+    if name.is_empty() {
+        return Err(response::invalid(
+            &def.kind,
+            &def.group,
+            "",
+            &[FieldError::required(
+                "metadata.name",
+                "name or generateName is required",
+            )],
+        ));
+    }
+    // RBAC objects may be named like `system:discovery`; everything else is a DNS subdomain.
+    let valid = if def.group == "rbac.authorization.k8s.io" {
+        validate_path_segment_name(&name)
+    } else {
+        validate_dns_subdomain(&name)
+    };
+    if let Err(why) = valid {
+        return Err(response::invalid(
+            &def.kind,
+            &def.group,
+            &name,
+            &[FieldError::invalid("metadata.name", &name, &why)],
+        ));
+    }
+    let body_ns = meta_str(v, "namespace")
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned);
+    let ns = if def.namespaced {
+        let ns = match (url_ns, body_ns.as_deref()) {
+            (Some(u), Some(b)) if u != b => {
+                return Err(response::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ))
+            }
+            (Some(u), _) => u.to_owned(),
+            (None, Some(b)) => b.to_owned(),
+            (None, None) => {
+                return Err(response::invalid(
+                    &def.kind,
+                    &def.group,
+                    &name,
+                    &[FieldError::required("metadata.namespace", "")],
+                ))
+            }
+        };
+        match shared.store.get(NAMESPACES, &ns) {
+            None => return Err(response::not_found("namespaces", &ns)),
+            Some(n) if n.meta().deletion_timestamp.is_some() => {
+                return Err(response::namespace_terminating(&def.plural, &name, &ns))
+            }
+            Some(_) => {}
+        }
+        meta_mut(v).insert("namespace".into(), ns.clone().into());
+        Some(ns)
+    } else {
+        meta_mut(v).remove("namespace");
+        None
+    };
+    let tracks = def.tracks_generation();
+    let m = meta_mut(v);
+    m.insert("uid".into(), new_uid().into());
+    m.insert("creationTimestamp".into(), now.into());
+    m.remove("resourceVersion");
+    m.remove("deletionTimestamp");
+    m.remove("deletionGracePeriodSeconds");
+    if tracks {
+        m.insert("generation".into(), 1.into());
+    } else {
+        m.remove("generation");
+    }
+    if def.status {
+        if let Some(o) = v.as_object_mut() {
+            o.remove("status");
+        }
+    }
+    kind_defaults(def, v, &name, now)?;
+    // An apply's managedFields come from the apply itself.
+    if !apply {
+        fields::record_update(None, v, manager, "Update", None, now);
+    }
+    Ok(key_of(ns.as_deref(), &name))
+}
+
+/// Server-populated fields of particular kinds.
+fn kind_defaults(def: &ResourceDef, v: &mut Value, name: &str, now: &str) -> Result<(), Status> {
+    match &*def.store_key {
+        // The API server's SetDefaults_Secret: a Secret without a type is Opaque (what
+        // `kubectl create secret generic` relies on: its protobuf body carries an empty type).
+        "/secrets"
+            if v.get("type")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty) =>
+        {
+            v["type"] = "Opaque".into();
+        }
+        NAMESPACES => {
+            let m = meta_mut(v);
+            if !m.get("labels").is_some_and(Value::is_object) {
+                m.insert("labels".into(), json!({}));
+            }
+            m["labels"]["kubernetes.io/metadata.name"] = name.into();
+            v["spec"] = json!({"finalizers": ["kubernetes"]});
+            v["status"] = json!({"phase": "Active"});
+        }
+        CRDS => {
+            Registry::crd_defs(v).map_err(|e| {
+                response::invalid(
+                    &def.kind,
+                    &def.group,
+                    name,
+                    &[FieldError {
+                        reason: "FieldValueInvalid",
+                        field: e.field.into(),
+                        detail: e.message,
+                    }],
+                )
+            })?;
+            let stored: Vec<Value> = v
+                .pointer("/spec/versions")
+                .and_then(Value::as_array)
+                .map(|vs| {
+                    vs.iter()
+                        .filter(|x| x.get("storage").and_then(Value::as_bool) == Some(true))
+                        .filter_map(|x| x.get("name").cloned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let now = now.to_owned();
+            let cond = |t: &str, reason: &str, msg: &str| json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": reason, "message": msg});
+            v["status"] = json!({
+                "conditions": [
+                    cond("NamesAccepted", "NoConflicts", "no conflicts found"),
+                    cond("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+                ],
+                "acceptedNames": v.pointer("/spec/names").cloned().unwrap_or(json!({})),
+                "storedVersions": stored,
+            });
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// POST to a collection.
+pub fn create(
+    shared: &Shared,
+    r: &ResourceRequest,
+    body: &[u8],
+    w: WriteOpts,
+) -> Result<Object, Status> {
+    let v = parse_body(body)?;
+    create_in(shared, &r.def, r.namespace.as_deref(), v, w)
+}
+
+/// Create from a whole object (handle and seeding): the resource comes from apiVersion/kind,
+/// the namespace from metadata (`default` when a namespaced object has none).
+pub(crate) fn create_value(shared: &Shared, v: Value, manager: &str) -> Result<Object, Status> {
+    let av = v.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let kind = v.get("kind").and_then(Value::as_str).unwrap_or("");
+    let def = def_for(shared, av, kind)?;
+    let ns = meta_str(&v, "namespace")
+        .filter(|s| !s.is_empty())
+        .unwrap_or("default")
+        .to_owned();
+    create_in(shared, &def, Some(&ns), v, WriteOpts::by(manager))
+}
+
+fn create_in(
+    shared: &Shared,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    mut v: Value,
+    w: WriteOpts,
+) -> Result<Object, Status> {
+    object_body(&v)?;
+    let now = shared.now_rfc3339();
+    let generated = meta_str(&v, "name").unwrap_or("").is_empty();
+    // Only a generated name can collide and be retried; keep the input for that case only.
+    let original = generated.then(|| v.clone());
+    let mut attempts = 0;
+    loop {
+        let key = prepare_create(shared, def, ns, &mut v, w.manager, w.apply, &now)?;
+        let name = meta_str(&v, "name").unwrap_or("").to_owned();
+        let body = std::mem::take(&mut v);
+        let out = shared
+            .store
+            .mutate_with(&def.store_key, &key, w.dry_run, |cur| {
+                if cur.is_some() {
+                    return Err(response::already_exists(&def.plural, &name));
+                }
+                Ok(Mutation::Put(body))
+            });
+        match out {
+            Ok(Outcome::Created(o)) => {
+                if !w.dry_run {
+                    after_write(shared, def, &o)?;
+                }
+                return Ok(o);
+            }
+            Ok(_) => return Err(response::internal("create did not create")),
+            Err(s) if s.code == 409 && attempts < 8 && original.is_some() => {
+                attempts += 1;
+                v = original.clone().unwrap_or_default();
+            }
+            Err(s) => return Err(s),
+        }
+    }
+}
+
+/// Side effects of a stored object on the server itself (a CRD registers its resource).
+fn after_write(shared: &Shared, def: &ResourceDef, o: &Object) -> Result<(), Status> {
+    if &*def.store_key == CRDS && o.meta().deletion_timestamp.is_none() {
+        let v = o
+            .to_value()
+            .map_err(|e| response::internal(&e.to_string()))?;
+        if let Err(e) = shared.registry.register_crd(&v) {
+            tracing::warn!(error = %e, "stored CRD could not be registered");
+        }
+    }
+    Ok(())
+}
+
+/// PUT to an object or its `/status`.
+pub fn update(
+    shared: &Shared,
+    r: &ResourceRequest,
+    body: &[u8],
+    w: WriteOpts,
+) -> Result<Object, Status> {
+    let v = parse_body(body)?;
+    let name = r.name.as_deref().unwrap_or("");
+    update_in(
+        shared,
+        &r.def,
+        r.namespace.as_deref(),
+        name,
+        r.subresource.as_deref(),
+        v,
+        w,
+    )
+}
+
+/// Replace from a whole object (handle).
+pub fn update_value(shared: &Shared, v: Value, manager: &str) -> Result<Object, Status> {
+    let av = v.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let kind = v.get("kind").and_then(Value::as_str).unwrap_or("");
+    let def = def_for(shared, av, kind)?;
+    let ns = meta_str(&v, "namespace").map(str::to_owned);
+    let name = meta_str(&v, "name").unwrap_or("").to_owned();
+    update_in(
+        shared,
+        &def,
+        ns.as_deref(),
+        &name,
+        None,
+        v,
+        WriteOpts::by(manager),
+    )
+}
+
+fn update_in(
+    shared: &Shared,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    name: &str,
+    sub: Option<&str>,
+    mut v: Value,
+    w: WriteOpts,
+) -> Result<Object, Status> {
+    object_body(&v)?;
+    check_type(def, &mut v)?;
+    let ns = ns_of(def, ns);
+    match meta_str(&v, "name") {
+        Some(n) if n != name => {
+            return Err(response::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )))
+        }
+        _ => {}
+    }
+    if let (Some(b), Some(u)) = (meta_str(&v, "namespace").filter(|s| !s.is_empty()), ns) {
+        if b != u {
+            return Err(response::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+    }
+    let now = shared.now_rfc3339();
+    let key = key_of(ns, name);
+    let out = shared
+        .store
+        .mutate_with(&def.store_key, &key, w.dry_run, |cur| {
+            let cur = cur.ok_or_else(|| response::not_found(&def.plural, name))?;
+            let cur_v = cur.to_value().map_err(StoreError::from)?;
+            next_state(def, cur, &cur_v, v, sub, w.manager, "Update", &now)
+        })?;
+    finish(shared, def, out, name, w.dry_run)
+}
+
+fn finish(
+    shared: &Shared,
+    def: &ResourceDef,
+    out: Outcome,
+    name: &str,
+    dry_run: bool,
+) -> Result<Object, Status> {
+    match out {
+        Outcome::Created(o) | Outcome::Updated(o) | Outcome::Deleted(o) if dry_run => Ok(o),
+        Outcome::Created(o) | Outcome::Updated(o) => {
+            after_write(shared, def, &o)?;
+            Ok(o)
+        }
+        Outcome::Deleted(o) => {
+            after_delete(shared, def, &o, Propagation::Background);
+            Ok(o)
+        }
+        Outcome::Unchanged(Some(o)) => Ok(o),
+        Outcome::Unchanged(None) => Err(response::not_found(&def.plural, name)),
+    }
+}
+
+fn strip_for_compare(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+        m.remove("managedFields");
+    }
+    v
+}
+
+fn spec_changed(old: &Value, new: &Value) -> bool {
+    let strip = |v: &Value| -> Map<String, Value> {
+        let mut m = v.as_object().cloned().unwrap_or_default();
+        m.remove("metadata");
+        m.remove("status");
+        m
+    };
+    strip(old) != strip(new)
+}
+
+/// The state an update leads to, decided under the store lock.
+#[allow(clippy::too_many_arguments)]
+fn next_state(
+    def: &ResourceDef,
+    cur: &Object,
+    cur_v: &Value,
+    mut new: Value,
+    sub: Option<&str>,
+    manager: &str,
+    operation: &str,
+    now: &str,
+) -> Result<Mutation, Status> {
+    object_body(&new)?;
+    if let Some(rv) = meta_str(&new, "resourceVersion").filter(|s| !s.is_empty()) {
+        if rv != cur.resource_version() {
+            return Err(response::conflict(&def.plural, cur.name(), response::STALE));
+        }
+    }
+    if sub == Some("status") {
+        let status = new.get("status").cloned();
+        // An apply has already worked out its ownership of the status fields on `new` (the
+        // other writes record theirs below): that is the one part of its metadata that stays.
+        let applied = (operation == "Apply")
+            .then(|| new.pointer("/metadata/managedFields").cloned())
+            .flatten();
+        new = cur_v.clone();
+        if let Some(o) = new.as_object_mut() {
+            match status {
+                Some(s) => o.insert("status".into(), s),
+                None => o.remove("status"),
+            };
+        }
+        if let Some(fields) = applied {
+            meta_mut(&mut new).insert("managedFields".into(), fields);
+        }
+    } else if def.status {
+        let status = cur_v.get("status").cloned();
+        if let Some(o) = new.as_object_mut() {
+            match status {
+                Some(s) => o.insert("status".into(), s),
+                None => o.remove("status"),
+            };
+        }
+    }
+    let cm = cur_v
+        .get("metadata")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    {
+        let m = meta_mut(&mut new);
+        for f in [
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "namespace",
+            "name",
+        ] {
+            match cm.get(f) {
+                Some(x) => m.insert(f.into(), x.clone()),
+                None => m.remove(f),
+            };
+        }
+        m.insert("resourceVersion".into(), cur.resource_version().into());
+    }
+    if def.tracks_generation() && spec_changed(cur_v, &new) {
+        let g = cm.get("generation").and_then(Value::as_i64).unwrap_or(0) + 1;
+        meta_mut(&mut new).insert("generation".into(), g.into());
+    }
+    if strip_for_compare(&new) == strip_for_compare(cur_v) {
+        return Ok(Mutation::Unchanged);
+    }
+    if operation != "Apply" {
+        fields::record_update(Some(cur_v), &mut new, manager, operation, sub, now);
+    }
+    let deleting = cm.contains_key("deletionTimestamp");
+    if deleting {
+        no_new_finalizers(def, cur, &new)?;
+    }
+    let no_finalizers = new
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty);
+    if deleting && no_finalizers {
+        return Ok(Mutation::Delete);
+    }
+    Ok(Mutation::Put(new))
+}
+
+/// An object being deleted may lose finalizers but never gain one (kube-apiserver's metadata
+/// validation): otherwise a controller racing the deletion could keep it forever.
+fn no_new_finalizers(def: &ResourceDef, cur: &Object, new: &Value) -> Result<(), Status> {
+    let meta = cur.meta();
+    let mut added: Vec<&str> = new
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|f| !meta.finalizers.contains(f))
+        .collect();
+    if added.is_empty() {
+        return Ok(());
+    }
+    added.sort_unstable();
+    added.dedup();
+    // Go's `%#v` of the sorted set, as the server words it.
+    let quoted: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
+    Err(response::invalid(
+        &def.kind,
+        &def.group,
+        cur.name(),
+        &[FieldError {
+            reason: "FieldValueForbidden",
+            field: "metadata.finalizers".into(),
+            detail: format!(
+                "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                quoted.join(", ")
+            ),
+        }],
+    ))
+}
+
+/// PATCH an object or its `/status` (spec 6.11); server-side apply may create.
+pub fn patch(
+    shared: &Shared,
+    r: &ResourceRequest,
+    content_type: &str,
+    body: &[u8],
+    w: WriteOpts,
+    opts: PatchQuery,
+) -> Result<(StatusCode, Object), Status> {
+    let manager = w.manager;
+    let force = opts.force;
+    let def = &r.def;
+    let ty = patch::PatchType::from_content_type(content_type).ok_or_else(|| {
+        Status::failure(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: {}",
+                patch::accepted_patch_types(def.builtin)
+            ),
+        )
+    })?;
+    patch::validate_patch_options(ty, opts.field_manager, opts.force_given)
+        .map_err(|e| e.to_status(&def.plural, r.name.as_deref().unwrap_or("")))?;
+    let ns = ns_of(def, r.namespace.as_deref());
+    let name = r.name.as_deref().unwrap_or("");
+    let sub = r.subresource.as_deref();
+    let key = key_of(ns, name);
+    let now = shared.now_rfc3339();
+    let builtin = def.builtin_gk();
+    let apply = matches!(ty, patch::PatchType::Apply);
+    let op = if apply { "Apply" } else { "Update" };
+    let apply_base = patch::ApplyRequest {
+        current: None,
+        body,
+        field_manager: manager,
+        force,
+        builtin,
+        now: &now,
+        subresource: sub,
+        ignore_status: def.status && sub.is_none(),
+    };
+    if apply && sub.is_none() && shared.store.get(&def.store_key, &key).is_none() {
+        let mut v = patch::server_side_apply_with(&apply_base)
+            .map_err(|e| e.to_status(&def.plural, name))?;
+        object_body(&v)?;
+        let m = meta_mut(&mut v);
+        if m.get("name")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            m.insert("name".into(), name.into());
+        }
+        let obj = create_in(
+            shared,
+            def,
+            r.namespace.as_deref(),
+            v,
+            WriteOpts { apply: true, ..w },
+        )?;
+        return Ok((StatusCode::CREATED, obj));
+    }
+    let out = shared
+        .store
+        .mutate_with(&def.store_key, &key, w.dry_run, |cur| {
+            let cur = cur.ok_or_else(|| response::not_found(&def.plural, name))?;
+            let cur_v = cur.to_value().map_err(StoreError::from)?;
+            let new = if apply {
+                patch::server_side_apply_with(&patch::ApplyRequest {
+                    current: Some(&cur_v),
+                    ..apply_base
+                })
+            } else {
+                patch::apply_patch(&cur_v, ty, body, builtin)
+            }
+            .map_err(|e| e.to_status(&def.plural, name))?;
+            next_state(def, cur, &cur_v, new, sub, manager, op, &now)
+        })?;
+    Ok((StatusCode::OK, finish(shared, def, out, name, w.dry_run)?))
+}
+
+/// The PATCH query options, as sent (validation needs to know what was given).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PatchQuery<'a> {
+    /// The `fieldManager` parameter.
+    pub field_manager: Option<&'a str>,
+    /// `force=true`.
+    pub force: bool,
+    /// Whether `force` was given at all.
+    pub force_given: bool,
+}
+
+/// DELETE of one object, options from the body and the query. Like kube-apiserver, an object
+/// removed at once is answered with a Success Status for built-in kinds (the deleted object for
+/// pods and custom resources); one kept for its finalizers is answered with its new state.
+pub(crate) fn delete_request(
+    shared: &Shared,
+    r: &ResourceRequest,
+    q: &Query,
+    body: &[u8],
+) -> Result<Response<Body>, Status> {
+    let opts = delete_options(q, body)?;
+    let name = r.name.as_deref().unwrap_or("");
+    let (o, gone) = delete_inner(shared, &r.def, r.namespace.as_deref(), name, &opts)?;
+    if gone && r.def.builtin && r.def.plural != "pods" {
+        let mut details = json!({"name": name, "kind": r.def.plural, "uid": o.uid()});
+        if !r.def.group.is_empty() {
+            details["group"] = r.def.group.clone().into();
+        }
+        return Ok(response::value(
+            StatusCode::OK,
+            &json!({
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "details": details
+            }),
+        ));
+    }
+    Ok(response::json(StatusCode::OK, o.raw_bytes()))
+}
+
+fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, Status> {
+    let b: DeleteOptionsBody = if body.iter().all(u8::is_ascii_whitespace) {
+        DeleteOptionsBody::default()
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| response::bad_request(format!("invalid DeleteOptions: {e}")))?
+    };
+    let policy = q
+        .get("propagationPolicy")
+        .map(str::to_owned)
+        .or(b.propagation_policy);
+    let orphan = q
+        .get("orphanDependents")
+        .map(|v| v == "true")
+        .or(b.orphan_dependents);
+    let propagation = match (policy.as_deref(), orphan) {
+        (Some("Foreground"), _) => Some(Propagation::Foreground),
+        (Some("Orphan"), _) | (None, Some(true)) => Some(Propagation::Orphan),
+        (Some("Background"), _) | (None, Some(false)) => Some(Propagation::Background),
+        (None, None) => None,
+        (Some(p), _) => {
+            return Err(response::invalid(
+                "DeleteOptions",
+                "meta.k8s.io",
+                "",
+                &[FieldError {
+                    reason: "FieldValueNotSupported",
+                    field: "propagationPolicy".into(),
+                    detail: format!("Unsupported value: \"{p}\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""),
+                }],
+            ))
+        }
+    };
+    let pre = b.preconditions.unwrap_or_default();
+    Ok(DeleteOptions {
+        propagation,
+        dry_run: q.get("dryRun") == Some("All"),
+        precondition_uid: pre.uid,
+        precondition_rv: pre.resource_version,
+    })
+}
+
+/// Delete one object: preconditions, finalizers (deletionTimestamp set, removal deferred until
+/// they are emptied), then garbage collection of dependents.
+pub(crate) fn delete(
+    shared: &Shared,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    name: &str,
+    opts: &DeleteOptions,
+) -> Result<Object, Status> {
+    delete_inner(shared, def, ns, name, opts).map(|(o, _)| o)
+}
+
+/// The propagation a DELETE without a policy gets. Like kube-apiserver, `batch/v1` Jobs and `v1`
+/// ReplicationControllers orphan their dependents by default (kept for compatibility with their
+/// first versions), so a client deleting a Job must ask for `Background` to take its Pods along;
+/// every other kind deletes dependents in the background.
+pub fn default_propagation(def: &ResourceDef) -> Propagation {
+    match (
+        def.group.as_str(),
+        def.version.as_str(),
+        def.plural.as_str(),
+    ) {
+        ("batch", "v1", "jobs") | ("", "v1", "replicationcontrollers") => Propagation::Orphan,
+        _ => Propagation::Background,
+    }
+}
+
+/// `delete`, also telling whether the object is gone (rather than waiting on finalizers).
+pub fn delete_inner(
+    shared: &Shared,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    name: &str,
+    opts: &DeleteOptions,
+) -> Result<(Object, bool), Status> {
+    let ns = ns_of(def, ns);
+    let key = key_of(ns, name);
+    let propagation = opts.propagation.unwrap_or_else(|| default_propagation(def));
+    if &*def.store_key == NAMESPACES && !opts.dry_run {
+        if let Some(held) = terminate_namespace(shared, name)? {
+            return Ok((held, false));
+        }
+    }
+    if propagation == Propagation::Foreground && !opts.dry_run {
+        if let Some(o) = shared.store.get(&def.store_key, &key) {
+            collect_dependents(shared, o.uid(), Propagation::Foreground);
+        }
+    }
+    let now = shared.now_rfc3339();
+    let out = shared.store.mutate_with(&def.store_key, &key, opts.dry_run, |cur| {
+        let cur = cur.ok_or_else(|| response::not_found(&def.plural, name))?;
+        if let Some(uid) = opts.precondition_uid.as_deref() {
+            if uid != cur.uid() {
+                return Err(response::conflict(
+                    &def.plural,
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        cur.uid()
+                    ),
+                ));
+            }
+        }
+        if let Some(rv) = opts.precondition_rv.as_deref() {
+            if rv != cur.resource_version() {
+                return Err(response::conflict(
+                    &def.plural,
+                    name,
+                    &format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                        cur.resource_version()
+                    ),
+                ));
+            }
+        }
+        if cur.meta().finalizers.is_empty() {
+            return Ok(Mutation::Delete);
+        }
+        if cur.meta().deletion_timestamp.is_some() {
+            return Ok(Mutation::Unchanged);
+        }
+        let mut v = cur.to_value().map_err(StoreError::from)?;
+        let m = meta_mut(&mut v);
+        m.insert("deletionTimestamp".into(), now.clone().into());
+        m.insert("deletionGracePeriodSeconds".into(), 0.into());
+        // As the apiserver does when it marks an object for deletion: a bumped generation tells
+        // controllers that compare generations that something happened.
+        if let Some(g) = m.get("generation").and_then(Value::as_i64).filter(|g| *g > 0) {
+            m.insert("generation".into(), (g + 1).into());
+        }
+        Ok(Mutation::Put(v))
+    })?;
+    match out {
+        Outcome::Deleted(o) => {
+            if !opts.dry_run {
+                after_delete(shared, def, &o, propagation);
+            }
+            Ok((o, true))
+        }
+        Outcome::Updated(o) | Outcome::Created(o) | Outcome::Unchanged(Some(o)) => Ok((o, false)),
+        Outcome::Unchanged(None) => Err(response::not_found(&def.plural, name)),
+    }
+}
+
+/// Every object in namespace `ns`, as (definition, object), one definition per resource.
+fn namespace_contents(shared: &Shared, ns: &str) -> Vec<(Arc<ResourceDef>, Object)> {
+    let mut seen = std::collections::HashSet::new();
+    let prefix = format!("{ns}/");
+    let mut out = Vec::new();
+    for d in shared.registry.all().into_iter().filter(|d| d.namespaced) {
+        if !seen.insert(d.store_key.clone()) {
+            continue;
+        }
+        for k in shared.store.keys(&d.store_key, &prefix) {
+            if let Some(o) = shared.store.get(&d.store_key, &k) {
+                out.push((d.clone(), o));
+            }
+        }
+    }
+    out
+}
+
+/// Deleting a namespace whose contents include objects held by finalizers: like the namespace
+/// controller, mark the namespace `Terminating`, delete its contents (finalizers defer some), and
+/// keep the namespace until the last of them is gone ([`finish_namespace`]). New objects are
+/// refused meanwhile. Returns the marked namespace, or none when nothing holds it, in which case
+/// it is removed with its contents at once (the emulator's shortcut).
+fn terminate_namespace(shared: &Shared, name: &str) -> Result<Option<Object>, Status> {
+    let Some(ns) = shared.store.get(NAMESPACES, name) else {
+        return Ok(None);
+    };
+    if ns.meta().deletion_timestamp.is_some() {
+        return Ok(Some(ns));
+    }
+    let contents = namespace_contents(shared, name);
+    if contents.iter().all(|(_, o)| o.meta().finalizers.is_empty()) {
+        return Ok(None);
+    }
+    let now = shared.now_rfc3339();
+    let namespaces: Arc<str> = Arc::from(NAMESPACES);
+    let out = shared.store.mutate::<Status>(&namespaces, name, |cur| {
+        let cur = cur.ok_or_else(|| response::not_found("namespaces", name))?;
+        let mut v = cur.to_value().map_err(StoreError::from)?;
+        let m = meta_mut(&mut v);
+        m.insert("deletionTimestamp".into(), now.clone().into());
+        m.insert("deletionGracePeriodSeconds".into(), 0.into());
+        v["status"] = json!({"phase": "Terminating"});
+        Ok(Mutation::Put(v))
+    })?;
+    let marked = match out {
+        Outcome::Updated(o) | Outcome::Created(o) | Outcome::Unchanged(Some(o)) => o,
+        Outcome::Deleted(_) | Outcome::Unchanged(None) => {
+            return Err(response::not_found("namespaces", name))
+        }
+    };
+    for (def, o) in contents {
+        let opts = DeleteOptions {
+            propagation: Some(Propagation::Background),
+            ..Default::default()
+        };
+        if let Err(e) = delete(shared, &def, Some(name), o.name(), &opts) {
+            tracing::debug!(error = %e.message, "namespace cleanup skipped an object");
+        }
+    }
+    Ok(Some(shared.store.get(NAMESPACES, name).unwrap_or(marked)))
+}
+
+/// Removes a `Terminating` namespace once its last object is gone.
+fn finish_namespace(shared: &Shared, name: &str) {
+    let terminating = shared
+        .store
+        .get(NAMESPACES, name)
+        .is_some_and(|n| n.meta().deletion_timestamp.is_some());
+    if terminating && namespace_contents(shared, name).is_empty() {
+        let _ = shared
+            .store
+            .mutate::<Status>(&Arc::from(NAMESPACES), name, |_| Ok(Mutation::Delete));
+    }
+}
+
+/// What removing an object implies: its dependents, a CRD's resource, a namespace's contents.
+fn after_delete(shared: &Shared, def: &ResourceDef, o: &Object, propagation: Propagation) {
+    if def.namespaced {
+        if let Some(ns) = o.namespace() {
+            finish_namespace(shared, ns);
+        }
+    }
+    match &*def.store_key {
+        CRDS => {
+            if let Ok(v) = o.to_value() {
+                if let Some(key) = shared.registry.unregister_crd(&v) {
+                    purge(shared, &key, "");
+                }
+            }
+        }
+        NAMESPACES => {
+            let mut seen = std::collections::HashSet::new();
+            for d in shared.registry.all().iter().filter(|d| d.namespaced) {
+                if seen.insert(d.store_key.clone()) {
+                    purge(shared, &d.store_key, &format!("{}/", o.name()));
+                }
+            }
+        }
+        _ => {}
+    }
+    collect_dependents(shared, o.uid(), propagation);
+}
+
+/// Remove every object under `prefix` at once (finalizers are not honoured here).
+fn purge(shared: &Shared, store_key: &Arc<str>, prefix: &str) {
+    for k in shared.store.keys(store_key, prefix) {
+        let _ = shared
+            .store
+            .mutate::<Status>(store_key, &k, |_| Ok(Mutation::Delete));
+    }
+}
+
+/// Garbage-collect the dependents of `uid`: a dependent whose other owners are all gone is
+/// deleted; one with a live owner left just loses the reference; Orphan strips the reference.
+fn collect_dependents(shared: &Shared, uid: &str, propagation: Propagation) {
+    for (store_key, key) in shared.store.dependents(uid) {
+        let Some(dep) = shared.store.get(&store_key, &key) else {
+            continue;
+        };
+        let Some(def) = def_by_store_key(&shared.registry, &store_key) else {
+            continue;
+        };
+        let live_owner = dep.meta().owner_references.iter().any(|r| {
+            r.uid != uid
+                && shared
+                    .registry
+                    .find_kind(r.api_version, r.kind)
+                    .is_some_and(|od| {
+                        let k = key_of(ns_of(&od, dep.namespace()), r.name);
+                        shared.store.has_uid(&od.store_key, &k, r.uid)
+                    })
+        });
+        if propagation == Propagation::Orphan || live_owner {
+            let _ = shared.store.mutate::<Status>(&store_key, &key, |cur| {
+                let Some(cur) = cur else {
+                    return Ok(Mutation::Unchanged);
+                };
+                let mut v = cur.to_value().map_err(StoreError::from)?;
+                if let Some(refs) = v
+                    .pointer_mut("/metadata/ownerReferences")
+                    .and_then(Value::as_array_mut)
+                {
+                    refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid));
+                }
+                Ok(Mutation::Put(v))
+            });
+        } else {
+            // The collector names its policy explicitly, so a dependent Job takes its Pods along.
+            let opts = DeleteOptions {
+                propagation: Some(propagation),
+                ..Default::default()
+            };
+            if let Err(e) = delete(shared, &def, dep.namespace(), dep.name(), &opts) {
+                tracing::debug!(error = %e.message, "garbage collection skipped a dependent");
+            }
+        }
+    }
+}
+
+/// DELETE on a collection: every object matching the selectors; answers the list of what was
+/// deleted (or marked for deletion).
+pub(crate) fn delete_collection(
+    shared: &Shared,
+    r: &ResourceRequest,
+    q: &Query,
+    body: &[u8],
+) -> Result<Response<Body>, Status> {
+    if &*r.def.store_key == NAMESPACES {
+        return Err(response::method_not_allowed());
+    }
+    let sel = Selectors::from_query(&r.def, q)?;
+    let mut opts = delete_options(q, body)?;
+    opts.precondition_rv = None;
+    opts.precondition_uid = None;
+    let mut out = Vec::new();
+    for key in shared.store.keys(&r.def.store_key, &r.prefix()) {
+        let Some(o) = shared.store.get(&r.def.store_key, &key) else {
+            continue;
+        };
+        if !sel.matches(&o) {
+            continue;
+        }
+        if let Ok(d) = delete(shared, &r.def, o.namespace(), o.name(), &opts) {
+            out.push(d);
+        }
+    }
+    Ok(list_body(
+        &r.def,
+        &out,
+        shared.store.current_rv(),
+        None,
+        None,
+    ))
+}

@@ -1,0 +1,568 @@
+//! The thread-safe store and its indexes: what listers read (spec §3).
+//!
+//! Why a single `RwLock` over items and indexes: readers (listers in plugins, many at once) must
+//! see an item and its index entries consistently; writes are short (one object, a few index
+//! values) and never span an `.await`, so readers wait at most one small update.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::tombstone::ObjOrTombstone;
+use kwh_client::Object;
+
+/// Computes the index values of an object. Infallible by design: an index over metadata cannot
+/// fail, so the "IndexFunc error panics" rule of spec 3.3 has nothing to act on here.
+pub type IndexFunc = Arc<dyn Fn(&Object) -> Vec<String> + Send + Sync>;
+
+/// Index functions by index name.
+pub type Indexers = HashMap<String, IndexFunc>;
+
+/// Name of the namespace index (spec 3.2).
+pub const NAMESPACE_INDEX: &str = "namespace";
+
+/// The namespace index: one value, the namespace, or `""` for cluster-scoped objects (spec 3.2).
+pub fn namespace_index_func() -> IndexFunc {
+    Arc::new(|o: &Object| vec![o.namespace().unwrap_or("").to_owned()])
+}
+
+/// Errors of index queries and indexer registration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("index with name {0} does not exist")]
+    UnknownIndex(String),
+    #[error("indexer conflict: {0}")]
+    IndexerConflict(String),
+}
+
+/// Index value → keys. Keys are the same `Arc<str>` as the item map's, so a key costs one
+/// allocation however many indexes hold it.
+type Index = HashMap<String, HashSet<Arc<str>>>;
+
+#[derive(Default)]
+struct Inner {
+    items: HashMap<Arc<str>, Object>,
+    indexers: Indexers,
+    indices: HashMap<String, Index>,
+}
+
+/// A thread-safe keyed store of objects with secondary indexes (client-go's `Indexer`).
+#[derive(Default)]
+pub struct Store {
+    inner: RwLock<Inner>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("len", &self.len()).finish()
+    }
+}
+
+impl Store {
+    /// An empty store with no indexes.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty store with the given indexes.
+    pub fn with_indexers(indexers: Indexers) -> Self {
+        let indices = indexers.keys().map(|k| (k.clone(), Index::new())).collect();
+        Store {
+            inner: RwLock::new(Inner {
+                items: HashMap::new(),
+                indexers,
+                indices,
+            }),
+        }
+    }
+
+    /// An empty store with the namespace index (spec 3.2), as informers create it.
+    pub fn with_namespace_index() -> Self {
+        let mut ix = Indexers::new();
+        ix.insert(NAMESPACE_INDEX.to_owned(), namespace_index_func());
+        Self::with_indexers(ix)
+    }
+
+    /// Insert or replace an object (spec 3.3: Add and Update are the same upsert).
+    pub fn add(&self, obj: Object) {
+        let key = obj.key();
+        self.inner.write().upsert(&key, obj);
+    }
+
+    /// Insert or replace, returning the previous object under the key: one lock and one key
+    /// computation for the informer's "update or add" decision (spec 4.1).
+    pub fn upsert(&self, obj: Object) -> Option<Object> {
+        let key = obj.key();
+        self.inner.write().upsert(&key, obj)
+    }
+
+    /// Same as [`Store::add`] (spec 3.3).
+    pub fn update(&self, obj: Object) {
+        self.add(obj)
+    }
+
+    /// Remove the object (or the tombstone's key, spec 3.1) and its index entries.
+    pub fn delete(&self, obj: &ObjOrTombstone) {
+        self.delete_key(&obj.key());
+    }
+
+    /// Remove by key; absent keys are ignored.
+    pub fn delete_key(&self, key: &str) {
+        self.inner.write().remove(key);
+    }
+
+    /// Replace the whole content and rebuild every index (spec 3.3).
+    pub fn replace(&self, list: Vec<Object>) {
+        let items: HashMap<Arc<str>, Object> =
+            list.into_iter().map(|o| (Arc::from(o.key()), o)).collect();
+        let mut g = self.inner.write();
+        g.items = items;
+        g.rebuild_indices();
+    }
+
+    pub fn get_by_key(&self, key: &str) -> Option<Object> {
+        self.inner.read().items.get(key).cloned()
+    }
+
+    /// The stored object with the same key as `obj`.
+    pub fn get(&self, obj: &Object) -> Option<Object> {
+        self.get_by_key(&obj.key())
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.inner.read().items.contains_key(key)
+    }
+
+    pub fn list(&self) -> Vec<Object> {
+        self.inner.read().items.values().cloned().collect()
+    }
+
+    pub fn list_keys(&self) -> Vec<String> {
+        self.inner
+            .read()
+            .items
+            .keys()
+            .map(|k| k.to_string())
+            .collect()
+    }
+
+    /// Visit every `(key, object)` under one read lock, copying nothing. `f` must not call
+    /// back into the store.
+    pub fn for_each(&self, f: &mut dyn FnMut(&str, &Object)) {
+        for (k, o) in &self.inner.read().items {
+            f(k, o);
+        }
+    }
+
+    /// The store's own allocation of `key`, for a queue that would otherwise copy it.
+    pub fn shared_key(&self, key: &str) -> Option<Arc<str>> {
+        self.inner
+            .read()
+            .items
+            .get_key_value(key)
+            .map(|(k, _)| k.clone())
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.read().items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Objects matching `pred` (e.g. a label selector), optionally limited to one namespace.
+    /// Uses the namespace index when it exists, so a namespaced lister does not scan everything.
+    pub fn list_filtered(
+        &self,
+        namespace: Option<&str>,
+        pred: &dyn Fn(&Object) -> bool,
+    ) -> Vec<Object> {
+        let g = self.inner.read();
+        match namespace {
+            Some(ns) => {
+                if let Some(ix) = g.indices.get(NAMESPACE_INDEX) {
+                    return ix
+                        .get(ns)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|k| g.items.get(k))
+                        .filter(|o| pred(o))
+                        .cloned()
+                        .collect();
+                }
+                g.items
+                    .values()
+                    .filter(|o| o.namespace().unwrap_or("") == ns && pred(o))
+                    .cloned()
+                    .collect()
+            }
+            None => g.items.values().filter(|o| pred(o)).cloned().collect(),
+        }
+    }
+
+    /// Objects whose `index_name` values include `value`, unordered (spec 3.4).
+    pub fn by_index(&self, index_name: &str, value: &str) -> Result<Vec<Object>, StoreError> {
+        let g = self.inner.read();
+        let ix = g.index(index_name)?;
+        Ok(ix
+            .get(value)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| g.items.get(k).cloned())
+            .collect())
+    }
+
+    /// Keys whose `index_name` values include `value`, sorted (spec 3.4).
+    pub fn index_keys(&self, index_name: &str, value: &str) -> Result<Vec<String>, StoreError> {
+        let g = self.inner.read();
+        let ix = g.index(index_name)?;
+        let mut keys: Vec<String> = ix
+            .get(value)
+            .into_iter()
+            .flatten()
+            .map(|k| k.to_string())
+            .collect();
+        keys.sort_unstable();
+        Ok(keys)
+    }
+
+    /// Objects sharing any of `obj`'s values of `index_name` (the union, spec 3.4).
+    pub fn index(&self, index_name: &str, obj: &Object) -> Result<Vec<Object>, StoreError> {
+        let g = self.inner.read();
+        let f = g
+            .indexers
+            .get(index_name)
+            .ok_or_else(|| StoreError::UnknownIndex(index_name.to_owned()))?;
+        let ix = g.index(index_name)?;
+        let values = f(obj);
+        let mut keys: HashSet<&Arc<str>> = HashSet::new();
+        for v in &values {
+            keys.extend(ix.get(v).into_iter().flatten());
+        }
+        Ok(keys
+            .into_iter()
+            .filter_map(|k| g.items.get(k).cloned())
+            .collect())
+    }
+
+    /// Index values that still have keys (spec 3.4; empty sets are removed, spec 3.3).
+    pub fn list_index_func_values(&self, index_name: &str) -> Result<Vec<String>, StoreError> {
+        let g = self.inner.read();
+        Ok(g.index(index_name)?.keys().cloned().collect())
+    }
+
+    /// Names of the registered indexes.
+    pub fn index_names(&self) -> Vec<String> {
+        self.inner.read().indexers.keys().cloned().collect()
+    }
+
+    /// Register more indexes; a name already registered is an error and nothing is added.
+    /// Items already stored are indexed at once (spec 3.5).
+    pub fn add_indexers(&self, new: Indexers) -> Result<(), StoreError> {
+        let mut g = self.inner.write();
+        let mut conflicts: Vec<&str> = new
+            .keys()
+            .filter(|k| g.indexers.contains_key(*k))
+            .map(String::as_str)
+            .collect();
+        if !conflicts.is_empty() {
+            conflicts.sort_unstable();
+            return Err(StoreError::IndexerConflict(conflicts.join(", ")));
+        }
+        let g = &mut *g;
+        for (name, f) in new {
+            let mut ix = Index::new();
+            for (key, obj) in &g.items {
+                for v in f(obj) {
+                    ix.entry(v).or_default().insert(key.clone());
+                }
+            }
+            g.indices.insert(name.clone(), ix);
+            g.indexers.insert(name, f);
+        }
+        Ok(())
+    }
+}
+
+impl Inner {
+    fn index(&self, name: &str) -> Result<&Index, StoreError> {
+        self.indices
+            .get(name)
+            .ok_or_else(|| StoreError::UnknownIndex(name.to_owned()))
+    }
+
+    fn upsert(&mut self, key: &str, obj: Object) -> Option<Object> {
+        // An update keeps the key allocation the item already has.
+        let key: Arc<str> = match self.items.get_key_value(key) {
+            Some((k, _)) => k.clone(),
+            None => Arc::from(key),
+        };
+        let old = self.items.insert(key.clone(), obj.clone());
+        self.update_indices(old.as_ref(), Some(&obj), &key);
+        old
+    }
+
+    fn remove(&mut self, key: &str) {
+        if let Some((key, old)) = self.items.remove_entry(key) {
+            self.update_indices(Some(&old), None, &key);
+        }
+    }
+
+    fn rebuild_indices(&mut self) {
+        let Inner {
+            items,
+            indexers,
+            indices,
+        } = self;
+        for (name, f) in indexers.iter() {
+            let mut ix = Index::new();
+            for (key, obj) in items.iter() {
+                for v in f(obj) {
+                    ix.entry(v).or_default().insert(key.clone());
+                }
+            }
+            indices.insert(name.clone(), ix);
+        }
+    }
+
+    /// Move `key` from the old object's index values to the new one's (spec 3.3).
+    fn update_indices(&mut self, old: Option<&Object>, new: Option<&Object>, key: &Arc<str>) {
+        for (name, f) in &self.indexers {
+            let old_vals = old.map(|o| f(o)).unwrap_or_default();
+            let new_vals = new.map(|o| f(o)).unwrap_or_default();
+            // The common case (one unchanged value, e.g. the namespace) touches nothing.
+            if old_vals.len() == 1 && new_vals.len() == 1 && old_vals[0] == new_vals[0] {
+                continue;
+            }
+            let ix = self.indices.entry(name.clone()).or_default();
+            for v in &old_vals {
+                if let Some(set) = ix.get_mut(v) {
+                    set.remove(key);
+                    // Leaving empty sets behind leaks memory for churning values (k/k#84959).
+                    if set.is_empty() {
+                        ix.remove(v);
+                    }
+                }
+            }
+            for v in new_vals {
+                ix.entry(v).or_default().insert(key.clone());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tombstone::test_support::{obj, obj_labels};
+    use crate::tombstone::DeletedFinalStateUnknown;
+
+    fn label_index(label: &'static str) -> IndexFunc {
+        Arc::new(move |o: &Object| {
+            o.meta()
+                .label(label)
+                .map(str::to_owned)
+                .into_iter()
+                .collect()
+        })
+    }
+
+    fn store_with_app_index() -> Store {
+        let mut ix = Indexers::new();
+        ix.insert(NAMESPACE_INDEX.into(), namespace_index_func());
+        ix.insert("app".into(), label_index("app"));
+        Store::with_indexers(ix)
+    }
+
+    #[test]
+    fn spec_3_1_keys_and_tombstone_delete() {
+        let s = Store::new();
+        s.add(obj("ns", "a", "1"));
+        s.add(obj("", "n1", "1"));
+        let mut keys = s.list_keys();
+        keys.sort();
+        assert_eq!(keys, vec!["n1", "ns/a"]);
+        s.delete(&ObjOrTombstone::from(DeletedFinalStateUnknown {
+            key: "ns/a".into(),
+            obj: None,
+        }));
+        assert_eq!(s.list_keys(), vec!["n1"]);
+    }
+
+    #[test]
+    fn spec_3_2_namespace_index_values() {
+        let s = Store::with_namespace_index();
+        s.add(obj("ns1", "a", "1"));
+        s.add(obj("ns1", "b", "1"));
+        s.add(obj("", "node", "1"));
+        assert_eq!(
+            s.index_keys(NAMESPACE_INDEX, "ns1").unwrap(),
+            vec!["ns1/a", "ns1/b"]
+        );
+        assert_eq!(s.index_keys(NAMESPACE_INDEX, "").unwrap(), vec!["node"]);
+    }
+
+    #[test]
+    fn spec_3_3_upsert_moves_key_and_deletes_empty_sets_k84959() {
+        let s = store_with_app_index();
+        s.add(obj_labels("ns", "a", "1", &[("app", "x")]));
+        assert_eq!(s.list_index_func_values("app").unwrap(), vec!["x"]);
+        // Update is the same upsert; the key moves and the emptied set for "x" disappears.
+        s.update(obj_labels("ns", "a", "2", &[("app", "y")]));
+        assert_eq!(s.list_index_func_values("app").unwrap(), vec!["y"]);
+        assert!(s.index_keys("app", "x").unwrap().is_empty());
+        assert_eq!(s.get_by_key("ns/a").unwrap().resource_version(), "2");
+        // Delete removes the key from its old values; no empty set is left (regression 7.8).
+        s.delete(&obj("ns", "a", "2").into());
+        assert!(s.list_index_func_values("app").unwrap().is_empty());
+        assert!(s
+            .list_index_func_values(NAMESPACE_INDEX)
+            .unwrap()
+            .is_empty());
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn spec_3_3_unchanged_single_value_keeps_entry_and_multi_values_update() {
+        let mut ix = Indexers::new();
+        ix.insert(
+            "labels".into(),
+            Arc::new(|o: &Object| o.meta().labels.iter().map(|(k, _)| k.to_string()).collect())
+                as IndexFunc,
+        );
+        let s = Store::with_indexers(ix);
+        s.add(obj_labels("ns", "a", "1", &[("a", "1"), ("b", "1")]));
+        s.add(obj_labels("ns", "a", "2", &[("b", "1"), ("c", "1")]));
+        let mut vals = s.list_index_func_values("labels").unwrap();
+        vals.sort();
+        assert_eq!(vals, vec!["b", "c"]);
+        assert_eq!(s.index_keys("labels", "b").unwrap(), vec!["ns/a"]);
+    }
+
+    #[test]
+    fn spec_3_3_replace_rebuilds_every_index() {
+        let s = store_with_app_index();
+        s.add(obj_labels("ns", "a", "1", &[("app", "x")]));
+        s.add(obj_labels("ns", "b", "1", &[("app", "x")]));
+        s.replace(vec![
+            obj_labels("ns2", "c", "5", &[("app", "z")]),
+            obj_labels("ns", "b", "5", &[("app", "w")]),
+        ]);
+        let mut vals = s.list_index_func_values("app").unwrap();
+        vals.sort();
+        assert_eq!(vals, vec!["w", "z"]);
+        assert_eq!(s.index_keys(NAMESPACE_INDEX, "ns").unwrap(), vec!["ns/b"]);
+        assert_eq!(s.len(), 2);
+    }
+
+    #[test]
+    fn spec_3_4_queries() {
+        let s = store_with_app_index();
+        s.add(obj_labels("ns", "c", "1", &[("app", "x")]));
+        s.add(obj_labels("ns", "a", "1", &[("app", "x")]));
+        s.add(obj_labels("ns", "b", "1", &[("app", "y")]));
+        // IndexKeys sorted.
+        assert_eq!(s.index_keys("app", "x").unwrap(), vec!["ns/a", "ns/c"]);
+        // ByIndex: the same set, any order.
+        let mut by: Vec<String> = s
+            .by_index("app", "x")
+            .unwrap()
+            .iter()
+            .map(|o| o.key())
+            .collect();
+        by.sort();
+        assert_eq!(by, vec!["ns/a", "ns/c"]);
+        // Index(name, obj): union over obj's values.
+        let probe = obj_labels("other", "p", "1", &[("app", "y")]);
+        let keys: Vec<String> = s
+            .index("app", &probe)
+            .unwrap()
+            .iter()
+            .map(|o| o.key())
+            .collect();
+        assert_eq!(keys, vec!["ns/b"]);
+        let mut ns_union: Vec<String> = s
+            .index(NAMESPACE_INDEX, &obj("ns", "zz", "1"))
+            .unwrap()
+            .iter()
+            .map(|o| o.key())
+            .collect();
+        ns_union.sort();
+        assert_eq!(ns_union, vec!["ns/a", "ns/b", "ns/c"]);
+        // Unknown index names are errors.
+        assert_eq!(
+            s.by_index("nope", "x").unwrap_err(),
+            StoreError::UnknownIndex("nope".into())
+        );
+        assert!(s.index_keys("nope", "x").is_err());
+        assert!(s.index("nope", &probe).is_err());
+        assert!(s.list_index_func_values("nope").is_err());
+    }
+
+    #[test]
+    fn spec_3_4_index_union_over_multiple_values() {
+        let mut ix = Indexers::new();
+        ix.insert(
+            "labels".into(),
+            Arc::new(|o: &Object| o.meta().labels.iter().map(|(k, _)| k.to_string()).collect())
+                as IndexFunc,
+        );
+        let s = Store::with_indexers(ix);
+        s.add(obj_labels("ns", "a", "1", &[("p", "1")]));
+        s.add(obj_labels("ns", "b", "1", &[("q", "1")]));
+        s.add(obj_labels("ns", "c", "1", &[("r", "1")]));
+        let probe = obj_labels("ns", "z", "1", &[("p", "1"), ("q", "1")]);
+        let mut keys: Vec<String> = s
+            .index("labels", &probe)
+            .unwrap()
+            .iter()
+            .map(|o| o.key())
+            .collect();
+        keys.sort();
+        assert_eq!(keys, vec!["ns/a", "ns/b"]);
+    }
+
+    #[test]
+    fn spec_3_5_add_indexers_conflict_and_indexes_existing_items() {
+        let s = Store::with_namespace_index();
+        s.add(obj_labels("ns", "a", "1", &[("app", "x")]));
+        let mut dup = Indexers::new();
+        dup.insert(NAMESPACE_INDEX.into(), namespace_index_func());
+        dup.insert("app".into(), label_index("app"));
+        assert!(matches!(
+            s.add_indexers(dup),
+            Err(StoreError::IndexerConflict(_))
+        ));
+        // Nothing from the rejected batch was added.
+        assert!(s.index_keys("app", "x").is_err());
+        let mut more = Indexers::new();
+        more.insert("app".into(), label_index("app"));
+        s.add_indexers(more).unwrap();
+        assert_eq!(s.index_keys("app", "x").unwrap(), vec!["ns/a"]);
+        s.add(obj_labels("ns", "b", "1", &[("app", "x")]));
+        assert_eq!(s.index_keys("app", "x").unwrap(), vec!["ns/a", "ns/b"]);
+    }
+
+    #[test]
+    fn list_filtered_by_namespace_and_predicate() {
+        let s = Store::with_namespace_index();
+        s.add(obj_labels("ns", "a", "1", &[("app", "x")]));
+        s.add(obj_labels("ns", "b", "1", &[("app", "y")]));
+        s.add(obj_labels("other", "c", "1", &[("app", "x")]));
+        let pred = |o: &Object| o.meta().label("app") == Some("x");
+        let keys: Vec<String> = s
+            .list_filtered(Some("ns"), &pred)
+            .iter()
+            .map(|o| o.key())
+            .collect();
+        assert_eq!(keys, vec!["ns/a"]);
+        assert_eq!(s.list_filtered(None, &pred).len(), 2);
+        // Without the namespace index the same answer comes from a scan.
+        let plain = Store::new();
+        plain.add(obj_labels("ns", "a", "1", &[("app", "x")]));
+        plain.add(obj_labels("other", "c", "1", &[("app", "x")]));
+        assert_eq!(plain.list_filtered(Some("ns"), &pred).len(), 1);
+    }
+}

@@ -1,0 +1,272 @@
+//! What a plugin's imports reach in the host, as small traits.
+//!
+//! The runtime does not depend on the informer, the API client or the workqueue directly: the
+//! integration layer implements these traits over the shared store (reads), `kube::client`
+//! (writes) and the plugin's workqueue. Tests implement them with in-memory fakes. Permission
+//! checks happen before a backend is called, so backends never see a call the manifest forbids.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use kwh_client::object::Object;
+
+/// A boxed future: client backends do network I/O, and one allocation per write is noise next to it.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// An API error as the guest sees it (`api-error` in the WIT): the fields of a failure `Status`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code} {reason}: {message}")]
+pub struct ApiError {
+    /// HTTP status code.
+    pub code: u16,
+    /// `Status.reason`, e.g. `NotFound`, `Conflict`, `Forbidden`.
+    pub reason: String,
+    /// `Status.message`.
+    pub message: String,
+}
+
+impl ApiError {
+    /// Builds an error from its parts.
+    pub fn new(code: u16, reason: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The refusal of a call the manifest does not declare (shaped like the API server's 403).
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        ApiError::new(403, "Forbidden", message)
+    }
+
+    /// A malformed request from the guest (e.g. an unparsable selector).
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::new(400, "BadRequest", message)
+    }
+
+    /// A backend that is not wired up (e.g. while only the manifest is being read).
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        ApiError::new(503, "ServiceUnavailable", message)
+    }
+}
+
+/// Reads from the informer caches. Only kinds the manifest watches are ever asked for.
+///
+/// Returned [`Object`]s are shared handles (no copy); the import layer copies each object's bytes
+/// once, into guest memory, or extracts only keys or metadata when the guest asked for those.
+pub trait ListerBackend: Send + Sync {
+    /// One object by namespace and name.
+    fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Object>, ApiError>;
+
+    /// Objects in `namespace` (all when none) matching `label_selector` (all when none).
+    /// An unparsable selector is a 400 `BadRequest`.
+    fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        label_selector: Option<&str>,
+    ) -> Result<Vec<Object>, ApiError>;
+
+    /// Objects whose index `index_name` yields `index_value`; an unknown index is a 400.
+    fn by_index(
+        &self,
+        api_version: &str,
+        kind: &str,
+        index_name: &str,
+        index_value: &str,
+    ) -> Result<Vec<Object>, ApiError>;
+}
+
+/// How a patch body is to be read (`Content-Type` of the PATCH request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchKind {
+    /// `application/json-patch+json`.
+    Json,
+    /// `application/merge-patch+json`.
+    Merge,
+    /// `application/strategic-merge-patch+json`.
+    StrategicMerge,
+}
+
+impl PatchKind {
+    /// The request's `Content-Type`.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            PatchKind::Json => "application/json-patch+json",
+            PatchKind::Merge => "application/merge-patch+json",
+            PatchKind::StrategicMerge => "application/strategic-merge-patch+json",
+        }
+    }
+}
+
+/// `propagationPolicy` of a delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Propagation {
+    /// `Orphan`.
+    Orphan,
+    /// `Background`.
+    Background,
+    /// `Foreground`.
+    Foreground,
+}
+
+/// `DeleteOptions` of a delete, as far as the contract exposes them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeleteParams {
+    /// `preconditions.uid`.
+    pub precondition_uid: Option<String>,
+    /// `preconditions.resourceVersion`.
+    pub precondition_resource_version: Option<String>,
+    /// `propagationPolicy`.
+    pub propagation: Option<Propagation>,
+    /// `gracePeriodSeconds`.
+    pub grace_period_seconds: Option<i64>,
+}
+
+/// The operation of a write request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteOp {
+    /// POST to the collection.
+    Create,
+    /// PUT to the object.
+    Replace,
+    /// PATCH with the given patch type.
+    Patch(PatchKind),
+    /// DELETE with options.
+    Delete(DeleteParams),
+    /// PUT to the `status` subresource.
+    ReplaceStatus,
+    /// Server-side apply: PATCH `application/apply-patch+yaml` with `fieldManager`.
+    Apply {
+        /// `fieldManager`: the plugin's name.
+        field_manager: Arc<str>,
+        /// `force=true`.
+        force: bool,
+    },
+    /// PATCH to the `status` subresource with the given patch type.
+    PatchStatus(PatchKind),
+    /// Server-side apply to the `status` subresource (never creates the object).
+    ApplyStatus {
+        /// `fieldManager`: the plugin's name.
+        field_manager: Arc<str>,
+        /// `force=true`.
+        force: bool,
+    },
+}
+
+impl WriteOp {
+    /// The subresource the request goes to.
+    pub fn subresource(&self) -> Option<&'static str> {
+        match self {
+            WriteOp::ReplaceStatus | WriteOp::PatchStatus(_) | WriteOp::ApplyStatus { .. } => {
+                Some("status")
+            }
+            _ => None,
+        }
+    }
+}
+
+/// One write a guest asked for, already permitted by its manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteRequest {
+    /// What to do.
+    pub op: WriteOp,
+    /// `group/version` of the kind.
+    pub api_version: String,
+    /// The kind (resolved to a resource by discovery in the backend).
+    pub kind: String,
+    /// The namespace, none for cluster-scoped kinds.
+    pub namespace: Option<String>,
+    /// The object's name; none for `Create` (the name is in the body).
+    pub name: Option<String>,
+    /// The request body: object, patch, or empty for deletes.
+    pub body: Vec<u8>,
+}
+
+/// Writes to the API server.
+pub trait ClientBackend: Send + Sync {
+    /// Performs `req`. Returns the object the server answered with, or none when it answered with
+    /// a `Status` (e.g. an immediate delete).
+    fn write(&self, req: WriteRequest) -> BoxFuture<'static, Result<Option<Bytes>, ApiError>>;
+}
+
+/// The plugin's workqueue.
+pub trait QueueBackend: Send + Sync {
+    /// Adds `key` now.
+    fn add(&self, key: String);
+    /// Adds `key` after `delay`.
+    fn add_after(&self, key: String, delay: Duration);
+}
+
+/// The three backends a plugin's instances share.
+#[derive(Clone)]
+pub struct Backends {
+    /// Cache reads.
+    pub lister: Arc<dyn ListerBackend>,
+    /// API writes.
+    pub client: Arc<dyn ClientBackend>,
+    /// The workqueue.
+    pub queue: Arc<dyn QueueBackend>,
+}
+
+impl Backends {
+    /// Backends that refuse every call with 503: used while only the manifest is read, when no
+    /// informer, client or queue exists yet for the plugin.
+    pub fn unavailable() -> Self {
+        let none = Arc::new(Unavailable);
+        Backends {
+            lister: none.clone(),
+            client: none.clone(),
+            queue: none,
+        }
+    }
+}
+
+struct Unavailable;
+
+const UNAVAILABLE: &str = "not available while the plugin's manifest is being read";
+
+impl ListerBackend for Unavailable {
+    fn get(&self, _: &str, _: &str, _: Option<&str>, _: &str) -> Result<Option<Object>, ApiError> {
+        Err(ApiError::unavailable(UNAVAILABLE))
+    }
+    fn list(
+        &self,
+        _: &str,
+        _: &str,
+        _: Option<&str>,
+        _: Option<&str>,
+    ) -> Result<Vec<Object>, ApiError> {
+        Err(ApiError::unavailable(UNAVAILABLE))
+    }
+    fn by_index(&self, _: &str, _: &str, _: &str, _: &str) -> Result<Vec<Object>, ApiError> {
+        Err(ApiError::unavailable(UNAVAILABLE))
+    }
+}
+
+impl ClientBackend for Unavailable {
+    fn write(&self, _: WriteRequest) -> BoxFuture<'static, Result<Option<Bytes>, ApiError>> {
+        Box::pin(async { Err(ApiError::unavailable(UNAVAILABLE)) })
+    }
+}
+
+impl QueueBackend for Unavailable {
+    fn add(&self, key: String) {
+        tracing::debug!(%key, "queue add ignored: {UNAVAILABLE}");
+    }
+    fn add_after(&self, key: String, _: Duration) {
+        tracing::debug!(%key, "queue add-after ignored: {UNAVAILABLE}");
+    }
+}

@@ -1,0 +1,273 @@
+//! Informer notifications into a plugin's `on-add` / `on-update` / `on-delete`.
+//!
+//! Each watch of a plugin is one handler registration on a shared informer, but all of a
+//! plugin's registrations share one dispatch instance behind an async mutex: the guest sees one
+//! notification at a time, and each registration's notifications in the informer's order (the
+//! processor calls a registration's handler sequentially). The dispatch instance is separate
+//! from the reconcile workers' instances, so a slow reconcile never delays notifications.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use tracing::Instrument;
+
+use super::health::Health;
+use super::instance::{GuestError, PluginInstance};
+use super::loader::Plugin;
+use kwh_client::object::Object;
+use kwh_informer::processor::{listen_with, EventHandler, Notifications, ResourceEventHandler};
+use kwh_informer::tombstone::ObjOrTombstone;
+
+/// How a notification whose handler call failed in the sandbox is retried.
+///
+/// The failed call's instance is gone, so each retry runs on a fresh instance. Retrying keeps
+/// the guest from silently missing an object because of one bad moment (a deadline hit under
+/// load); bounding it keeps one poisonous object from stalling the plugin's event stream, whose
+/// later notifications wait behind it to keep their order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Calls per notification, the first included; 1 disables retries.
+    pub attempts: u32,
+    /// Wait before the first retry; doubled before each further one.
+    pub backoff: Duration,
+    /// The longest wait between two attempts.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// Three calls, 50 ms then 100 ms apart: a transient failure gets two fresh instances, and
+    /// a notification that always fails holds the stream up for a fraction of a second only.
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 3,
+            backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(1),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait after failed attempt number `n` (1-based).
+    pub fn backoff_after(&self, n: u32) -> Duration {
+        let factor = 1u32.checked_shl(n.saturating_sub(1)).unwrap_or(u32::MAX);
+        self.backoff
+            .checked_mul(factor)
+            .unwrap_or(self.max_backoff)
+            .min(self.max_backoff)
+    }
+}
+
+/// The dispatch side of one plugin: its instance and counters.
+pub struct Dispatcher {
+    name: Arc<str>,
+    /// Shared by the listeners of every watch of the plugin. Held for a whole delivery
+    /// (retries included) on purpose: it is what makes the plugin's notifications reach the
+    /// guest one at a time, in order; it guards nothing else. A dispatch task fed by a channel
+    /// would order them too, at the cost of one more hop and allocation per notification.
+    instance: tokio::sync::Mutex<PluginInstance>,
+    health: Arc<Health>,
+    retry: RetryPolicy,
+    /// Notifications handled (delivered, dropped after failing, or abandoned at shutdown).
+    pub delivered: AtomicU64,
+    /// Handler calls that failed in the sandbox (each attempt counts).
+    pub failures: AtomicU64,
+    /// Handler calls that were retries of a failed one.
+    pub retries: AtomicU64,
+    /// Notifications given up after every attempt failed.
+    pub dropped: AtomicU64,
+}
+
+/// One notification, borrowed for the duration of its delivery (retries included).
+#[derive(Clone, Copy)]
+enum Call<'a> {
+    Add(&'a [u8]),
+    Update(&'a [u8], &'a [u8]),
+    Delete(&'a [u8], bool),
+}
+
+impl Call<'_> {
+    fn handler(self) -> &'static str {
+        match self {
+            Call::Add(_) => "on-add",
+            Call::Update(..) => "on-update",
+            Call::Delete(..) => "on-delete",
+        }
+    }
+}
+
+impl Dispatcher {
+    /// Takes one instance slot of `plugin` for dispatch; calls pass `health`'s gate and failed
+    /// ones are retried as `retry` says.
+    pub fn new(
+        plugin: &Plugin,
+        health: Arc<Health>,
+        retry: RetryPolicy,
+    ) -> Result<Arc<Self>, GuestError> {
+        Ok(Arc::new(Dispatcher {
+            name: Arc::from(plugin.name()),
+            instance: tokio::sync::Mutex::new(plugin.instance()?),
+            health,
+            retry,
+            delivered: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+        }))
+    }
+
+    /// The handler for watch number `watch` of the manifest.
+    pub fn handler(self: &Arc<Self>, watch: u32) -> Arc<dyn ResourceEventHandler> {
+        Arc::new(WatchHandler {
+            dispatcher: self.clone(),
+            watch,
+        })
+    }
+
+    /// Delivers one notification: waits while the plugin is quarantined, retries a sandbox
+    /// failure on a fresh instance with backoff, and drops it (logged and counted) when every
+    /// attempt failed. The instance lock is held throughout, so the plugin's notifications
+    /// reach the guest one at a time and in order, retries included.
+    async fn deliver(&self, watch: u32, call: Call<'_>, key: &(dyn Fn() -> String + Sync)) {
+        let mut inst = self.instance.lock().await;
+        let mut attempt = 1;
+        loop {
+            let Some(permit) = self.health.admit().await else {
+                tracing::debug!(plugin = %self.name, key = %key(), "shutting down; notification not delivered");
+                break;
+            };
+            let r = match call {
+                Call::Add(obj) => inst.on_add(watch, obj).await,
+                Call::Update(old, new) => inst.on_update(watch, old, new).await,
+                Call::Delete(obj, tombstone) => inst.on_delete(watch, obj, tombstone).await,
+            };
+            let Err(e) = permit.settle(r) else { break };
+            // The instance has already discarded its store (and logged why); the next attempt
+            // gets a fresh one.
+            self.failures.fetch_add(1, Ordering::Relaxed);
+            if attempt >= self.retry.attempts.max(1) {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(plugin = %self.name, handler = call.handler(), key = %key(),
+                    attempts = attempt, error = %e, "handler failed on every attempt; notification dropped");
+                break;
+            }
+            let wait = self.retry.backoff_after(attempt);
+            tracing::info!(plugin = %self.name, handler = call.handler(), key = %key(), attempt,
+                error = %e, "handler failed; retrying on a fresh instance in {wait:?}");
+            tokio::time::sleep(wait).await;
+            self.retries.fetch_add(1, Ordering::Relaxed);
+            attempt += 1;
+        }
+        self.delivered.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+struct WatchHandler {
+    dispatcher: Arc<Dispatcher>,
+    watch: u32,
+}
+
+/// The bytes handed to `on-delete` for a tombstone whose last state is unknown: enough metadata
+/// for the guest to compute the key.
+fn tombstone_stub(key: &str) -> Vec<u8> {
+    let (ns, name) = match key.split_once('/') {
+        Some((ns, name)) => (Some(ns), name),
+        None => (None, key),
+    };
+    let meta = match ns {
+        Some(ns) => serde_json::json!({"namespace": ns, "name": name}),
+        None => serde_json::json!({"name": name}),
+    };
+    serde_json::json!({ "metadata": meta })
+        .to_string()
+        .into_bytes()
+}
+
+impl EventHandler for WatchHandler {
+    fn added(&self, obj: Object, _is_in_initial_list: bool) -> impl Future<Output = ()> + Send {
+        let d = &self.dispatcher;
+        async move {
+            d.deliver(self.watch, Call::Add(obj.raw()), &|| obj.key())
+                .await;
+        }
+    }
+
+    fn updated(&self, old: Object, new: Object) -> impl Future<Output = ()> + Send {
+        let d = &self.dispatcher;
+        async move {
+            d.deliver(self.watch, Call::Update(old.raw(), new.raw()), &|| {
+                new.key()
+            })
+            .await;
+        }
+    }
+
+    fn deleted(&self, obj: ObjOrTombstone) -> impl Future<Output = ()> + Send {
+        let d = &self.dispatcher;
+        async move {
+            let tombstone = obj.is_tombstone();
+            let stub;
+            let bytes: &[u8] = match obj.object() {
+                Some(o) => o.raw(),
+                None => {
+                    stub = tombstone_stub(&obj.key());
+                    &stub
+                }
+            };
+            d.deliver(self.watch, Call::Delete(bytes, tombstone), &|| obj.key())
+                .await;
+        }
+    }
+}
+
+impl ResourceEventHandler for WatchHandler {
+    fn on_add(&self, obj: Object, is_in_initial_list: bool) -> BoxFuture<'_, ()> {
+        self.added(obj, is_in_initial_list).boxed()
+    }
+
+    fn on_update(&self, old: Object, new: Object) -> BoxFuture<'_, ()> {
+        self.updated(old, new).boxed()
+    }
+
+    fn on_delete(&self, obj: ObjOrTombstone) -> BoxFuture<'_, ()> {
+        self.deleted(obj).boxed()
+    }
+
+    /// Every plugin notification passes here (once per plugin per event): no box and no
+    /// span per call (the span is the listener's: a guest call's future is kilobytes, and each
+    /// wrapper would move it once more).
+    fn listen(self: Arc<Self>, notifications: Notifications) -> BoxFuture<'static, ()> {
+        let span =
+            tracing::debug_span!("dispatch", plugin = %self.dispatcher.name, watch = self.watch);
+        listen_with(self, notifications).instrument(span).boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_backoff_doubles_up_to_its_cap() {
+        let p = RetryPolicy {
+            attempts: 5,
+            backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_millis(300),
+        };
+        let got: Vec<_> = (1..=5).map(|n| p.backoff_after(n).as_millis()).collect();
+        assert_eq!(got, [50, 100, 200, 300, 300]);
+    }
+
+    #[test]
+    fn tombstone_stub_names_the_object() {
+        let v: serde_json::Value = serde_json::from_slice(&tombstone_stub("ns/a")).unwrap();
+        assert_eq!(v["metadata"]["namespace"], "ns");
+        assert_eq!(v["metadata"]["name"], "a");
+        let v: serde_json::Value = serde_json::from_slice(&tombstone_stub("node-1")).unwrap();
+        assert_eq!(v["metadata"]["name"], "node-1");
+        assert!(v["metadata"].get("namespace").is_none());
+    }
+}

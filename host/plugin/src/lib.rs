@@ -1,0 +1,46 @@
+#![doc = include_str!("../README.md")]
+//!
+//! ## In this crate
+//!
+//! The Wasm plugin runtime: controllers as WebAssembly components of the `kube:controller` world.
+//!
+//! [`engine`] owns the one wasmtime engine and the on-disk compile cache; [`loader`] turns a
+//! `.wasm` file into a [`loader::LoadedPlugin`] (validated manifest, pre-linked instance);
+//! [`instance`] runs guest calls in a sandboxed store with deadlines and memory caps and replaces
+//! an instance that failed. Everything the guest can reach in the host goes through the
+//! [`backend`] traits, checked against the manifest by [`imports`]; [`backends`] implements them
+//! over the shared informer stores, the API client and the plugin's workqueue. [`runtime`] wires
+//! it all: [`dispatch`] feeds informer notifications to the guest, [`reconcile`] runs the
+//! workers, [`ops`] serves metrics and health.
+
+pub mod backend;
+pub mod backends;
+mod bindings;
+pub mod cache;
+pub mod cache_sync;
+pub mod dispatch;
+pub mod engine;
+pub mod health;
+pub mod imports;
+pub mod index;
+pub mod instance;
+pub mod loader;
+pub mod manifest;
+pub mod ops;
+pub mod rbac;
+pub mod reconcile;
+pub mod runtime;
+pub mod status;
+mod stdio;
+pub mod watch_counters;
+
+pub use backend::{ApiError, Backends, ClientBackend, ListerBackend, QueueBackend, WriteRequest};
+pub use dispatch::RetryPolicy;
+pub use engine::{EngineConfig, PluginEngine};
+pub use health::{Health, HealthSnapshot, Phase, QuarantinePolicy};
+pub use instance::{GuestClock, GuestError, Limits, Outcome, PluginInstance, ReconcileResult};
+pub use loader::{LoadCause, LoadError, LoadedPlugin, Plugin};
+pub use manifest::{Manifest, ManifestError};
+pub use runtime::{
+    PluginRuntime, RunningPlugin, RuntimeOptions, RuntimeStatus, StartError, Started,
+};

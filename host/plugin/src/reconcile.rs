@@ -1,0 +1,208 @@
+//! The reconcile loop: N workers per plugin, each with its own instance, fed by the plugin's
+//! rate-limited workqueue.
+//!
+//! The queue's processing set guarantees a key is never with two workers at once, and its
+//! dirty set folds adds that arrive during a reconcile into one re-run afterwards.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+use super::cache_sync::CacheSync;
+use super::health::Health;
+use super::instance::{GuestError, Outcome, PluginInstance};
+use super::loader::Plugin;
+use kwh_informer::workqueue::RateLimitingQueue;
+
+/// Upper bounds (seconds) of the reconcile duration histogram: controller-runtime's buckets, so
+/// dashboards written for Go controllers apply.
+pub const RECONCILE_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Reconcile counters of one plugin.
+#[derive(Debug, Default)]
+pub struct ReconcileStats {
+    /// Reconcile calls made.
+    pub total: AtomicU64,
+    /// Calls that ended in a guest error or a sandbox failure.
+    pub errors: AtomicU64,
+    /// Calls that asked to be requeued after a delay.
+    pub requeue_after: AtomicU64,
+    buckets: [AtomicU64; RECONCILE_BUCKETS.len() + 1],
+    sum_nanos: AtomicU64,
+}
+
+impl ReconcileStats {
+    fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = RECONCILE_BUCKETS
+            .iter()
+            .position(|b| s <= *b)
+            .unwrap_or(RECONCILE_BUCKETS.len());
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_nanos
+            .fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    }
+
+    /// Cumulative bucket counts (one per bound, then +Inf) and the sum in seconds.
+    pub fn histogram(&self) -> (Vec<u64>, f64) {
+        let mut acc = 0;
+        let cumulative = self
+            .buckets
+            .iter()
+            .map(|b| {
+                acc += b.load(Ordering::Relaxed);
+                acc
+            })
+            .collect();
+        let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        (cumulative, sum)
+    }
+}
+
+/// Starts `plugin.manifest().workers` workers on `queue`, each calling through `health`'s gate.
+/// They take no key before `synced` opens (every watch of the plugin has synced). Each takes
+/// an instance slot now, so an instance limit too small for the worker count fails the
+/// plugin's start, not a worker.
+pub fn spawn_workers(
+    plugin: &Plugin,
+    queue: &RateLimitingQueue<String>,
+    stats: &Arc<ReconcileStats>,
+    health: &Arc<Health>,
+    synced: &CacheSync,
+) -> Result<Vec<JoinHandle<()>>, GuestError> {
+    let n = plugin.manifest().workers.max(1);
+    let instances = (0..n)
+        .map(|_| plugin.instance())
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(instances
+        .into_iter()
+        .enumerate()
+        .map(|(i, inst)| {
+            let span = tracing::info_span!("worker", plugin = %plugin.name(), worker = i);
+            tokio::spawn(
+                worker(
+                    inst,
+                    queue.clone(),
+                    stats.clone(),
+                    health.clone(),
+                    synced.clone(),
+                )
+                .instrument(span),
+            )
+        })
+        .collect())
+}
+
+/// What the worker does with a key after a reconcile call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    Forget,
+    After(Duration),
+    RateLimited,
+}
+
+fn next(r: &Result<Result<Outcome, String>, GuestError>) -> Next {
+    match r {
+        Ok(Ok(Outcome::Done)) => Next::Forget,
+        Ok(Ok(Outcome::RequeueAfter(d))) => Next::After(*d),
+        Ok(Err(_)) | Err(_) => Next::RateLimited,
+    }
+}
+
+async fn worker(
+    mut inst: PluginInstance,
+    queue: RateLimitingQueue<String>,
+    stats: Arc<ReconcileStats>,
+    health: Arc<Health>,
+    synced: CacheSync,
+) {
+    if !synced.wait().await {
+        tracing::debug!("worker stopped before the caches synced");
+        return;
+    }
+    while let Some(key) = queue.get().await {
+        // Taken after the key: while the plugin is quarantined the key waits here, marked as
+        // processing, so no other worker takes it and the rest stay queued.
+        let Some(permit) = health.admit().await else {
+            queue.done(&key);
+            break;
+        };
+        let started = Instant::now();
+        let r = inst
+            .reconcile(&key)
+            .instrument(tracing::debug_span!("reconcile", %key))
+            .await;
+        // Only sandbox failures count against the plugin's health; a guest's own error is a
+        // healthy instance reporting a problem with the key.
+        match &r {
+            Err(e) => permit.failed(e),
+            Ok(_) => permit.succeeded(),
+        }
+        stats.observe(started.elapsed());
+        stats.total.fetch_add(1, Ordering::Relaxed);
+        match (next(&r), &r) {
+            (Next::Forget, _) => queue.forget(&key),
+            (Next::After(d), _) => {
+                stats.requeue_after.fetch_add(1, Ordering::Relaxed);
+                queue.forget(&key);
+                queue.add_after(key.clone(), d);
+            }
+            (Next::RateLimited, r) => {
+                stats.errors.fetch_add(1, Ordering::Relaxed);
+                match r {
+                    Ok(Err(msg)) => {
+                        tracing::warn!(%key, error = %msg, "reconcile failed; requeued with backoff")
+                    }
+                    Err(e) => {
+                        tracing::warn!(%key, error = %e, "reconcile failed in the sandbox; instance replaced, requeued with backoff")
+                    }
+                    Ok(Ok(_)) => {}
+                }
+                queue.add_rate_limited(key.clone());
+            }
+        }
+        queue.done(&key);
+    }
+    tracing::debug!("worker stopped: queue shut down");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_map_to_queue_actions() {
+        assert_eq!(next(&Ok(Ok(Outcome::Done))), Next::Forget);
+        let d = Duration::from_millis(250);
+        assert_eq!(next(&Ok(Ok(Outcome::RequeueAfter(d)))), Next::After(d));
+        assert_eq!(next(&Ok(Err("boom".into()))), Next::RateLimited);
+        assert_eq!(
+            next(&Err(GuestError::DeadlineExceeded(d))),
+            Next::RateLimited
+        );
+        assert_eq!(
+            next(&Err(GuestError::Trap("unreachable".into()))),
+            Next::RateLimited
+        );
+    }
+
+    #[test]
+    fn histogram_is_cumulative() {
+        let s = ReconcileStats::default();
+        s.observe(Duration::from_millis(1));
+        s.observe(Duration::from_millis(30));
+        s.observe(Duration::from_secs(60));
+        let (b, sum) = s.histogram();
+        assert_eq!(b.len(), RECONCILE_BUCKETS.len() + 1);
+        assert_eq!(b[0], 1);
+        assert_eq!(b[3], 2, "<= 50ms");
+        assert_eq!(b[RECONCILE_BUCKETS.len() - 1], 2);
+        assert_eq!(b[RECONCILE_BUCKETS.len()], 3);
+        assert!((sum - 60.031).abs() < 1e-6, "{sum}");
+    }
+}

@@ -1,0 +1,639 @@
+//! Running plugins: load, resolve kinds by discovery, wire each plugin to the shared informers,
+//! its workqueue and the API client, and stop them all gracefully.
+//!
+//! Start-up order, as a controller on a real cluster needs it:
+//! - a plugin whose kinds discovery cannot resolve yet (its CRD is applied later by a GitOps
+//!   tool, or the API server is not reachable yet) waits, unready, and starts by itself once
+//!   they resolve, retrying with backoff; one log line says it waits, one that it started;
+//! - a started plugin's notifications are handled as its informers list, but its reconcile
+//!   workers pass a [`CacheSync`] gate that opens only when every one of its watches has
+//!   synced, so no reconcile reads a partial cache.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::backend::Backends;
+use super::backends::{InformerLister, KubeClientBackend, WorkqueueBackend};
+use super::cache_sync::CacheSync;
+use super::dispatch::{Dispatcher, RetryPolicy};
+use super::engine::PluginEngine;
+use super::health::{Health, QuarantinePolicy};
+use super::index::register as register_indexes;
+use super::instance::{GuestError, Limits};
+use super::loader::{LoadError, LoadedPlugin, Plugin};
+use super::rbac::namespace_scope;
+use super::reconcile::{spawn_workers, ReconcileStats};
+pub use super::status::RuntimeStatus;
+use super::status::{RunningStatus, Slot, Slots, WaitingStatus, WatchStatus};
+use super::watch_counters::{CounterMap, CountingLw};
+use kwh_client::{ApiResource, Client, Discovery, ResourceClient};
+use kwh_informer::backoff::Backoff;
+use kwh_informer::factory::{FactoryRegistration, InformerKey, SharedInformerFactory};
+use kwh_informer::processor::PanicPolicy;
+use kwh_informer::shared::{InformerError, InformerOptions};
+use kwh_informer::workqueue::{
+    default_controller_rate_limiter, MetricsError, RateLimitingQueue, Registry,
+};
+
+/// Why one plugin did not start. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Not a loadable component, or a bad manifest.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// A watched or written kind that discovery cannot resolve.
+    #[error("plugin {}: cannot resolve kind {kind} ({api_version}): {cause}", path.display())]
+    Resolve {
+        /// The file.
+        path: PathBuf,
+        /// `group/version`.
+        api_version: String,
+        /// The kind.
+        kind: String,
+        /// What discovery said (boxed: it is the rare path, and keeps every `Result` small).
+        cause: Box<kwh_client::Error>,
+    },
+    /// A second plugin of the same name (metrics and field managers would collide).
+    #[error("plugin {}: {0}", path.display())]
+    Queue {
+        /// The file.
+        path: PathBuf,
+        /// The duplicate name.
+        #[source]
+        source: MetricsError,
+    },
+    /// No instance for the dispatcher or a worker.
+    #[error("plugin {}: {source}", path.display())]
+    Instance {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: GuestError,
+    },
+    /// The informer refused the handler.
+    #[error("plugin {}: cannot register on informer {key}: {source}", path.display())]
+    Informer {
+        /// The file.
+        path: PathBuf,
+        /// The informer.
+        key: String,
+        /// Why.
+        #[source]
+        source: InformerError,
+    },
+}
+
+/// How often shared informers check whether a handler is due a resync.
+const INFORMER_RESYNC_CHECK: Duration = Duration::from_secs(30);
+
+/// Host-wide settings of the plugin runtime.
+#[derive(Debug, Clone)]
+pub struct RuntimeOptions {
+    /// Sandbox limits applied to every plugin.
+    pub limits: Limits,
+    /// Restricts watches that name no namespace to this one (namespaced kinds only).
+    pub namespace: Option<String>,
+    /// Stop at the first plugin that fails to start, including one whose kinds do not
+    /// resolve yet (instead of waiting for them).
+    pub fail_fast: bool,
+    /// When a plugin whose instances keep failing is quarantined, and for how long.
+    pub quarantine: QuarantinePolicy,
+    /// How a notification whose handler failed in the sandbox is retried.
+    pub handler_retry: RetryPolicy,
+    /// The waits between attempts to start a plugin whose kinds do not resolve yet.
+    pub start_retry: Backoff,
+    /// The shortest interval between two discovery requests for one group-version.
+    pub discovery_refresh: Duration,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            limits: Limits::default(),
+            namespace: None,
+            fail_fast: false,
+            quarantine: QuarantinePolicy::default(),
+            handler_retry: RetryPolicy::default(),
+            // client-go's reflector backoff: 0.8 s doubling to 30 s, with jitter.
+            start_retry: Backoff::default(),
+            discovery_refresh: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What `start` made of a plugin that loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Started {
+    /// Watching and reconciling (once its caches sync).
+    Running,
+    /// Waiting for a kind to be served, or for the API server; the reason as logged.
+    Waiting(String),
+}
+
+/// The parts of a running plugin that only shutdown takes apart.
+struct Teardown {
+    regs: Vec<FactoryRegistration<CountingLw>>,
+    workers: Vec<JoinHandle<()>>,
+    sync_task: JoinHandle<()>,
+}
+
+/// One running plugin.
+pub struct RunningPlugin {
+    status: Arc<RunningStatus>,
+    queue: RateLimitingQueue<String>,
+    teardown: Mutex<Option<Teardown>>,
+}
+
+impl RunningPlugin {
+    /// The plugin.
+    pub fn plugin(&self) -> &Plugin {
+        &self.status.plugin
+    }
+    /// Its workqueue.
+    pub fn queue(&self) -> &RateLimitingQueue<String> {
+        &self.queue
+    }
+    /// Its reconcile counters.
+    pub fn reconcile_stats(&self) -> &ReconcileStats {
+        &self.status.stats
+    }
+    /// Its dispatcher counters.
+    pub fn dispatcher(&self) -> &Dispatcher {
+        &self.status.dispatcher
+    }
+    /// A shared handle on its dispatcher (counters outliving a borrow of the runtime).
+    pub fn dispatcher_handle(&self) -> Arc<Dispatcher> {
+        self.status.dispatcher.clone()
+    }
+    /// Whether every one of its handlers has seen its informer's initial list.
+    pub fn has_synced(&self) -> bool {
+        self.status.watches.iter().all(|w| w.reg.has_synced())
+    }
+    /// Whether its reconcile workers have been let through the cache-sync gate.
+    pub fn workers_started(&self) -> bool {
+        self.status.synced.is_open()
+    }
+    /// Its health gate (quarantine state).
+    pub fn health(&self) -> &Health {
+        &self.status.health
+    }
+}
+
+/// Everything a plugin is wired to; shared with the tasks that start waiting plugins.
+struct Wiring {
+    client: Client,
+    discovery: Arc<Discovery>,
+    factory: SharedInformerFactory<CountingLw>,
+    registry: Registry,
+    lw_counters: CounterMap,
+    opts: RuntimeOptions,
+    slots: Slots,
+    running: Mutex<Vec<Arc<RunningPlugin>>>,
+}
+
+/// The plugins of one host process, sharing one informer factory and metrics registry.
+pub struct PluginRuntime {
+    engine: PluginEngine,
+    wiring: Arc<Wiring>,
+    stop_waiting: watch::Sender<bool>,
+    waiting_tasks: Vec<JoinHandle<()>>,
+}
+
+impl PluginRuntime {
+    /// A runtime with no plugins yet. Must be called inside a tokio runtime.
+    pub fn new(engine: PluginEngine, client: Client, opts: RuntimeOptions) -> Self {
+        PluginRuntime {
+            engine,
+            wiring: Arc::new(Wiring {
+                discovery: Arc::new(
+                    Discovery::new(client.clone())
+                        .with_min_refresh_interval(opts.discovery_refresh),
+                ),
+                client,
+                factory: SharedInformerFactory::new(InformerOptions {
+                    // The resync check period of shared informers: plugins that want a
+                    // shorter resync lower it while the informer is new; 0 would disable
+                    // resync entirely.
+                    resync_period: INFORMER_RESYNC_CHECK,
+                    // Plugin dispatchers turn guest faults into errors; a panic would be a
+                    // host bug in one plugin's path, and must not stop every other plugin.
+                    handler_panics: PanicPolicy::Skip,
+                    ..InformerOptions::default()
+                }),
+                registry: Registry::new(),
+                lw_counters: CounterMap::default(),
+                opts,
+                slots: Slots::default(),
+                running: Mutex::new(Vec::new()),
+            }),
+            stop_waiting: watch::channel(false).0,
+            waiting_tasks: Vec::new(),
+        }
+    }
+
+    /// Loads and starts every file. A plugin that fails to load is logged as one line and
+    /// skipped, and one whose kinds do not resolve yet waits for them, unless `fail_fast`,
+    /// when the first failure of either kind is returned. Returns the failures.
+    pub async fn start_all(&mut self, paths: &[PathBuf]) -> Result<Vec<StartError>, StartError> {
+        let mut failed = Vec::new();
+        for path in paths {
+            match self.start(path).await {
+                Ok(_) => {}
+                Err(e) if self.wiring.opts.fail_fast => return Err(e),
+                Err(e) => {
+                    tracing::error!("{e}");
+                    failed.push(e);
+                }
+            }
+        }
+        Ok(failed)
+    }
+
+    /// Loads the plugin at `path` and starts its watches and workers, or, when one of its
+    /// kinds does not resolve (not served yet, API server unreachable) and not `fail_fast`,
+    /// leaves it waiting: it starts by itself once discovery resolves its kinds.
+    pub async fn start(&mut self, path: &Path) -> Result<Started, StartError> {
+        let loaded = self
+            .engine
+            .load(path, self.wiring.opts.limits.clone())
+            .await?;
+        match self.wiring.resolve(&loaded).await {
+            Ok(resources) => {
+                let running = self.wiring.wire(loaded, &resources)?;
+                self.wiring.adopt(running, None);
+                Ok(Started::Running)
+            }
+            Err(e) if self.wiring.opts.fail_fast => Err(e),
+            Err(e) => {
+                let reason = waiting_reason(&e);
+                tracing::warn!(plugin = %loaded.name(), file = %path.display(),
+                    "plugin waits to start: {reason}; retrying with backoff until it resolves");
+                let waiting = Arc::new(WaitingStatus {
+                    name: loaded.name().to_owned(),
+                    path: path.to_path_buf(),
+                    since: SystemTime::now(),
+                    reason: Mutex::new(reason.clone()),
+                    attempts: AtomicU64::new(1),
+                });
+                self.wiring
+                    .slots
+                    .lock()
+                    .push(Slot::Waiting(waiting.clone()));
+                let task = tokio::spawn(start_when_resolved(
+                    self.wiring.clone(),
+                    loaded,
+                    waiting,
+                    self.stop_waiting.subscribe(),
+                ));
+                self.waiting_tasks.push(task);
+                Ok(Started::Waiting(reason))
+            }
+        }
+    }
+
+    /// The running plugins, in the order they started.
+    pub fn plugins(&self) -> Vec<Arc<RunningPlugin>> {
+        self.wiring.running.lock().clone()
+    }
+
+    /// The plugins waiting to start, as (name, why).
+    pub fn waiting(&self) -> Vec<(String, String)> {
+        self.wiring
+            .slots
+            .lock()
+            .iter()
+            .filter_map(|s| match s {
+                Slot::Waiting(w) => Some((w.name.clone(), w.reason.lock().clone())),
+                Slot::Running(_) => None,
+            })
+            .collect()
+    }
+
+    /// The informer factory (shared watches).
+    pub fn factory(&self) -> &SharedInformerFactory<CountingLw> {
+        &self.wiring.factory
+    }
+
+    /// Whether every plugin has started, its informers have delivered their initial lists,
+    /// its workers have passed the cache-sync gate, and no plugin is quarantined.
+    pub fn is_ready(&self) -> bool {
+        self.status().is_ready()
+    }
+
+    /// A cheap handle for the metrics and health endpoints; it also sees plugins that start
+    /// later.
+    pub fn status(&self) -> RuntimeStatus {
+        RuntimeStatus {
+            registry: self.wiring.registry.clone(),
+            lw_counters: self.wiring.lw_counters.clone(),
+            slots: self.wiring.slots.clone(),
+        }
+    }
+
+    /// Stops watches, lets in-flight and queued reconciles finish within `grace`, then stops
+    /// the workers. Plugins still waiting to start are given up; workers whose caches never
+    /// synced stop without reconciling. Returns whether everything finished in time.
+    pub async fn shutdown(self, grace: Duration) -> bool {
+        tracing::info!(?grace, "stopping watches and draining workqueues");
+        self.stop_waiting.send_replace(true);
+        for t in self.waiting_tasks {
+            // A task wiring a plugin right now finishes that first (it holds no await then),
+            // so every running plugin is in the list below once it has ended.
+            let _ = t.await;
+        }
+        let w = &self.wiring;
+        w.factory.shutdown();
+        let deadline = tokio::time::Instant::now() + grace;
+        let mut clean = true;
+        let plugins = w.running.lock().clone();
+        for p in &plugins {
+            // Workers that never got past the gate would reconcile on a partial cache.
+            p.status.synced.close();
+            if p.status.health.is_quarantined() {
+                // Its workers wait at the health gate and would only sit out the grace period.
+                tracing::warn!(plugin = %p.plugin().name(), queued = p.queue.len(),
+                    "plugin quarantined at shutdown; its queued keys are not reconciled");
+                p.status.health.close();
+            }
+        }
+        for p in plugins {
+            let Some(t) = p.teardown.lock().take() else {
+                continue;
+            };
+            t.sync_task.abort();
+            drop(t.regs);
+            let drained = tokio::time::timeout_at(deadline, p.queue.shutdown_with_drain())
+                .await
+                .is_ok();
+            p.queue.shutdown();
+            for worker in t.workers {
+                let abort = worker.abort_handle();
+                if tokio::time::timeout_at(deadline, worker).await.is_err() {
+                    abort.abort();
+                    clean = false;
+                }
+            }
+            // Releases a dispatcher still waiting at the gate.
+            p.status.health.close();
+            if !drained {
+                // The caller reports the cut-off once, for all plugins (it returns false).
+                tracing::debug!(plugin = %p.plugin().name(), ?grace,
+                    "grace period over with reconciles in flight; they were abandoned");
+                clean = false;
+            }
+        }
+        clean
+    }
+}
+
+/// Why a plugin waits, without the file name its log line already carries.
+fn waiting_reason(e: &StartError) -> String {
+    match e {
+        StartError::Resolve {
+            api_version,
+            kind,
+            cause,
+            ..
+        } => format!("cannot resolve kind {kind} ({api_version}): {cause}"),
+        other => other.to_string(),
+    }
+}
+
+/// Retries resolving a waiting plugin's kinds with backoff; wires it once they resolve and
+/// puts it in its slot. One line when it starts (or fails for good), none per retry.
+async fn start_when_resolved(
+    wiring: Arc<Wiring>,
+    loaded: LoadedPlugin,
+    waiting: Arc<WaitingStatus>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut backoff = wiring.opts.start_retry.clone();
+    loop {
+        let wait = backoff.step(tokio::time::Instant::now(), rand::random::<f64>());
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let resolved = tokio::select! {
+            r = wiring.resolve(&loaded) => r,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        waiting.attempts.fetch_add(1, Ordering::Relaxed);
+        match resolved {
+            Ok(resources) => {
+                let name = loaded.name().to_owned();
+                match wiring.wire(loaded, &resources) {
+                    Ok(running) => wiring.adopt(running, Some(&waiting)),
+                    Err(e) => {
+                        tracing::error!("{e}");
+                        wiring
+                            .slots
+                            .lock()
+                            .retain(|s| !matches!(s, Slot::Waiting(w) if Arc::ptr_eq(w, &waiting)));
+                        tracing::debug!(plugin = %name, "waiting plugin given up");
+                    }
+                }
+                return;
+            }
+            Err(e) => {
+                let reason = waiting_reason(&e);
+                tracing::debug!(plugin = %waiting.name, ?wait, "still waiting: {reason}");
+                *waiting.reason.lock() = reason;
+            }
+        }
+    }
+}
+
+impl Wiring {
+    /// Every watched and written kind → its resource, or the first that does not resolve.
+    async fn resolve(
+        &self,
+        loaded: &LoadedPlugin,
+    ) -> Result<HashMap<(String, String), ApiResource>, StartError> {
+        let m = loaded.manifest();
+        let kinds = m
+            .watches
+            .iter()
+            .map(|w| (&w.api_version, &w.kind))
+            .chain(m.writes.iter().map(|w| (&w.api_version, &w.kind)));
+        let mut out = HashMap::new();
+        for (api_version, kind) in kinds {
+            let k = (api_version.clone(), kind.clone());
+            if out.contains_key(&k) {
+                continue;
+            }
+            let r = self
+                .discovery
+                .resolve(api_version, kind)
+                .await
+                .map_err(|cause| StartError::Resolve {
+                    path: loaded.path().to_path_buf(),
+                    api_version: api_version.clone(),
+                    kind: kind.clone(),
+                    cause: Box::new(cause),
+                })?;
+            out.insert(k, r);
+        }
+        Ok(out)
+    }
+
+    /// Puts a newly wired plugin in the running list and in its slot (replacing `waiting`,
+    /// or appended), and says so.
+    fn adopt(&self, running: RunningPlugin, waiting: Option<&Arc<WaitingStatus>>) {
+        let running = Arc::new(running);
+        let slot = Slot::Running(running.status.clone());
+        {
+            let mut slots = self.slots.lock();
+            let at = waiting.and_then(|w| {
+                slots
+                    .iter()
+                    .position(|s| matches!(s, Slot::Waiting(x) if Arc::ptr_eq(x, w)))
+            });
+            match at {
+                Some(i) => slots[i] = slot,
+                None => slots.push(slot),
+            }
+        }
+        let workers = running
+            .teardown
+            .lock()
+            .as_ref()
+            .map_or(0, |t| t.workers.len());
+        tracing::info!(plugin = %running.plugin().name(), file = %running.plugin().path().display(),
+            workers, "plugin started");
+        self.running.lock().push(running);
+    }
+
+    fn wire(
+        &self,
+        loaded: LoadedPlugin,
+        resources: &HashMap<(String, String), ApiResource>,
+    ) -> Result<RunningPlugin, StartError> {
+        let path = loaded.path().to_path_buf();
+        let name = loaded.name().to_string();
+        let queue = RateLimitingQueue::named(
+            &name,
+            &self.registry,
+            default_controller_rate_limiter::<String>(),
+        )
+        .map_err(|source| StartError::Queue {
+            path: path.clone(),
+            source,
+        })?;
+        let lister = Arc::new(InformerLister::new());
+        let backends = Backends {
+            lister: lister.clone(),
+            client: Arc::new(
+                KubeClientBackend::new(self.client.clone(), &name, resources.clone()).confined_to(
+                    namespace_scope(loaded.manifest(), self.opts.namespace.as_deref(), |a, k| {
+                        resources
+                            .get(&(a.to_string(), k.to_string()))
+                            .map(|r| r.namespaced)
+                    }),
+                ),
+            ),
+            queue: Arc::new(WorkqueueBackend::new(queue.clone())),
+        };
+        let plugin = loaded.activate(backends);
+        let instance_err = |source| StartError::Instance {
+            path: path.clone(),
+            source,
+        };
+        let health = Arc::new(Health::new(&name, self.opts.quarantine.clone()));
+        let dispatcher = Dispatcher::new(&plugin, health.clone(), self.opts.handler_retry.clone())
+            .map_err(instance_err)?;
+        let stats = Arc::new(ReconcileStats::default());
+        let synced = CacheSync::new();
+        let workers =
+            spawn_workers(&plugin, &queue, &stats, &health, &synced).map_err(instance_err)?;
+        let mut regs = Vec::new();
+        let mut watches = Vec::new();
+        let manifest = plugin.manifest().clone();
+        for (i, w) in manifest.watches.iter().enumerate() {
+            let Some(res) = resources.get(&(w.api_version.clone(), w.kind.clone())) else {
+                continue;
+            };
+            let namespace = if res.namespaced {
+                w.namespace.clone().or_else(|| self.opts.namespace.clone())
+            } else {
+                None
+            };
+            let key = InformerKey::new(
+                &format!("{}/{}", res.api_version, res.plural),
+                namespace.as_deref(),
+                w.label_selector.as_deref(),
+                w.field_selector.as_deref(),
+            );
+            let make_lw = || {
+                let mut lw =
+                    ResourceClient::new(self.client.clone(), res.clone(), namespace.clone());
+                lw.label_selector = w.label_selector.clone();
+                lw.field_selector = w.field_selector.clone();
+                CountingLw::new(lw, key.to_string(), &self.lw_counters)
+            };
+            let reg = self
+                .factory
+                .add_handler(
+                    key.clone(),
+                    make_lw,
+                    dispatcher.handler(i as u32),
+                    // Zero: this plugin asked for no resync (the factory default would apply).
+                    Some(manifest.resync_period.unwrap_or(Duration::ZERO)),
+                )
+                .map_err(|source| {
+                    // Closing the gate ends the workers, which have reconciled nothing.
+                    synced.close();
+                    StartError::Informer {
+                        path: path.clone(),
+                        key: key.to_string(),
+                        source,
+                    }
+                })?;
+            let store = reg.informer().indexer().clone();
+            let indexes = register_indexes(&store, &w.indexes);
+            lister.add_indexed_store(
+                &w.api_version,
+                &w.kind,
+                namespace.as_deref(),
+                store,
+                indexes,
+            );
+            if let Some(handler) = reg.registration() {
+                watches.push(WatchStatus {
+                    key: key.to_string(),
+                    reg: handler.clone(),
+                    counters: reg.informer().lister_watcher().counters().clone(),
+                });
+            }
+            regs.push(reg);
+        }
+        let sync_task = synced.open_when(&name, {
+            let handlers: Vec<_> = watches.iter().map(|w| w.reg.clone()).collect();
+            move || handlers.iter().all(|h| h.has_synced())
+        });
+        Ok(RunningPlugin {
+            status: Arc::new(RunningStatus {
+                plugin,
+                stats,
+                dispatcher,
+                health,
+                watches,
+                synced,
+            }),
+            queue,
+            teardown: Mutex::new(Some(Teardown {
+                regs,
+                workers,
+                sync_task,
+            })),
+        })
+    }
+}

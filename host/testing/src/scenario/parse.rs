@@ -1,0 +1,337 @@
+//! Reading a scenario file: YAML into the typed [`Scenario`], every field checked, errors naming
+//! the file and the path of the offending field (`steps[2].expect.writes[0].verb`).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use super::expect::expect;
+use super::yaml::{duration, fail, join, kind_of, list, map, only, string, R};
+use super::{Action, Expect, ObjectRef, Scenario, Step};
+
+/// A scenario file that cannot be run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {}{message}", file.display(), if at.is_empty() { String::new() } else { format!("{at}: ") })]
+pub struct ScenarioError {
+    /// The file.
+    pub file: PathBuf,
+    /// Where in it (`steps[2].expect`), empty for the whole file.
+    pub at: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+const ACTIONS: &[&str] = &[
+    "seed",
+    "add",
+    "update",
+    "updateStatus",
+    "delete",
+    "deleteMissed",
+    "deliver",
+    "reconcile",
+    "runQueue",
+    "advance",
+];
+
+/// Parses scenario `text` read from `file`.
+pub fn parse(file: &Path, text: &str) -> Result<Scenario, ScenarioError> {
+    let err = |(at, message): (String, String)| ScenarioError {
+        file: file.to_path_buf(),
+        at,
+        message,
+    };
+    let doc: Value = serde_yaml::from_str(text)
+        .map_err(|e| err((String::new(), format!("not valid YAML: {e}"))))?;
+    scenario(file, &doc).map_err(err)
+}
+
+fn scenario(file: &Path, doc: &Value) -> R<Scenario> {
+    let m = map(doc, "")?;
+    only(
+        m,
+        "",
+        &["name", "start", "limits", "given", "givenFiles", "steps"],
+    )?;
+    let name = match m.get("name") {
+        Some(v) => string(v, "name")?,
+        None => file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
+    let start = match m.get("start") {
+        Some(v) => {
+            let s = string(v, "start")?;
+            let secs = kwh_emulator::util::parse_rfc3339(&s).ok_or_else(|| {
+                (
+                    "start".to_string(),
+                    format!("invalid time {s:?}: use e.g. 2025-01-01T00:00:00Z"),
+                )
+            })?;
+            Some(UNIX_EPOCH + Duration::from_secs(secs))
+        }
+        None => None,
+    };
+    let (mut handler_deadline, mut reconcile_deadline) = (None, None);
+    if let Some(l) = m.get("limits") {
+        let lm = map(l, "limits")?;
+        only(lm, "limits", &["handlerDeadline", "reconcileDeadline"])?;
+        if let Some(v) = lm.get("handlerDeadline") {
+            handler_deadline = Some(duration(v, "limits.handlerDeadline")?);
+        }
+        if let Some(v) = lm.get("reconcileDeadline") {
+            reconcile_deadline = Some(duration(v, "limits.reconcileDeadline")?);
+        }
+    }
+    let mut given = Vec::new();
+    if let Some(files) = m.get("givenFiles") {
+        // Relative to the scenario file, so a suite can share fixtures wherever it is run from.
+        let dir = file.parent().unwrap_or(Path::new(""));
+        for (i, f) in list(files, "givenFiles")?.iter().enumerate() {
+            let at = format!("givenFiles[{i}]");
+            let rel = string(f, &at)?;
+            let path = dir.join(&rel);
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| (at, format!("cannot read {}: {e}", path.display())))?;
+            given.push(text);
+        }
+    }
+    if let Some(v) = m.get("given") {
+        given.extend(objects_text(v, "given")?);
+    }
+    let steps_v = m
+        .get("steps")
+        .ok_or_else(|| (String::new(), "missing `steps`".to_string()))?;
+    let steps = list(steps_v, "steps")?
+        .iter()
+        .enumerate()
+        .map(|(i, s)| step(s, &format!("steps[{i}]")))
+        .collect::<R<Vec<_>>>()?;
+    if steps.is_empty() {
+        return fail("steps", "no steps");
+    }
+    Ok(Scenario {
+        file: file.to_path_buf(),
+        name,
+        start,
+        handler_deadline,
+        reconcile_deadline,
+        given,
+        steps,
+    })
+}
+
+/// Objects as seed texts: a list of objects, one object, or a YAML/JSON string.
+fn objects_text(v: &Value, at: &str) -> R<Vec<String>> {
+    match v {
+        Value::String(s) => Ok(vec![s.clone()]),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, o)| object(o, &format!("{at}[{i}]")).map(|o| o.to_string()))
+            .collect(),
+        Value::Object(_) => Ok(vec![object(v, at)?.to_string()]),
+        other => fail(at, format!("expected objects, found {}", kind_of(other))),
+    }
+}
+
+/// A Kubernetes object: a mapping with apiVersion, kind and metadata.name.
+pub(super) fn object(v: &Value, at: &str) -> R<Value> {
+    map(v, at)?;
+    for (ptr, field) in [
+        ("/apiVersion", "apiVersion"),
+        ("/kind", "kind"),
+        ("/metadata/name", "metadata.name"),
+    ] {
+        if !v.pointer(ptr).is_some_and(Value::is_string) {
+            return fail(at, format!("an object needs `{field}`"));
+        }
+    }
+    Ok(v.clone())
+}
+
+pub(super) fn object_ref(v: &Value, at: &str) -> R<ObjectRef> {
+    let m = map(v, at)?;
+    only(m, at, &["apiVersion", "kind", "namespace", "name"])?;
+    let get = |f: &str| -> R<String> {
+        match m.get(f) {
+            Some(v) => string(v, &join(at, f)),
+            None => fail(at, format!("missing `{f}`")),
+        }
+    };
+    Ok(ObjectRef {
+        api_version: get("apiVersion")?,
+        kind: get("kind")?,
+        namespace: match m.get("namespace") {
+            Some(v) => Some(string(v, &join(at, "namespace"))?),
+            None => None,
+        },
+        name: get("name")?,
+    })
+}
+
+fn step(v: &Value, at: &str) -> R<Step> {
+    let m = map(v, at)?;
+    let mut allowed: Vec<&str> = ACTIONS.to_vec();
+    allowed.extend(["expect", "note"]);
+    only(m, at, &allowed)?;
+    let present: Vec<&str> = ACTIONS
+        .iter()
+        .copied()
+        .filter(|a| m.contains_key(*a))
+        .collect();
+    if present.len() > 1 {
+        return fail(
+            at,
+            format!("one action per step, found {}", present.join(" and ")),
+        );
+    }
+    let action = match present.first().copied() {
+        None if m.contains_key("expect") => Action::Check,
+        None => {
+            return fail(
+                at,
+                format!(
+                    "a step needs an action ({}) or `expect`",
+                    ACTIONS.join(", ")
+                ),
+            )
+        }
+        Some(a) => {
+            let val = &m[a];
+            let here = join(at, a);
+            match a {
+                "seed" => Action::Seed(objects_text(val, &here)?.join("\n---\n")),
+                "add" => Action::Add(object(val, &here)?),
+                "update" => Action::Update(object(val, &here)?),
+                "updateStatus" => Action::UpdateStatus(object(val, &here)?),
+                "delete" => Action::Delete(object_ref(val, &here)?),
+                "deleteMissed" => Action::DeleteMissed(object_ref(val, &here)?),
+                "deliver" => match val.as_str() {
+                    Some("pending") => Action::Deliver,
+                    Some("initialList") => Action::InitialList,
+                    Some("resync") => Action::Resync,
+                    _ => return fail(&here, "expected `pending`, `initialList` or `resync`"),
+                },
+                "reconcile" => Action::Reconcile(string(val, &here)?),
+                "runQueue" => match val {
+                    Value::Bool(true) => Action::RunQueue,
+                    _ => return fail(&here, "expected `true`"),
+                },
+                _ => Action::Advance(duration(val, &here)?),
+            }
+        }
+    };
+    let expect = match m.get("expect") {
+        Some(e) => expect(e, &join(at, "expect"), &action)?,
+        None => Expect::default(),
+    };
+    Ok(Step { action, expect })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::{EnqueueExpect, OutcomeExpect, ResultExpect};
+    use crate::LogLevel;
+
+    fn p(text: &str) -> Result<Scenario, ScenarioError> {
+        parse(Path::new("s.yaml"), text)
+    }
+
+    fn err(text: &str) -> String {
+        p(text).expect_err("must be refused").to_string()
+    }
+
+    #[test]
+    fn a_full_scenario_parses_into_typed_steps() {
+        let s = p(r#"
+name: n
+start: 2024-02-03T04:05:06Z
+limits: {handlerDeadline: 500ms, reconcileDeadline: 2s}
+given:
+  - {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: x}}
+steps:
+  - add: {apiVersion: v1, kind: ConfigMap, metadata: {name: b, namespace: x}}
+    expect:
+      enqueued: [x/b, {key: x/c, after: 1m}]
+      logs: ["hello", {contains: bad, level: error, source: host}]
+      handlerFailure: true
+  - reconcile: x/b
+    expect:
+      outcome: requeue-after 1m30s
+      writes: [{verb: patch, result: 409, object: {data: {}}}, {result: NotFound}, {result: ok}]
+  - runQueue: true
+    expect: {reconciled: [x/b]}
+  - advance: 90
+  - delete: {apiVersion: v1, kind: ConfigMap, namespace: x, name: b}
+  - expect:
+      waiting: [{key: x/b, in: 2s}]
+      absent: [{apiVersion: v1, kind: ConfigMap, name: c}]
+"#)
+        .expect("parses");
+        assert_eq!(s.name, "n");
+        assert_eq!(
+            s.start,
+            Some(UNIX_EPOCH + Duration::from_secs(1_706_933_106))
+        );
+        assert_eq!(s.handler_deadline, Some(Duration::from_millis(500)));
+        assert_eq!(s.given.len(), 1);
+        assert_eq!(s.steps.len(), 6);
+        let e = &s.steps[0].expect;
+        assert_eq!(
+            e.enqueued.as_ref().expect("enqueued")[1],
+            EnqueueExpect {
+                key: "x/c".into(),
+                after: Some(Duration::from_secs(60))
+            }
+        );
+        assert_eq!(
+            e.logs.as_ref().expect("logs")[1].level,
+            Some(LogLevel::Error)
+        );
+        assert_eq!(e.handler_failure, Some(None));
+        let r = &s.steps[1].expect;
+        assert_eq!(
+            r.outcome,
+            Some(OutcomeExpect::RequeueAfter(Duration::from_secs(90)))
+        );
+        let w = r.writes.as_ref().expect("writes");
+        assert_eq!(w[0].result, Some(ResultExpect::Code(409)));
+        assert_eq!(w[1].result, Some(ResultExpect::Reason("NotFound".into())));
+        assert_eq!(w[2].result, Some(ResultExpect::Ok));
+        assert!(matches!(s.steps[3].action, Action::Advance(d) if d == Duration::from_millis(90)));
+        assert!(matches!(s.steps[5].action, Action::Check));
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_field() {
+        assert_eq!(err("name: x\n"), "s.yaml: missing `steps`");
+        assert_eq!(err("steps: []\n"), "s.yaml: steps: no steps");
+        assert_eq!(
+            err("steps:\n  - reconcile: a\n    advance: 1s\n"),
+            "s.yaml: steps[0]: one action per step, found reconcile and advance"
+        );
+        assert_eq!(
+            err("steps:\n  - add: {kind: ConfigMap}\n"),
+            "s.yaml: steps[0].add: an object needs `apiVersion`"
+        );
+        assert_eq!(
+            err("steps:\n  - advance: 1s\n    expect: {outcome: done}\n"),
+            "s.yaml: steps[0].expect.outcome: only a `reconcile` step has an outcome (use `reconciled` for runQueue)"
+        );
+        assert_eq!(
+            err("steps:\n  - reconcile: a\n    expect: {logs: [{level: loud}]}\n"),
+            "s.yaml: steps[0].expect.logs[0].level: unknown level \"loud\" (trace, debug, info, warn, error)"
+        );
+        assert_eq!(
+            err("steps:\n  - reconcile: a\n    expect: {waiting: [{key: a}]}\n"),
+            "s.yaml: steps[0].expect.waiting[0].in: expected a duration, found nothing"
+        );
+        assert!(err("start: yesterday\nsteps: [{runQueue: true}]\n")
+            .starts_with("s.yaml: start: invalid time \"yesterday\""));
+        assert!(err(": :\n").starts_with("s.yaml: not valid YAML"));
+    }
+}

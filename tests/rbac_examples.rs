@@ -1,0 +1,361 @@
+//! Every example, and the README's greeter, works with exactly the RBAC that `host rbac` prints
+//! for it, on an emulator that enforces RBAC as kube-apiserver does: the host binary runs with a
+//! ServiceAccount token bound to the printed roles and nothing else, and the example's scenario
+//! is driven over HTTP. Then each printed rule is taken away in turn and the host's log must name
+//! the 403 it causes (an informer that cannot list, a write that is refused), and for the
+//! examples that create objects by server-side apply, taking away only `create` must fail the
+//! apply with the API server's empty-reason refusal (`configmaps "x" is forbidden: `).
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use kwh_emulator::EmulatorHandle;
+use serde_json::{json, Value};
+use support::cluster::eventually;
+use support::process::HostProcess;
+use support::rbac::{is_forbidden_line, RbacCluster, Rule};
+
+/// Bound for any single expected change (the first run of a test compiles its component).
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Runs `plugin` with exactly the printed RBAC, drives the scenario (`drive(em, 0)`) and waits
+/// for `done(em, 0)`; no line of the host's log may mention a 403.
+async fn works_with_the_printed_rbac(
+    c: &RbacCluster,
+    plugin: &Path,
+    drive: &dyn Fn(&EmulatorHandle, usize),
+    done: &dyn Fn(&EmulatorHandle, usize) -> bool,
+) {
+    let mut host = c.host(plugin);
+    host.line("caches synced; reconcile workers started").await;
+    drive(&c.em, 0);
+    assert!(
+        eventually(WAIT, || done(&c.em, 0)).await,
+        "the scenario completes with the printed RBAC: {}",
+        host.log()
+    );
+    stop(&mut host).await;
+    // "Forbidden", not "403": a log line's timestamp may well contain 403.
+    assert!(
+        !host.seen.iter().any(|l| l.text.contains("Forbidden")),
+        "no refusal with the printed RBAC: {}",
+        host.log()
+    );
+}
+
+async fn stop(host: &mut HostProcess) {
+    host.sigterm();
+    let status = host.exit(WAIT).await;
+    assert!(status.success(), "{}", host.log());
+}
+
+/// Takes each printed rule away in turn (run `i` drives `drive(em, i)`), and sees the 403 it
+/// causes named in the host's log; the full rules are restored afterwards.
+async fn every_rule_is_needed(
+    c: &RbacCluster,
+    plugin: &Path,
+    drive: &dyn Fn(&EmulatorHandle, usize),
+) {
+    let rules = c.rules();
+    assert!(!rules.is_empty(), "{:?}", c.docs);
+    for (i, rule) in rules.iter().enumerate() {
+        c.grant(Some((rule, None)));
+        let mut host = c.host(plugin);
+        drive(&c.em, i + 1);
+        let line = host
+            .line_where(WAIT, |l| is_forbidden_line(&l.text, &rule.resource))
+            .await;
+        let Some(line) = line else {
+            panic!(
+                "without the rule on {} the log names its 403: {}",
+                rule.resource,
+                host.log()
+            )
+        };
+        eprintln!("without {}: {line}", rule.resource);
+        stop(&mut host).await;
+    }
+    c.grant(None);
+}
+
+/// Takes only `create` away from the rule on `resource`; the apply of `name` that would create
+/// the object is refused with the API server's empty-reason 403, named in the log.
+async fn create_is_needed_for_apply(
+    c: &RbacCluster,
+    plugin: &Path,
+    resource: &str,
+    name: &str,
+    drive: &dyn Fn(&EmulatorHandle, usize),
+    run: usize,
+) {
+    let rules = c.rules();
+    let rule: &Rule = rules
+        .iter()
+        .find(|r| r.resource == resource)
+        .unwrap_or_else(|| panic!("a rule on {resource}: {rules:?}"));
+    assert!(
+        rule.verbs.iter().any(|v| v == "create") && rule.verbs.iter().any(|v| v == "patch"),
+        "{rule:?}"
+    );
+    c.grant(Some((rule, Some("create"))));
+    let mut host = c.host(plugin);
+    drive(&c.em, run);
+    // The API server gives no reason after "is forbidden: ": the message ends there (or the
+    // guest's list of failures goes on after a "; ").
+    let refused = format!("403 Forbidden: {resource} \"{name}\" is forbidden:");
+    let line = host
+        .line_where(WAIT, |l| {
+            l.text.trim_end().ends_with(&refused) || l.text.contains(&format!("{refused} ;"))
+        })
+        .await;
+    let Some(line) = line else {
+        panic!("an apply that creates needs create: {}", host.log())
+    };
+    eprintln!("without create on {resource}: {line}");
+    stop(&mut host).await;
+    c.grant(None);
+}
+
+// ----- the README's greeter -----
+
+fn greeter_drive(em: &EmulatorHandle, i: usize) {
+    em.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": format!("team-{i}"), "namespace": "default",
+            "labels": {"greet": "yes"}}}))
+        .expect("configmap");
+}
+
+fn greeter_done(em: &EmulatorHandle, i: usize) -> bool {
+    em.get(
+        "v1",
+        "ConfigMap",
+        Some("default"),
+        &format!("team-{i}-greeting"),
+    )
+    .is_some_and(|g| g["data"]["message"] == format!("hello, team-{i}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_greeter_works_with_exactly_the_printed_rbac() {
+    let plugin = support::guests::guest("greeter");
+    let c = RbacCluster::new(&[], &[plugin.as_os_str()]).await;
+    works_with_the_printed_rbac(&c, &plugin, &greeter_drive, &greeter_done).await;
+    every_rule_is_needed(&c, &plugin, &greeter_drive).await;
+    let run = 100;
+    create_is_needed_for_apply(
+        &c,
+        &plugin,
+        "configmaps",
+        &format!("team-{run}-greeting"),
+        &greeter_drive,
+        run,
+    )
+    .await;
+    c.shutdown().await;
+}
+
+// ----- config-reloader -----
+
+fn reloader_seed() -> Vec<Value> {
+    vec![
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "app-config", "namespace": "default"},
+            "data": {"level": "info"}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": "app-secret", "namespace": "default"},
+            "data": {"password": "czNjcjN0"}}),
+    ]
+}
+
+fn reloader_drive(em: &EmulatorHandle, i: usize) {
+    let name = format!("web-{i}");
+    em.create(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default",
+            "annotations": {"config-reloader/enabled": "true"}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "volumes": [{"name": "config", "configMap": {"name": "app-config"}}],
+                    "containers": [{"name": "app", "image": "example.com/app:1",
+                        "env": [{"name": "PASSWORD", "valueFrom":
+                            {"secretKeyRef": {"name": "app-secret", "key": "password"}}}]}]
+                }
+            }
+        }
+    }))
+    .expect("deployment");
+}
+
+fn reloader_done(em: &EmulatorHandle, i: usize) -> bool {
+    em.get(
+        "apps/v1",
+        "Deployment",
+        Some("default"),
+        &format!("web-{i}"),
+    )
+    .is_some_and(|d| d["metadata"]["annotations"]["config-reloader/observed-hash"].is_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_config_reloader_works_with_exactly_the_printed_rbac() {
+    let plugin = support::guests::example("config-reloader");
+    let c = RbacCluster::new(&reloader_seed(), &[plugin.as_os_str()]).await;
+    works_with_the_printed_rbac(&c, &plugin, &reloader_drive, &reloader_done).await;
+    every_rule_is_needed(&c, &plugin, &reloader_drive).await;
+    c.shutdown().await;
+}
+
+// ----- janitor -----
+
+fn janitor_drive(em: &EmulatorHandle, i: usize) {
+    em.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": format!("expired-{i}"), "namespace": "default",
+            "annotations": {"janitor/ttl": "0s"}}}))
+        .expect("configmap");
+}
+
+fn janitor_done(em: &EmulatorHandle, i: usize) -> bool {
+    em.get("v1", "ConfigMap", Some("default"), &format!("expired-{i}"))
+        .is_none()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_janitor_works_with_exactly_the_printed_rbac() {
+    let plugin = support::guests::example("janitor");
+    let c = RbacCluster::new(&[], &[plugin.as_os_str()]).await;
+    works_with_the_printed_rbac(&c, &plugin, &janitor_drive, &janitor_done).await;
+    every_rule_is_needed(&c, &plugin, &janitor_drive).await;
+    c.shutdown().await;
+}
+
+// ----- namespace-defaults -----
+
+fn example_file(example: &str, name: &str) -> String {
+    let path = format!(
+        "{}/../examples/{example}/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"))
+}
+
+fn yaml_docs(text: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+fn defaults_drive(em: &EmulatorHandle, i: usize) {
+    em.create(json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": format!("team-n{i}"), "labels": {"team": format!("n{i}")}}}))
+        .expect("namespace");
+}
+
+fn defaults_done(em: &EmulatorHandle, i: usize) -> bool {
+    let ns = format!("team-n{i}");
+    em.get("v1", "ConfigMap", Some(&ns), "team-settings")
+        .is_some()
+        && em
+            .get("v1", "ResourceQuota", Some(&ns), "team-quota")
+            .is_some()
+        && em
+            .get(
+                "defaults.kube-wasm.dev/v1alpha1",
+                "NamespaceDefaults",
+                None,
+                "team-defaults",
+            )
+            .and_then(|o| o["status"]["conditions"].as_array().cloned())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_defaults_works_with_exactly_the_printed_rbac() {
+    let plugin = support::guests::example("namespace-defaults");
+    let crd = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/namespace-defaults/crd.yaml");
+    let mut seed = yaml_docs(&example_file("namespace-defaults", "crd.yaml"));
+    seed.extend(yaml_docs(&example_file(
+        "namespace-defaults",
+        "example.yaml",
+    )));
+    let c = RbacCluster::new(
+        &seed,
+        &[
+            std::ffi::OsStr::new("--crd"),
+            crd.as_os_str(),
+            plugin.as_os_str(),
+        ],
+    )
+    .await;
+    works_with_the_printed_rbac(&c, &plugin, &defaults_drive, &defaults_done).await;
+    every_rule_is_needed(&c, &plugin, &defaults_drive).await;
+    // Both objects it manages are created by apply: each needs create.
+    create_is_needed_for_apply(
+        &c,
+        &plugin,
+        "configmaps",
+        "team-settings",
+        &defaults_drive,
+        100,
+    )
+    .await;
+    create_is_needed_for_apply(
+        &c,
+        &plugin,
+        "resourcequotas",
+        "team-quota",
+        &defaults_drive,
+        101,
+    )
+    .await;
+    c.shutdown().await;
+}
+
+// ----- secret-replicator-py -----
+
+const TARGETS: &str = "replicator.kube/replicate-to";
+
+fn replicator_drive(em: &EmulatorHandle, i: usize) {
+    let ns = format!("target-{i}");
+    em.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
+        .expect("namespace");
+    em.create(
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": format!("creds-{i}"), "namespace": "default",
+            "annotations": {TARGETS: ns}},
+        "data": {"password": "czNjcmV0"}}),
+    )
+    .expect("secret");
+}
+
+fn replicator_done(em: &EmulatorHandle, i: usize) -> bool {
+    em.get(
+        "v1",
+        "Secret",
+        Some(&format!("target-{i}")),
+        &format!("creds-{i}"),
+    )
+    .is_some_and(|s| s["data"]["password"] == "czNjcmV0")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_secret_replicator_works_with_exactly_the_printed_rbac() {
+    let plugin =
+        tokio::task::spawn_blocking(|| support::guests::python_example("secret-replicator-py"))
+            .await
+            .expect("the build does not panic");
+    let c = RbacCluster::new(&[], &[plugin.as_os_str()]).await;
+    works_with_the_printed_rbac(&c, &plugin, &replicator_drive, &replicator_done).await;
+    every_rule_is_needed(&c, &plugin, &replicator_drive).await;
+    create_is_needed_for_apply(&c, &plugin, "secrets", "creds-100", &replicator_drive, 100).await;
+    c.shutdown().await;
+}

@@ -1,0 +1,136 @@
+//! The emulator side of end-to-end plugin tests: an emulator, a client for it, polling with a
+//! deadline, and a bare HTTP GET for the ops endpoint.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kwh_client::config::KubeconfigOptions;
+use kwh_client::{Client, Config};
+use kwh_emulator::{Emulator, EmulatorHandle};
+use kwh_plugin::{Limits, PluginRuntime, RuntimeOptions};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+pub async fn emulator() -> EmulatorHandle {
+    Emulator::builder().start().await.expect("emulator starts")
+}
+
+pub fn client(em: &EmulatorHandle) -> Client {
+    let cfg = Config::from_kubeconfig_str(
+        &em.kubeconfig(),
+        &std::env::temp_dir(),
+        &KubeconfigOptions::default(),
+    )
+    .expect("kubeconfig");
+    Client::new(cfg).expect("client")
+}
+
+/// A runtime on `em` with the given options (limits and fail-fast are the common knobs).
+pub fn runtime_with(em: &EmulatorHandle, opts: RuntimeOptions) -> PluginRuntime {
+    PluginRuntime::new(super::engine(), client(em), opts)
+}
+
+pub fn runtime(em: &EmulatorHandle, limits: Limits, fail_fast: bool) -> PluginRuntime {
+    runtime_with(
+        em,
+        RuntimeOptions {
+            limits,
+            fail_fast,
+            ..RuntimeOptions::default()
+        },
+    )
+}
+
+/// Starts the named test guests on `rt` and waits until its informers have synced.
+pub async fn start(rt: &mut PluginRuntime, names: &[&str]) {
+    let paths: Vec<PathBuf> = names.iter().map(|n| super::guests::guest(n)).collect();
+    start_paths(rt, &paths).await;
+}
+
+/// A runtime on `em` that stops at the first plugin failing to load, running the components at
+/// `paths` with their informers synced (what the examples' end-to-end tests start from).
+pub async fn running(em: &EmulatorHandle, paths: &[PathBuf]) -> PluginRuntime {
+    let mut rt = runtime_with(
+        em,
+        RuntimeOptions {
+            fail_fast: true,
+            ..RuntimeOptions::default()
+        },
+    );
+    start_paths(&mut rt, paths).await;
+    rt
+}
+
+/// Starts the components at `paths` on `rt` (the first run compiles them, hence the long bound)
+/// and waits until its informers have synced.
+pub async fn start_paths(rt: &mut PluginRuntime, paths: &[PathBuf]) {
+    let failed = tokio::time::timeout(Duration::from_secs(120), rt.start_all(paths))
+        .await
+        .expect("in time")
+        .expect("not fail-fast");
+    assert!(failed.is_empty(), "{failed:?}");
+    assert!(
+        eventually(Duration::from_secs(20), || rt.is_ready()).await,
+        "informers sync"
+    );
+}
+
+/// Polls `cond` every 10 ms until it holds; false if `within` passes first.
+pub async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    tokio::time::timeout(within, async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
+pub fn cm(name: &str, data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default"}, "data": data})
+}
+
+pub fn get_cm(em: &EmulatorHandle, name: &str) -> Option<Value> {
+    em.get("v1", "ConfigMap", Some("default"), name)
+}
+
+/// A minimal HTTP/1.1 GET over loopback: status code and body.
+pub async fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.expect("read");
+    let code = buf
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (code, body)
+}
+
+/// GETs `path` every 20 ms until `pred(code, body)` holds, within `within`; the last answer,
+/// or `None` when the time passed first.
+pub async fn get_until(
+    addr: &str,
+    path: &str,
+    within: Duration,
+    mut pred: impl FnMut(u16, &str) -> bool,
+) -> Option<(u16, String)> {
+    tokio::time::timeout(within, async {
+        loop {
+            let (code, body) = http_get(addr, path).await;
+            if pred(code, &body) {
+                return (code, body);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .ok()
+}

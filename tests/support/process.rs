@@ -1,0 +1,181 @@
+//! The `host` binary as a child process: its stdout and stderr read line by line as they come,
+//! waits for a line with a deadline, SIGTERM, the exit status, and a client for the emulator it
+//! started with `--emulator`.
+
+use std::ffi::OsStr;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use kwh_client::config::KubeconfigOptions;
+use kwh_client::{Client, Config};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::Child;
+use tokio::sync::mpsc;
+
+/// How long a line may take by default: the first start of a test process compiles the plugins.
+pub const WAIT: Duration = Duration::from_secs(120);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+#[derive(Debug, Clone)]
+pub struct Line {
+    pub stream: Stream,
+    pub text: String,
+}
+
+pub struct HostProcess {
+    child: Child,
+    lines: mpsc::UnboundedReceiver<Line>,
+    /// Every line read so far, in arrival order per stream.
+    pub seen: Vec<Line>,
+}
+
+fn forward(
+    r: impl AsyncRead + Unpin + Send + 'static,
+    stream: Stream,
+    tx: mpsc::UnboundedSender<Line>,
+) {
+    tokio::spawn(async move {
+        let mut r = BufReader::new(r).lines();
+        while let Ok(Some(text)) = r.next_line().await {
+            if tx.send(Line { stream, text }).is_err() {
+                break;
+            }
+        }
+    });
+}
+
+impl HostProcess {
+    /// Starts the binary with `args` and `RUST_LOG=rust_log`, the tests' shared compile cache,
+    /// no colours and no KUBECONFIG from the test's environment.
+    pub fn spawn<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>, rust_log: &str) -> Self {
+        let mut child = tokio::process::Command::new(super::host_bin())
+            .args(args)
+            .env(
+                "XDG_CACHE_HOME",
+                std::env::temp_dir().join("kube-wasm-host-test-cache"),
+            )
+            .env("RUST_LOG", rust_log)
+            .env("NO_COLOR", "1")
+            .env_remove("KUBECONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn host");
+        let (tx, lines) = mpsc::unbounded_channel();
+        forward(
+            child.stdout.take().expect("stdout"),
+            Stream::Stdout,
+            tx.clone(),
+        );
+        forward(child.stderr.take().expect("stderr"), Stream::Stderr, tx);
+        HostProcess {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The first line (on either stream) for which `pred` holds, among those already seen or
+    /// arriving within `within`; `None` if the time passes or the process closes both streams
+    /// first. Lines already seen count because output comes as it comes: a plugin may well log
+    /// before the host says it is running.
+    pub async fn line_where(
+        &mut self,
+        within: Duration,
+        mut pred: impl FnMut(&Line) -> bool,
+    ) -> Option<String> {
+        if let Some(l) = self.seen.iter().find(|l| pred(l)) {
+            return Some(l.text.clone());
+        }
+        tokio::time::timeout(within, async {
+            while let Some(l) = self.lines.recv().await {
+                self.seen.push(l.clone());
+                if pred(&l) {
+                    return Some(l.text);
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
+    /// The first line containing `text` (see [`line_where`](Self::line_where)), within [`WAIT`];
+    /// panics with everything seen otherwise.
+    pub async fn line(&mut self, text: &str) -> String {
+        match self.line_where(WAIT, |l| l.text.contains(text)).await {
+            Some(l) => l,
+            None => panic!("no line containing {text:?}; saw:\n{}", self.log()),
+        }
+    }
+
+    /// Every line seen so far, one per line, stderr ones marked.
+    pub fn log(&self) -> String {
+        self.seen
+            .iter()
+            .map(|l| match l.stream {
+                Stream::Stdout => format!("out| {}", l.text),
+                Stream::Stderr => format!("err| {}", l.text),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Whether a line seen so far contains `text`.
+    pub fn saw(&self, text: &str) -> bool {
+        self.seen.iter().any(|l| l.text.contains(text))
+    }
+
+    pub fn sigterm(&self) {
+        let pid = self.child.id().expect("running").to_string();
+        let ok = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill");
+        assert!(ok.success());
+    }
+
+    /// Waits for the exit, then collects the remaining output.
+    pub async fn exit(&mut self, within: Duration) -> ExitStatus {
+        let status = match tokio::time::timeout(within, self.child.wait()).await {
+            Ok(s) => s.expect("wait"),
+            Err(_) => panic!("no exit within {within:?}; saw:\n{}", self.log()),
+        };
+        while let Ok(Some(l)) = tokio::time::timeout(WAIT, self.lines.recv()).await {
+            self.seen.push(l);
+        }
+        status
+    }
+
+    /// After `--emulator` (text logs): the emulator's base URL and the kubeconfig written for it.
+    pub async fn emulator(&mut self) -> (String, PathBuf) {
+        let url = self.line("emulator listening on ").await;
+        let url = url
+            .split_once("emulator listening on ")
+            .map(|(_, u)| u.to_string())
+            .expect("url");
+        let kubeconfig = self.line("kubeconfig: ").await;
+        let kubeconfig = kubeconfig
+            .split_once("kubeconfig: ")
+            .map(|(_, p)| PathBuf::from(p))
+            .expect("path");
+        (url, kubeconfig)
+    }
+}
+
+/// A client for the cluster of the kubeconfig at `path`.
+pub fn client(kubeconfig: &std::path::Path) -> Client {
+    let cfg =
+        Config::from_kubeconfig_paths(&[kubeconfig.to_path_buf()], &KubeconfigOptions::default())
+            .expect("kubeconfig");
+    Client::new(cfg).expect("client")
+}

@@ -1,0 +1,60 @@
+//! Runs a guest's scenario files through the real `host test` binary, as a guest author would.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::guests::example;
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs every `examples/<name>/scenarios/*.yaml` with `host test --plugin <name>.wasm` and
+/// asserts that the process succeeds and its summary line says every scenario passed.
+pub async fn assert_example_scenarios_pass(name: &str) {
+    let dir = super::guests::repo_root()
+        .join("examples")
+        .join(name)
+        .join("scenarios");
+    assert_scenarios_pass(&example(name), &dir, None).await;
+}
+
+/// Runs every `*.yaml` in `dir` with `host test --plugin <plugin>` and asserts that the process
+/// succeeds and its summary line says every scenario passed. `cache_dir` is the compile cache to
+/// use (one already holding a large component spares a cold compile); else a shared one under
+/// the temp dir.
+pub async fn assert_scenarios_pass(plugin: &Path, dir: &Path, cache_dir: Option<&Path>) {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("scenarios dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no scenario files in {}", dir.display());
+    let mut cmd = tokio::process::Command::new(super::host_bin());
+    cmd.arg("test").arg("--plugin").arg(plugin);
+    if let Some(cache) = cache_dir {
+        cmd.arg("--cache-dir").arg(cache);
+    }
+    cmd.args(&files)
+        .env(
+            "XDG_CACHE_HOME",
+            std::env::temp_dir().join("kube-wasm-host-test-cache"),
+        )
+        .env_remove("RUST_LOG")
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(TIMEOUT, cmd.output())
+        .await
+        .expect("host test finishes")
+        .expect("host runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let n = files.len();
+    let plural = if n == 1 { "" } else { "s" };
+    assert!(
+        stdout.ends_with(&format!("{n} scenario{plural}: {n} passed, 0 failed\n")),
+        "{stdout}"
+    );
+}
