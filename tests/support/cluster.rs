@@ -97,6 +97,12 @@ pub fn get_cm(em: &EmulatorHandle, name: &str) -> Option<Value> {
 
 /// A minimal HTTP/1.1 GET over loopback: status code and body.
 pub async fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let (code, _, body) = http_get_with_head(addr, path).await;
+    (code, body)
+}
+
+/// [`http_get`] that also returns the response head (status line and headers, as received).
+pub async fn http_get_with_head(addr: &str, path: &str) -> (u16, String, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.expect("write");
@@ -107,11 +113,8 @@ pub async fn http_get(addr: &str, path: &str) -> (u16, String) {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = buf
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_string();
-    (code, body)
+    let (head, body) = buf.split_once("\r\n\r\n").unwrap_or((buf.as_str(), ""));
+    (code, head.to_string(), body.to_string())
 }
 
 /// GETs `path` every 20 ms until `pred(code, body)` holds, within `within`; the last answer,

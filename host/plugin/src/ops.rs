@@ -1,4 +1,4 @@
-//! The operations endpoint: `/metrics` (Prometheus text), `/healthz`, `/readyz` (naming what
+//! The operations endpoint: `/metrics` (OpenMetrics text), `/healthz`, `/readyz` (naming what
 //! keeps it unready) and `/statusz` (each plugin's state as JSON).
 //!
 //! Plain HTTP/1.1 on a separate listener, so scraping never competes with anything else; the
@@ -17,6 +17,10 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use super::runtime::RuntimeStatus;
+
+/// The OpenMetrics 1.0 text format that `prometheus-client` encodes; Prometheus asks for it
+/// first in its `Accept` header.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Serves the endpoints on `addr` until the returned task is aborted. Returns the bound
 /// address (useful when `addr` has port 0).
@@ -72,11 +76,17 @@ fn handle(status: &RuntimeStatus, req: &Request<Incoming>) -> Response<Full<Byte
         );
     }
     match req.uri().path() {
-        "/metrics" => text(
-            StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
-            status.render_metrics(),
-        ),
+        "/metrics" => match status.render_metrics() {
+            Ok(body) => text(StatusCode::OK, OPENMETRICS, body),
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics scrape failed");
+                text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    format!("{e}\n"),
+                )
+            }
+        },
         "/healthz" | "/livez" => text(StatusCode::OK, "text/plain", "ok\n".into()),
         "/readyz" => {
             let (ready, body) = status.readiness();

@@ -15,6 +15,7 @@ use super::cache_sync::CacheSync;
 use super::health::Health;
 use super::instance::{GuestError, Outcome, PluginInstance};
 use super::loader::Plugin;
+use kwh_informer::workqueue::metrics::HistogramSnapshot;
 use kwh_informer::workqueue::RateLimitingQueue;
 
 /// Upper bounds (seconds) of the reconcile duration histogram: controller-runtime's buckets, so
@@ -22,6 +23,9 @@ use kwh_informer::workqueue::RateLimitingQueue;
 pub const RECONCILE_BUCKETS: [f64; 11] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
+
+/// Buckets of the reconcile duration histogram: one per bound, then `+Inf`.
+pub const RECONCILE_SLOTS: usize = RECONCILE_BUCKETS.len() + 1;
 
 /// Reconcile counters of one plugin.
 #[derive(Debug, Default)]
@@ -32,7 +36,7 @@ pub struct ReconcileStats {
     pub errors: AtomicU64,
     /// Calls that asked to be requeued after a delay.
     pub requeue_after: AtomicU64,
-    buckets: [AtomicU64; RECONCILE_BUCKETS.len() + 1],
+    buckets: [AtomicU64; RECONCILE_SLOTS],
     sum_nanos: AtomicU64,
 }
 
@@ -48,19 +52,10 @@ impl ReconcileStats {
             .fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
     }
 
-    /// Cumulative bucket counts (one per bound, then +Inf) and the sum in seconds.
-    pub fn histogram(&self) -> (Vec<u64>, f64) {
-        let mut acc = 0;
-        let cumulative = self
-            .buckets
-            .iter()
-            .map(|b| {
-                acc += b.load(Ordering::Relaxed);
-                acc
-            })
-            .collect();
+    /// The reconcile-duration histogram as of now, for the metrics endpoint to encode.
+    pub fn histogram(&self) -> HistogramSnapshot<RECONCILE_SLOTS> {
         let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        (cumulative, sum)
+        HistogramSnapshot::read(&RECONCILE_BUCKETS, &self.buckets, sum)
     }
 }
 
@@ -192,17 +187,22 @@ mod tests {
     }
 
     #[test]
-    fn histogram_is_cumulative() {
+    fn histogram_counts_each_duration_in_the_first_bucket_that_holds_it() {
         let s = ReconcileStats::default();
         s.observe(Duration::from_millis(1));
         s.observe(Duration::from_millis(30));
         s.observe(Duration::from_secs(60));
-        let (b, sum) = s.histogram();
+        let h = s.histogram();
+        let b = h.buckets();
         assert_eq!(b.len(), RECONCILE_BUCKETS.len() + 1);
-        assert_eq!(b[0], 1);
-        assert_eq!(b[3], 2, "<= 50ms");
-        assert_eq!(b[RECONCILE_BUCKETS.len() - 1], 2);
-        assert_eq!(b[RECONCILE_BUCKETS.len()], 3);
-        assert!((sum - 60.031).abs() < 1e-6, "{sum}");
+        assert_eq!(b[0], (0.005, 1));
+        assert_eq!(b[3], (0.05, 1), "30ms: <= 50ms");
+        assert_eq!(
+            b[RECONCILE_BUCKETS.len()],
+            (f64::INFINITY, 1),
+            "60s: only +Inf"
+        );
+        assert_eq!(h.count(), 3);
+        assert!((h.sum() - 60.031).abs() < 1e-6, "{}", h.sum());
     }
 }

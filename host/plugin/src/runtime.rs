@@ -31,7 +31,7 @@ use super::loader::{LoadError, LoadedPlugin, Plugin};
 use super::rbac::namespace_scope;
 use super::reconcile::{spawn_workers, ReconcileStats};
 pub use super::status::RuntimeStatus;
-use super::status::{RunningStatus, Slot, Slots, WaitingStatus, WatchStatus};
+use super::status::{metrics_registry, RunningStatus, Slot, Slots, WaitingStatus, WatchStatus};
 use super::watch_counters::{CounterMap, CountingLw};
 use kwh_client::{ApiResource, Client, Discovery, ResourceClient};
 use kwh_informer::backoff::Backoff;
@@ -193,6 +193,8 @@ struct Wiring {
     discovery: Arc<Discovery>,
     factory: SharedInformerFactory<CountingLw>,
     registry: Registry,
+    /// What `/metrics` encodes: the queues of `registry` and the plugins of `slots`.
+    metrics: Arc<prometheus_client::registry::Registry>,
     lw_counters: CounterMap,
     opts: RuntimeOptions,
     slots: Slots,
@@ -210,6 +212,9 @@ pub struct PluginRuntime {
 impl PluginRuntime {
     /// A runtime with no plugins yet. Must be called inside a tokio runtime.
     pub fn new(engine: PluginEngine, client: Client, opts: RuntimeOptions) -> Self {
+        let registry = Registry::new();
+        let lw_counters = CounterMap::default();
+        let slots = Slots::default();
         PluginRuntime {
             engine,
             wiring: Arc::new(Wiring {
@@ -228,10 +233,11 @@ impl PluginRuntime {
                     handler_panics: PanicPolicy::Skip,
                     ..InformerOptions::default()
                 }),
-                registry: Registry::new(),
-                lw_counters: CounterMap::default(),
+                metrics: metrics_registry(&registry, &slots, &lw_counters),
+                registry,
+                lw_counters,
                 opts,
-                slots: Slots::default(),
+                slots,
                 running: Mutex::new(Vec::new()),
             }),
             stop_waiting: watch::channel(false).0,
@@ -332,8 +338,7 @@ impl PluginRuntime {
     /// later.
     pub fn status(&self) -> RuntimeStatus {
         RuntimeStatus {
-            registry: self.wiring.registry.clone(),
-            lw_counters: self.wiring.lw_counters.clone(),
+            metrics: self.wiring.metrics.clone(),
             slots: self.wiring.slots.clone(),
         }
     }

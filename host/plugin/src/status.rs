@@ -5,21 +5,27 @@
 //! informer that has not synced and the last error it met (a 403 from missing RBAC, a refused
 //! connection), or the kind a plugin is still waiting for, not "not synced".
 
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use parking_lot::Mutex;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Unit;
 
 use super::cache_sync::CacheSync;
 use super::dispatch::Dispatcher;
 use super::health::{Health, HealthSnapshot, Phase};
 use super::loader::Plugin;
-use super::reconcile::{ReconcileStats, RECONCILE_BUCKETS};
+use super::reconcile::ReconcileStats;
 use super::watch_counters::{CounterMap, LwCounters};
 use kwh_informer::shared::HandlerRegistration;
+use kwh_informer::workqueue::metrics::encode_family;
 use kwh_informer::workqueue::Registry;
 
 /// One watch of a running plugin, as readiness reports it.
@@ -71,24 +77,14 @@ pub(crate) type Slots = Arc<Mutex<Vec<Slot>>>;
 /// What `/metrics` and `/readyz` read: shared handles, cloned out under a short lock.
 #[derive(Clone)]
 pub struct RuntimeStatus {
-    pub(crate) registry: Registry,
-    pub(crate) lw_counters: CounterMap,
+    /// Built once per runtime by [`metrics_registry`].
+    pub(crate) metrics: Arc<prometheus_client::registry::Registry>,
     pub(crate) slots: Slots,
 }
 
 impl RuntimeStatus {
     fn snapshot(&self) -> Vec<Slot> {
         self.slots.lock().clone()
-    }
-
-    fn running(&self) -> Vec<Arc<RunningStatus>> {
-        self.snapshot()
-            .into_iter()
-            .filter_map(|s| match s {
-                Slot::Running(r) => Some(r),
-                Slot::Waiting(_) => None,
-            })
-            .collect()
     }
 
     /// Ready when there is at least one plugin, every plugin has started, every handler has
@@ -209,97 +205,147 @@ impl RuntimeStatus {
         s
     }
 
-    /// The Prometheus text exposition: client-go workqueue metrics (one queue per plugin, named
-    /// after it), then reconcile and sandbox counters labelled by plugin.
-    pub fn render_metrics(&self) -> String {
-        let mut out = self.registry.render();
-        let plugins = self.running();
+    /// The OpenMetrics exposition served at `/metrics`: client-go's workqueue metrics (one queue
+    /// per plugin, named after it), then the runtime's own families labelled by plugin or by
+    /// informer.
+    pub fn render_metrics(&self) -> Result<String, ScrapeError> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.metrics)?;
+        Ok(out)
+    }
+}
+
+/// Why `/metrics` could not be produced.
+#[derive(Debug, thiserror::Error)]
+pub enum ScrapeError {
+    /// The encoder refused a value (prometheus-client reports no more than that).
+    #[error("cannot encode the metrics")]
+    Encode(#[from] fmt::Error),
+}
+
+/// The registry `/metrics` encodes: the workqueues' collector, then the runtime's own.
+pub(crate) fn metrics_registry(
+    queues: &Registry,
+    slots: &Slots,
+    lw_counters: &CounterMap,
+) -> Arc<prometheus_client::registry::Registry> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register_collector(Box::new(queues.clone()));
+    registry.register_collector(Box::new(PluginMetrics {
+        slots: slots.clone(),
+        lw_counters: lw_counters.clone(),
+    }));
+    Arc::new(registry)
+}
+
+/// The plugin runtime's own families, labelled by plugin (or by informer), read at scrape time
+/// from the same shared handles as readiness: the counters stay plain atomics on the runtime's
+/// paths, and a plugin that stops or starts is seen at the next scrape without registering.
+struct PluginMetrics {
+    slots: Slots,
+    lw_counters: CounterMap,
+}
+
+impl fmt::Debug for PluginMetrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PluginMetrics")
+            .field("plugins", &self.slots.lock().len())
+            .field("informers", &self.lw_counters.lock().len())
+            .finish()
+    }
+}
+
+fn plugin_label(name: &str) -> [(&'static str, &str); 1] {
+    [("plugin", name)]
+}
+
+impl Collector for PluginMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let slots = self.slots.lock().clone();
+        let running: Vec<&RunningStatus> = slots
+            .iter()
+            .filter_map(|s| match s {
+                Slot::Running(r) => Some(&**r),
+                Slot::Waiting(_) => None,
+            })
+            .collect();
         type Get = fn(&RunningStatus) -> u64;
+        // Counter families are named without `_total`: the OpenMetrics encoder appends it.
         let counters: [(&str, &str, Get); 11] = [
-            ("plugin_reconcile_total", "Reconcile calls.", |p| {
+            ("plugin_reconcile", "Reconcile calls.", |p| {
                 p.stats.total.load(Ordering::Relaxed)
             }),
             (
-                "plugin_reconcile_errors_total",
+                "plugin_reconcile_errors",
                 "Reconcile calls that failed (guest error or sandbox failure).",
                 |p| p.stats.errors.load(Ordering::Relaxed),
             ),
             (
-                "plugin_reconcile_requeue_after_total",
+                "plugin_reconcile_requeue_after",
                 "Reconcile calls that asked to be requeued after a delay.",
                 |p| p.stats.requeue_after.load(Ordering::Relaxed),
             ),
+            ("plugin_guest_traps", "Guest calls that trapped.", |p| {
+                p.plugin.stats().traps.load(Ordering::Relaxed)
+            }),
             (
-                "plugin_guest_traps_total",
-                "Guest calls that trapped.",
-                |p| p.plugin.stats().traps.load(Ordering::Relaxed),
-            ),
-            (
-                "plugin_guest_deadline_hits_total",
+                "plugin_guest_deadline_hits",
                 "Guest calls stopped at their deadline.",
                 |p| p.plugin.stats().deadline_hits.load(Ordering::Relaxed),
             ),
             (
-                "plugin_guest_memory_exhaustions_total",
+                "plugin_guest_memory_exhaustions",
                 "Guest calls stopped at the memory cap.",
                 |p| p.plugin.stats().memory_exhaustions.load(Ordering::Relaxed),
             ),
             (
-                "plugin_instantiations_total",
+                "plugin_instantiations",
                 "Guest instances created (first ones and replacements).",
                 |p| p.plugin.stats().instantiations.load(Ordering::Relaxed),
             ),
             (
-                "plugin_notifications_total",
+                "plugin_notifications",
                 "Informer notifications delivered to the guest's handlers.",
                 |p| p.dispatcher.delivered.load(Ordering::Relaxed),
             ),
             (
-                "plugin_notification_retries_total",
+                "plugin_notification_retries",
                 "Handler calls retried on a fresh instance after a sandbox failure.",
                 |p| p.dispatcher.retries.load(Ordering::Relaxed),
             ),
             (
-                "plugin_notifications_dropped_total",
+                "plugin_notifications_dropped",
                 "Notifications dropped after every handler attempt failed.",
                 |p| p.dispatcher.dropped.load(Ordering::Relaxed),
             ),
             (
-                "plugin_quarantines_total",
+                "plugin_quarantines",
                 "Times the plugin was quarantined (repeated instance failures, failed probation).",
                 |p| p.health.quarantines(),
             ),
         ];
         for (name, help, get) in counters {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for p in &plugins {
-                let _ = writeln!(out, "{name}{{plugin=\"{}\"}} {}", p.plugin.name(), get(p));
-            }
+            encode_family(
+                &mut encoder,
+                name,
+                help,
+                None,
+                running
+                    .iter()
+                    .map(|p| (plugin_label(p.plugin.name()), ConstCounter::new(get(p)))),
+            )?;
         }
-        let name = "plugin_reconcile_duration_seconds";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Duration of reconcile calls.\n# TYPE {name} histogram"
-        );
-        for p in &plugins {
-            let plugin = p.plugin.name();
-            let (buckets, sum) = p.stats.histogram();
-            for (bound, n) in RECONCILE_BUCKETS.iter().zip(&buckets) {
-                let _ = writeln!(
-                    out,
-                    "{name}_bucket{{plugin=\"{plugin}\",le=\"{bound}\"}} {n}"
-                );
-            }
-            let count = buckets.last().copied().unwrap_or(0);
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{plugin=\"{plugin}\",le=\"+Inf\"}} {count}"
-            );
-            let _ = writeln!(out, "{name}_sum{{plugin=\"{plugin}\"}} {sum}");
-            let _ = writeln!(out, "{name}_count{{plugin=\"{plugin}\"}} {count}");
-        }
-        type Gauge = fn(&RunningStatus) -> bool;
-        let gauges: [(&str, &str, Gauge); 3] = [
+        encode_family(
+            &mut encoder,
+            "plugin_reconcile_duration",
+            "Duration of reconcile calls.",
+            Some(&Unit::Seconds),
+            running
+                .iter()
+                .map(|p| (plugin_label(p.plugin.name()), p.stats.histogram())),
+        )?;
+        type Flag = fn(&RunningStatus) -> bool;
+        let flags: [(&str, &str, Flag); 3] = [
             (
                 "plugin_quarantined",
                 "Whether the plugin is quarantined or on probation (1) or running (0).",
@@ -316,30 +362,31 @@ impl RuntimeStatus {
                 |p| p.synced.is_open(),
             ),
         ];
-        for (name, help, get) in gauges {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for p in &plugins {
-                let _ = writeln!(
-                    out,
-                    "{name}{{plugin=\"{}\"}} {}",
-                    p.plugin.name(),
-                    u8::from(get(p))
-                );
-            }
+        for (name, help, get) in flags {
+            encode_family(
+                &mut encoder,
+                name,
+                help,
+                None,
+                running.iter().map(|p| {
+                    (
+                        plugin_label(p.plugin.name()),
+                        ConstGauge::new(i64::from(get(p))),
+                    )
+                }),
+            )?;
         }
-        let name = "plugin_waiting_to_start";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Whether the plugin waits for a kind to be served or for the API server (1).\n# TYPE {name} gauge"
-        );
-        for slot in self.snapshot() {
-            let (plugin, waiting) = match &slot {
-                Slot::Waiting(w) => (w.name.as_str(), 1),
-                Slot::Running(p) => (p.plugin.name(), 0),
-            };
-            let _ = writeln!(out, "{name}{{plugin=\"{plugin}\"}} {waiting}");
-        }
-        let informers: Vec<_> = self
+        encode_family(
+            &mut encoder,
+            "plugin_waiting_to_start",
+            "Whether the plugin waits for a kind to be served or for the API server (1).",
+            None,
+            slots.iter().map(|slot| match slot {
+                Slot::Waiting(w) => (plugin_label(&w.name), ConstGauge::new(1i64)),
+                Slot::Running(p) => (plugin_label(p.plugin.name()), ConstGauge::new(0)),
+            }),
+        )?;
+        let informers: Vec<(String, Arc<LwCounters>)> = self
             .lw_counters
             .lock()
             .iter()
@@ -348,23 +395,27 @@ impl RuntimeStatus {
         type Count = fn(&LwCounters) -> u64;
         let informer_counters: [(&str, &str, Count); 2] = [
             (
-                "informer_relists_total",
+                "informer_relists",
                 "Full lists after an informer's first one (410 Gone, errors, restarts).",
-                |c| c.relists(),
+                LwCounters::relists,
             ),
             (
-                "informer_watch_restarts_total",
+                "informer_watch_restarts",
                 "Watch requests after an informer's first one.",
-                |c| c.watch_restarts(),
+                LwCounters::watch_restarts,
             ),
         ];
         for (name, help, get) in informer_counters {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (key, c) in &informers {
-                let key = key.replace('\\', "\\\\").replace('"', "\\\"");
-                let _ = writeln!(out, "{name}{{informer=\"{key}\"}} {}", get(c));
-            }
+            encode_family(
+                &mut encoder,
+                name,
+                help,
+                None,
+                informers
+                    .iter()
+                    .map(|(key, c)| ([("informer", key.as_str())], ConstCounter::new(get(c)))),
+            )?;
         }
-        out
+        Ok(())
     }
 }

@@ -13,7 +13,8 @@ use kwh_informer::workqueue::rate_limiter::CONTROLLER_BASE_DELAY;
 use kwh_plugin::{Limits, QuarantinePolicy, RuntimeOptions};
 use serde_json::{json, Value};
 use support::cluster::{
-    cm, emulator, eventually, get_cm, get_until, http_get, runtime, runtime_with, start,
+    cm, emulator, eventually, get_cm, get_until, http_get, http_get_with_head, runtime,
+    runtime_with, start,
 };
 use support::guests::guest;
 
@@ -28,7 +29,7 @@ async fn serve_ops(rt: &kwh_plugin::PluginRuntime) -> (String, tokio::task::Join
     (addr.to_string(), task)
 }
 
-/// The value of the sample `name{label="value"}` in a Prometheus text body.
+/// The value of the sample `name{label="value"}` in a `/metrics` body.
 fn sample(body: &str, name: &str, label: &str, value: &str) -> Option<u64> {
     let prefix = format!("{name}{{{label}=\"{value}\"}} ");
     body.lines()
@@ -563,5 +564,302 @@ async fn readyz_names_the_informer_and_the_403_of_a_missing_rbac_rule() {
     );
     task.abort();
     assert!(rt.shutdown(Duration::from_secs(5)).await);
+    em.shutdown().await;
+}
+
+/// One sample line of an exposition: name, labels (unescaped) and value.
+struct Sample {
+    name: String,
+    labels: Vec<(String, String)>,
+    value: f64,
+}
+
+fn parse_sample(line: &str) -> Result<Sample, String> {
+    let bad = |why: &str| format!("{why}: {line:?}");
+    let name_end = line.find(['{', ' ']).ok_or_else(|| bad("no value"))?;
+    let name = &line[..name_end];
+    let valid_name = |n: &str| {
+        !n.is_empty()
+            && !n.starts_with(|c: char| c.is_ascii_digit())
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    };
+    if !valid_name(name) {
+        return Err(bad("metric name"));
+    }
+    let mut labels = Vec::new();
+    let mut rest = &line[name_end..];
+    if let Some(mut inner) = rest.strip_prefix('{') {
+        loop {
+            let (key, after) = inner.split_once("=\"").ok_or_else(|| bad("label"))?;
+            if !valid_name(key) || key.contains(':') {
+                return Err(bad("label name"));
+            }
+            let mut value = String::new();
+            let mut chars = after.char_indices();
+            let end = loop {
+                match chars
+                    .next()
+                    .ok_or_else(|| bad("unterminated label value"))?
+                {
+                    (_, '\\') => match chars.next().ok_or_else(|| bad("escape"))?.1 {
+                        'n' => value.push('\n'),
+                        c @ ('\\' | '"') => value.push(c),
+                        _ => return Err(bad("unknown escape")),
+                    },
+                    (i, '"') => break i,
+                    (_, c) => value.push(c),
+                }
+            };
+            labels.push((key.to_string(), value));
+            inner = &after[end + 1..];
+            if let Some(next) = inner.strip_prefix(',') {
+                inner = next;
+            } else if let Some(after_labels) = inner.strip_prefix('}') {
+                rest = after_labels;
+                break;
+            } else {
+                return Err(bad("label list"));
+            }
+        }
+    }
+    let value = rest
+        .strip_prefix(' ')
+        .ok_or_else(|| bad("no space before the value"))?;
+    let value = match value {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v.parse().map_err(|_| bad("value"))?,
+    };
+    Ok(Sample {
+        name: name.to_string(),
+        labels,
+        value,
+    })
+}
+
+/// Checks the structure the OpenMetrics 1.0 text format requires of `body` and returns its
+/// families as (name, type), in order: it ends with `# EOF`; each family has one `TYPE`, its
+/// `HELP`/`TYPE`/`UNIT` lines come before its samples and its samples are contiguous (a
+/// family is never reopened); sample names are the family's plus the suffixes its type allows
+/// (counters `_total`); a unit is the family name's suffix; each histogram series has
+/// cumulative buckets ending in `+Inf`, which equals its `_count`.
+fn check_openmetrics(body: &str) -> Result<Vec<(String, String)>, String> {
+    let lines = body
+        .strip_suffix("# EOF\n")
+        .ok_or("the exposition does not end with `# EOF`")?;
+    let mut families: Vec<(String, String)> = Vec::new();
+    // Of the family being read: whether it has samples yet, and each histogram series'
+    // buckets (labels other than `le`) with its `_count`.
+    let mut sampled = false;
+    type Series = (Vec<(String, String)>, Vec<(f64, f64)>, Option<f64>);
+    let mut histograms: Vec<Series> = Vec::new();
+    let close_histograms = |histograms: &mut Vec<Series>| -> Result<(), String> {
+        for (labels, buckets, count) in histograms.drain(..) {
+            let last = buckets.last().ok_or(format!("{labels:?}: no buckets"))?;
+            if last.0 != f64::INFINITY {
+                return Err(format!("{labels:?}: the last bucket is not +Inf"));
+            }
+            if buckets
+                .windows(2)
+                .any(|w| w[0].0 >= w[1].0 || w[0].1 > w[1].1)
+            {
+                return Err(format!("{labels:?}: buckets not cumulative: {buckets:?}"));
+            }
+            if Some(last.1) != count {
+                return Err(format!("{labels:?}: +Inf {} but _count {count:?}", last.1));
+            }
+        }
+        Ok(())
+    };
+    for line in lines.lines() {
+        if let Some(meta) = line.strip_prefix("# ") {
+            let mut parts = meta.splitn(3, ' ');
+            let (kind, name, rest) = (parts.next(), parts.next(), parts.next());
+            let (Some(kind), Some(name), Some(rest)) = (kind, name, rest) else {
+                return Err(format!("bad metadata line {line:?}"));
+            };
+            let current = families.last().map(|(n, _)| n.as_str());
+            if current != Some(name) || sampled {
+                // A new family starts here; the one before must have been typed.
+                if let Some((prev, "")) = families.last().map(|(n, t)| (n, t.as_str())) {
+                    return Err(format!("family {prev} has no TYPE"));
+                }
+                close_histograms(&mut histograms)?;
+                if families.iter().any(|(n, _)| n == name) {
+                    return Err(format!("family {name} appears twice"));
+                }
+                families.push((name.to_string(), String::new()));
+                sampled = false;
+            }
+            let family = families.last_mut().ok_or("no family")?;
+            match kind {
+                "HELP" => {}
+                "TYPE" if family.1.is_empty() => family.1 = rest.to_string(),
+                "TYPE" => return Err(format!("second TYPE for {name}")),
+                "UNIT" if name.ends_with(&format!("_{rest}")) => {}
+                _ => return Err(format!("bad metadata line {line:?}")),
+            }
+            continue;
+        }
+        let sample = parse_sample(line)?;
+        let (family, kind) = families
+            .last()
+            .ok_or(format!("a sample before any family: {line:?}"))?;
+        if kind.is_empty() {
+            return Err(format!("family {family} has no TYPE"));
+        }
+        let suffix = sample
+            .name
+            .strip_prefix(family.as_str())
+            .ok_or(format!("sample {line:?} outside its family {family}"))?;
+        let allowed: &[&str] = match kind.as_str() {
+            "counter" => &["_total", "_created"],
+            "gauge" | "unknown" => &[""],
+            "histogram" => &["_bucket", "_sum", "_count", "_created"],
+            other => return Err(format!("unexpected type {other}")),
+        };
+        if !allowed.contains(&suffix) {
+            return Err(format!("sample {line:?} in {kind} family {family}"));
+        }
+        if kind == "counter" && (sample.value.is_nan() || sample.value < 0.0) {
+            return Err(format!("counter not a non-negative number: {line:?}"));
+        }
+        if kind == "histogram" && (suffix == "_bucket" || suffix == "_count") {
+            let mut series = sample.labels.clone();
+            let le = series.iter().position(|(k, _)| k == "le");
+            let le = le.map(|i| series.remove(i).1);
+            series.sort();
+            let i = match histograms.iter().position(|(l, _, _)| *l == series) {
+                Some(i) => i,
+                None => {
+                    histograms.push((series, Vec::new(), None));
+                    histograms.len() - 1
+                }
+            };
+            match (suffix, le) {
+                ("_count", _) => histograms[i].2 = Some(sample.value),
+                (_, Some(le)) => {
+                    let bound = match le.as_str() {
+                        "+Inf" => f64::INFINITY,
+                        b => b.parse().map_err(|_| format!("le {le:?}"))?,
+                    };
+                    histograms[i].1.push((bound, sample.value));
+                }
+                _ => return Err(format!("bucket without le: {line:?}")),
+            }
+        }
+        sampled = true;
+    }
+    close_histograms(&mut histograms)?;
+    if let Some((last, _)) = families.iter().find(|(_, t)| t.is_empty()) {
+        return Err(format!("family {last} has no TYPE"));
+    }
+    Ok(families)
+}
+
+#[test]
+fn the_openmetrics_check_refuses_what_the_format_forbids() {
+    let ok = "# HELP a A.\n# TYPE a counter\na_total{x=\"1\"} 1\n# EOF\n";
+    assert_eq!(
+        check_openmetrics(ok),
+        Ok(vec![("a".to_string(), "counter".to_string())])
+    );
+    for (bad, why) in [
+        ("# TYPE a counter\na_total 1\n", "no EOF"),
+        (
+            "# HELP a_total A.\n# TYPE a counter\na_total 1\n# EOF\n",
+            "HELP names another family",
+        ),
+        ("# HELP a A.\n# EOF\n", "no TYPE"),
+        ("# TYPE a counter\n# TYPE a counter\na_total 1\n# EOF\n", "two TYPEs"),
+        ("# TYPE a gauge\na 1\n# TYPE b gauge\nb 1\na 2\n# EOF\n", "reopened"),
+        ("# TYPE a gauge\na 1\n# TYPE a gauge\na 2\n# EOF\n", "repeated"),
+        ("# TYPE a counter\na 1\n# EOF\n", "counter without _total"),
+        (
+            "# TYPE h histogram\nh_bucket{le=\"1.0\"} 2\nh_bucket{le=\"+Inf\"} 1\nh_count 1\n# EOF\n",
+            "not cumulative",
+        ),
+        ("# TYPE h histogram\nh_bucket{le=\"1.0\"} 1\nh_count 1\n# EOF\n", "no +Inf"),
+        ("# TYPE g gauge\n# UNIT g seconds\ng 1\n# EOF\n", "unit not a suffix"),
+    ] {
+        assert!(check_openmetrics(bad).is_err(), "{why}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_endpoint_serves_valid_openmetrics_with_every_family() {
+    let em = emulator().await;
+    let mut rt = runtime(&em, Limits::default(), false);
+    start(&mut rt, &["copier"]).await;
+    let (addr, task) = serve_ops(&rt).await;
+    em.create(cm("scraped", json!({"v": "1"}))).expect("create");
+    assert!(eventually(WAIT, || get_cm(&em, "scraped-copy").is_some()).await);
+    let reconciled = get_until(&addr, "/metrics", WAIT, |_, body| {
+        sample(body, "plugin_reconcile_total", "plugin", "copier").unwrap_or(0) >= 1
+    })
+    .await;
+    assert!(reconciled.is_some(), "a reconcile is counted");
+
+    let (code, head, body) = http_get_with_head(&addr, "/metrics").await;
+    assert_eq!(code, 200);
+    assert!(
+        head.to_ascii_lowercase().contains(
+            "\r\ncontent-type: application/openmetrics-text; version=1.0.0; charset=utf-8"
+        ),
+        "{head}"
+    );
+    let families = match check_openmetrics(&body) {
+        Ok(f) => f,
+        Err(e) => panic!("{e}\n{body}"),
+    };
+    let family = |name: &str| {
+        families
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t.as_str())
+    };
+    for (name, kind) in [
+        ("workqueue_depth", "gauge"),
+        ("workqueue_adds", "counter"),
+        ("workqueue_queue_duration_seconds", "histogram"),
+        ("workqueue_work_duration_seconds", "histogram"),
+        ("workqueue_unfinished_work_seconds", "gauge"),
+        ("workqueue_longest_running_processor_seconds", "gauge"),
+        ("workqueue_retries", "counter"),
+        ("plugin_reconcile", "counter"),
+        ("plugin_reconcile_errors", "counter"),
+        ("plugin_reconcile_requeue_after", "counter"),
+        ("plugin_guest_traps", "counter"),
+        ("plugin_guest_deadline_hits", "counter"),
+        ("plugin_guest_memory_exhaustions", "counter"),
+        ("plugin_instantiations", "counter"),
+        ("plugin_notifications", "counter"),
+        ("plugin_notification_retries", "counter"),
+        ("plugin_notifications_dropped", "counter"),
+        ("plugin_quarantines", "counter"),
+        ("plugin_reconcile_duration_seconds", "histogram"),
+        ("plugin_quarantined", "gauge"),
+        ("plugin_informers_synced", "gauge"),
+        ("plugin_workers_started", "gauge"),
+        ("plugin_waiting_to_start", "gauge"),
+        ("informer_relists", "counter"),
+        ("informer_watch_restarts", "counter"),
+    ] {
+        assert_eq!(family(name), Some(kind), "{name} in\n{body}");
+    }
+    assert_eq!(families.len(), 25, "no family beyond those: {families:?}");
+    assert!(
+        body.contains("workqueue_adds_total{name=\"copier\"} "),
+        "{body}"
+    );
+    assert!(body.contains("plugin_reconcile_duration_seconds_count{plugin=\"copier\"} "));
+    assert!(body.contains("plugin_workers_started{plugin=\"copier\"} 1\n"));
+    assert!(body.contains("informer_relists_total{informer=\"v1/configmaps|||\"} 0\n"));
+    task.abort();
+    assert!(
+        rt.shutdown(Duration::from_secs(5)).await,
+        "every reconcile finished within the grace period"
+    );
     em.shutdown().await;
 }

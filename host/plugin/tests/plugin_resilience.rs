@@ -98,7 +98,7 @@ async fn a_failed_notification_is_retried_on_a_fresh_instance_in_order_then_drop
         })
         .collect();
     assert_eq!(dropped.len(), 1, "{dropped:?}");
-    let metrics = rt.status().render_metrics();
+    let metrics = rt.status().render_metrics().expect("metrics encode");
     assert!(
         metrics.contains("plugin_notifications_dropped_total{plugin=\"flaky\"} 1"),
         "{metrics}"

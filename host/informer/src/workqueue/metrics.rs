@@ -1,28 +1,40 @@
-//! client-go's workqueue metrics (as kubernetes/component-base registers them), kept in a small
-//! registry that renders the Prometheus text exposition format (spec 5.7).
+//! client-go's workqueue metrics (as kubernetes/component-base registers them), encoded by
+//! `prometheus-client` in the OpenMetrics text format (spec 5.7).
 //!
-//! Why a registry of our own: the host serves `/metrics` for many queues (one label set per
-//! plugin) and only needs counters, gauges and fixed-bucket histograms. The hot path is a few
-//! relaxed atomics per add/get/done; the gauges that client-go refreshes from a ticker
+//! Why a [`Collector`] over our own atomics rather than prometheus-client's metric types: its
+//! `Family` takes a lock to find a label set and its `Histogram` locks on every observation, while
+//! the queue's hot path here is a few relaxed atomics per add/get/done and nothing else. The
+//! collector reads those atomics when scraped; the gauges that client-go refreshes from a ticker
 //! goroutine (depth, unfinished work, longest running processor) are computed from the queue's
-//! own state when the registry is rendered, so an idle queue costs nothing.
+//! own state at the same moment, so an idle queue costs nothing.
+//!
+//! Names, the `name` label and the bucket bounds are client-go's. Two spellings differ from a Go
+//! process's text format: a counter's `TYPE` line names the family without `_total` (OpenMetrics;
+//! the samples keep it), and `le` values are printed as prometheus-client prints floats (`1.0`,
+//! `1e-8` where Go writes `1`, `1e-08`). Prometheus 3 normalises `le` when it ingests a classic
+//! histogram, so the series match there; a query matching `le` as a literal string may not.
 
-use std::fmt::Write as _;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet,
+};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::Unit;
 use tokio::time::Instant;
 
 /// Upper bounds of the queue and work duration histograms: client-go's
 /// `ExponentialBuckets(10e-9, 10, 10)`, i.e. 10 ns … 10 s by factors of ten.
 pub const DURATION_BUCKETS: [f64; 10] = [1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0];
 
-/// The `le` labels exactly as the Go Prometheus client prints those bounds, so dashboards and
-/// recording rules written against client-go controllers match series for series.
-const DURATION_BUCKET_LABELS: [&str; 10] = [
-    "1e-08", "1e-07", "1e-06", "1e-05", "0.0001", "0.001", "0.01", "0.1", "1", "10",
-];
+/// Buckets of a duration histogram: one per bound, then `+Inf`.
+const DURATION_SLOTS: usize = DURATION_BUCKETS.len() + 1;
 
 /// Why a queue could not be registered.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -35,7 +47,7 @@ pub enum MetricsError {
 /// A histogram with [`DURATION_BUCKETS`]; per-bucket (non-cumulative) counts so an observation is
 /// one `fetch_add` plus the sum update.
 pub(crate) struct Histogram {
-    buckets: [AtomicU64; DURATION_BUCKETS.len() + 1],
+    buckets: [AtomicU64; DURATION_SLOTS],
     sum_bits: AtomicU64,
 }
 
@@ -62,21 +74,97 @@ impl Histogram {
             });
     }
 
-    #[cfg(test)]
-    fn count(&self) -> u64 {
-        self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
+    fn snapshot(&self) -> HistogramSnapshot<DURATION_SLOTS> {
+        HistogramSnapshot::read(
+            &DURATION_BUCKETS,
+            &self.buckets,
+            f64::from_bits(self.sum_bits.load(Ordering::Relaxed)),
+        )
+    }
+}
+
+/// A fixed-bucket histogram read from its atomics at scrape time, for prometheus-client to
+/// encode. `B` counts every bucket, `+Inf` included.
+///
+/// Public because the plugin runtime keeps its reconcile-duration histogram the same way (per
+/// bucket atomics, no lock) and encodes it with this.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramSnapshot<const B: usize> {
+    /// Upper bound and the bucket's own (not cumulative) count; the last bound is `+Inf`.
+    buckets: [(f64, u64); B],
+    sum: f64,
+}
+
+impl<const B: usize> HistogramSnapshot<B> {
+    /// Loads `counts` (per-bucket counts; one more than `bounds`, the last being `+Inf`).
+    pub fn read(bounds: &[f64], counts: &[AtomicU64; B], sum: f64) -> Self {
+        debug_assert_eq!(bounds.len() + 1, B, "one bucket per bound, then +Inf");
+        Self {
+            buckets: std::array::from_fn(|i| {
+                let bound = match bounds.get(i) {
+                    Some(b) if i + 1 < B => *b,
+                    _ => f64::INFINITY,
+                };
+                (bound, counts[i].load(Ordering::Relaxed))
+            }),
+            sum,
+        }
     }
 
-    fn sum(&self) -> f64 {
-        f64::from_bits(self.sum_bits.load(Ordering::Relaxed))
+    /// Upper bounds with each bucket's own count, `+Inf` last.
+    pub fn buckets(&self) -> &[(f64, u64)] {
+        &self.buckets
     }
+
+    /// Sum of the observations.
+    pub fn sum(&self) -> f64 {
+        self.sum
+    }
+
+    /// Number of observations: the buckets' total, so `_count` and `+Inf` always agree.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().map(|(_, n)| n).sum()
+    }
+}
+
+impl<const B: usize> TypedMetric for HistogramSnapshot<B> {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl<const B: usize> EncodeMetric for HistogramSnapshot<B> {
+    fn encode(&self, mut encoder: MetricEncoder) -> fmt::Result {
+        encoder.encode_histogram::<NoLabelSet>(self.sum, self.count(), &self.buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+/// Writes one metric family: its descriptor once, then one series per `(labels, metric)`, so
+/// the family's samples stay together as OpenMetrics requires. Counters are named without
+/// `_total`; the encoder appends it.
+pub fn encode_family<S, M>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    series: impl IntoIterator<Item = (S, M)>,
+) -> fmt::Result
+where
+    S: EncodeLabelSet,
+    M: EncodeMetric + TypedMetric,
+{
+    let mut family = encoder.encode_descriptor(name, help, unit, M::TYPE)?;
+    for (labels, metric) in series {
+        metric.encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
 }
 
 /// The per-queue metric state that is updated on the hot path.
 pub(crate) struct QueueMetrics {
     name: Box<str>,
-    /// The name escaped for a label value once, at registration.
-    label: Box<str>,
     pub(crate) adds: AtomicU64,
     pub(crate) retries: AtomicU64,
     pub(crate) queue_duration: Histogram,
@@ -87,7 +175,6 @@ impl QueueMetrics {
     pub(crate) fn new(name: &str) -> Self {
         Self {
             name: name.into(),
-            label: escape_label_value(name).into(),
             adds: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             queue_duration: Histogram::new(),
@@ -100,7 +187,7 @@ impl QueueMetrics {
     }
 }
 
-/// Gauges read from the queue's state at render time.
+/// Gauges read from the queue's state at scrape time.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 pub(crate) struct InFlight {
     /// Items added and not yet handed to a worker (client-go counts an item re-added while it is
@@ -123,7 +210,9 @@ struct Entry {
     source: Weak<dyn InFlightSource>,
 }
 
-/// A set of named workqueues whose metrics render together as one Prometheus exposition.
+/// A set of named workqueues whose metrics are scraped together: a prometheus-client
+/// [`Collector`], to register with
+/// [`Registry::register_collector`](prometheus_client::registry::Registry::register_collector).
 ///
 /// Cloning is cheap and shares the set. Queues are held weakly: a dropped queue disappears from
 /// the output, which is what a host unloading a plugin wants.
@@ -132,8 +221,8 @@ pub struct Registry {
     entries: Arc<Mutex<Vec<Entry>>>,
 }
 
-impl std::fmt::Debug for Registry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Registry")
             .field("queues", &self.queue_names())
             .finish()
@@ -181,182 +270,179 @@ impl Registry {
             .map(|(m, _)| m.name().to_owned())
             .collect()
     }
+}
 
-    /// The Prometheus text exposition (format 0.0.4) of every live queue.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        self.render_into(&mut out);
-        out
-    }
+/// client-go's only label on workqueue metrics.
+fn name_label(m: &QueueMetrics) -> [(&'static str, &str); 1] {
+    [("name", m.name())]
+}
 
-    /// Appends the exposition to `out`, for a server that reuses its buffer.
-    pub fn render_into(&self, out: &mut String) {
+impl Collector for Registry {
+    /// Every family is written only when some queue is live, so a host without named queues
+    /// exposes no empty workqueue families.
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let live = self.live();
         if live.is_empty() {
-            return;
+            return Ok(());
         }
         let now = Instant::now();
-        let gauges: Vec<InFlight> = live.iter().map(|(_, s)| s.in_flight(now)).collect();
-        let rows = || live.iter().map(|(m, _)| &**m).zip(gauges.iter());
+        let rows: Vec<(&QueueMetrics, InFlight)> =
+            live.iter().map(|(m, s)| (&**m, s.in_flight(now))).collect();
+        let seconds = Some(&Unit::Seconds);
 
-        header(
-            out,
+        encode_family(
+            &mut encoder,
             "workqueue_depth",
-            "gauge",
             "Items waiting in the workqueue for a worker.",
-        );
-        for (m, g) in rows() {
-            sample(out, "workqueue_depth", m, g.depth as f64);
-        }
-        header(
-            out,
-            "workqueue_adds_total",
-            "counter",
+            None,
+            rows.iter()
+                .map(|(m, g)| (name_label(m), ConstGauge::new(g.depth))),
+        )?;
+        encode_family(
+            &mut encoder,
+            "workqueue_adds",
             "Adds accepted by the workqueue, not counting deduplicated ones.",
-        );
-        for (m, _) in rows() {
-            sample(
-                out,
-                "workqueue_adds_total",
-                m,
-                m.adds.load(Ordering::Relaxed) as f64,
-            );
-        }
-        header(
-            out,
-            "workqueue_queue_duration_seconds",
-            "histogram",
+            None,
+            rows.iter().map(|(m, _)| {
+                (
+                    name_label(m),
+                    ConstCounter::new(m.adds.load(Ordering::Relaxed)),
+                )
+            }),
+        )?;
+        encode_family(
+            &mut encoder,
+            "workqueue_queue_duration",
             "Seconds an item waited in the workqueue before a worker took it.",
-        );
-        for (m, _) in rows() {
-            histogram(
-                out,
-                "workqueue_queue_duration_seconds",
-                m,
-                &m.queue_duration,
-            );
-        }
-        header(
-            out,
-            "workqueue_work_duration_seconds",
-            "histogram",
+            seconds,
+            rows.iter()
+                .map(|(m, _)| (name_label(m), m.queue_duration.snapshot())),
+        )?;
+        encode_family(
+            &mut encoder,
+            "workqueue_work_duration",
             "Seconds a worker held an item, from get to done.",
-        );
-        for (m, _) in rows() {
-            histogram(out, "workqueue_work_duration_seconds", m, &m.work_duration);
-        }
-        header(
-            out,
-            "workqueue_unfinished_work_seconds",
-            "gauge",
+            seconds,
+            rows.iter()
+                .map(|(m, _)| (name_label(m), m.work_duration.snapshot())),
+        )?;
+        encode_family(
+            &mut encoder,
+            "workqueue_unfinished_work",
             "Summed seconds that items still being processed have been running; steady growth means stuck workers.",
-        );
-        for (m, g) in rows() {
-            sample(
-                out,
-                "workqueue_unfinished_work_seconds",
-                m,
-                g.unfinished_seconds,
-            );
-        }
-        header(
-            out,
-            "workqueue_longest_running_processor_seconds",
-            "gauge",
+            seconds,
+            rows.iter()
+                .map(|(m, g)| (name_label(m), ConstGauge::new(g.unfinished_seconds))),
+        )?;
+        encode_family(
+            &mut encoder,
+            "workqueue_longest_running_processor",
             "Seconds the longest-running item still being processed has been running.",
-        );
-        for (m, g) in rows() {
-            sample(
-                out,
-                "workqueue_longest_running_processor_seconds",
-                m,
-                g.longest_running_seconds,
-            );
-        }
-        header(
-            out,
-            "workqueue_retries_total",
-            "counter",
+            seconds,
+            rows.iter()
+                .map(|(m, g)| (name_label(m), ConstGauge::new(g.longest_running_seconds))),
+        )?;
+        encode_family(
+            &mut encoder,
+            "workqueue_retries",
             "Delayed re-adds (add_after, add_rate_limited) handled by the workqueue.",
-        );
-        for (m, _) in rows() {
-            sample(
-                out,
-                "workqueue_retries_total",
-                m,
-                m.retries.load(Ordering::Relaxed) as f64,
-            );
-        }
+            None,
+            rows.iter().map(|(m, _)| {
+                (
+                    name_label(m),
+                    ConstCounter::new(m.retries.load(Ordering::Relaxed)),
+                )
+            }),
+        )
     }
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-fn sample(out: &mut String, name: &str, m: &QueueMetrics, value: f64) {
-    let _ = write!(out, "{name}{{name=\"{}\"}} ", m.label);
-    write_float(out, value);
-    out.push('\n');
-}
-
-fn histogram(out: &mut String, name: &str, m: &QueueMetrics, h: &Histogram) {
-    let mut cumulative = 0u64;
-    for (bucket, le) in h.buckets.iter().zip(DURATION_BUCKET_LABELS) {
-        cumulative += bucket.load(Ordering::Relaxed);
-        let _ = writeln!(
-            out,
-            "{name}_bucket{{name=\"{}\",le=\"{le}\"}} {cumulative}",
-            m.label
-        );
-    }
-    // Read the total once so `+Inf` and `_count` agree even while workers observe.
-    let count = cumulative + h.buckets[DURATION_BUCKETS.len()].load(Ordering::Relaxed);
-    let _ = writeln!(
-        out,
-        "{name}_bucket{{name=\"{}\",le=\"+Inf\"}} {count}",
-        m.label
-    );
-    let _ = write!(out, "{name}_sum{{name=\"{}\"}} ", m.label);
-    write_float(out, h.sum());
-    out.push('\n');
-    let _ = writeln!(out, "{name}_count{{name=\"{}\"}} {count}", m.label);
-}
-
-/// Prometheus floats: `+Inf`/`-Inf`/`NaN` spelled its way, integers without a fraction, tiny or
-/// huge values in exponent form rather than hundreds of digits.
-fn write_float(out: &mut String, v: f64) {
-    if v.is_nan() {
-        out.push_str("NaN");
-    } else if v.is_infinite() {
-        out.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
-    } else if v == v.trunc() && v.abs() < 1e15 {
-        let _ = write!(out, "{}", v as i64);
-    } else if v.abs() < 1e-4 || v.abs() >= 1e15 {
-        let _ = write!(out, "{v:e}");
-    } else {
-        let _ = write!(out, "{v}");
-    }
-}
-
-/// Label values escape backslash, double quote and newline (text format 0.0.4).
-fn escape_label_value(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
+/// The OpenMetrics exposition of `registry` alone, as a scrape would return it.
+#[cfg(test)]
+pub(crate) fn exposition(registry: &Registry) -> String {
+    let mut om = prometheus_client::registry::Registry::default();
+    om.register_collector(Box::new(registry.clone()));
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &om).expect("a String never refuses");
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One sample line: metric name, labels as written, value.
+    #[derive(Debug)]
+    struct Sample {
+        name: String,
+        labels: Vec<(String, String)>,
+        value: f64,
+    }
+
+    /// Parses the sample lines of an exposition (comments skipped), undoing label escapes.
+    fn samples(text: &str) -> Vec<Sample> {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|line| {
+                let (series, value) = line.rsplit_once(' ').expect("value");
+                let (name, labels) = match series.split_once('{') {
+                    Some((name, rest)) => (name, parse_labels(rest.strip_suffix('}').expect("}"))),
+                    None => (series, Vec::new()),
+                };
+                Sample {
+                    name: name.to_owned(),
+                    labels,
+                    value: value
+                        .replace("+Inf", "inf")
+                        .parse()
+                        .unwrap_or_else(|e| panic!("{line:?}: {e}")),
+                }
+            })
+            .collect()
+    }
+
+    fn parse_labels(mut rest: &str) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        while !rest.is_empty() {
+            let (key, after) = rest.split_once("=\"").expect("key=\"");
+            let mut value = String::new();
+            let mut chars = after.char_indices();
+            let end = loop {
+                match chars.next().expect("closing quote") {
+                    (_, '\\') => match chars.next().expect("escaped char").1 {
+                        'n' => value.push('\n'),
+                        c => value.push(c),
+                    },
+                    (i, '"') => break i,
+                    (_, c) => value.push(c),
+                }
+            };
+            out.push((key.to_owned(), value));
+            rest = after[end + 1..].trim_start_matches(',');
+        }
+        out
+    }
+
+    /// The value of the one sample named `name` whose labels are exactly `labels`, in any order.
+    fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+        let matching: Vec<_> = samples
+            .iter()
+            .filter(|s| {
+                s.name == name
+                    && s.labels.len() == labels.len()
+                    && labels
+                        .iter()
+                        .all(|(k, v)| s.labels.iter().any(|(sk, sv)| sk == k && sv == v))
+            })
+            .collect();
+        match matching[..] {
+            [one] => one.value,
+            _ => panic!(
+                "{} samples {name}{labels:?} in {samples:#?}",
+                matching.len()
+            ),
+        }
+    }
 
     #[test]
     fn spec_5_7_bucket_bounds_are_client_go_exponential_buckets() {
@@ -369,10 +455,6 @@ mod tests {
             );
             expected *= 10.0;
         }
-        for (bound, label) in DURATION_BUCKETS.iter().zip(DURATION_BUCKET_LABELS) {
-            let parsed: f64 = label.parse().expect("static label parses");
-            assert_eq!(parsed, *bound);
-        }
     }
 
     #[test]
@@ -381,47 +463,27 @@ mod tests {
         h.observe(1e-8); // boundary is inclusive (le)
         h.observe(0.5);
         h.observe(100.0); // only +Inf
-        assert_eq!(h.buckets[0].load(Ordering::Relaxed), 1);
-        assert_eq!(h.buckets[8].load(Ordering::Relaxed), 1);
-        assert_eq!(h.buckets[10].load(Ordering::Relaxed), 1);
-        assert_eq!(h.count(), 3);
-        assert!((h.sum() - 100.50000001).abs() < 1e-9);
+        let snap = h.snapshot();
+        let counts: Vec<u64> = snap.buckets().iter().map(|(_, n)| *n).collect();
+        assert_eq!(counts, [1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1]);
+        let bounds: Vec<f64> = snap.buckets().iter().map(|(b, _)| *b).collect();
+        assert_eq!(bounds[..10], DURATION_BUCKETS);
+        assert_eq!(bounds[10], f64::INFINITY);
+        assert_eq!(snap.count(), 3);
+        assert!((snap.sum() - 100.50000001).abs() < 1e-9);
     }
 
     #[test]
-    fn floats_render_in_prometheus_syntax() {
-        let cases = [
-            (0.0, "0"),
-            (3.0, "3"),
-            (0.25, "0.25"),
-            (1e-8, "1e-8"),
-            (f64::INFINITY, "+Inf"),
-            (f64::NEG_INFINITY, "-Inf"),
-            (f64::NAN, "NaN"),
-        ];
-        for (v, want) in cases {
-            let mut s = String::new();
-            write_float(&mut s, v);
-            assert_eq!(s, want);
-        }
-    }
-
-    #[test]
-    fn label_values_are_escaped() {
-        assert_eq!(escape_label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    fn an_empty_registry_encodes_only_the_eof_marker() {
+        assert_eq!(exposition(&Registry::new()), "# EOF\n");
     }
 
     mod with_queues {
         use std::time::Duration;
 
         use super::super::*;
+        use super::{samples, value};
         use crate::workqueue::{DelayingQueue, Queue};
-
-        fn line<'a>(text: &'a str, prefix: &str) -> &'a str {
-            text.lines()
-                .find(|l| l.starts_with(prefix))
-                .unwrap_or_else(|| panic!("no line starting {prefix:?} in\n{text}"))
-        }
 
         #[tokio::test(start_paused = true)]
         async fn spec_5_7_named_queue_exports_every_client_go_metric() {
@@ -438,94 +500,85 @@ mod tests {
             tokio::time::advance(Duration::from_secs(3)).await;
             q.add_after("z", Duration::from_secs(1));
 
-            let text = registry.render();
-            for family in [
-                "workqueue_depth",
-                "workqueue_adds_total",
-                "workqueue_queue_duration_seconds",
-                "workqueue_work_duration_seconds",
-                "workqueue_unfinished_work_seconds",
-                "workqueue_longest_running_processor_seconds",
-                "workqueue_retries_total",
+            let text = exposition(&registry);
+            assert!(text.ends_with("\n# EOF\n"), "{text}");
+            // OpenMetrics names a counter family without `_total` and a seconds family with
+            // its unit; the sample names are client-go's.
+            for (family, kind) in [
+                ("workqueue_depth", "gauge"),
+                ("workqueue_adds", "counter"),
+                ("workqueue_queue_duration_seconds", "histogram"),
+                ("workqueue_work_duration_seconds", "histogram"),
+                ("workqueue_unfinished_work_seconds", "gauge"),
+                ("workqueue_longest_running_processor_seconds", "gauge"),
+                ("workqueue_retries", "counter"),
             ] {
                 assert_eq!(
                     text.matches(&format!("# TYPE {family} ")).count(),
                     1,
                     "{family}"
                 );
+                assert!(
+                    text.contains(&format!("# TYPE {family} {kind}\n")),
+                    "{family}"
+                );
+                assert_eq!(
+                    text.contains(&format!("# UNIT {family} seconds\n")),
+                    family.ends_with("_seconds"),
+                    "{family}"
+                );
             }
-            assert_eq!(
-                line(&text, "workqueue_depth{"),
-                "workqueue_depth{name=\"plugin-a\"} 0"
-            );
-            assert_eq!(
-                line(&text, "workqueue_adds_total{"),
-                "workqueue_adds_total{name=\"plugin-a\"} 2"
-            );
-            assert_eq!(
-                line(&text, "workqueue_retries_total{"),
-                "workqueue_retries_total{name=\"plugin-a\"} 1"
-            );
+            let s = samples(&text);
+            let a = [("name", "plugin-a")];
+            assert!(s.iter().all(|s| s.labels[..]
+                .iter()
+                .any(|(k, v)| k == "name" && v == "plugin-a")));
+            assert_eq!(value(&s, "workqueue_depth", &a), 0.0);
+            assert_eq!(value(&s, "workqueue_adds_total", &a), 2.0);
+            assert_eq!(value(&s, "workqueue_retries_total", &a), 1.0);
             // x waited 20 ms, y 2.02 s in the queue.
-            assert_eq!(
-                line(
-                    &text,
-                    "workqueue_queue_duration_seconds_bucket{name=\"plugin-a\",le=\"0.01\"}"
-                ),
-                "workqueue_queue_duration_seconds_bucket{name=\"plugin-a\",le=\"0.01\"} 0"
-            );
-            assert_eq!(
-                line(
-                    &text,
-                    "workqueue_queue_duration_seconds_bucket{name=\"plugin-a\",le=\"0.1\"}"
-                ),
-                "workqueue_queue_duration_seconds_bucket{name=\"plugin-a\",le=\"0.1\"} 1"
-            );
-            assert_eq!(
-                line(
-                    &text,
-                    "workqueue_queue_duration_seconds_bucket{name=\"plugin-a\",le=\"+Inf\"}"
-                ),
-                "workqueue_queue_duration_seconds_bucket{name=\"plugin-a\",le=\"+Inf\"} 2"
-            );
-            assert_eq!(
-                line(&text, "workqueue_queue_duration_seconds_sum{"),
-                "workqueue_queue_duration_seconds_sum{name=\"plugin-a\"} 2.04"
-            );
-            assert_eq!(
-                line(&text, "workqueue_queue_duration_seconds_count{"),
-                "workqueue_queue_duration_seconds_count{name=\"plugin-a\"} 2"
-            );
+            let queued = "workqueue_queue_duration_seconds";
+            let bucket = |name: &str, le: &str| {
+                value(
+                    &s,
+                    &format!("{name}_bucket"),
+                    &[("name", "plugin-a"), ("le", le)],
+                )
+            };
+            let les: Vec<f64> = s
+                .iter()
+                .filter(|s| s.name == format!("{queued}_bucket"))
+                .map(|s| {
+                    let le = &s.labels.iter().find(|(k, _)| k == "le").expect("le").1;
+                    le.replace("+Inf", "inf").parse().expect("le is a float")
+                })
+                .collect();
+            assert_eq!(les[..10], DURATION_BUCKETS, "client-go's bounds, in order");
+            assert_eq!(les[10..], [f64::INFINITY]);
+            // Cumulative counts: nothing by 10 ms, x by 100 ms, both by 10 s.
+            assert_eq!(bucket(queued, "0.01"), 0.0);
+            assert_eq!(bucket(queued, "0.1"), 1.0);
+            assert_eq!(bucket(queued, "1.0"), 1.0);
+            assert_eq!(bucket(queued, "10.0"), 2.0);
+            assert_eq!(bucket(queued, "+Inf"), 2.0);
+            assert!((value(&s, &format!("{queued}_sum"), &a) - 2.04).abs() < 1e-9);
+            assert_eq!(value(&s, &format!("{queued}_count"), &a), 2.0);
             // x was worked on for 2 s.
-            assert_eq!(
-                line(
-                    &text,
-                    "workqueue_work_duration_seconds_bucket{name=\"plugin-a\",le=\"1\"}"
-                ),
-                "workqueue_work_duration_seconds_bucket{name=\"plugin-a\",le=\"1\"} 0"
-            );
-            assert_eq!(
-                line(
-                    &text,
-                    "workqueue_work_duration_seconds_bucket{name=\"plugin-a\",le=\"10\"}"
-                ),
-                "workqueue_work_duration_seconds_bucket{name=\"plugin-a\",le=\"10\"} 1"
-            );
+            let work = "workqueue_work_duration_seconds";
+            assert_eq!(bucket(work, "1.0"), 0.0);
+            assert_eq!(bucket(work, "10.0"), 1.0);
+            assert_eq!(value(&s, &format!("{work}_sum"), &a), 2.0);
+            assert_eq!(value(&s, &format!("{work}_count"), &a), 1.0);
             // y has been processing for 3 s and is the only one.
+            assert_eq!(value(&s, "workqueue_unfinished_work_seconds", &a), 3.0);
             assert_eq!(
-                line(&text, "workqueue_unfinished_work_seconds{"),
-                "workqueue_unfinished_work_seconds{name=\"plugin-a\"} 3"
-            );
-            assert_eq!(
-                line(&text, "workqueue_longest_running_processor_seconds{"),
-                "workqueue_longest_running_processor_seconds{name=\"plugin-a\"} 3"
+                value(&s, "workqueue_longest_running_processor_seconds", &a),
+                3.0
             );
             q.done(&y);
-            let text = registry.render();
-            assert_eq!(
-                line(&text, "workqueue_unfinished_work_seconds{"),
-                "workqueue_unfinished_work_seconds{name=\"plugin-a\"} 0"
-            );
+            let s = samples(&exposition(&registry));
+            assert_eq!(value(&s, "workqueue_unfinished_work_seconds", &a), 0.0);
+            assert_eq!(value(&s, "workqueue_work_duration_seconds_count", &a), 2.0);
         }
 
         #[tokio::test]
@@ -536,9 +589,8 @@ mod tests {
             let one = q.get().await.expect("1");
             q.add(1);
             q.add(2);
-            assert!(registry
-                .render()
-                .contains("workqueue_depth{name=\"q\"} 2\n"));
+            let s = samples(&exposition(&registry));
+            assert_eq!(value(&s, "workqueue_depth", &[("name", "q")]), 2.0);
             q.done(&one);
         }
 
@@ -551,30 +603,36 @@ mod tests {
             plain.add(1);
             assert_eq!(unnamed.name(), None);
             assert_eq!(plain.name(), None);
-            assert_eq!(registry.render(), "");
+            assert_eq!(exposition(&registry), "# EOF\n");
             assert!(registry.queue_names().is_empty());
         }
 
         #[tokio::test]
-        async fn one_registry_renders_many_queues_once_per_family() {
+        async fn one_registry_encodes_many_queues_once_per_family() {
             let registry = Registry::new();
             let b = Queue::named("b", &registry).expect("b");
             let a = Queue::named("a\"quoted", &registry).expect("a");
             a.add(1);
             b.add(1);
             b.add(2);
-            let text = registry.render();
-            assert_eq!(text.matches("# HELP workqueue_adds_total ").count(), 1);
+            let text = exposition(&registry);
+            assert_eq!(text.matches("# HELP workqueue_adds ").count(), 1);
             let adds: Vec<_> = text
                 .lines()
                 .filter(|l| l.starts_with("workqueue_adds_total{"))
                 .collect();
+            // Sorted by name, the label value escaped.
             assert_eq!(
                 adds,
                 [
                     "workqueue_adds_total{name=\"a\\\"quoted\"} 1",
                     "workqueue_adds_total{name=\"b\"} 2"
                 ]
+            );
+            let s = samples(&text);
+            assert_eq!(
+                value(&s, "workqueue_adds_total", &[("name", "a\"quoted")]),
+                1.0
             );
             assert_eq!(
                 Queue::<u8>::named("b", &registry).err(),
@@ -583,6 +641,7 @@ mod tests {
             drop(b);
             // A dropped queue leaves the exposition and frees its name.
             assert_eq!(registry.queue_names(), ["a\"quoted"]);
+            assert!(!exposition(&registry).contains("name=\"b\""));
             let _b2 = Queue::<u8>::named("b", &registry).expect("name free again");
         }
     }

@@ -65,7 +65,7 @@ async fn spec_5_6_metrics_count_rate_limited_adds_as_retries() {
     q.add_rate_limited("a".to_owned());
     q.add_rate_limited("b".to_owned());
     q.add_after("c".to_owned(), Duration::ZERO);
-    let text = registry.render();
+    let text = crate::workqueue::metrics::exposition(&registry);
     assert!(
         text.contains("workqueue_retries_total{name=\"ctrl\"} 3\n"),
         "{text}"
