@@ -1,6 +1,7 @@
 //! The `host` binary: runs plugins against a cluster or the embedded emulator.
 
 mod emulator_cmd;
+mod plugins_file;
 mod shutdown;
 
 use std::io::{IsTerminal as _, Write as _};
@@ -17,9 +18,10 @@ use kwh_client::{Client, Config, Discovery};
 use kwh_emulator::{Emulator, EmulatorHandle};
 use kwh_plugin::engine::DEFAULT_MAX_MEMORY;
 use kwh_plugin::{
-    EngineConfig, Limits, Manifest, PluginEngine, PluginRuntime, QuarantinePolicy, RetryPolicy,
-    RuntimeOptions,
+    EngineConfig, Limits, Manifest, PluginEngine, PluginRuntime, PluginSpec, QuarantinePolicy,
+    RetryPolicy, RuntimeOptions,
 };
+use plugins_file::{check, ranged, DEADLINE_MS, MAX_INSTANCES, MEMORY_MB};
 
 #[derive(Parser)]
 #[command(
@@ -58,9 +60,18 @@ enum LogFormat {
 /// Running plugins. Every limit can also come from `--config`; flags win.
 #[derive(Args, Debug)]
 struct RunArgs {
-    /// A controller component to run (repeatable).
+    /// A controller component to run (repeatable), with the global limits and namespace.
     #[arg(long = "plugin", value_name = "FILE.wasm")]
     plugins: Vec<PathBuf>,
+    /// A YAML list of plugins, each with `module` (its .wasm, relative to the file) and
+    /// optionally `config` (any value, kept as JSON for the plugin), its own `memoryMb`,
+    /// `handlerDeadlineMs`, `reconcileDeadlineMs`, `maxInstances` (bounds its own instances),
+    /// `workers` (over its manifest's) and `namespace`; unset keys take the global values.
+    /// Checked whole before anything starts. Also the key `plugins:` of `--config`; both may be
+    /// given with `--plugin`: the config file's plugins start first, then this file's, then
+    /// the `--plugin` ones.
+    #[arg(long = "plugins", value_name = "FILE")]
+    plugins_file: Option<PathBuf>,
     /// Kubeconfig file (default: KUBECONFIG, in-cluster, then ~/.kube/config).
     #[arg(long, value_name = "PATH")]
     kubeconfig: Option<PathBuf>,
@@ -79,18 +90,18 @@ struct RunArgs {
     /// Exit when any plugin fails to load, instead of starting the others.
     #[arg(long)]
     fail_fast: bool,
-    /// Deadline of one handler call, in milliseconds (default 1000).
-    #[arg(long, value_name = "MS")]
+    /// Deadline of one handler call, in milliseconds (default 1000; 1 to 3600000).
+    #[arg(long, value_name = "MS", value_parser = ranged(DEADLINE_MS))]
     handler_deadline_ms: Option<u64>,
-    /// Deadline of one reconcile call, in milliseconds (default 10000).
-    #[arg(long, value_name = "MS")]
+    /// Deadline of one reconcile call, in milliseconds (default 10000; 1 to 3600000).
+    #[arg(long, value_name = "MS", value_parser = ranged(DEADLINE_MS))]
     reconcile_deadline_ms: Option<u64>,
-    /// Linear memory per instance, in MiB (default 64).
-    #[arg(long, value_name = "MIB")]
-    memory_mb: Option<usize>,
-    /// Instances per plugin: workers plus one dispatcher (default 16).
-    #[arg(long, value_name = "N")]
-    max_instances: Option<u32>,
+    /// Linear memory per instance, in MiB (default 64; 1 to 4096).
+    #[arg(long, value_name = "MIB", value_parser = ranged(MEMORY_MB))]
+    memory_mb: Option<u64>,
+    /// Instances per plugin: workers plus one dispatcher (default 16; 1 to 1024).
+    #[arg(long, value_name = "N", value_parser = ranged(MAX_INSTANCES))]
+    max_instances: Option<u64>,
     /// Grace period for in-flight reconciles at shutdown, in seconds (default 30). Reconciles
     /// still running when it ends are abandoned with a warning naming them; the exit status is
     /// still 0.
@@ -117,7 +128,8 @@ struct RunArgs {
     handler_attempts: Option<u32>,
     /// YAML file with any of: handlerDeadlineMs, reconcileDeadlineMs, memoryMb, maxInstances,
     /// gracePeriodSeconds, quarantineFailures, quarantineWindowSeconds, quarantineCooldownMs,
-    /// quarantineMaxCooldownMs, handlerAttempts, cacheDir, metricsAddr, namespace, failFast.
+    /// quarantineMaxCooldownMs, handlerAttempts, cacheDir, metricsAddr, namespace, failFast,
+    /// plugins (a list as in `--plugins`, relative to this file).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9090.
@@ -196,8 +208,8 @@ struct TestArgs {
 struct FileConfig {
     handler_deadline_ms: Option<u64>,
     reconcile_deadline_ms: Option<u64>,
-    memory_mb: Option<usize>,
-    max_instances: Option<u32>,
+    memory_mb: Option<u64>,
+    max_instances: Option<u64>,
     grace_period_seconds: Option<u64>,
     quarantine_failures: Option<u32>,
     quarantine_window_seconds: Option<u64>,
@@ -208,6 +220,8 @@ struct FileConfig {
     metrics_addr: Option<SocketAddr>,
     namespace: Option<String>,
     fail_fast: Option<bool>,
+    /// Kept raw: checked entry by entry by [`plugins_file::parse`], naming each plugin.
+    plugins: Option<serde_yaml::Value>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -525,8 +539,11 @@ async fn start_emulator(seed: Option<&Path>) -> anyhow::Result<(EmulatorHandle, 
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    if args.plugins.is_empty() {
-        bail!("no plugin given: use `--plugin FILE.wasm` (see `host --help`), or a subcommand");
+    if args.plugins.is_empty() && args.plugins_file.is_none() && args.config.is_none() {
+        bail!(
+            "no plugin given: use `--plugin FILE.wasm` or `--plugins FILE` (see `host --help`), \
+             or a subcommand"
+        );
     }
     // Listen before anything is announced, so an early signal stops the host cleanly.
     let mut stop =
@@ -539,27 +556,54 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         None => FileConfig::default(),
     };
+    let file_check = |key: &str, v: Option<u64>, range| {
+        v.map(|v| check(key, v, range))
+            .transpose()
+            .map_err(|e| match &args.config {
+                Some(p) => anyhow::anyhow!("config {}: {e}", p.display()),
+                None => anyhow::anyhow!("{e}"),
+            })
+    };
+    let handler_deadline_ms =
+        file_check("handlerDeadlineMs", file.handler_deadline_ms, &DEADLINE_MS)?;
+    let reconcile_deadline_ms = file_check(
+        "reconcileDeadlineMs",
+        file.reconcile_deadline_ms,
+        &DEADLINE_MS,
+    )?;
+    let memory_mb = file_check("memoryMb", file.memory_mb, &MEMORY_MB)?;
+    let max_instances = file_check("maxInstances", file.max_instances, &MAX_INSTANCES)?;
     let defaults = Limits::default();
     let ms = Duration::from_millis;
     let limits = Limits {
         handler_deadline: args
             .handler_deadline_ms
-            .or(file.handler_deadline_ms)
+            .or(handler_deadline_ms)
             .map_or(defaults.handler_deadline, ms),
         reconcile_deadline: args
             .reconcile_deadline_ms
-            .or(file.reconcile_deadline_ms)
+            .or(reconcile_deadline_ms)
             .map_or(defaults.reconcile_deadline, ms),
         memory_bytes: args
             .memory_mb
-            .or(file.memory_mb)
-            .map_or(defaults.memory_bytes, |m| m.saturating_mul(1 << 20)),
+            .or(memory_mb)
+            .map_or(defaults.memory_bytes, plugins_file::mib),
         max_instances: args
             .max_instances
-            .or(file.max_instances)
-            .unwrap_or(defaults.max_instances),
+            .or(max_instances)
+            .map_or(defaults.max_instances, |n| {
+                u32::try_from(n).unwrap_or(u32::MAX)
+            }),
         ..defaults
     };
+    let namespace = args.namespace.clone().or(file.namespace.clone());
+    let specs = plugin_specs(&args, file.plugins.clone(), &limits, namespace.as_deref())?;
+    if specs.is_empty() {
+        bail!(
+            "no plugin given: use `--plugin FILE.wasm` or `--plugins FILE` (see `host --help`), \
+             or a subcommand"
+        );
+    }
     let grace = Duration::from_secs(
         args.grace_period
             .or(file.grace_period_seconds)
@@ -600,15 +644,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ..RetryPolicy::default()
     };
     let metrics_addr = args.metrics_addr.or(file.metrics_addr);
-    // Each plugin may hold `max_instances` instances (its workers and its dispatcher).
-    let slots = u32::try_from(args.plugins.len())
-        .unwrap_or(u32::MAX)
-        .saturating_mul(limits.max_instances);
-    let engine = engine(
-        args.cache_dir.or(file.cache_dir),
-        limits.memory_bytes,
-        slots,
-    )?;
+    // Each plugin may hold its `max_instances` instances (its workers and its dispatcher), each
+    // with its own memory cap: the pool is sized for all of them and for the largest cap.
+    let slots = specs
+        .iter()
+        .fold(0u32, |n, s| n.saturating_add(s.limits.max_instances));
+    let max_memory = specs
+        .iter()
+        .map(|s| s.limits.memory_bytes)
+        .fold(limits.memory_bytes, usize::max);
+    let engine = engine(args.cache_dir.or(file.cache_dir), max_memory, slots)?;
 
     let mut emulator = None;
     let config = match &args.emulator {
@@ -639,18 +684,19 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         client,
         RuntimeOptions {
             limits,
-            namespace: args.namespace.or(file.namespace),
+            namespace,
             fail_fast: args.fail_fast || file.fail_fast.unwrap_or(false),
             quarantine,
             handler_retry,
             ..RuntimeOptions::default()
         },
     );
-    let started = runtime.start_all(&args.plugins).await;
+    let given = specs.len();
+    let started = runtime.start_all_specs(specs).await;
     let result = match started {
         Err(e) => Err(anyhow::anyhow!("{e}")),
         Ok(_) if runtime.plugins().is_empty() && runtime.waiting().is_empty() => Err(
-            anyhow::anyhow!("no plugin could be started ({} given)", args.plugins.len()),
+            anyhow::anyhow!("no plugin could be started ({given} given)"),
         ),
         Ok(_) => serve(&runtime, metrics_addr, args.log_format, &mut stop).await,
     };
@@ -675,6 +721,37 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         warn_abandoned(grace, &queues);
     }
     Ok(())
+}
+
+/// Every plugin to run, in start order: the config file's `plugins:`, the `--plugins` file's,
+/// then each `--plugin` with the global settings. Any mistake in either list is one line and
+/// nothing is returned, so nothing starts.
+fn plugin_specs(
+    args: &RunArgs,
+    from_config: Option<serde_yaml::Value>,
+    limits: &Limits,
+    namespace: Option<&str>,
+) -> anyhow::Result<Vec<PluginSpec>> {
+    let defaults = plugins_file::Defaults { limits, namespace };
+    let mut specs = Vec::new();
+    if let (Some(value), Some(path)) = (from_config, &args.config) {
+        specs.extend(
+            plugins_file::parse(value, path, "config", &defaults).map_err(anyhow::Error::msg)?,
+        );
+    }
+    if let Some(path) = &args.plugins_file {
+        specs.extend(
+            plugins_file::read(path, "plugins file", &defaults).map_err(anyhow::Error::msg)?,
+        );
+    }
+    specs.extend(args.plugins.iter().map(|p| PluginSpec {
+        path: p.clone(),
+        limits: limits.clone(),
+        workers: None,
+        namespace: namespace.map(str::to_owned),
+        config: std::sync::Arc::new(serde_json::Value::Null),
+    }));
+    Ok(specs)
 }
 
 /// One warning line for a grace period that ended with work left: how many reconciles were

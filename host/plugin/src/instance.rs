@@ -130,6 +130,8 @@ pub(crate) struct PluginCtx {
     pub(crate) name: Arc<str>,
     pub(crate) manifest: Arc<Manifest>,
     pub(crate) backends: Backends,
+    /// The operator's configuration of this plugin, as JSON (`null` when none).
+    pub(crate) config: Arc<serde_json::Value>,
 }
 
 /// The data of a guest's store.

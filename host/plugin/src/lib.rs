@@ -10,7 +10,7 @@
 //! an instance that failed. Everything the guest can reach in the host goes through the
 //! [`backend`] traits, checked against the manifest by [`imports`]; [`backends`] implements them
 //! over the shared informer stores, the API client and the plugin's workqueue. [`runtime`] wires
-//! it all: [`dispatch`] feeds informer notifications to the guest, [`reconcile`] runs the
+//! it all, each plugin by its [`spec`] (its own limits, workers, namespace and configuration): [`dispatch`] feeds informer notifications to the guest, [`reconcile`] runs the
 //! workers, [`ops`] serves metrics and health.
 
 pub mod backend;
@@ -30,6 +30,7 @@ pub mod ops;
 pub mod rbac;
 pub mod reconcile;
 pub mod runtime;
+pub mod spec;
 pub mod status;
 mod stdio;
 pub mod watch_counters;
@@ -44,3 +45,4 @@ pub use manifest::{Manifest, ManifestError};
 pub use runtime::{
     PluginRuntime, RunningPlugin, RuntimeOptions, RuntimeStatus, StartError, Started,
 };
+pub use spec::PluginSpec;

@@ -156,6 +156,7 @@ impl PluginEngine {
                 workers: 1,
             }),
             backends: Backends::unavailable(),
+            config: Arc::new(serde_json::Value::Null),
         });
         let mut inner = PluginInner {
             path: path.to_path_buf(),
@@ -188,6 +189,7 @@ impl PluginEngine {
             name: Arc::from(manifest.name.as_str()),
             manifest: Arc::new(manifest),
             backends: Backends::unavailable(),
+            config: Arc::new(serde_json::Value::Null),
         });
         Ok(LoadedPlugin { inner })
     }
@@ -230,8 +232,31 @@ impl LoadedPlugin {
             name: ctx.name.clone(),
             manifest: ctx.manifest.clone(),
             backends,
+            config: ctx.config.clone(),
         });
         Plugin(Arc::new(self.inner))
+    }
+
+    /// Applies what the operator set for this plugin alone: `workers` over the count its
+    /// manifest asks for, and its configuration (carried to every instance's context).
+    pub fn configure(mut self, workers: Option<u32>, config: Arc<serde_json::Value>) -> Self {
+        let ctx = &self.inner.ctx;
+        let mut manifest = ctx.manifest.clone();
+        if let Some(n) = workers {
+            Arc::make_mut(&mut manifest).workers = n;
+        }
+        self.inner.ctx = Arc::new(PluginCtx {
+            name: ctx.name.clone(),
+            manifest,
+            backends: ctx.backends.clone(),
+            config,
+        });
+        self
+    }
+
+    /// The operator's configuration of this plugin (`null` when none).
+    pub fn config(&self) -> &serde_json::Value {
+        &self.inner.ctx.config
     }
 }
 
@@ -254,6 +279,12 @@ impl Plugin {
     /// The sandbox limits.
     pub fn limits(&self) -> &Limits {
         &self.0.limits
+    }
+
+    /// The operator's configuration of this plugin, as JSON (`null` when none). The contract
+    /// that hands it to guests comes with `kube:controller@0.2.0`.
+    pub fn config(&self) -> &serde_json::Value {
+        &self.0.ctx.config
     }
 
     /// Instance counters.

@@ -30,6 +30,7 @@ use super::instance::{GuestError, Limits};
 use super::loader::{LoadError, LoadedPlugin, Plugin};
 use super::rbac::namespace_scope;
 use super::reconcile::{spawn_workers, ReconcileStats};
+use super::spec::PluginSpec;
 pub use super::status::RuntimeStatus;
 use super::status::{metrics_registry, RunningStatus, Slot, Slots, WaitingStatus, WatchStatus};
 use super::watch_counters::{CounterMap, CountingLw};
@@ -97,9 +98,10 @@ const INFORMER_RESYNC_CHECK: Duration = Duration::from_secs(30);
 /// Host-wide settings of the plugin runtime.
 #[derive(Debug, Clone)]
 pub struct RuntimeOptions {
-    /// Sandbox limits applied to every plugin.
+    /// Sandbox limits of every plugin started without its own ([`PluginSpec::with_defaults`]).
     pub limits: Limits,
-    /// Restricts watches that name no namespace to this one (namespaced kinds only).
+    /// Restricts watches that name no namespace to this one (namespaced kinds only), for every
+    /// plugin started without its own.
     pub namespace: Option<String>,
     /// Stop at the first plugin that fails to start, including one whose kinds do not
     /// resolve yet (instead of waiting for them).
@@ -249,9 +251,21 @@ impl PluginRuntime {
     /// skipped, and one whose kinds do not resolve yet waits for them, unless `fail_fast`,
     /// when the first failure of either kind is returned. Returns the failures.
     pub async fn start_all(&mut self, paths: &[PathBuf]) -> Result<Vec<StartError>, StartError> {
+        let specs = paths
+            .iter()
+            .map(|p| PluginSpec::with_defaults(p, &self.wiring.opts))
+            .collect();
+        self.start_all_specs(specs).await
+    }
+
+    /// [`PluginRuntime::start_all`] for plugins with settings of their own, in this order.
+    pub async fn start_all_specs(
+        &mut self,
+        specs: Vec<PluginSpec>,
+    ) -> Result<Vec<StartError>, StartError> {
         let mut failed = Vec::new();
-        for path in paths {
-            match self.start(path).await {
+        for spec in specs {
+            match self.start_spec(spec).await {
                 Ok(_) => {}
                 Err(e) if self.wiring.opts.fail_fast => return Err(e),
                 Err(e) => {
@@ -266,14 +280,33 @@ impl PluginRuntime {
     /// Loads the plugin at `path` and starts its watches and workers, or, when one of its
     /// kinds does not resolve (not served yet, API server unreachable) and not `fail_fast`,
     /// leaves it waiting: it starts by itself once discovery resolves its kinds.
+    /// It runs with the runtime's global settings ([`PluginSpec::with_defaults`]).
     pub async fn start(&mut self, path: &Path) -> Result<Started, StartError> {
+        self.start_spec(PluginSpec::with_defaults(path, &self.wiring.opts))
+            .await
+    }
+
+    /// [`PluginRuntime::start`] with the plugin's own settings: its limits apply to each of its
+    /// stores (deadlines, memory cap) and to its instance count, its workers override its
+    /// manifest's, its namespace confines its watches, and its configuration is carried with
+    /// it ([`Plugin::config`]).
+    pub async fn start_spec(&mut self, spec: PluginSpec) -> Result<Started, StartError> {
+        let PluginSpec {
+            path,
+            limits,
+            workers,
+            namespace,
+            config,
+        } = spec;
+        let path = path.as_path();
         let loaded = self
             .engine
-            .load(path, self.wiring.opts.limits.clone())
-            .await?;
+            .load(path, limits)
+            .await?
+            .configure(workers, config);
         match self.wiring.resolve(&loaded).await {
             Ok(resources) => {
-                let running = self.wiring.wire(loaded, &resources)?;
+                let running = self.wiring.wire(loaded, &resources, namespace.as_deref())?;
                 self.wiring.adopt(running, None);
                 Ok(Started::Running)
             }
@@ -296,6 +329,7 @@ impl PluginRuntime {
                 let task = tokio::spawn(start_when_resolved(
                     self.wiring.clone(),
                     loaded,
+                    namespace,
                     waiting,
                     self.stop_waiting.subscribe(),
                 ));
@@ -417,6 +451,7 @@ fn waiting_reason(e: &StartError) -> String {
 async fn start_when_resolved(
     wiring: Arc<Wiring>,
     loaded: LoadedPlugin,
+    namespace: Option<String>,
     waiting: Arc<WaitingStatus>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -435,7 +470,7 @@ async fn start_when_resolved(
         match resolved {
             Ok(resources) => {
                 let name = loaded.name().to_owned();
-                match wiring.wire(loaded, &resources) {
+                match wiring.wire(loaded, &resources, namespace.as_deref()) {
                     Ok(running) => wiring.adopt(running, Some(&waiting)),
                     Err(e) => {
                         tracing::error!("{e}");
@@ -517,10 +552,13 @@ impl Wiring {
         self.running.lock().push(running);
     }
 
+    /// Connects a loaded plugin to its queue, client, informers and workers; `namespace`
+    /// confines its watches that name none.
     fn wire(
         &self,
         loaded: LoadedPlugin,
         resources: &HashMap<(String, String), ApiResource>,
+        namespace: Option<&str>,
     ) -> Result<RunningPlugin, StartError> {
         let path = loaded.path().to_path_buf();
         let name = loaded.name().to_string();
@@ -538,7 +576,7 @@ impl Wiring {
             lister: lister.clone(),
             client: Arc::new(
                 KubeClientBackend::new(self.client.clone(), &name, resources.clone()).confined_to(
-                    namespace_scope(loaded.manifest(), self.opts.namespace.as_deref(), |a, k| {
+                    namespace_scope(loaded.manifest(), namespace, |a, k| {
                         resources
                             .get(&(a.to_string(), k.to_string()))
                             .map(|r| r.namespaced)
@@ -566,20 +604,20 @@ impl Wiring {
             let Some(res) = resources.get(&(w.api_version.clone(), w.kind.clone())) else {
                 continue;
             };
-            let namespace = if res.namespaced {
-                w.namespace.clone().or_else(|| self.opts.namespace.clone())
+            let watch_namespace = if res.namespaced {
+                w.namespace.clone().or_else(|| namespace.map(str::to_owned))
             } else {
                 None
             };
             let key = InformerKey::new(
                 &format!("{}/{}", res.api_version, res.plural),
-                namespace.as_deref(),
+                watch_namespace.as_deref(),
                 w.label_selector.as_deref(),
                 w.field_selector.as_deref(),
             );
             let make_lw = || {
                 let mut lw =
-                    ResourceClient::new(self.client.clone(), res.clone(), namespace.clone());
+                    ResourceClient::new(self.client.clone(), res.clone(), watch_namespace.clone());
                 lw.label_selector = w.label_selector.clone();
                 lw.field_selector = w.field_selector.clone();
                 CountingLw::new(lw, key.to_string(), &self.lw_counters)
@@ -607,7 +645,7 @@ impl Wiring {
             lister.add_indexed_store(
                 &w.api_version,
                 &w.kind,
-                namespace.as_deref(),
+                watch_namespace.as_deref(),
                 store,
                 indexes,
             );

@@ -21,12 +21,23 @@ use prometheus_client::registry::Unit;
 use super::cache_sync::CacheSync;
 use super::dispatch::Dispatcher;
 use super::health::{Health, HealthSnapshot, Phase};
+use super::instance::Limits;
 use super::loader::Plugin;
 use super::reconcile::ReconcileStats;
 use super::watch_counters::{CounterMap, LwCounters};
 use kwh_informer::shared::HandlerRegistration;
 use kwh_informer::workqueue::metrics::encode_family;
 use kwh_informer::workqueue::Registry;
+
+/// A plugin's sandbox limits as `/statusz` shows them (the plugins file's keys and units).
+fn limits_json(l: &Limits) -> serde_json::Value {
+    serde_json::json!({
+        "handlerDeadlineMs": l.handler_deadline.as_millis() as u64,
+        "reconcileDeadlineMs": l.reconcile_deadline.as_millis() as u64,
+        "memoryBytes": l.memory_bytes,
+        "maxInstances": l.max_instances,
+    })
+}
 
 /// One watch of a running plugin, as readiness reports it.
 pub(crate) struct WatchStatus {
@@ -194,6 +205,11 @@ impl RuntimeStatus {
                         "reconcileErrors": p.stats.errors.load(Ordering::Relaxed),
                         "notificationsDropped": p.dispatcher.dropped.load(Ordering::Relaxed),
                         "instantiations": p.plugin.stats().instantiations.load(Ordering::Relaxed),
+                        // What the operator set for this plugin, so a plugins file can be
+                        // checked against what runs.
+                        "config": p.plugin.config(),
+                        "limits": limits_json(p.plugin.limits()),
+                        "workers": p.plugin.manifest().workers,
                     })
                 }
             })

@@ -1,0 +1,61 @@
+//! What to run as one plugin, and with which settings of its own.
+//!
+//! A host runs third-party controllers side by side, so each may need its own sandbox limits,
+//! worker count, namespace confinement and configuration: one plugin's 16 MiB cap must not bind
+//! another that needs 64 MiB. A [`PluginSpec`] carries those per plugin; `--plugin x.wasm` is
+//! the spec made of the runtime's global settings ([`PluginSpec::with_defaults`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::instance::Limits;
+use super::runtime::RuntimeOptions;
+
+/// One plugin to start, with everything the operator set for it alone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginSpec {
+    /// The component file.
+    pub path: PathBuf,
+    /// Its sandbox limits (deadlines and memory per store, its own instance count).
+    pub limits: Limits,
+    /// Reconcile workers, over the count its manifest asks for.
+    pub workers: Option<u32>,
+    /// Confines its watches that name no namespace to this one, as the runtime's
+    /// [`RuntimeOptions::namespace`] does for plugins without their own.
+    pub namespace: Option<String>,
+    /// Its configuration, kept as JSON for the guest (`null` when none was given).
+    pub config: Arc<serde_json::Value>,
+}
+
+impl PluginSpec {
+    /// The plugin at `path` with the runtime's global limits and namespace, the manifest's
+    /// workers and no configuration: what `--plugin x.wasm` runs.
+    pub fn with_defaults(path: impl Into<PathBuf>, opts: &RuntimeOptions) -> Self {
+        PluginSpec {
+            path: path.into(),
+            limits: opts.limits.clone(),
+            workers: None,
+            namespace: opts.namespace.clone(),
+            config: Arc::new(serde_json::Value::Null),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_runtime_s_global_settings() {
+        let opts = RuntimeOptions {
+            namespace: Some("team".into()),
+            ..RuntimeOptions::default()
+        };
+        let s = PluginSpec::with_defaults("x.wasm", &opts);
+        assert_eq!(s.path, PathBuf::from("x.wasm"));
+        assert_eq!(s.limits, opts.limits);
+        assert_eq!(s.namespace.as_deref(), Some("team"));
+        assert_eq!(s.workers, None);
+        assert!(s.config.is_null());
+    }
+}

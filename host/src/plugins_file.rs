@@ -1,0 +1,275 @@
+//! The plugins file (`--plugins FILE`, or the key `plugins:` of `--config`): a YAML list of
+//! plugins, each with its module, its configuration and settings of its own, checked whole
+//! before anything is loaded.
+//!
+//! Why up front and all at once: a platform team's file names many third-party controllers; a
+//! typo in one must not leave the host running the others under the wrong settings, so any
+//! mistake is one line naming the file, the plugin (its index and module) and the key, and
+//! nothing starts. The ranges are the ones the global flags and config keys are checked
+//! against ([`check`]), so a value means the same wherever it is given.
+
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use kwh_plugin::{Limits, PluginSpec};
+
+/// Handler and reconcile deadlines, in milliseconds: at least one tick, at most an hour.
+pub const DEADLINE_MS: RangeInclusive<u64> = 1..=3_600_000;
+/// Linear memory per instance, in MiB: a wasm32 memory holds at most 4 GiB.
+pub const MEMORY_MB: RangeInclusive<u64> = 1..=4096;
+/// Instances per plugin (its workers and its dispatcher).
+pub const MAX_INSTANCES: RangeInclusive<u64> = 1..=1024;
+/// Reconcile workers per plugin.
+pub const WORKERS: RangeInclusive<u64> = 1..=256;
+
+/// `value` of `key` if it lies in `range`, else the message naming both.
+pub fn check(key: &str, value: u64, range: &RangeInclusive<u64>) -> Result<u64, String> {
+    if range.contains(&value) {
+        Ok(value)
+    } else {
+        Err(format!(
+            "{key}: {value} is out of range ({}..={})",
+            range.start(),
+            range.end()
+        ))
+    }
+}
+
+/// A clap value parser for a flag checked against `range` (named by the flag in clap's error).
+pub fn ranged(range: RangeInclusive<u64>) -> impl Fn(&str) -> Result<u64, String> + Clone {
+    move |s: &str| {
+        let v: u64 = s.parse().map_err(|e| format!("{e}"))?;
+        check("value", v, &range).map(|_| v)
+    }
+}
+
+/// One entry of the list, as written.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Entry {
+    module: PathBuf,
+    #[serde(default)]
+    config: Option<serde_yaml::Value>,
+    memory_mb: Option<u64>,
+    handler_deadline_ms: Option<u64>,
+    reconcile_deadline_ms: Option<u64>,
+    max_instances: Option<u64>,
+    workers: Option<u64>,
+    namespace: Option<String>,
+}
+
+/// The global settings a plugin's unset keys take.
+pub struct Defaults<'a> {
+    /// From the flags, the config file, else the built-in defaults.
+    pub limits: &'a Limits,
+    /// `--namespace` (or the config file's `namespace`).
+    pub namespace: Option<&'a str>,
+}
+
+/// Reads `path` (`what` names it in errors: `plugins file` or `config`), a YAML list of plugins.
+pub fn read(path: &Path, what: &str, defaults: &Defaults<'_>) -> Result<Vec<PluginSpec>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{what} {}: cannot read it: {e}", path.display()))?;
+    let value: serde_yaml::Value =
+        serde_yaml::from_str(&text).map_err(|e| format!("{what} {}: {e}", path.display()))?;
+    parse(value, path, what, defaults)
+}
+
+/// The specs of `value`, the list of plugins of the file at `path`; module paths resolve against
+/// the file's directory.
+pub fn parse(
+    value: serde_yaml::Value,
+    path: &Path,
+    what: &str,
+    defaults: &Defaults<'_>,
+) -> Result<Vec<PluginSpec>, String> {
+    let serde_yaml::Value::Sequence(items) = value else {
+        return Err(format!(
+            "{what} {}: expected a list of plugins, each a mapping with at least `module`",
+            path.display()
+        ));
+    };
+    let base = path.parent().unwrap_or(Path::new("."));
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            // The module as written, to name the plugin even when the entry is malformed.
+            let module = item
+                .get("module")
+                .and_then(|m| m.as_str())
+                .map_or_else(|| "no module".to_string(), str::to_owned);
+            entry(item, base, defaults)
+                .map_err(|e| format!("{what} {}: plugin {i} ({module}): {e}", path.display()))
+        })
+        .collect()
+}
+
+/// One plugin's spec, or why not (naming the key).
+fn entry(
+    item: serde_yaml::Value,
+    base: &Path,
+    defaults: &Defaults<'_>,
+) -> Result<PluginSpec, String> {
+    let e: Entry = serde_yaml::from_value(item).map_err(|e| e.to_string())?;
+    let module = base.join(&e.module);
+    if !module.is_file() {
+        return Err(format!("module: {} is not a file", module.display()));
+    }
+    let d = defaults.limits;
+    let ms = |key, v: Option<u64>, default: Duration| -> Result<Duration, String> {
+        v.map_or(Ok(default), |v| {
+            check(key, v, &DEADLINE_MS).map(Duration::from_millis)
+        })
+    };
+    let limits = Limits {
+        handler_deadline: ms(
+            "handlerDeadlineMs",
+            e.handler_deadline_ms,
+            d.handler_deadline,
+        )?,
+        reconcile_deadline: ms(
+            "reconcileDeadlineMs",
+            e.reconcile_deadline_ms,
+            d.reconcile_deadline,
+        )?,
+        memory_bytes: match e.memory_mb {
+            Some(v) => mib(check("memoryMb", v, &MEMORY_MB)?),
+            None => d.memory_bytes,
+        },
+        max_instances: match e.max_instances {
+            Some(v) => narrow(check("maxInstances", v, &MAX_INSTANCES)?),
+            None => d.max_instances,
+        },
+        ..d.clone()
+    };
+    let workers = e
+        .workers
+        .map(|v| check("workers", v, &WORKERS).map(narrow))
+        .transpose()?;
+    if let Some(w) = workers {
+        // The dispatcher holds one instance besides the workers.
+        if w >= limits.max_instances {
+            return Err(format!(
+                "workers: {w} workers and the dispatcher need {} instances, above maxInstances ({})",
+                w + 1,
+                limits.max_instances
+            ));
+        }
+    }
+    let config = match e.config {
+        None => serde_json::Value::Null,
+        Some(v) => serde_json::to_value(v).map_err(|e| format!("config: {e}"))?,
+    };
+    Ok(PluginSpec {
+        path: module,
+        limits,
+        workers,
+        namespace: e
+            .namespace
+            .or_else(|| defaults.namespace.map(str::to_owned)),
+        config: Arc::new(config),
+    })
+}
+
+/// MiB to bytes (the ranges keep it far from overflowing).
+pub fn mib(v: u64) -> usize {
+    usize::try_from(v.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
+}
+
+/// A value already checked against a range that fits `u32`.
+fn narrow(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn specs(yaml: &str, dir: &Path) -> Result<Vec<PluginSpec>, String> {
+        let limits = Limits::default();
+        let d = Defaults {
+            limits: &limits,
+            namespace: Some("global"),
+        };
+        parse(
+            serde_yaml::from_str(yaml).map_err(|e| e.to_string())?,
+            &dir.join("plugins.yaml"),
+            "plugins file",
+            &d,
+        )
+    }
+
+    fn dir_with_module() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("plugins-file-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("a.wasm"), b"").expect("module");
+        dir
+    }
+
+    #[test]
+    fn unset_keys_take_the_global_values_and_set_ones_their_own() {
+        let dir = dir_with_module();
+        let s = specs(
+            "- module: a.wasm\n- module: a.wasm\n  memoryMb: 16\n  handlerDeadlineMs: 20\n  \
+             reconcileDeadlineMs: 30\n  maxInstances: 4\n  workers: 3\n  namespace: team\n  \
+             config: {ttl: 5m, names: [a, b]}\n",
+            &dir,
+        )
+        .expect("valid");
+        assert_eq!(s[0].path, dir.join("a.wasm"));
+        assert_eq!(s[0].limits, Limits::default());
+        assert_eq!(s[0].namespace.as_deref(), Some("global"));
+        assert!(s[0].config.is_null());
+        assert_eq!(s[1].limits.memory_bytes, 16 << 20);
+        assert_eq!(s[1].limits.handler_deadline, Duration::from_millis(20));
+        assert_eq!(s[1].limits.reconcile_deadline, Duration::from_millis(30));
+        assert_eq!(s[1].limits.max_instances, 4);
+        assert_eq!(s[1].workers, Some(3));
+        assert_eq!(s[1].namespace.as_deref(), Some("team"));
+        assert_eq!(
+            *s[1].config,
+            serde_json::json!({"ttl": "5m", "names": ["a", "b"]})
+        );
+    }
+
+    #[test]
+    fn mistakes_name_the_file_the_plugin_and_the_key() {
+        let dir = dir_with_module();
+        let file = dir.join("plugins.yaml").display().to_string();
+        let cases = [
+            (
+                "- module: a.wasm\n  bogus: 1\n",
+                "plugin 0 (a.wasm): unknown field `bogus`",
+            ),
+            (
+                "- module: a.wasm\n- module: a.wasm\n  memoryMb: 0\n",
+                "plugin 1 (a.wasm): memoryMb: 0 is out of range (1..=4096)",
+            ),
+            (
+                "- module: a.wasm\n  reconcileDeadlineMs: 3600001\n",
+                "plugin 0 (a.wasm): reconcileDeadlineMs: 3600001 is out of range",
+            ),
+            ("- module: gone.wasm\n", "plugin 0 (gone.wasm): module: "),
+            (
+                "- memoryMb: 8\n",
+                "plugin 0 (no module): missing field `module`",
+            ),
+            (
+                "- module: a.wasm\n  workers: 4\n  maxInstances: 4\n",
+                "plugin 0 (a.wasm): workers: 4 workers and the dispatcher need 5 instances",
+            ),
+            ("module: a.wasm\n", "expected a list of plugins"),
+        ];
+        for (yaml, want) in cases {
+            let e = specs(yaml, &dir).expect_err(yaml);
+            assert!(e.starts_with(&format!("plugins file {file}: ")), "{e}");
+            assert!(e.contains(want), "{yaml}: {e}");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+    }
+}
