@@ -28,11 +28,15 @@ pub const WORKERS: RangeInclusive<u64> = 1..=256;
 
 /// `value` of `key` if it lies in `range`, else the message naming both.
 pub fn check(key: &str, value: u64, range: &RangeInclusive<u64>) -> Result<u64, String> {
+    in_range(value, range).map_err(|e| format!("{key}: {e}"))
+}
+
+fn in_range(value: u64, range: &RangeInclusive<u64>) -> Result<u64, String> {
     if range.contains(&value) {
         Ok(value)
     } else {
         Err(format!(
-            "{key}: {value} is out of range ({}..={})",
+            "{value} is out of range ({}..={})",
             range.start(),
             range.end()
         ))
@@ -43,7 +47,7 @@ pub fn check(key: &str, value: u64, range: &RangeInclusive<u64>) -> Result<u64, 
 pub fn ranged(range: RangeInclusive<u64>) -> impl Fn(&str) -> Result<u64, String> + Clone {
     move |s: &str| {
         let v: u64 = s.parse().map_err(|e| format!("{e}"))?;
-        check("value", v, &range).map(|_| v)
+        in_range(v, &range)
     }
 }
 

@@ -1,0 +1,342 @@
+//! The plugins file (`host --plugins FILE`, or `plugins:` of `--config`) through the real
+//! binary: each plugin's own limits, namespace and configuration take effect for that plugin
+//! alone, and a bad file is one line naming the file, the plugin and the key, before anything
+//! starts.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kwh_client::client::WriteParams;
+use kwh_client::ApiResource;
+use support::cluster::http_get;
+use support::guests::guest;
+use support::process::{HostProcess, WAIT};
+
+fn os(s: &str) -> &std::ffi::OsStr {
+    std::ffi::OsStr::new(s)
+}
+
+/// Copies of the test guest `portion` (named `portion-00`) in `dir`, one per suffix, each named
+/// `portion-<suffix>`: a plugin's name comes from its code alone, and two plugins may not share
+/// one. The placeholder occurs once, in a data segment.
+fn portions(dir: &Path, suffixes: &[&str]) -> Vec<PathBuf> {
+    let bytes = std::fs::read(guest("portion")).expect("read guest");
+    let placeholder = b"portion-00";
+    let at: Vec<usize> = bytes
+        .windows(placeholder.len())
+        .enumerate()
+        .filter(|(_, w)| *w == placeholder)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(at.len(), 1, "the name placeholder occurs once");
+    suffixes
+        .iter()
+        .map(|s| {
+            assert_eq!(s.len(), 2, "fixed width");
+            let mut b = bytes.clone();
+            let end = at[0] + placeholder.len();
+            b[end - 2..end].copy_from_slice(s.as_bytes());
+            let p = dir.join(format!("portion-{s}.wasm"));
+            std::fs::write(&p, b).expect("write");
+            p
+        })
+        .collect()
+}
+
+/// Two copies of one guest from one file, one capped at 16 MiB and one at 64 MiB (the global
+/// cap is 8 MiB): the same 32 MiB reconcile is stopped by the first cap and not by the second.
+/// Each plugin's configuration and limits show in `/statusz`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_plugin_runs_under_its_own_memory_cap_and_carries_its_config() {
+    let dir = support::temp_dir("plugins-memory");
+    portions(&dir, &["16", "64"]);
+    let seed = dir.join("seed.yaml");
+    std::fs::write(
+        &seed,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: take-32, namespace: default}\n",
+    )
+    .expect("seed");
+    let plugins = dir.join("plugins.yaml");
+    // Relative modules: they resolve against the file's directory, not the working directory.
+    std::fs::write(
+        &plugins,
+        "- module: portion-16.wasm\n  memoryMb: 16\n  config: {role: small}\n\
+         - module: portion-64.wasm\n  memoryMb: 64\n  workers: 2\n  \
+           config: {role: large, names: [a, b]}\n",
+    )
+    .expect("plugins file");
+    let mut host = HostProcess::spawn(
+        [
+            os("--plugins"),
+            plugins.as_os_str(),
+            os("--memory-mb"),
+            os("8"),
+            // The failing key is retried; a quarantine would only hide the cap's repeats.
+            os("--quarantine-failures"),
+            os("0"),
+            os("--metrics-addr"),
+            os("127.0.0.1:0"),
+            os("--emulator"),
+            seed.as_os_str(),
+            os("--grace-period"),
+            os("5"),
+        ],
+        "info",
+    );
+    let metrics = host.line("metrics on http://").await;
+    let addr = metrics
+        .split_once("metrics on http://")
+        .and_then(|(_, u)| u.strip_suffix("/metrics"))
+        .expect("metrics address")
+        .to_string();
+    host.line("running; SIGINT or SIGTERM stops").await;
+    let capped = format!("error=memory limit of {} bytes exceeded", 16 << 20);
+    let (mut small_stopped, mut large_done) = (false, false);
+    let seen = host
+        .line_where(WAIT, |l| {
+            let t = &l.text;
+            small_stopped |= t.contains("plugin=portion-16") && t.contains(&capped);
+            large_done |=
+                t.contains("portion-64") && t.contains("allocated 32 MiB for default/take-32");
+            small_stopped && large_done
+        })
+        .await;
+    assert!(
+        seen.is_some(),
+        "16 MiB stopped {small_stopped}, 64 MiB done {large_done}; saw:\n{}",
+        host.log()
+    );
+
+    let (code, body) = http_get(&addr, "/statusz").await;
+    assert_eq!(code, 200, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).expect("statusz is JSON");
+    let plugins = status["plugins"].as_array().expect("plugins");
+    let by_name = |name: &str| {
+        plugins
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {body}"))
+            .clone()
+    };
+    let (small, large) = (by_name("portion-16"), by_name("portion-64"));
+    assert_eq!(small["config"], serde_json::json!({"role": "small"}));
+    assert_eq!(
+        large["config"],
+        serde_json::json!({"role": "large", "names": ["a", "b"]})
+    );
+    assert_eq!(small["limits"]["memoryBytes"], 16 << 20);
+    assert_eq!(large["limits"]["memoryBytes"], 64 << 20);
+    // Unset keys take the global values; `workers` overrides the manifest's one.
+    assert_eq!(small["limits"]["handlerDeadlineMs"], 1000);
+    assert_eq!(small["workers"], 1);
+    assert_eq!(large["workers"], 2);
+
+    host.sigterm();
+    let status = host.exit(WAIT).await;
+    assert!(status.success(), "{}", host.log());
+    // No call of either plugin ran under another cap (the global 8 MiB, or the other's).
+    for l in &host.seen {
+        let t = &l.text;
+        if t.contains("error=memory limit of ") {
+            assert!(
+                t.contains("plugin=portion-16") && t.contains(&capped),
+                "{t}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A plugin's `namespace` confines its watches alone: with `--namespace other`, the plugin whose
+/// entry says `team` sees only `team`, the one that says nothing sees only `other`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_s_namespace_confines_that_plugin_alone() {
+    let dir = support::temp_dir("plugins-namespace");
+    portions(&dir, &["01", "02"]);
+    let plugins = dir.join("plugins.yaml");
+    std::fs::write(
+        &plugins,
+        "- module: portion-01.wasm\n  namespace: team\n- module: portion-02.wasm\n",
+    )
+    .expect("plugins file");
+    let seed = dir.join("seed.yaml");
+    std::fs::write(
+        &seed,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: other}\n---\n\
+         apiVersion: v1\nkind: Namespace\nmetadata: {name: team}\n",
+    )
+    .expect("seed");
+    let mut host = HostProcess::spawn(
+        [
+            os("--plugins"),
+            plugins.as_os_str(),
+            os("--namespace"),
+            os("other"),
+            os("--emulator"),
+            seed.as_os_str(),
+            os("--grace-period"),
+            os("5"),
+        ],
+        "info",
+    );
+    let (_, kubeconfig) = host.emulator().await;
+    host.line("running; SIGINT or SIGTERM stops").await;
+    let client = support::process::client(&kubeconfig);
+    let cm = ApiResource::new("v1", "ConfigMap", "configmaps", true);
+    // In this order: each plugin has one watch and one worker, so one that watched every
+    // namespace would reconcile `other/a` before `team/b` (portion-01), or `team/b` before
+    // `other/c` (portion-02).
+    for (ns, name) in [("other", "a"), ("team", "b"), ("other", "c")] {
+        let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns}});
+        client
+            .create(
+                &cm,
+                Some(ns),
+                body.to_string().into(),
+                &WriteParams::default(),
+            )
+            .await
+            .expect("create");
+    }
+    let (mut team, mut other) = (false, false);
+    let seen = host
+        .line_where(WAIT, |l| {
+            let t = &l.text;
+            team |= t.contains("plugin=portion-01") && t.contains("reconciled team/b");
+            other |= t.contains("plugin=portion-02") && t.contains("reconciled other/c");
+            team && other
+        })
+        .await;
+    assert!(
+        seen.is_some(),
+        "team {team}, other {other}; saw:\n{}",
+        host.log()
+    );
+    for l in &host.seen {
+        let t = &l.text;
+        assert!(
+            !(t.contains("plugin=portion-01") && t.contains("reconciled other/")),
+            "{t}"
+        );
+        assert!(
+            !(t.contains("plugin=portion-02") && t.contains("reconciled team/")),
+            "{t}"
+        );
+    }
+    host.sigterm();
+    let status = host.exit(WAIT).await;
+    assert!(status.success(), "{}", host.log());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Runs the binary to its exit with info logs.
+async fn host_output(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    let mut cmd = tokio::process::Command::new(support::host_bin());
+    cmd.args(args)
+        .env(
+            "XDG_CACHE_HOME",
+            std::env::temp_dir().join("kube-wasm-host-test-cache"),
+        )
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .env_remove("KUBECONFIG")
+        .kill_on_drop(true);
+    tokio::time::timeout(WAIT, cmd.output())
+        .await
+        .expect("host finishes")
+        .expect("host runs")
+}
+
+/// An unknown key, a limit out of range, a module that is not there, in the plugins file or in
+/// the config file's `plugins:`: one line naming the file, the plugin and the key, exit
+/// non-zero, and nothing starts (no emulator, no plugin loaded), though the first plugin is good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_plugins_file_is_one_line_and_nothing_starts() {
+    let dir = support::temp_dir("plugins-bad");
+    let good = guest("noop");
+    let file = dir.join("plugins.yaml");
+    let config = dir.join("host.yaml");
+    let first = format!("- module: {}\n", good.display());
+    // The second plugin, the one in error, is named by its index and module as written.
+    let cases = [
+        ("  bogus: 1\n", "unknown field `bogus`"),
+        (
+            "  memoryMb: 5000\n",
+            "memoryMb: 5000 is out of range (1..=4096)",
+        ),
+        (
+            "  handlerDeadlineMs: 0\n",
+            "handlerDeadlineMs: 0 is out of range (1..=3600000)",
+        ),
+    ];
+    for (key, want) in cases {
+        let second = format!("- module: {}\n{key}", good.display());
+        std::fs::write(&file, format!("{first}{second}")).expect("write");
+        let mut config_text = String::from("plugins:\n");
+        for l in format!("{first}{second}").lines() {
+            config_text.push_str(&format!("  {l}\n"));
+        }
+        std::fs::write(&config, config_text).expect("write");
+        for (flag, path, what) in [
+            ("--plugins", &file, "plugins file"),
+            ("--config", &config, "config"),
+        ] {
+            let out = host_output(&[os(flag), path.as_os_str(), os("--emulator")]).await;
+            assert!(!out.status.success(), "{out:?}");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+            let line = stderr.lines().next().unwrap_or_default();
+            let named = format!("{what} {}: ", path.display());
+            assert!(line.contains(&named), "{line}");
+            let named_plugin = format!("{named}plugin 1 ({}): {want}", good.display());
+            assert!(line.contains(&named_plugin), "{line}");
+            assert!(stdout.is_empty(), "no emulator started: {stdout}");
+        }
+    }
+
+    // A module that is not there is refused before the good one loads.
+    std::fs::write(&file, format!("{first}- module: gone.wasm\n")).expect("write");
+    let out = host_output(&[os("--plugins"), file.as_os_str(), os("--emulator")]).await;
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "plugins file {}: plugin 1 (gone.wasm): module: {} is not a file",
+            file.display(),
+            dir.join("gone.wasm").display()
+        )),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+
+    // Not YAML, or not a list.
+    for (text, want) in [
+        ("- module: [\n", "plugins file"),
+        ("module: noop.wasm\n", "expected a list of plugins"),
+    ] {
+        std::fs::write(&file, text).expect("write");
+        let out = host_output(&[os("--plugins"), file.as_os_str(), os("--emulator")]).await;
+        assert!(!out.status.success(), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert!(
+            stderr.contains(&format!("plugins file {}", file.display())),
+            "{stderr}"
+        );
+        assert!(stderr.contains(want), "{stderr}");
+    }
+
+    // The global flags take the same ranges.
+    let out = host_output(&[os("--memory-mb"), os("0"), os("--plugin"), good.as_os_str()]).await;
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("0 is out of range (1..=4096)"),
+        "{out:?}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
