@@ -6,7 +6,6 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use kwh_client::client::WriteParams;
 use kwh_client::ApiResource;
@@ -226,6 +225,56 @@ async fn a_plugin_s_namespace_confines_that_plugin_alone() {
             "{t}"
         );
     }
+    host.sigterm();
+    let status = host.exit(WAIT).await;
+    assert!(status.success(), "{}", host.log());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A plugin's `maxInstances` bounds its own instances: `portion` needs two (a worker and its
+/// dispatcher), so the plugin allowed one is refused, naming its file, and the other starts
+/// under the global value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_s_max_instances_bounds_that_plugin_alone() {
+    let dir = support::temp_dir("plugins-instances");
+    let copies = portions(&dir, &["01", "02"]);
+    let plugins = dir.join("plugins.yaml");
+    std::fs::write(
+        &plugins,
+        "- module: portion-01.wasm\n  maxInstances: 1\n- module: portion-02.wasm\n",
+    )
+    .expect("plugins file");
+    let mut host = HostProcess::spawn(
+        [
+            os("--plugins"),
+            plugins.as_os_str(),
+            os("--max-instances"),
+            os("2"),
+            os("--emulator"),
+            os("--grace-period"),
+            os("5"),
+        ],
+        "info",
+    );
+    host.line("running; SIGINT or SIGTERM stops").await;
+    assert!(
+        host.saw(&format!(
+            "plugin {}: instance limit of 1 reached",
+            copies[0].display()
+        )),
+        "{}",
+        host.log()
+    );
+    assert!(
+        host.saw("plugin started plugin=portion-02"),
+        "{}",
+        host.log()
+    );
+    assert!(
+        !host.saw("plugin started plugin=portion-01"),
+        "{}",
+        host.log()
+    );
     host.sigterm();
     let status = host.exit(WAIT).await;
     assert!(status.success(), "{}", host.log());
