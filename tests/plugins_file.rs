@@ -387,5 +387,23 @@ async fn a_bad_plugins_file_is_one_line_and_nothing_starts() {
         String::from_utf8_lossy(&out.stderr).contains("0 is out of range (1..=4096)"),
         "{out:?}"
     );
+    // So do the config file's global keys, named with the file.
+    std::fs::write(&config, "memoryMb: 0\n").expect("write");
+    let out = host_output(&[
+        os("--config"),
+        config.as_os_str(),
+        os("--plugin"),
+        good.as_os_str(),
+    ])
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "config {}: memoryMb: 0 is out of range (1..=4096)",
+            config.display()
+        )),
+        "{stderr}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
