@@ -91,11 +91,16 @@ pub fn parse(
     what: &str,
     defaults: &Defaults<'_>,
 ) -> Result<Vec<PluginSpec>, String> {
-    let serde_yaml::Value::Sequence(items) = value else {
-        return Err(format!(
-            "{what} {}: expected a list of plugins, each a mapping with at least `module`",
-            path.display()
-        ));
+    let items = match value {
+        serde_yaml::Value::Sequence(items) => items,
+        // `plugins:` with nothing under it, or an empty file: no plugins.
+        serde_yaml::Value::Null => return Ok(Vec::new()),
+        _ => {
+            return Err(format!(
+                "{what} {}: expected a list of plugins, each a mapping with at least `module`",
+                path.display()
+            ))
+        }
     };
     let base = path.parent().unwrap_or(Path::new("."));
     items
@@ -269,6 +274,7 @@ mod tests {
             ),
             ("module: a.wasm\n", "expected a list of plugins"),
         ];
+        assert!(specs("~\n", &dir).expect("empty").is_empty());
         for (yaml, want) in cases {
             let e = specs(yaml, &dir).expect_err(yaml);
             assert!(e.starts_with(&format!("plugins file {file}: ")), "{e}");
