@@ -26,7 +26,10 @@ impl kube_guest::Guest for Portion {
     fn on_delete(_watch: u32, _obj: Vec<u8>, _tombstone: bool) {}
     fn reconcile(key: String) -> Result<Outcome, String> {
         let name = key.rsplit('/').next().unwrap_or(&key);
-        match name.strip_prefix("take-").and_then(|n| n.parse::<usize>().ok()) {
+        match name
+            .strip_prefix("take-")
+            .and_then(|n| n.parse::<usize>().ok())
+        {
             Some(mib) => {
                 let mut hoard: Vec<Vec<u8>> = Vec::with_capacity(mib);
                 for _ in 0..mib {
