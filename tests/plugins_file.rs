@@ -407,3 +407,50 @@ async fn a_bad_plugins_file_is_one_line_and_nothing_starts() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `host rbac --plugins FILE` places each plugin where it runs: one with its own `namespace`
+/// gets a Role and RoleBinding there, one without (and without `--namespace`) the ClusterRole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_from_a_plugins_file_gives_each_plugin_its_own_namespace() {
+    let dir = support::temp_dir("plugins-rbac");
+    portions(&dir, &["01", "02"]);
+    let plugins = dir.join("plugins.yaml");
+    std::fs::write(
+        &plugins,
+        "- module: portion-01.wasm\n  namespace: team\n- module: portion-02.wasm\n",
+    )
+    .expect("plugins file");
+    let out = host_output(&[os("rbac"), os("--plugins"), plugins.as_os_str()]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let placed: Vec<(String, String)> = stdout
+        .split("\n---")
+        .filter_map(|d| serde_yaml::from_str::<serde_json::Value>(d).ok())
+        .filter(|v| v.is_object())
+        .map(|v| {
+            (
+                v["kind"].as_str().unwrap_or("").to_owned(),
+                v["metadata"]["namespace"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    let placed: Vec<(&str, &str)> = placed
+        .iter()
+        .map(|(k, n)| (k.as_str(), n.as_str()))
+        .collect();
+    assert_eq!(
+        placed,
+        [
+            ("ClusterRole", ""),
+            ("ClusterRoleBinding", ""),
+            ("Role", "team"),
+            ("RoleBinding", "team"),
+        ],
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -154,8 +154,12 @@ struct InspectArgs {
 #[derive(Args, Debug)]
 struct RbacArgs {
     /// The components.
-    #[arg(value_name = "FILE.wasm", required = true)]
+    #[arg(value_name = "FILE.wasm", required_unless_present = "plugins_file")]
     plugins: Vec<PathBuf>,
+    /// A plugins file (as `host --plugins`): each plugin's own `namespace` confines it there,
+    /// so it gets a Role in that namespace.
+    #[arg(long = "plugins", value_name = "FILE")]
+    plugins_file: Option<PathBuf>,
     /// Name of the roles and their bindings.
     #[arg(long, default_value = "kube-wasm-host")]
     role_name: String,
@@ -426,9 +430,27 @@ fn manifest_value(m: &Manifest) -> serde_json::Value {
 async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
     use kwh_plugin::rbac::guess;
     let engine = engine(args.cache_dir, DEFAULT_MAX_MEMORY, 0)?;
+    // Each component with the namespace it will run with: `--namespace`, or its own in the
+    // plugins file.
+    let mut plugins: Vec<(PathBuf, Option<String>)> = args
+        .plugins
+        .iter()
+        .map(|p| (p.clone(), args.namespace.clone()))
+        .collect();
+    if let Some(file) = &args.plugins_file {
+        let limits = Limits::default();
+        let defaults = plugins_file::Defaults {
+            limits: &limits,
+            namespace: args.namespace.as_deref(),
+        };
+        let specs =
+            plugins_file::read(file, "plugins file", &defaults).map_err(anyhow::Error::msg)?;
+        plugins.extend(specs.into_iter().map(|s| (s.path, s.namespace)));
+    }
     let mut manifests = Vec::new();
-    for p in &args.plugins {
-        manifests.push(engine.load(p, Limits::default()).await?.manifest().clone());
+    for (p, ns) in &plugins {
+        let manifest = engine.load(p, Limits::default()).await?.manifest().clone();
+        manifests.push((manifest, ns.as_deref()));
     }
     let mut offline = kwh_plugin::rbac::OfflineKinds::new();
     for f in &args.crds {
@@ -457,7 +479,7 @@ async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
     // when a cluster is given, else from the built-in resources, else guessed as kubectl would
     // (and said).
     let mut resolved = std::collections::HashMap::new();
-    for m in &manifests {
+    for (m, _) in &manifests {
         let kinds = m
             .watches
             .iter()
@@ -500,9 +522,8 @@ async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
         service_account: &args.service_account,
     };
     let yaml = kwh_plugin::rbac::rbac_yaml(
-        &manifests,
+        manifests.iter().map(|(m, ns)| (m, *ns)),
         |av, k| resolved.get(&(av.to_string(), k.to_string())).cloned(),
-        args.namespace.as_deref(),
         &subject,
     )?;
     print!("{yaml}");

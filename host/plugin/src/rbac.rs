@@ -259,18 +259,19 @@ server-side apply of an object that does not exist yet\n# is authorized by the A
 
 /// The roles and bindings as a multi-document YAML stream: a ClusterRole and ClusterRoleBinding
 /// for the plugins that are not confined to one namespace (if any), then a Role and RoleBinding
-/// per namespace that confined plugins use, each named `subject.role_name`.
+/// per namespace that confined plugins use, each named `subject.role_name`. Each manifest comes
+/// with the namespace its plugin runs with (`--namespace`, or its own in a plugins file): its
+/// watches that name none are confined to it.
 pub fn rbac_yaml<'a>(
-    manifests: impl IntoIterator<Item = &'a Manifest>,
+    manifests: impl IntoIterator<Item = (&'a Manifest, Option<&'a str>)>,
     resolve: impl Fn(&str, &str) -> Option<Resolved>,
-    default_namespace: Option<&str>,
     subject: &Subject<'_>,
 ) -> Result<String, UnresolvedKind> {
     let mut cluster = Rules::new();
     let mut any_cluster = false;
     let mut namespaced: BTreeMap<String, Rules> = BTreeMap::new();
     let mut patches = false;
-    for m in manifests {
+    for (m, default_namespace) in manifests {
         patches |= m
             .writes
             .iter()
@@ -401,7 +402,7 @@ mod tests {
         // replace-status is a PUT of .../status, patch-status and apply-status a PATCH of it; the
         // one manifest verb covering them must grant both there, and nothing on the object.
         let m = with_writes("s", &[("apps/v1", "Deployment", &[Verb::UpdateStatus])]);
-        let d = docs(&rbac_yaml([&m], resolve, None, &SUBJECT).expect("yaml"));
+        let d = docs(&rbac_yaml([(&m, None)], resolve, &SUBJECT).expect("yaml"));
         assert_eq!(
             d[0]["rules"],
             json!([
@@ -436,7 +437,7 @@ mod tests {
             namespace: "ops",
             service_account: "host",
         };
-        let yaml = rbac_yaml([&m], resolve, None, &subject).expect("yaml");
+        let yaml = rbac_yaml([(&m, None)], resolve, &subject).expect("yaml");
         let docs: Vec<serde_json::Value> = yaml
             .split("---\n")
             .map(|d| serde_yaml::from_str(d).expect("valid yaml"))
@@ -478,7 +479,7 @@ mod tests {
             namespace_scope(&m, None, |a, k| resolve(a, k).map(|r| r.namespaced)),
             Some("team".into())
         );
-        let d = docs(&rbac_yaml([&m], resolve, None, &SUBJECT).expect("yaml"));
+        let d = docs(&rbac_yaml([(&m, None)], resolve, &SUBJECT).expect("yaml"));
         assert_eq!(d.len(), 2, "{d:?}");
         assert_eq!(d[0]["kind"], "Role");
         assert_eq!(d[0]["metadata"]["namespace"], "team");
@@ -493,9 +494,41 @@ mod tests {
     #[test]
     fn the_host_namespace_confines_watches_that_name_none() {
         let m = manifest("a");
-        let d = docs(&rbac_yaml([&m], resolve, Some("team"), &SUBJECT).expect("yaml"));
+        let d = docs(&rbac_yaml([(&m, Some("team"))], resolve, &SUBJECT).expect("yaml"));
         assert_eq!(d[0]["kind"], "Role");
         assert_eq!(d[0]["metadata"]["namespace"], "team");
+    }
+
+    #[test]
+    fn each_plugin_is_confined_to_its_own_namespace() {
+        let (a, b, c) = (manifest("a"), manifest("b"), manifest("c"));
+        let yaml = rbac_yaml(
+            [(&a, Some("team")), (&b, Some("ops")), (&c, None)],
+            resolve,
+            &SUBJECT,
+        )
+        .expect("yaml");
+        let d = docs(&yaml);
+        let placed: Vec<_> = d
+            .iter()
+            .map(|v| {
+                (
+                    v["kind"].as_str().unwrap_or(""),
+                    v["metadata"]["namespace"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
+        assert_eq!(
+            placed,
+            [
+                ("ClusterRole", ""),
+                ("ClusterRoleBinding", ""),
+                ("Role", "ops"),
+                ("RoleBinding", "ops"),
+                ("Role", "team"),
+                ("RoleBinding", "team"),
+            ]
+        );
     }
 
     #[test]
@@ -518,8 +551,14 @@ mod tests {
             with_writes("d", &[("v1", "ConfigMap", &[Verb::Patch])]),
             Some("x"),
         );
-        let d =
-            docs(&rbac_yaml([&confined, &cluster_wide], resolve, None, &SUBJECT).expect("yaml"));
+        let d = docs(
+            &rbac_yaml(
+                [(&confined, None), (&cluster_wide, None)],
+                resolve,
+                &SUBJECT,
+            )
+            .expect("yaml"),
+        );
         let kinds: Vec<_> = d.iter().map(|v| v["kind"].as_str().unwrap_or("")).collect();
         assert_eq!(
             kinds,
