@@ -292,7 +292,9 @@ async fn a_cpython_instance_starts_and_answers_within_the_default_limits() {
 
     // The first call runs in an interpreter initialised at build time: no start-up cost, well
     // inside the default one-second handler deadline (which the instance enforces).
-    let plain = serde_json::to_vec(&secret("default", "plain", None, json!({}))).expect("json");
+    let plain =
+        kwh_client::object::Object::from_value(&secret("default", "plain", None, json!({})))
+            .expect("object");
     let started = Instant::now();
     tokio::time::timeout(T, instance.on_add(0, &plain))
         .await

@@ -5,9 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use kwh_client::events::NewEvent;
 use kwh_client::object::Object;
 use kwh_plugin::backend::BoxFuture;
-use kwh_plugin::{ApiError, Backends, ClientBackend, ListerBackend, QueueBackend, WriteRequest};
+use kwh_plugin::{
+    ApiError, Backends, ClientBackend, EventBackend, ListerBackend, QueueBackend, WriteRequest,
+};
 use parking_lot::Mutex;
 
 #[derive(Default)]
@@ -95,10 +98,25 @@ impl QueueBackend for FakeQueue {
     }
 }
 
+/// Records every `events.record` call with its reporting controller.
+#[derive(Default)]
+pub struct FakeEvents {
+    pub recorded: Mutex<Vec<(String, NewEvent)>>,
+}
+
+impl EventBackend for FakeEvents {
+    fn record(&self, reporting_controller: &str, event: NewEvent) {
+        self.recorded
+            .lock()
+            .push((reporting_controller.to_string(), event));
+    }
+}
+
 pub struct Fakes {
     pub lister: Arc<FakeLister>,
     pub client: Arc<FakeClient>,
     pub queue: Arc<FakeQueue>,
+    pub events: Arc<FakeEvents>,
 }
 
 impl Fakes {
@@ -107,6 +125,7 @@ impl Fakes {
             lister: Arc::default(),
             client: Arc::default(),
             queue: Arc::default(),
+            events: Arc::default(),
         }
     }
     pub fn backends(&self) -> Backends {
@@ -114,6 +133,7 @@ impl Fakes {
             lister: self.lister.clone(),
             client: self.client.clone(),
             queue: self.queue.clone(),
+            events: self.events.clone(),
         }
     }
 }

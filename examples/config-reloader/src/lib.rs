@@ -200,6 +200,8 @@ impl ConfigReloader {
 }
 
 impl Controller for ConfigReloader {
+    type Config = ();
+
     fn manifest() -> Manifest {
         Manifest::new("config-reloader")
             .watch(

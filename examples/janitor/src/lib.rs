@@ -46,6 +46,8 @@ fn enqueue(watch: u32, obj: &Object) {
 }
 
 impl Controller for Janitor {
+    type Config = ();
+
     fn manifest() -> Manifest {
         kinds::KINDS.iter().fold(
             // The dry-run report is a patch; deletion is the janitor's job.

@@ -59,6 +59,8 @@ fn label_set(o: &Object) -> Vec<(&str, &str)> {
 }
 
 impl Controller for NamespaceDefaults {
+    type Config = ();
+
     fn manifest() -> Manifest {
         let managed = |kind: &str| {
             Watch::new("v1", kind)

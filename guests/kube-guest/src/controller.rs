@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
+
 use crate::error::Result;
 use crate::object::Object;
 use crate::{Manifest, Outcome};
@@ -37,7 +39,13 @@ impl From<Action> for Outcome {
 ///
 /// Handlers cannot fail: they run on the host's dispatch path and should only decide what to
 /// enqueue. All work with side effects belongs in `reconcile`, which must be idempotent: it is
-/// called again after restarts, resyncs and failures, with only the key to go by.
+/// called again after restarts, resyncs and failures, with only the key to go by. The objects
+/// handlers receive are parsed only when read beyond their metadata (see [`Object`]), so the
+/// default handlers never parse JSON.
+///
+/// Settings come from the operator ([`Controller::Config`], read with `Self::config()`);
+/// `type Config = ();` for a controller without any (it then refuses any configuration but
+/// none).
 ///
 /// ```no_run
 /// use kube_guest::{Action, Api, Controller, Manifest, Result, Verb, Watch, Write};
@@ -46,6 +54,8 @@ impl From<Action> for Outcome {
 /// struct Labeler;
 ///
 /// impl Controller for Labeler {
+///     type Config = ();
+///
 ///     fn manifest() -> Manifest {
 ///         Manifest::new("labeler")
 ///             .watch(Watch::new("v1", "ConfigMap"))
@@ -67,8 +77,28 @@ impl From<Action> for Outcome {
 /// kube_guest::export_controller!(Labeler);
 /// ```
 pub trait Controller {
+    /// The plugin's settings, as the operator writes them under `config:` in the host's plugins
+    /// file (any `serde::Deserialize` type; no configuration reads as `Default`). Checked once
+    /// at load: a configuration that does not parse, or that [`Controller::validate_config`]
+    /// refuses, stops the plugin from starting, with the message in the host's log.
+    type Config: DeserializeOwned + Default + Send + Sync + 'static;
+
     /// What the plugin watches and writes; called once, at load.
     fn manifest() -> Manifest;
+
+    /// Checks settings that parsed (ranges, combinations) at load. Default: accept.
+    fn validate_config(config: &Self::Config) -> std::result::Result<(), String> {
+        let _ = config;
+        Ok(())
+    }
+
+    /// The settings, parsed once per instance.
+    fn config() -> &'static Self::Config
+    where
+        Self: Sized,
+    {
+        crate::config::get::<Self::Config>()
+    }
 
     /// An object appeared in watch `watch`'s cache. Default: enqueue its key.
     fn on_add(watch: u32, obj: Object) {
@@ -106,33 +136,27 @@ pub trait Controller {
 #[doc(hidden)]
 pub mod glue {
     use super::*;
+    use crate::CachedObject;
 
-    fn parse(what: &str, bytes: &[u8]) -> Option<Object> {
-        match Object::from_slice(bytes) {
-            Ok(o) => Some(o),
-            Err(e) => {
-                crate::log_at(crate::Level::Error, &format!("dropping {what} event: {e}"));
-                None
-            }
-        }
+    fn object(o: CachedObject) -> Object {
+        Object::from_host(o.meta, o.json)
     }
 
-    pub fn on_add<C: Controller>(watch: u32, obj: Vec<u8>) {
-        if let Some(o) = parse("add", &obj) {
-            C::on_add(watch, o);
-        }
+    pub fn on_add<C: Controller>(watch: u32, obj: CachedObject) {
+        C::on_add(watch, object(obj));
     }
 
-    pub fn on_update<C: Controller>(watch: u32, old: Vec<u8>, new: Vec<u8>) {
-        if let (Some(o), Some(n)) = (parse("update", &old), parse("update", &new)) {
-            C::on_update(watch, o, n);
-        }
+    pub fn on_update<C: Controller>(watch: u32, old: CachedObject, new: CachedObject) {
+        C::on_update(watch, object(old), object(new));
     }
 
-    pub fn on_delete<C: Controller>(watch: u32, obj: Vec<u8>, tombstone: bool) {
-        if let Some(o) = parse("delete", &obj) {
-            C::on_delete(watch, o, tombstone);
-        }
+    pub fn on_delete<C: Controller>(watch: u32, obj: CachedObject, tombstone: bool) {
+        C::on_delete(watch, object(obj), tombstone);
+    }
+
+    pub fn validate_config<C: Controller>(config: Vec<u8>) -> std::result::Result<(), String> {
+        let parsed = crate::config::parse::<C::Config>(&config)?;
+        C::validate_config(&parsed)
     }
 
     pub fn reconcile<C: Controller>(key: String) -> std::result::Result<Outcome, String> {
@@ -158,14 +182,19 @@ macro_rules! export_controller {
                 fn manifest() -> $crate::Manifest {
                     <$ty as $crate::Controller>::manifest()
                 }
-                fn on_add(watch: u32, obj: ::std::vec::Vec<u8>) {
+                fn on_add(watch: u32, obj: $crate::CachedObject) {
                     $crate::controller::glue::on_add::<$ty>(watch, obj)
                 }
-                fn on_update(watch: u32, old: ::std::vec::Vec<u8>, new: ::std::vec::Vec<u8>) {
+                fn on_update(watch: u32, old: $crate::CachedObject, new: $crate::CachedObject) {
                     $crate::controller::glue::on_update::<$ty>(watch, old, new)
                 }
-                fn on_delete(watch: u32, obj: ::std::vec::Vec<u8>, tombstone: bool) {
+                fn on_delete(watch: u32, obj: $crate::CachedObject, tombstone: bool) {
                     $crate::controller::glue::on_delete::<$ty>(watch, obj, tombstone)
+                }
+                fn validate_config(
+                    config: ::std::vec::Vec<u8>,
+                ) -> ::std::result::Result<(), ::std::string::String> {
+                    $crate::controller::glue::validate_config::<$ty>(config)
                 }
                 fn reconcile(
                     key: ::std::string::String,
@@ -201,6 +230,8 @@ mod tests {
     struct Recorder;
 
     impl Controller for Recorder {
+        type Config = Settings;
+
         fn manifest() -> Manifest {
             unreachable!("not called by these tests")
         }
@@ -220,6 +251,12 @@ mod tests {
                     .push(format!("delete {watch} {} {tombstone}", obj.key()))
             });
         }
+        fn validate_config(c: &Settings) -> std::result::Result<(), String> {
+            match c.limit {
+                Some(n) if n > 100 => Err(format!("limit must be at most 100, not {n}")),
+                _ => Ok(()),
+            }
+        }
         fn reconcile(key: &str) -> Result<Action> {
             match key.strip_prefix("fail") {
                 Some(rest) => Err(crate::Error::msg(format!("cannot{rest}"))),
@@ -229,11 +266,73 @@ mod tests {
         }
     }
 
-    fn cm(name: &str, v: &str) -> Vec<u8> {
-        format!(
-            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"ns"}},"data":{{"v":"{v}"}}}}"#
-        )
-        .into_bytes()
+    /// A configuration with a range the parse alone does not check.
+    #[derive(serde::Deserialize, Default)]
+    #[serde(deny_unknown_fields)]
+    struct Settings {
+        limit: Option<u32>,
+    }
+
+    /// What the host sends: the parsed metadata beside the JSON.
+    fn cm(name: &str, v: &str) -> crate::CachedObject {
+        crate::CachedObject {
+            meta: crate::ObjectMeta {
+                namespace: Some("ns".into()),
+                name: name.into(),
+                uid: format!("uid-{name}"),
+                resource_version: "7".into(),
+                generation: 0,
+                labels: vec![("app".into(), "web".into())],
+                deleting: false,
+            },
+            json: format!(
+                r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"ns"}},"data":{{"v":"{v}"}}}}"#
+            )
+            .into_bytes(),
+        }
+    }
+
+    #[test]
+    fn host_objects_answer_metadata_without_parsing_and_parse_on_first_read() {
+        let mut o = Object::from_host(cm("a", "1").meta, b"not json, never parsed".to_vec());
+        // Everything the default handlers and label filters read comes from the metadata.
+        assert_eq!(o.key(), "ns/a");
+        assert_eq!(o.uid(), Some("uid-a"));
+        assert_eq!(o.resource_version(), Some("7"));
+        assert_eq!(o.label("app"), Some("web"));
+        assert_eq!(o.labels().collect::<Vec<_>>(), [("app", "web")]);
+        assert!(!o.is_deleting());
+        assert_eq!(o.to_vec(), b"not json, never parsed");
+        // Reading the body parses it (here it does not parse: an empty object, no trap).
+        assert_eq!(o.kind(), "");
+        let good = cm("b", "2");
+        let mut g = Object::from_host(good.meta, good.json);
+        assert_eq!(g["data"]["v"], "2");
+        // A mutation leaves the host's metadata behind: reads follow the JSON from then on.
+        g.set_label("app", "api");
+        assert_eq!(g.label("app"), Some("api"));
+        o.set_label("x", "y");
+        assert_eq!(
+            o.name(),
+            "",
+            "the unparsable body read as empty once modified"
+        );
+    }
+
+    #[test]
+    fn validate_config_parses_null_as_default_and_runs_the_controller_s_check() {
+        assert_eq!(glue::validate_config::<Recorder>(b"null".to_vec()), Ok(()));
+        assert_eq!(
+            glue::validate_config::<Recorder>(br#"{"limit": 5}"#.to_vec()),
+            Ok(())
+        );
+        let err = glue::validate_config::<Recorder>(br#"{"limit": 500}"#.to_vec()).unwrap_err();
+        assert_eq!(err, "limit must be at most 100, not 500");
+        let err = glue::validate_config::<Recorder>(br#"{"limt": 5}"#.to_vec()).unwrap_err();
+        assert!(
+            err.starts_with("invalid configuration: unknown field `limt`"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -5,7 +5,10 @@
 //! shape of kube-runtime / controller-runtime:
 //!
 //! - [`Controller`]: `manifest` + `reconcile`, with event handlers that default to enqueueing
-//!   the object's key; [`export_controller!`] turns it into the component's exports.
+//!   the object's key (from the metadata the host sends along, without parsing the object),
+//!   and its settings type `Config`, read from the operator's configuration and checked at load;
+//!   [`export_controller!`] turns it into the component's exports.
+//! - [`events::Recorder`]: Kubernetes Events (`kubectl describe` shows them), as kube-rs's.
 //! - [`Manifest`], [`Watch`], [`Index`], [`Write`] builders: the plugin's rights and caches.
 //! - [`Object`]: the JSON object with typed metadata (name, namespace, labels, annotations,
 //!   owner references, finalizers, generation, ...), keys ([`object_key`], [`split_key`]) and
@@ -25,6 +28,8 @@
 //! struct Copier;
 //!
 //! impl Controller for Copier {
+//!     type Config = ();
+//!
 //!     fn manifest() -> Manifest {
 //!         Manifest::new("copier")
 //!             .watch(Watch::new("v1", "ConfigMap").with_labels("copy=yes"))
@@ -48,7 +53,7 @@
 //! Build with `cargo build --target wasm32-wasip2 --release`; the `.wasm` in
 //! `target/wasm32-wasip2/release/` is the plugin. The raw bindings stay available ([`Guest`],
 //! [`export!`], and the [`lister`], [`client`], [`queue`], [`log`](mod@log) import modules) for guests
-//! that want bytes in and out.
+//! that want bytes in and out. This SDK builds against `kube:controller@0.2.0`.
 
 /// The raw bindings generated from the WIT world.
 pub mod bindings {
@@ -64,8 +69,10 @@ pub mod bindings {
 
 pub mod api;
 pub mod conditions;
+pub mod config;
 pub mod controller;
 mod error;
+pub mod events;
 pub mod finalizer;
 mod manifest;
 mod object;
@@ -73,8 +80,8 @@ pub mod time;
 
 pub use api::{Api, Patch};
 pub use bindings::kube::controller::types::{
-    ApiError, DeleteOptions, Index, Level, ObjectMeta, PatchType, Preconditions, PropagationPolicy,
-    Verb, Watch, Write,
+    ApiError, CachedObject, DeleteOptions, Index, Level, ObjectMeta, PatchType, Preconditions,
+    PropagationPolicy, Verb, Watch, Write,
 };
 pub use bindings::kube::controller::{client, lister, log, queue};
 pub use bindings::{export, Guest, Manifest, Outcome};

@@ -6,13 +6,15 @@
 //! a struct that does not know it), and [`Object::get_as`] decodes just the part a controller
 //! wants into its own types.
 
+use std::cell::OnceCell;
 use std::ops::{Deref, DerefMut};
 
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
+use crate::ObjectMeta;
 
 /// A Kubernetes object: its JSON, with metadata accessors.
 ///
@@ -28,9 +30,26 @@ use crate::error::{Error, Result};
 /// assert_eq!(obj.generation(), 3);
 /// assert_eq!(obj["data"]["k"], "v");
 /// ```
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Object(Value);
+///
+/// An object a handler receives is parsed only when it is read: its key, name, namespace,
+/// uid, resourceVersion, generation, labels and deletion state come from the metadata the host
+/// already parsed, so a handler that only enqueues a key, or filters on labels, never parses
+/// the JSON. The first access to anything else (indexing, `value()`, annotations, a mutation)
+/// parses it once.
+#[derive(Clone, Default)]
+pub struct Object {
+    /// The JSON, parsed on first use when the object came from the host.
+    value: OnceCell<Value>,
+    /// The host's bytes and metadata, while the object is unmodified.
+    host: Option<Box<HostObject>>,
+}
+
+/// What the host handed over with a notification.
+#[derive(Clone)]
+struct HostObject {
+    json: Vec<u8>,
+    meta: ObjectMeta,
+}
 
 /// A reference from a dependent to its owner (`metadata.ownerReferences[]`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,6 +113,45 @@ fn str_map(v: Option<&Value>) -> impl Iterator<Item = (&str, &str)> {
 }
 
 impl Object {
+    fn of(v: Value) -> Self {
+        Object {
+            value: OnceCell::from(v),
+            host: None,
+        }
+    }
+
+    /// An object as a notification carries it: the host's JSON and parsed metadata. Parsing
+    /// waits until something the metadata does not answer is read.
+    #[doc(hidden)]
+    pub fn from_host(meta: ObjectMeta, json: Vec<u8>) -> Self {
+        Object {
+            value: OnceCell::new(),
+            host: Some(Box::new(HostObject { json, meta })),
+        }
+    }
+
+    /// The host-parsed metadata, while the object is unmodified.
+    fn host_meta(&self) -> Option<&ObjectMeta> {
+        self.host.as_deref().map(|h| &h.meta)
+    }
+
+    /// The JSON value, parsed now if it was not yet.
+    fn v(&self) -> &Value {
+        self.value.get_or_init(|| {
+            let json = self.host.as_deref().map_or(&b"{}"[..], |h| &h.json[..]);
+            // The host only sends JSON objects; should one ever not parse, the object reads as
+            // empty (and its metadata accessors still answer from the host's metadata).
+            serde_json::from_slice(json).unwrap_or_else(|_| Value::Object(Map::new()))
+        })
+    }
+
+    /// The JSON value for writing: parsed if need be; the host's metadata no longer applies.
+    fn v_mut(&mut self) -> &mut Value {
+        self.v();
+        self.host = None;
+        self.value.get_mut().expect("initialised by v() above")
+    }
+
     /// A new object with apiVersion, kind, name and (for namespaced kinds) namespace set.
     ///
     /// ```
@@ -111,7 +169,7 @@ impl Object {
         root.insert("apiVersion".into(), api_version.into());
         root.insert("kind".into(), kind.into());
         root.insert("metadata".into(), Value::Object(meta));
-        Object(Value::Object(root))
+        Object::of(Value::Object(root))
     }
 
     /// Parses an object from JSON bytes (what handlers and the lister receive). Anything but a
@@ -123,7 +181,7 @@ impl Object {
     /// Wraps a JSON value, which must be an object.
     pub fn from_value(v: Value) -> Result<Self> {
         if v.is_object() {
-            Ok(Object(v))
+            Ok(Object::of(v))
         } else {
             Err(Error::msg("a Kubernetes object must be a JSON object"))
         }
@@ -136,23 +194,27 @@ impl Object {
 
     /// The JSON bytes, as the host's imports take them.
     pub fn to_vec(&self) -> Vec<u8> {
+        if let Some(h) = self.host.as_deref() {
+            // Unmodified: the host's bytes are the object.
+            return h.json.clone();
+        }
         // A `Value` always serialises.
-        serde_json::to_vec(&self.0).unwrap_or_default()
+        serde_json::to_vec(self.v()).unwrap_or_default()
     }
 
     /// The JSON value.
     pub fn value(&self) -> &Value {
-        &self.0
+        self.v()
     }
 
     /// The JSON value, mutable.
     pub fn value_mut(&mut self) -> &mut Value {
-        &mut self.0
+        self.v_mut()
     }
 
     /// The JSON value, owned.
-    pub fn into_value(self) -> Value {
-        self.0
+    pub fn into_value(mut self) -> Value {
+        std::mem::take(self.v_mut())
     }
 
     /// Decodes the part at JSON pointer `pointer` (e.g. `/spec`, `""` for the whole object)
@@ -166,12 +228,12 @@ impl Object {
     /// assert_eq!(d.get_as::<Spec>("/spec").unwrap().replicas, Some(3));
     /// ```
     pub fn get_as<T: DeserializeOwned>(&self, pointer: &str) -> Result<T> {
-        let v = self.0.pointer(pointer).cloned().unwrap_or(Value::Null);
+        let v = self.v().pointer(pointer).cloned().unwrap_or(Value::Null);
         Ok(serde_json::from_value(v)?)
     }
 
     fn meta_field(&self, field: &str) -> Option<&Value> {
-        self.0.get("metadata")?.get(field)
+        self.v().get("metadata")?.get(field)
     }
 
     fn meta_str(&self, field: &str) -> Option<&str> {
@@ -180,21 +242,27 @@ impl Object {
 
     /// `apiVersion` (empty if missing).
     pub fn api_version(&self) -> &str {
-        self.0["apiVersion"].as_str().unwrap_or("")
+        self.v()["apiVersion"].as_str().unwrap_or("")
     }
 
     /// `kind` (empty if missing).
     pub fn kind(&self) -> &str {
-        self.0["kind"].as_str().unwrap_or("")
+        self.v()["kind"].as_str().unwrap_or("")
     }
 
     /// `metadata.name` (empty if missing, e.g. in a create with `generateName`).
     pub fn name(&self) -> &str {
+        if let Some(m) = self.host_meta() {
+            return &m.name;
+        }
         self.meta_str("name").unwrap_or("")
     }
 
     /// `metadata.namespace`; none for cluster-scoped objects.
     pub fn namespace(&self) -> Option<&str> {
+        if let Some(m) = self.host_meta() {
+            return m.namespace.as_deref().filter(|ns| !ns.is_empty());
+        }
         self.meta_str("namespace").filter(|ns| !ns.is_empty())
     }
 
@@ -205,16 +273,25 @@ impl Object {
 
     /// `metadata.uid`.
     pub fn uid(&self) -> Option<&str> {
+        if let Some(m) = self.host_meta() {
+            return Some(m.uid.as_str()).filter(|u| !u.is_empty());
+        }
         self.meta_str("uid")
     }
 
     /// `metadata.resourceVersion`.
     pub fn resource_version(&self) -> Option<&str> {
+        if let Some(m) = self.host_meta() {
+            return Some(m.resource_version.as_str()).filter(|v| !v.is_empty());
+        }
         self.meta_str("resourceVersion")
     }
 
     /// `metadata.generation`, 0 when the kind does not set it.
     pub fn generation(&self) -> i64 {
+        if let Some(m) = self.host_meta() {
+            return m.generation;
+        }
         self.meta_field("generation")
             .and_then(Value::as_i64)
             .unwrap_or(0)
@@ -232,17 +309,35 @@ impl Object {
 
     /// Whether deletion was requested (the object waits for its finalizers).
     pub fn is_deleting(&self) -> bool {
+        if let Some(m) = self.host_meta() {
+            return m.deleting;
+        }
         self.deletion_timestamp().is_some()
     }
 
     /// One label.
     pub fn label(&self, key: &str) -> Option<&str> {
+        if let Some(m) = self.host_meta() {
+            return m
+                .labels
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str());
+        }
         self.meta_field("labels")?.get(key)?.as_str()
     }
 
     /// All labels, in the order the JSON has them.
     pub fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
-        str_map(self.meta_field("labels"))
+        let (host, json) = match self.host_meta() {
+            Some(m) => (Some(m.labels.iter()), None),
+            None => (None, Some(str_map(self.meta_field("labels")))),
+        };
+        let host = host
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.as_str(), v.as_str()));
+        host.chain(json.into_iter().flatten())
     }
 
     /// One annotation.
@@ -318,12 +413,25 @@ impl Object {
         })
     }
 
+    /// A reference to this object, for [`Recorder::publish`](crate::events::Recorder::publish):
+    /// apiVersion, kind, namespace, name and uid (which `kubectl describe` matches on).
+    pub fn object_ref(&self) -> crate::events::ObjectReference {
+        crate::events::ObjectReference {
+            api_version: self.api_version().to_string(),
+            kind: self.kind().to_string(),
+            namespace: self.namespace().map(str::to_string),
+            name: self.name().to_string(),
+            uid: self.uid().map(str::to_string),
+        }
+    }
+
     /// `metadata`, created if missing (a non-object `metadata` is replaced).
     pub fn metadata_mut(&mut self) -> &mut Map<String, Value> {
-        if !self.0.is_object() {
-            self.0 = Value::Object(Map::new());
+        let v = self.v_mut();
+        if !v.is_object() {
+            *v = Value::Object(Map::new());
         }
-        let root = self.0.as_object_mut().expect("made an object above");
+        let root = v.as_object_mut().expect("made an object above");
         let meta = root
             .entry("metadata")
             .or_insert_with(|| Value::Object(Map::new()));
@@ -390,25 +498,49 @@ impl Object {
 impl Deref for Object {
     type Target = Value;
     fn deref(&self) -> &Value {
-        &self.0
+        self.v()
     }
 }
 
 impl DerefMut for Object {
     fn deref_mut(&mut self) -> &mut Value {
-        &mut self.0
+        self.v_mut()
     }
 }
 
 impl From<Object> for Value {
     fn from(o: Object) -> Value {
-        o.0
+        o.into_value()
+    }
+}
+
+impl PartialEq for Object {
+    fn eq(&self, other: &Object) -> bool {
+        self.v() == other.v()
+    }
+}
+
+impl std::fmt::Debug for Object {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Object").field(self.v()).finish()
     }
 }
 
 impl std::fmt::Display for Object {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
+        self.v().fmt(f)
+    }
+}
+
+impl Serialize for Object {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.v().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Object {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        Value::deserialize(d).map(Object::of)
     }
 }
 

@@ -11,6 +11,7 @@ pub mod config;
 pub mod decode;
 pub mod discovery;
 pub mod error;
+pub mod events;
 mod json;
 pub mod object;
 pub mod params;

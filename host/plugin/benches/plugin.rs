@@ -291,7 +291,7 @@ async fn dispatch(guest: &Path, size: usize, runs: usize, n: u32) -> DispatchCos
     for _ in 0..runs {
         let (t, c) = (Instant::now(), cpu_time());
         for _ in 0..n {
-            inst.on_add(0, obj.raw()).await.expect("call");
+            inst.on_add(0, &obj).await.expect("call");
         }
         bare_wall.push(per(t.elapsed()));
         bare_cpu.push(per(cpu_time() - c));
@@ -567,10 +567,7 @@ async fn memory(guest: &Path, after_a_call: bool) -> Memory {
     first.warm().await.expect("warm");
     if after_a_call {
         let obj = object(4096);
-        first
-            .on_update(0, obj.raw(), obj.raw())
-            .await
-            .expect("call");
+        first.on_update(0, &obj, &obj).await.expect("call");
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (rss0, anon0, heap0) = (proc_status("VmRSS"), proc_status("RssAnon"), live());
@@ -580,7 +577,7 @@ async fn memory(guest: &Path, after_a_call: bool) -> Memory {
         let mut i = plugin.instance().expect("instance");
         i.warm().await.expect("warm");
         if after_a_call {
-            i.on_update(0, obj.raw(), obj.raw()).await.expect("call");
+            i.on_update(0, &obj, &obj).await.expect("call");
         }
         all.push(i);
     }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use kwh_client::events::NewEvent;
 use kwh_client::object::Object;
 
 /// A boxed future: client backends do network I/O, and one allocation per write is noise next to it.
@@ -210,7 +211,22 @@ pub trait QueueBackend: Send + Sync {
     fn add_after(&self, key: String, delay: Duration);
 }
 
-/// The three backends a plugin's instances share.
+/// Where the Kubernetes Events a plugin records go.
+///
+/// `record` runs inside a guest call (often a reconcile), so it must return at once: the
+/// production backend aggregates in memory and leaves the API writes to a task of its own.
+pub trait EventBackend: Send + Sync {
+    /// Records `event`, reported by the plugin `reporting_controller`.
+    fn record(&self, reporting_controller: &str, event: NewEvent);
+}
+
+impl EventBackend for kwh_client::events::EventRecorder {
+    fn record(&self, reporting_controller: &str, event: NewEvent) {
+        kwh_client::events::EventRecorder::record(self, reporting_controller, event);
+    }
+}
+
+/// The backends a plugin's instances share.
 #[derive(Clone)]
 pub struct Backends {
     /// Cache reads.
@@ -219,6 +235,8 @@ pub struct Backends {
     pub client: Arc<dyn ClientBackend>,
     /// The workqueue.
     pub queue: Arc<dyn QueueBackend>,
+    /// Kubernetes Events the plugin records.
+    pub events: Arc<dyn EventBackend>,
 }
 
 impl Backends {
@@ -229,7 +247,8 @@ impl Backends {
         Backends {
             lister: none.clone(),
             client: none.clone(),
-            queue: none,
+            queue: none.clone(),
+            events: none,
         }
     }
 }
@@ -259,6 +278,12 @@ impl ListerBackend for Unavailable {
 impl ClientBackend for Unavailable {
     fn write(&self, _: WriteRequest) -> BoxFuture<'static, Result<Option<Bytes>, ApiError>> {
         Box::pin(async { Err(ApiError::unavailable(UNAVAILABLE)) })
+    }
+}
+
+impl EventBackend for Unavailable {
+    fn record(&self, reporting_controller: &str, event: NewEvent) {
+        tracing::debug!(plugin = reporting_controller, reason = %event.reason, "event ignored: {UNAVAILABLE}");
     }
 }
 

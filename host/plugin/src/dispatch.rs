@@ -84,9 +84,9 @@ pub struct Dispatcher {
 /// One notification, borrowed for the duration of its delivery (retries included).
 #[derive(Clone, Copy)]
 enum Call<'a> {
-    Add(&'a [u8]),
-    Update(&'a [u8], &'a [u8]),
-    Delete(&'a [u8], bool),
+    Add(&'a Object),
+    Update(&'a Object, &'a Object),
+    Delete(&'a Object, bool),
 }
 
 impl Call<'_> {
@@ -170,9 +170,9 @@ struct WatchHandler {
     watch: u32,
 }
 
-/// The bytes handed to `on-delete` for a tombstone whose last state is unknown: enough metadata
-/// for the guest to compute the key.
-fn tombstone_stub(key: &str) -> Vec<u8> {
+/// The object handed to `on-delete` for a tombstone whose last state is unknown: enough
+/// metadata for the guest to compute the key.
+fn tombstone_stub(key: &str) -> Option<Object> {
     let (ns, name) = match key.split_once('/') {
         Some((ns, name)) => (Some(ns), name),
         None => (None, key),
@@ -181,27 +181,22 @@ fn tombstone_stub(key: &str) -> Vec<u8> {
         Some(ns) => serde_json::json!({"namespace": ns, "name": name}),
         None => serde_json::json!({"name": name}),
     };
-    serde_json::json!({ "metadata": meta })
-        .to_string()
-        .into_bytes()
+    Object::from_value(&serde_json::json!({ "metadata": meta })).ok()
 }
 
 impl EventHandler for WatchHandler {
     fn added(&self, obj: Object, _is_in_initial_list: bool) -> impl Future<Output = ()> + Send {
         let d = &self.dispatcher;
         async move {
-            d.deliver(self.watch, Call::Add(obj.raw()), &|| obj.key())
-                .await;
+            d.deliver(self.watch, Call::Add(&obj), &|| obj.key()).await;
         }
     }
 
     fn updated(&self, old: Object, new: Object) -> impl Future<Output = ()> + Send {
         let d = &self.dispatcher;
         async move {
-            d.deliver(self.watch, Call::Update(old.raw(), new.raw()), &|| {
-                new.key()
-            })
-            .await;
+            d.deliver(self.watch, Call::Update(&old, &new), &|| new.key())
+                .await;
         }
     }
 
@@ -210,14 +205,21 @@ impl EventHandler for WatchHandler {
         async move {
             let tombstone = obj.is_tombstone();
             let stub;
-            let bytes: &[u8] = match obj.object() {
-                Some(o) => o.raw(),
-                None => {
-                    stub = tombstone_stub(&obj.key());
-                    &stub
-                }
+            let last: &Object = match obj.object() {
+                Some(o) => o,
+                None => match tombstone_stub(&obj.key()) {
+                    Some(o) => {
+                        stub = o;
+                        &stub
+                    }
+                    None => {
+                        tracing::warn!(plugin = %d.name, key = %obj.key(),
+                            "tombstone without a valid key; on-delete not delivered");
+                        return;
+                    }
+                },
             };
-            d.deliver(self.watch, Call::Delete(bytes, tombstone), &|| obj.key())
+            d.deliver(self.watch, Call::Delete(last, tombstone), &|| obj.key())
                 .await;
         }
     }
@@ -263,11 +265,13 @@ mod tests {
 
     #[test]
     fn tombstone_stub_names_the_object() {
-        let v: serde_json::Value = serde_json::from_slice(&tombstone_stub("ns/a")).unwrap();
+        let o = tombstone_stub("ns/a").expect("stub");
+        assert_eq!((o.namespace(), o.name()), (Some("ns"), "a"));
+        let v: serde_json::Value = serde_json::from_slice(o.raw()).unwrap();
         assert_eq!(v["metadata"]["namespace"], "ns");
-        assert_eq!(v["metadata"]["name"], "a");
-        let v: serde_json::Value = serde_json::from_slice(&tombstone_stub("node-1")).unwrap();
-        assert_eq!(v["metadata"]["name"], "node-1");
+        let o = tombstone_stub("node-1").expect("stub");
+        assert_eq!((o.namespace(), o.name()), (None, "node-1"));
+        let v: serde_json::Value = serde_json::from_slice(o.raw()).unwrap();
         assert!(v["metadata"].get("namespace").is_none());
     }
 }

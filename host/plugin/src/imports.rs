@@ -13,19 +13,27 @@ use wasmtime::{Engine, StoreContextMut};
 use super::backend::{
     ApiError, BoxFuture, DeleteParams, PatchKind, Propagation, WriteOp, WriteRequest,
 };
-use super::bindings::kube::controller::{client, lister, log, queue, types as wit};
-use super::bindings::Controller;
+use super::bindings::v0_1;
+use super::bindings::v0_2::kube::controller::{
+    client, config, events, lister, log, queue, types as wit,
+};
+use super::bindings::v0_2::ControllerBase;
 use super::instance::HostState;
 use super::manifest::Verb;
+use kwh_client::events::{EventType, NewEvent, ObjectRef};
 use kwh_client::object::{object_key, Object};
 
 /// The linker every plugin is pre-linked against: WASI p2 (with nothing ambient granted per store)
-/// and the `kube:controller` imports.
+/// and the `kube:controller` imports of every contract version the host serves, side by side
+/// (each version's interfaces are separate instances, `…/lister@0.1.0` and `…/lister@0.2.0`).
 pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-    Controller::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
-    add_zero_copy_lister(&mut linker)?;
+    ControllerBase::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+    v0_1::Controller::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+    for version in ["0.1.0", "0.2.0"] {
+        add_zero_copy_lister(&mut linker, version)?;
+    }
     Ok(linker)
 }
 
@@ -36,14 +44,14 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
 /// store's shared `Bytes` instead (a reference-count bump) leaves one copy: straight into the
 /// guest's memory. The checks and backend calls are the same helpers the generated trait
 /// methods use, so both paths answer alike.
-fn add_zero_copy_lister(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+fn add_zero_copy_lister(linker: &mut Linker<HostState>, version: &str) -> wasmtime::Result<()> {
     type Found = Result<Option<Bytes>, wit::ApiError>;
     type Many = Result<Vec<Bytes>, wit::ApiError>;
     fn raw(objs: Vec<Object>) -> Vec<Bytes> {
         objs.into_iter().map(|o| o.raw_bytes()).collect()
     }
     linker.allow_shadowing(true);
-    let mut lister = linker.instance("kube:controller/lister@0.1.0")?;
+    let mut lister = linker.instance(&format!("kube:controller/lister@{version}"))?;
     lister.func_wrap(
         "get",
         |mut store: StoreContextMut<'_, HostState>,
@@ -535,6 +543,211 @@ impl log::Host for HostState {
             wit::Level::Info => tracing::enabled!(target: "plugin::guest", tracing::Level::INFO),
             wit::Level::Warn => tracing::enabled!(target: "plugin::guest", tracing::Level::WARN),
             wit::Level::Error => tracing::enabled!(target: "plugin::guest", tracing::Level::ERROR),
+        }
+    }
+}
+
+impl config::Host for HostState {
+    fn get(&mut self) -> Vec<u8> {
+        self.ctx.config_json.to_vec()
+    }
+}
+
+/// The API's limits on an Event's fields (`reason` and `action` 128 characters, `note` 1024
+/// bytes): the host truncates rather than have the write refused later, away from the guest.
+const EVENT_FIELD_LIMIT: usize = 128;
+const EVENT_NOTE_LIMIT: usize = 1024;
+
+/// `s` cut to at most `max` bytes, on a character boundary.
+fn truncated(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+impl events::Host for HostState {
+    fn record(
+        &mut self,
+        regarding: wit::ObjectReference,
+        event_type: wit::EventType,
+        reason: String,
+        action: String,
+        note: Option<String>,
+    ) {
+        let plugin = &*self.ctx.name;
+        if reason.is_empty() || action.is_empty() || regarding.name.is_empty() {
+            tracing::warn!(plugin, %reason, %action, object = %regarding.name,
+                "event dropped: reason, action and the object's name are required");
+            return;
+        }
+        let event = NewEvent {
+            regarding: ObjectRef {
+                api_version: regarding.api_version,
+                kind: regarding.kind,
+                namespace: regarding.namespace.filter(|n| !n.is_empty()),
+                name: regarding.name,
+                uid: regarding.uid.filter(|u| !u.is_empty()),
+            },
+            event_type: match event_type {
+                wit::EventType::Normal => EventType::Normal,
+                wit::EventType::Warning => EventType::Warning,
+            },
+            reason: truncated(reason, EVENT_FIELD_LIMIT),
+            action: truncated(action, EVENT_FIELD_LIMIT),
+            note: note.map(|n| truncated(n, EVENT_NOTE_LIMIT)),
+        };
+        self.ctx.backends.events.record(plugin, event);
+    }
+}
+
+/// 0.1.0's imports: the same functions over the same types (see `bindings`), so each forwards to
+/// its 0.2.0 twin and both versions answer alike.
+mod v0_1_imports {
+    use super::super::bindings::v0_1::kube::controller::{client, lister, log, queue};
+    use super::{wit, HostState};
+
+    type Res<T> = Result<T, wit::ApiError>;
+    type Ns = Option<String>;
+
+    impl lister::Host for HostState {
+        fn get(&mut self, av: String, kind: String, ns: Ns, name: String) -> Res<Option<Vec<u8>>> {
+            super::lister::Host::get(self, av, kind, ns, name)
+        }
+        fn list(&mut self, av: String, kind: String, ns: Ns, sel: Ns) -> Res<Vec<Vec<u8>>> {
+            super::lister::Host::list(self, av, kind, ns, sel)
+        }
+        fn list_keys(&mut self, av: String, kind: String, ns: Ns, sel: Ns) -> Res<Vec<String>> {
+            super::lister::Host::list_keys(self, av, kind, ns, sel)
+        }
+        fn list_metadata(
+            &mut self,
+            av: String,
+            kind: String,
+            ns: Ns,
+            sel: Ns,
+        ) -> Res<Vec<wit::ObjectMeta>> {
+            super::lister::Host::list_metadata(self, av, kind, ns, sel)
+        }
+        fn by_index(
+            &mut self,
+            av: String,
+            kind: String,
+            i: String,
+            v: String,
+        ) -> Res<Vec<Vec<u8>>> {
+            super::lister::Host::by_index(self, av, kind, i, v)
+        }
+        fn keys_by_index(
+            &mut self,
+            av: String,
+            kind: String,
+            i: String,
+            v: String,
+        ) -> Res<Vec<String>> {
+            super::lister::Host::keys_by_index(self, av, kind, i, v)
+        }
+    }
+
+    impl client::Host for HostState {
+        async fn create(&mut self, av: String, kind: String, ns: Ns, obj: Vec<u8>) -> Res<Vec<u8>> {
+            super::client::Host::create(self, av, kind, ns, obj).await
+        }
+        async fn replace(
+            &mut self,
+            av: String,
+            kind: String,
+            ns: Ns,
+            name: String,
+            obj: Vec<u8>,
+        ) -> Res<Vec<u8>> {
+            super::client::Host::replace(self, av, kind, ns, name, obj).await
+        }
+        async fn patch(
+            &mut self,
+            av: String,
+            kind: String,
+            ns: Ns,
+            name: String,
+            pt: wit::PatchType,
+            patch: Vec<u8>,
+        ) -> Res<Vec<u8>> {
+            super::client::Host::patch(self, av, kind, ns, name, pt, patch).await
+        }
+        async fn delete(
+            &mut self,
+            av: String,
+            kind: String,
+            ns: Ns,
+            name: String,
+            options: wit::DeleteOptions,
+        ) -> Res<Option<Vec<u8>>> {
+            super::client::Host::delete(self, av, kind, ns, name, options).await
+        }
+        async fn replace_status(
+            &mut self,
+            av: String,
+            kind: String,
+            ns: Ns,
+            name: String,
+            obj: Vec<u8>,
+        ) -> Res<Vec<u8>> {
+            super::client::Host::replace_status(self, av, kind, ns, name, obj).await
+        }
+        async fn apply(
+            &mut self,
+            av: String,
+            kind: String,
+            ns: Ns,
+            name: String,
+            obj: Vec<u8>,
+            force: bool,
+        ) -> Res<Vec<u8>> {
+            super::client::Host::apply(self, av, kind, ns, name, obj, force).await
+        }
+        async fn patch_status(
+            &mut self,
+            av: String,
+            kind: String,
+            ns: Ns,
+            name: String,
+            pt: wit::PatchType,
+            patch: Vec<u8>,
+        ) -> Res<Vec<u8>> {
+            super::client::Host::patch_status(self, av, kind, ns, name, pt, patch).await
+        }
+        async fn apply_status(
+            &mut self,
+            av: String,
+            kind: String,
+            ns: Ns,
+            name: String,
+            obj: Vec<u8>,
+            force: bool,
+        ) -> Res<Vec<u8>> {
+            super::client::Host::apply_status(self, av, kind, ns, name, obj, force).await
+        }
+    }
+
+    impl queue::Host for HostState {
+        fn add(&mut self, key: String) {
+            super::queue::Host::add(self, key)
+        }
+        fn add_after(&mut self, key: String, delay_ms: u64) {
+            super::queue::Host::add_after(self, key, delay_ms)
+        }
+    }
+
+    impl log::Host for HostState {
+        fn log(&mut self, level: wit::Level, message: String) {
+            super::log::Host::log(self, level, message)
+        }
+        fn enabled(&mut self, level: wit::Level) -> bool {
+            super::log::Host::enabled(self, level)
         }
     }
 }

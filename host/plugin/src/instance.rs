@@ -12,14 +12,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use wasmtime::component::{Func, ResourceTable, TypedFunc};
+use bytes::Bytes;
+use kwh_client::object::Object;
+use wasmtime::component::{ComponentType, Func, Lower, ResourceTable, TypedFunc};
 use wasmtime::{ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
 use super::backend::Backends;
-use super::bindings::kube::controller::types as wit;
+use super::bindings::v0_2::kube::controller::types as wit;
 use super::engine::DEFAULT_MAX_MEMORY;
-use super::loader::PluginInner;
+use super::loader::{Contract, PluginInner};
 use super::manifest::Manifest;
 use super::stdio::{LogStream, Stream};
 
@@ -132,6 +134,8 @@ pub(crate) struct PluginCtx {
     pub(crate) backends: Backends,
     /// The operator's configuration of this plugin, as JSON (`null` when none).
     pub(crate) config: Arc<serde_json::Value>,
+    /// `config` serialized once, as `config.get` and `validate-config` hand it to the guest.
+    pub(crate) config_json: Bytes,
 }
 
 /// The data of a guest's store.
@@ -210,17 +214,65 @@ impl ResourceLimiter for Limiter {
 /// A live instance: its store and the exports called on the hot path.
 pub(crate) struct Live {
     pub(crate) store: Store<HostState>,
+    contract: Contract,
     pub(crate) manifest: Func,
     on_add: Func,
     on_update: Func,
     on_delete: Func,
     reconcile: Func,
+    validate_config: Option<Func>,
+}
+
+/// 0.2.0's `object-meta`, lowered straight from the cached object's parsed metadata: borrowed
+/// strings, so a notification copies each field once, into guest memory, and allocates nothing
+/// on the host but the label list (and not even that for an object without labels).
+#[derive(ComponentType, Lower)]
+#[component(record)]
+struct MetaArg<'a> {
+    namespace: Option<&'a str>,
+    name: &'a str,
+    uid: &'a str,
+    #[component(name = "resource-version")]
+    resource_version: &'a str,
+    generation: i64,
+    labels: Vec<(&'a str, &'a str)>,
+    deleting: bool,
+}
+
+/// 0.2.0's `cached-object`: the metadata beside the JSON bytes.
+#[derive(ComponentType, Lower)]
+#[component(record)]
+struct ObjectArg<'a> {
+    meta: MetaArg<'a>,
+    json: &'a [u8],
+}
+
+impl<'a> ObjectArg<'a> {
+    fn of(o: &'a Object) -> Self {
+        let m = o.meta();
+        ObjectArg {
+            meta: MetaArg {
+                namespace: m.namespace,
+                name: m.name,
+                uid: m.uid,
+                resource_version: m.resource_version,
+                generation: m.generation,
+                labels: m.labels.iter().collect(),
+                deleting: m.deletion_timestamp.is_some(),
+            },
+            json: o.raw(),
+        }
+    }
 }
 
 type OnAdd<'a> = TypedFunc<(u32, &'a [u8]), ()>;
 type OnUpdate<'a> = TypedFunc<(u32, &'a [u8], &'a [u8]), ()>;
 type OnDelete<'a> = TypedFunc<(u32, &'a [u8], bool), ()>;
+type OnAdd2<'a> = TypedFunc<(u32, ObjectArg<'a>), ()>;
+type OnUpdate2<'a> = TypedFunc<(u32, ObjectArg<'a>, ObjectArg<'a>), ()>;
+type OnDelete2<'a> = TypedFunc<(u32, ObjectArg<'a>, bool), ()>;
 type Reconcile<'a> = TypedFunc<(&'a str,), (Result<wit::Outcome, String>,)>;
+type ValidateConfig<'a> = TypedFunc<(&'a [u8],), (Result<(), String>,)>;
 pub(crate) type ManifestFn = TypedFunc<(), (wit::Manifest,)>;
 
 /// Creates a store with nothing ambient and instantiates the plugin in it.
@@ -285,7 +337,6 @@ async fn instantiate_with_clock(
     store.set_epoch_deadline(1);
     let instance = inner
         .pre
-        .instance_pre()
         .instantiate_async(&mut store)
         .await
         .map_err(|e| GuestError::Instantiate(format!("{e:#}")))?;
@@ -303,24 +354,50 @@ async fn instantiate_with_clock(
         get(&ex.on_delete)?,
         get(&ex.reconcile)?,
     );
+    let validate_config = match &ex.validate_config {
+        Some(idx) => Some(get(idx)?),
+        None => None,
+    };
     // Type-check once per instance, so the per-call `new_unchecked` below is sound.
     let check = |r: wasmtime::Result<()>| r.map_err(|e| GuestError::Instantiate(format!("{e:#}")));
     check(manifest.typed::<(), (wit::Manifest,)>(&store).map(drop))?;
-    check(on_add.typed::<(u32, &[u8]), ()>(&store).map(drop))?;
-    check(on_update.typed::<(u32, &[u8], &[u8]), ()>(&store).map(drop))?;
-    check(on_delete.typed::<(u32, &[u8], bool), ()>(&store).map(drop))?;
+    match ex.contract {
+        Contract::V0_1 => {
+            check(on_add.typed::<(u32, &[u8]), ()>(&store).map(drop))?;
+            check(on_update.typed::<(u32, &[u8], &[u8]), ()>(&store).map(drop))?;
+            check(on_delete.typed::<(u32, &[u8], bool), ()>(&store).map(drop))?;
+        }
+        Contract::V0_2 => {
+            check(on_add.typed::<(u32, ObjectArg<'_>), ()>(&store).map(drop))?;
+            check(
+                on_update
+                    .typed::<(u32, ObjectArg<'_>, ObjectArg<'_>), ()>(&store)
+                    .map(drop),
+            )?;
+            check(
+                on_delete
+                    .typed::<(u32, ObjectArg<'_>, bool), ()>(&store)
+                    .map(drop),
+            )?;
+        }
+    }
     check(
         reconcile
             .typed::<(&str,), (Result<wit::Outcome, String>,)>(&store)
             .map(drop),
     )?;
+    if let Some(f) = validate_config {
+        check(f.typed::<(&[u8],), (Result<(), String>,)>(&store).map(drop))?;
+    }
     Ok(Live {
         store,
+        contract: ex.contract,
         manifest,
         on_add,
         on_update,
         on_delete,
         reconcile,
+        validate_config,
     })
 }
 
@@ -340,6 +417,28 @@ impl Live {
         let f: ManifestFn = unsafe { TypedFunc::new_unchecked(self.manifest) };
         match f.call_async(&mut self.store, ()).await {
             Ok((m,)) => Ok(m),
+            Err(_) if self.store.data().deadline_hit => Err(GuestError::DeadlineExceeded(deadline)),
+            Err(_) if self.store.data().limiter.memory_denied => Err(GuestError::MemoryExhausted {
+                limit: self.store.data().limiter.memory_cap,
+            }),
+            Err(e) => Err(GuestError::Trap(e.root_cause().to_string())),
+        }
+    }
+
+    /// Calls `validate-config` (load time only; the caller checks the export exists).
+    pub(crate) async fn call_validate_config(
+        &mut self,
+        config: &[u8],
+        deadline: Duration,
+    ) -> Result<Result<(), String>, GuestError> {
+        let Some(func) = self.validate_config else {
+            return Ok(Ok(()));
+        };
+        self.arm(deadline);
+        // SAFETY: the signature was checked by `typed` in `instantiate`.
+        let f: ValidateConfig<'_> = unsafe { TypedFunc::new_unchecked(func) };
+        match f.call_async(&mut self.store, (config,)).await {
+            Ok((verdict,)) => Ok(verdict),
             Err(_) if self.store.data().deadline_hit => Err(GuestError::DeadlineExceeded(deadline)),
             Err(_) if self.store.data().limiter.memory_denied => Err(GuestError::MemoryExhausted {
                 limit: self.store.data().limiter.memory_cap,
@@ -420,13 +519,22 @@ impl PluginInstance {
     }
 
     /// Delivers an add notification for watch number `watch`.
-    pub async fn on_add(&mut self, watch: u32, obj: &[u8]) -> Result<(), GuestError> {
+    pub async fn on_add(&mut self, watch: u32, obj: &Object) -> Result<(), GuestError> {
         let d = self.inner.limits.handler_deadline;
         let r = {
             let live = self.live_mut(d).await?;
-            // SAFETY: the signature was checked by `typed` in `instantiate`.
-            let f: OnAdd<'_> = unsafe { TypedFunc::new_unchecked(live.on_add) };
-            f.call_async(&mut live.store, (watch, obj)).await
+            // SAFETY (each arm): the signature was checked by `typed` in `instantiate`.
+            match live.contract {
+                Contract::V0_1 => {
+                    let f: OnAdd<'_> = unsafe { TypedFunc::new_unchecked(live.on_add) };
+                    f.call_async(&mut live.store, (watch, obj.raw())).await
+                }
+                Contract::V0_2 => {
+                    let f: OnAdd2<'_> = unsafe { TypedFunc::new_unchecked(live.on_add) };
+                    f.call_async(&mut live.store, (watch, ObjectArg::of(obj)))
+                        .await
+                }
+            }
         };
         self.settle(r, d)
     }
@@ -435,15 +543,25 @@ impl PluginInstance {
     pub async fn on_update(
         &mut self,
         watch: u32,
-        old: &[u8],
-        new: &[u8],
+        old: &Object,
+        new: &Object,
     ) -> Result<(), GuestError> {
         let d = self.inner.limits.handler_deadline;
         let r = {
             let live = self.live_mut(d).await?;
-            // SAFETY: the signature was checked by `typed` in `instantiate`.
-            let f: OnUpdate<'_> = unsafe { TypedFunc::new_unchecked(live.on_update) };
-            f.call_async(&mut live.store, (watch, old, new)).await
+            // SAFETY (each arm): the signature was checked by `typed` in `instantiate`.
+            match live.contract {
+                Contract::V0_1 => {
+                    let f: OnUpdate<'_> = unsafe { TypedFunc::new_unchecked(live.on_update) };
+                    f.call_async(&mut live.store, (watch, old.raw(), new.raw()))
+                        .await
+                }
+                Contract::V0_2 => {
+                    let f: OnUpdate2<'_> = unsafe { TypedFunc::new_unchecked(live.on_update) };
+                    let args = (watch, ObjectArg::of(old), ObjectArg::of(new));
+                    f.call_async(&mut live.store, args).await
+                }
+            }
         };
         self.settle(r, d)
     }
@@ -452,15 +570,25 @@ impl PluginInstance {
     pub async fn on_delete(
         &mut self,
         watch: u32,
-        obj: &[u8],
+        obj: &Object,
         tombstone: bool,
     ) -> Result<(), GuestError> {
         let d = self.inner.limits.handler_deadline;
         let r = {
             let live = self.live_mut(d).await?;
-            // SAFETY: the signature was checked by `typed` in `instantiate`.
-            let f: OnDelete<'_> = unsafe { TypedFunc::new_unchecked(live.on_delete) };
-            f.call_async(&mut live.store, (watch, obj, tombstone)).await
+            // SAFETY (each arm): the signature was checked by `typed` in `instantiate`.
+            match live.contract {
+                Contract::V0_1 => {
+                    let f: OnDelete<'_> = unsafe { TypedFunc::new_unchecked(live.on_delete) };
+                    f.call_async(&mut live.store, (watch, obj.raw(), tombstone))
+                        .await
+                }
+                Contract::V0_2 => {
+                    let f: OnDelete2<'_> = unsafe { TypedFunc::new_unchecked(live.on_delete) };
+                    let args = (watch, ObjectArg::of(obj), tombstone);
+                    f.call_async(&mut live.store, args).await
+                }
+            }
         };
         self.settle(r, d)
     }

@@ -21,6 +21,7 @@ pub mod cache_sync;
 pub mod dispatch;
 pub mod engine;
 pub mod health;
+pub mod identity;
 pub mod imports;
 pub mod index;
 pub mod instance;
@@ -35,12 +36,14 @@ pub mod status;
 mod stdio;
 pub mod watch_counters;
 
-pub use backend::{ApiError, Backends, ClientBackend, ListerBackend, QueueBackend, WriteRequest};
+pub use backend::{
+    ApiError, Backends, ClientBackend, EventBackend, ListerBackend, QueueBackend, WriteRequest,
+};
 pub use dispatch::RetryPolicy;
 pub use engine::{EngineConfig, PluginEngine};
 pub use health::{Health, HealthSnapshot, Phase, QuarantinePolicy};
 pub use instance::{GuestClock, GuestError, Limits, Outcome, PluginInstance, ReconcileResult};
-pub use loader::{LoadCause, LoadError, LoadedPlugin, Plugin};
+pub use loader::{Contract, LoadCause, LoadError, LoadedPlugin, Plugin};
 pub use manifest::{Manifest, ManifestError};
 pub use runtime::{
     PluginRuntime, RunningPlugin, RuntimeOptions, RuntimeStatus, StartError, Started,

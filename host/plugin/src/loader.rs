@@ -8,10 +8,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use wasmtime::component::ComponentExportIndex;
+use bytes::Bytes;
+use wasmtime::component::types::{ComponentItem, Type};
+use wasmtime::component::{Component, ComponentExportIndex, InstancePre};
+use wasmtime::Engine;
 
 use super::backend::Backends;
-use super::bindings::ControllerPre;
+use super::bindings::{v0_1, v0_2};
 use super::engine::PluginEngine;
 use super::instance::{
     instantiate, GuestError, HostState, Limits, PluginCtx, PluginInstance, PluginStats,
@@ -46,31 +49,87 @@ pub enum LoadCause {
     /// wasmtime refused to compile it.
     #[error("invalid component: {0}")]
     Compile(String),
-    /// A component, but not of the `kube:controller` world this host serves.
-    #[error("not a kube:controller@0.1.0 controller component: {0}")]
+    /// A component, but not of a `kube:controller` world this host serves.
+    #[error("not a kube:controller controller component (this host serves 0.1.0 and 0.2.0): {0}")]
     World(String),
     /// Instantiating it or calling `manifest` failed.
     #[error("manifest() failed: {0}")]
     ManifestCall(GuestError),
+    /// `validate-config` could not run (trap, deadline, memory).
+    #[error("validate-config failed: {0}")]
+    ValidateCall(GuestError),
+    /// The guest refused its configuration.
+    #[error("configuration refused by the plugin: {0}")]
+    ConfigRefused(String),
     /// The manifest is invalid.
     #[error("invalid manifest: {0}")]
     Manifest(ManifestError),
 }
 
+/// The version of the `kube:controller` contract a component was built against. The host
+/// serves each side by side; the version decides the notifications' shape (0.2.0 passes the
+/// object's metadata beside its JSON) and whether `validate-config` may exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contract {
+    /// `kube:controller@0.1.0`.
+    V0_1,
+    /// `kube:controller@0.2.0`.
+    V0_2,
+}
+
+impl Contract {
+    /// The version as WIT spells it.
+    pub fn version(self) -> &'static str {
+        match self {
+            Contract::V0_1 => "0.1.0",
+            Contract::V0_2 => "0.2.0",
+        }
+    }
+
+    /// Reads the version off the component's imports (`kube:controller/lister@0.2.0`), or, for a
+    /// guest that imports none of the contract's interfaces, off the shape of its `on-add` (a
+    /// `cached-object` record in 0.2.0, bare JSON bytes in 0.1.0).
+    fn of(component: &Component, engine: &Engine) -> Result<Contract, String> {
+        let ty = component.component_type();
+        for (name, _) in ty.imports(engine) {
+            let Some(rest) = name.strip_prefix("kube:controller/") else {
+                continue;
+            };
+            return match rest.rsplit_once('@').map(|(_, v)| v) {
+                Some("0.1.0") => Ok(Contract::V0_1),
+                Some("0.2.0") => Ok(Contract::V0_2),
+                _ => Err(format!(
+                    "it imports `{name}`, a version of the contract this host does not serve"
+                )),
+            };
+        }
+        match ty.get_export(engine, "on-add").map(|e| e.ty) {
+            Some(ComponentItem::ComponentFunc(f)) => match f.params().nth(1) {
+                Some((_, Type::Record(_))) => Ok(Contract::V0_2),
+                _ => Ok(Contract::V0_1),
+            },
+            _ => Err("no export named `on-add`".into()),
+        }
+    }
+}
+
 /// Export indices resolved once per component, so instantiation does no name lookups.
 pub(crate) struct ExportIndices {
+    pub(crate) contract: Contract,
     pub(crate) manifest: ComponentExportIndex,
     pub(crate) on_add: ComponentExportIndex,
     pub(crate) on_update: ComponentExportIndex,
     pub(crate) on_delete: ComponentExportIndex,
     pub(crate) reconcile: ComponentExportIndex,
+    /// 0.2.0's optional export.
+    pub(crate) validate_config: Option<ComponentExportIndex>,
 }
 
 /// Everything instances of one plugin share.
 pub(crate) struct PluginInner {
     pub(crate) path: PathBuf,
     pub(crate) engine: PluginEngine,
-    pub(crate) pre: ControllerPre<HostState>,
+    pub(crate) pre: InstancePre<HostState>,
     pub(crate) exports: ExportIndices,
     pub(crate) limits: Limits,
     pub(crate) ctx: Arc<PluginCtx>,
@@ -88,23 +147,37 @@ pub struct LoadedPlugin {
 pub struct Plugin(Arc<PluginInner>);
 
 impl PluginEngine {
-    /// Loads the plugin at `path` (see [`PluginEngine::load_bytes`]).
+    /// Loads the plugin at `path` with no configuration (see [`PluginEngine::load_bytes`]).
     pub async fn load(&self, path: &Path, limits: Limits) -> Result<LoadedPlugin, LoadError> {
+        self.load_configured(path, limits, Arc::new(serde_json::Value::Null))
+            .await
+    }
+
+    /// Loads the plugin at `path` with the operator's `config` for it (see
+    /// [`PluginEngine::load_bytes`]).
+    pub async fn load_configured(
+        &self,
+        path: &Path,
+        limits: Limits,
+        config: Arc<serde_json::Value>,
+    ) -> Result<LoadedPlugin, LoadError> {
         let bytes = tokio::fs::read(path).await.map_err(|e| LoadError {
             path: path.to_path_buf(),
             cause: LoadCause::Read(e),
         })?;
-        self.load_bytes(path, &bytes, limits).await
+        self.load_bytes(path, &bytes, limits, config).await
     }
 
     /// Compiles (or loads from the cache) and links `bytes`, calls `manifest` once in a throwaway
-    /// instance whose imports are all unavailable, and validates the answer. `path` names the
-    /// plugin in errors and logs.
+    /// instance whose imports are unavailable (but for `config`), validates the answer, and hands
+    /// `config` to the guest's `validate-config` when it exports one: a refusal fails the load,
+    /// so a misconfigured plugin never starts. `path` names the plugin in errors and logs.
     pub async fn load_bytes(
         &self,
         path: &Path,
         bytes: &[u8],
         limits: Limits,
+        config: Arc<serde_json::Value>,
     ) -> Result<LoadedPlugin, LoadError> {
         let fail = |cause| LoadError {
             path: path.to_path_buf(),
@@ -128,20 +201,40 @@ impl PluginEngine {
             .linker
             .instantiate_pre(&component)
             .map_err(|e| fail(LoadCause::World(format!("{e:#}"))))?;
-        let pre = ControllerPre::new(instance_pre)
-            .map_err(|e| fail(LoadCause::World(format!("{e:#}"))))?;
+        let contract =
+            Contract::of(&component, self.engine()).map_err(|e| fail(LoadCause::World(e)))?;
+        // The generated world checks every export's signature, so a mismatch is reported here,
+        // as the component's fault, not later as a failed call.
+        let checked = match contract {
+            Contract::V0_1 => v0_1::ControllerPre::new(instance_pre.clone()).map(drop),
+            Contract::V0_2 => v0_2::ControllerBasePre::new(instance_pre.clone()).map(drop),
+        };
+        checked.map_err(|e| {
+            fail(LoadCause::World(format!(
+                "built against {}: {e:#}",
+                contract.version()
+            )))
+        })?;
         let index = |name: &str| {
             component
                 .get_export_index(None, name)
                 .ok_or_else(|| fail(LoadCause::World(format!("no export named `{name}`"))))
         };
+        let validate_config = match contract {
+            Contract::V0_1 => None,
+            Contract::V0_2 => component.get_export_index(None, "validate-config"),
+        };
         let exports = ExportIndices {
+            contract,
             manifest: index("manifest")?,
             on_add: index("on-add")?,
             on_update: index("on-update")?,
             on_delete: index("on-delete")?,
             reconcile: index("reconcile")?,
+            validate_config,
         };
+        let pre = instance_pre;
+        let config_json = config_bytes(&config);
         let stem = path
             .file_stem()
             .and_then(|s| s.to_str())
@@ -154,9 +247,11 @@ impl PluginEngine {
                 writes: Vec::new(),
                 resync_period: None,
                 workers: 1,
+                records_events: false,
             }),
             backends: Backends::unavailable(),
-            config: Arc::new(serde_json::Value::Null),
+            config: config.clone(),
+            config_json: config_json.clone(),
         });
         let mut inner = PluginInner {
             path: path.to_path_buf(),
@@ -175,11 +270,22 @@ impl PluginEngine {
             .call_manifest(inner.limits.handler_deadline)
             .await
             .map_err(|e| fail(LoadCause::ManifestCall(e)))?;
+        let mut manifest = Manifest::from_wit(raw).map_err(|e| fail(LoadCause::Manifest(e)))?;
+        manifest.records_events = imports_events(&component, self.engine());
+        if inner.exports.validate_config.is_some() {
+            let verdict = live
+                .call_validate_config(&config_json, inner.limits.handler_deadline)
+                .await
+                .map_err(|e| fail(LoadCause::ValidateCall(e)))?;
+            if let Err(message) = verdict {
+                return Err(fail(LoadCause::ConfigRefused(message)));
+            }
+        }
         drop(live);
-        let manifest = Manifest::from_wit(raw).map_err(|e| fail(LoadCause::Manifest(e)))?;
         tracing::info!(
             plugin = %manifest.name,
             file = %path.display(),
+            contract = contract.version(),
             watches = manifest.watches.len(),
             writes = manifest.writes.len(),
             elapsed_us = started.elapsed().as_micros() as u64,
@@ -189,10 +295,26 @@ impl PluginEngine {
             name: Arc::from(manifest.name.as_str()),
             manifest: Arc::new(manifest),
             backends: Backends::unavailable(),
-            config: Arc::new(serde_json::Value::Null),
+            config,
+            config_json,
         });
         Ok(LoadedPlugin { inner })
     }
+}
+
+/// The configuration as the guest reads it (`config.get`), serialized once per plugin.
+fn config_bytes(config: &serde_json::Value) -> Bytes {
+    // Serializing a `Value` cannot fail (its keys are strings); `null` is the fallback anyway.
+    Bytes::from(serde_json::to_vec(config).unwrap_or_else(|_| b"null".to_vec()))
+}
+
+/// Whether the component imports the `events` interface: such a plugin records Events, so
+/// `host rbac` grants it the Events rules. Read off the component, it cannot be forgotten.
+fn imports_events(component: &Component, engine: &Engine) -> bool {
+    component
+        .component_type()
+        .imports(engine)
+        .any(|(name, _)| name.starts_with("kube:controller/events@"))
 }
 
 /// Distinguishes garbage, core modules and components by the 8-byte preamble, so the common
@@ -233,25 +355,31 @@ impl LoadedPlugin {
             manifest: ctx.manifest.clone(),
             backends,
             config: ctx.config.clone(),
+            config_json: ctx.config_json.clone(),
         });
         Plugin(Arc::new(self.inner))
     }
 
-    /// Applies what the operator set for this plugin alone: `workers` over the count its
-    /// manifest asks for, and its configuration (carried to every instance's context).
-    pub fn configure(mut self, workers: Option<u32>, config: Arc<serde_json::Value>) -> Self {
+    /// Applies the operator's worker count for this plugin alone, over the count its manifest
+    /// asks for. (Its configuration is given at load, where `validate-config` checks it.)
+    pub fn with_workers(mut self, workers: Option<u32>) -> Self {
+        let Some(n) = workers else { return self };
         let ctx = &self.inner.ctx;
         let mut manifest = ctx.manifest.clone();
-        if let Some(n) = workers {
-            Arc::make_mut(&mut manifest).workers = n;
-        }
+        Arc::make_mut(&mut manifest).workers = n;
         self.inner.ctx = Arc::new(PluginCtx {
             name: ctx.name.clone(),
             manifest,
             backends: ctx.backends.clone(),
-            config,
+            config: ctx.config.clone(),
+            config_json: ctx.config_json.clone(),
         });
         self
+    }
+
+    /// The contract version the component was built against.
+    pub fn contract(&self) -> Contract {
+        self.inner.exports.contract
     }
 
     /// The operator's configuration of this plugin (`null` when none).
@@ -281,10 +409,15 @@ impl Plugin {
         &self.0.limits
     }
 
-    /// The operator's configuration of this plugin, as JSON (`null` when none). The contract
-    /// that hands it to guests comes with `kube:controller@0.2.0`.
+    /// The operator's configuration of this plugin, as JSON (`null` when none); guests built
+    /// against `kube:controller@0.2.0` read it through the `config` import.
     pub fn config(&self) -> &serde_json::Value {
         &self.0.ctx.config
+    }
+
+    /// The contract version the component was built against.
+    pub fn contract(&self) -> Contract {
+        self.0.exports.contract
     }
 
     /// Instance counters.

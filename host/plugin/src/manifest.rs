@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::bindings::kube::controller::types as wit;
+use super::bindings::v0_2::kube::controller::types as wit;
 use kwh_client::selector::{FieldSelector, LabelSelector};
 
 /// A write verb, as RBAC names it.
@@ -157,6 +157,9 @@ pub struct Manifest {
     pub resync_period: Option<Duration>,
     /// Reconcile workers (at least 1).
     pub workers: u32,
+    /// Whether the component imports the `events` interface (0.2.0), so may record Kubernetes
+    /// Events and needs the Events rules. Set by the loader from the component's imports.
+    pub records_events: bool,
 }
 
 /// Why a manifest was refused.
@@ -271,6 +274,7 @@ impl Manifest {
             resync_period: (m.resync_period_ms > 0)
                 .then(|| Duration::from_millis(m.resync_period_ms)),
             workers: m.workers.max(1),
+            records_events: false,
         })
     }
 
@@ -407,7 +411,7 @@ mod tests {
         }
     }
 
-    /// The cases of the contract's `verb` enum, in order, as every 0.1.0 guest was built with.
+    /// The cases of the contract's `verb` enum, in order, as every guest was built with.
     ///
     /// wasmtime type-checks the `manifest` export exactly (an enum must have the same cases),
     /// so one more case would make every guest built before it fail to load with "expected enum
@@ -416,17 +420,10 @@ mod tests {
     #[test]
     fn the_verb_enum_keeps_its_0_1_0_cases_so_older_guests_still_load() {
         let wit = include_str!("../../../wit/controller.wit");
-        assert!(wit.contains("package kube:controller@0.1.0;"));
-        let body = wit
-            .split_once("enum verb {")
-            .and_then(|(_, rest)| rest.split_once('}'))
-            .map(|(body, _)| body)
-            .expect("the verb enum");
-        let cases: Vec<&str> = body
+        assert!(wit.contains("package kube:controller@0.2.0;"));
+        let cases: Vec<String> = type_body(wit, "enum verb")
             .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with("//"))
-            .map(|l| l.trim_end_matches(','))
+            .map(|l| l.trim_end_matches(',').to_string())
             .collect();
         assert_eq!(
             cases,
@@ -443,6 +440,48 @@ mod tests {
         .map(|v| v.wit_name())
         .collect();
         assert_eq!(names, cases);
+    }
+
+    /// The body of `head { ... }` in `wit` (the first `}` ends it: type bodies do not nest),
+    /// without comments and blank lines.
+    fn type_body(wit: &str, head: &str) -> String {
+        let (_, rest) = wit
+            .split_once(&format!("{head} {{"))
+            .unwrap_or_else(|| panic!("{head} in the WIT"));
+        let (body, _) = rest.split_once('}').expect("a closing brace");
+        body.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The host maps 0.1.0's `types` onto 0.2.0's (one Rust type for both, `bindings`), which
+    /// is sound only while every 0.1.0 type is unchanged in 0.2.0, field for field and case for
+    /// case: wasmtime checks structure, so a drifted type would fail 0.1.0 guests at load.
+    #[test]
+    fn every_0_1_0_type_is_unchanged_in_0_2_0() {
+        let old = include_str!("../../../wit/0.1.0/controller.wit");
+        let new = include_str!("../../../wit/controller.wit");
+        assert!(old.contains("package kube:controller@0.1.0;"));
+        let (_, types) = old.split_once("interface types {").expect("types");
+        let mut checked = 0;
+        for line in types.lines().map(str::trim) {
+            if line.starts_with("interface ") {
+                break;
+            }
+            for kind in ["record", "enum", "variant"] {
+                if let Some(name) = line
+                    .strip_prefix(kind)
+                    .and_then(|r| r.trim().strip_suffix('{'))
+                {
+                    let head = format!("{kind} {}", name.trim());
+                    assert_eq!(type_body(new, &head), type_body(old, &head), "{head}");
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked >= 12, "found only {checked} types");
     }
 
     #[test]

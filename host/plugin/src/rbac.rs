@@ -353,6 +353,7 @@ mod tests {
             writes: Vec::new(),
             resync_period: None,
             workers: 1,
+            records_events: false,
         }
     }
 

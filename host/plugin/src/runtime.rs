@@ -34,6 +34,7 @@ use super::spec::PluginSpec;
 pub use super::status::RuntimeStatus;
 use super::status::{metrics_registry, RunningStatus, Slot, Slots, WaitingStatus, WatchStatus};
 use super::watch_counters::{CounterMap, CountingLw};
+use kwh_client::events::{EventRecorder, RecorderConfig};
 use kwh_client::{ApiResource, Client, Discovery, ResourceClient};
 use kwh_informer::backoff::Backoff;
 use kwh_informer::factory::{FactoryRegistration, InformerKey, SharedInformerFactory};
@@ -114,6 +115,8 @@ pub struct RuntimeOptions {
     pub start_retry: Backoff,
     /// The shortest interval between two discovery requests for one group-version.
     pub discovery_refresh: Duration,
+    /// Who this host is: the `reportingInstance` of the Events its plugins record.
+    pub identity: String,
 }
 
 impl Default for RuntimeOptions {
@@ -127,6 +130,7 @@ impl Default for RuntimeOptions {
             // client-go's reflector backoff: 0.8 s doubling to 30 s, with jitter.
             start_retry: Backoff::default(),
             discovery_refresh: Duration::from_secs(5),
+            identity: crate::identity::default_identity(),
         }
     }
 }
@@ -201,6 +205,8 @@ struct Wiring {
     opts: RuntimeOptions,
     slots: Slots,
     running: Mutex<Vec<Arc<RunningPlugin>>>,
+    /// One recorder for every plugin: Events are aggregated per reporting controller inside it.
+    events: EventRecorder,
 }
 
 /// The plugins of one host process, sharing one informer factory and metrics registry.
@@ -209,6 +215,9 @@ pub struct PluginRuntime {
     wiring: Arc<Wiring>,
     stop_waiting: watch::Sender<bool>,
     waiting_tasks: Vec<JoinHandle<()>>,
+    /// The Event writer: stopped (after a last flush of aggregated counts) once the workers are.
+    event_writer: JoinHandle<()>,
+    stop_events: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl PluginRuntime {
@@ -217,8 +226,16 @@ impl PluginRuntime {
         let registry = Registry::new();
         let lw_counters = CounterMap::default();
         let slots = Slots::default();
+        let (events, writer) =
+            EventRecorder::new(client.clone(), RecorderConfig::new(opts.identity.clone()));
+        let (stop_events, stopped) = tokio::sync::oneshot::channel::<()>();
+        let event_writer = tokio::spawn(writer.run(async move {
+            let _ = stopped.await;
+        }));
         PluginRuntime {
             engine,
+            event_writer,
+            stop_events: Some(stop_events),
             wiring: Arc::new(Wiring {
                 discovery: Arc::new(
                     Discovery::new(client.clone())
@@ -241,6 +258,7 @@ impl PluginRuntime {
                 opts,
                 slots,
                 running: Mutex::new(Vec::new()),
+                events,
             }),
             stop_waiting: watch::channel(false).0,
             waiting_tasks: Vec::new(),
@@ -301,9 +319,9 @@ impl PluginRuntime {
         let path = path.as_path();
         let loaded = self
             .engine
-            .load(path, limits)
+            .load_configured(path, limits, config)
             .await?
-            .configure(workers, config);
+            .with_workers(workers);
         match self.wiring.resolve(&loaded).await {
             Ok(resources) => {
                 let running = self.wiring.wire(loaded, &resources, namespace.as_deref())?;
@@ -428,6 +446,14 @@ impl PluginRuntime {
                     "grace period over with reconciles in flight; they were abandoned");
                 clean = false;
             }
+        }
+        // Last: the workers have stopped recording, so the writer's final flush (bounded by
+        // the writer itself) writes every aggregated count.
+        if let Some(stop) = self.stop_events {
+            let _ = stop.send(());
+        }
+        if let Err(e) = self.event_writer.await {
+            tracing::warn!(error = %e, "event writer ended abnormally");
         }
         clean
     }
@@ -584,6 +610,7 @@ impl Wiring {
                 ),
             ),
             queue: Arc::new(WorkqueueBackend::new(queue.clone())),
+            events: Arc::new(self.events.clone()),
         };
         let plugin = loaded.activate(backends);
         let instance_err = |source| StartError::Instance {

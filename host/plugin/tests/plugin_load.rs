@@ -55,11 +55,14 @@ async fn manifest_declared_writes_become_permissions() {
 async fn load_err(bytes: &[u8], name: &str) -> (String, LoadCause) {
     let engine = support::engine();
     let path = Path::new("/plugins").join(name);
-    let err = tokio::time::timeout(T, engine.load_bytes(&path, bytes, Limits::default()))
-        .await
-        .expect("in time")
-        .err()
-        .expect("must fail");
+    let err = tokio::time::timeout(
+        T,
+        engine.load_bytes(&path, bytes, Limits::default(), Default::default()),
+    )
+    .await
+    .expect("in time")
+    .err()
+    .expect("must fail");
     (err.to_string(), err.cause)
 }
 

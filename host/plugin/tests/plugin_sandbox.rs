@@ -6,6 +6,8 @@ mod support;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use kwh_client::object::Object;
 use kwh_plugin::backend::WriteOp;
 use kwh_plugin::{GuestError, Limits, Outcome, Plugin};
 use support::fakes::Fakes;
@@ -255,7 +257,8 @@ async fn lister_get_feeds_requeue_after_and_stdio_becomes_tracing() {
     let out = inst.reconcile("ns/absent").await.expect("no trap");
     assert_eq!(out, Ok(Outcome::Done));
 
-    inst.on_add(0, cm.as_bytes()).await.expect("on-add");
+    let cm_obj = Object::from_bytes(Bytes::copy_from_slice(cm.as_bytes())).expect("object");
+    inst.on_add(0, &cm_obj).await.expect("on-add");
     assert_eq!(
         fakes.queue.added.lock().as_slice(),
         &[(format!("added-{}", cm.len()), Duration::ZERO)]
@@ -366,7 +369,12 @@ async fn two_thousand_calls_reuse_one_instance() {
     let plugin = start("noop", Limits::default(), &fakes).await;
     let mut inst = plugin.instance().expect("instance");
     inst.warm().await.expect("instantiate");
-    let obj = vec![b'x'; 4096];
+    let obj = Object::from_value(&serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "a", "namespace": "ns"},
+        "data": {"x": "x".repeat(4000)},
+    }))
+    .expect("object");
     for i in 0..2000u32 {
         inst.on_add(0, &obj).await.expect("call");
         if i % 500 == 0 {

@@ -10,6 +10,7 @@ use tracing::instrument::WithSubscriber;
 
 use super::clock::VirtualClock;
 use super::cluster::{FakeCluster, SeedError};
+use super::events::{FakeRecorder, RecordedEvent};
 use super::logs::{LogCapture, LogLine};
 use super::queue::{ControllerRateLimiter, Enqueued, FakeQueue, Origin};
 use super::world::{FakeClient, Notification, RecordedWrite, UnservedKind, World};
@@ -93,6 +94,7 @@ pub struct HarnessBuilder {
     limits: Limits,
     start: Option<SystemTime>,
     seeds: Vec<String>,
+    config: Value,
 }
 
 impl HarnessBuilder {
@@ -105,6 +107,13 @@ impl HarnessBuilder {
     /// Sandbox limits (deadlines, memory cap); production defaults otherwise.
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// The plugin's configuration, as the `config:` of its entry in a plugins file would give
+    /// it (`null` when not set): what `config.get` returns and `validate-config` checks at load.
+    pub fn config(mut self, config: Value) -> Self {
+        self.config = config;
         self
     }
 
@@ -144,15 +153,17 @@ impl HarnessBuilder {
             None => default_engine()?,
         };
         let loaded = engine
-            .load(&self.path, self.limits)
+            .load_configured(&self.path, self.limits, Arc::new(self.config))
             .await
             .map_err(Box::new)?;
         let world = Arc::new(World::new(cluster, loaded.manifest())?);
         let queue = Arc::new(FakeQueue::new(clock.clone()));
+        let events = Arc::new(FakeRecorder::new(clock.clone()));
         let plugin = loaded.activate(Backends {
             lister: world.lister.clone(),
             client: Arc::new(FakeClient(world.clone())),
             queue: queue.clone(),
+            events: events.clone(),
         });
         let clock_dyn: Arc<dyn kwh_plugin::GuestClock> = Arc::new(clock.clone());
         let instance = |p: &Plugin| -> Result<PluginInstance, HarnessError> {
@@ -166,6 +177,7 @@ impl HarnessBuilder {
         Ok(Harness {
             world,
             queue,
+            events,
             clock,
             plugin,
             dispatch,
@@ -200,6 +212,7 @@ pub fn default_engine() -> Result<PluginEngine, HarnessError> {
 pub struct Harness {
     world: Arc<World>,
     queue: Arc<FakeQueue>,
+    events: Arc<FakeRecorder>,
     clock: VirtualClock,
     plugin: Plugin,
     dispatch: PluginInstance,
@@ -222,6 +235,7 @@ impl Harness {
             limits: Limits::default(),
             start: None,
             seeds: Vec::new(),
+            config: Value::Null,
         }
     }
 
@@ -233,6 +247,16 @@ impl Harness {
     /// The validated manifest.
     pub fn manifest(&self) -> &Manifest {
         self.plugin.manifest()
+    }
+
+    /// Every Event the guest recorded so far (`events.record`), in order, unaggregated.
+    pub fn events(&self) -> Vec<RecordedEvent> {
+        self.events.events()
+    }
+
+    /// Takes the Events recorded so far, so the next assertion sees only newer ones.
+    pub fn take_events(&self) -> Vec<RecordedEvent> {
+        self.events.take()
     }
 
     /// The virtual clock (read it; advance time with [`Harness::advance`]).
@@ -424,14 +448,11 @@ impl Harness {
             let d = self.logs.dispatch().clone();
             let r = match &n {
                 Notification::Add { watch, obj } => {
-                    self.dispatch
-                        .on_add(*watch, obj.raw())
-                        .with_subscriber(d)
-                        .await
+                    self.dispatch.on_add(*watch, obj).with_subscriber(d).await
                 }
                 Notification::Update { watch, old, new } => {
                     self.dispatch
-                        .on_update(*watch, old.raw(), new.raw())
+                        .on_update(*watch, old, new)
                         .with_subscriber(d)
                         .await
                 }
@@ -441,7 +462,7 @@ impl Harness {
                     tombstone,
                 } => {
                     self.dispatch
-                        .on_delete(*watch, obj.raw(), *tombstone)
+                        .on_delete(*watch, obj, *tombstone)
                         .with_subscriber(d)
                         .await
                 }

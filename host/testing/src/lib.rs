@@ -25,6 +25,7 @@
 
 pub mod clock;
 pub mod cluster;
+pub mod events;
 pub mod harness;
 pub mod logs;
 pub mod queue;
@@ -33,6 +34,7 @@ pub mod world;
 
 pub use clock::VirtualClock;
 pub use cluster::{FakeCluster, SeedError};
+pub use events::{FakeRecorder, RecordedEvent};
 pub use harness::{
     default_engine, HandlerFailure, Harness, HarnessBuilder, HarnessError, ReconcileOutcome,
     RUN_QUEUE_LIMIT,

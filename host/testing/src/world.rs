@@ -559,6 +559,7 @@ mod tests {
             writes: Vec::new(),
             resync_period: None,
             workers: 1,
+            records_events: false,
         };
         World::new(cluster, &m).expect("world")
     }
@@ -668,6 +669,7 @@ mod tests {
             )],
             resync_period: None,
             workers: 1,
+            records_events: false,
         };
         let w = World::new(cluster, &m).expect("world");
         let create = |ns: &str| WriteRequest {
@@ -739,6 +741,7 @@ mod tests {
             writes: Vec::new(),
             resync_period: None,
             workers: 1,
+            records_events: false,
         };
         let w = World::new(cluster, &m).expect("world");
         assert!(w.cached(0, "a/x").is_some());

@@ -7,6 +7,8 @@ use kube_guest::{Action, Api, Controller, Manifest, Result, Watch};
 struct BenchSdk;
 
 impl Controller for BenchSdk {
+    type Config = ();
+
     fn manifest() -> Manifest {
         Manifest::new("bench-sdk-00").watch(Watch::new("v1", "ConfigMap"))
     }

@@ -47,7 +47,11 @@ impl kube_guest::Guest for Copier {
             workers: 2,
         }
     }
-    fn on_add(_watch: u32, obj: Vec<u8>) {
+    fn validate_config(_config: Vec<u8>) -> Result<(), String> {
+        Ok(())
+    }
+    fn on_add(_watch: u32, obj: kube_guest::CachedObject) {
+        let obj = obj.json;
         let v = parse(&obj);
         if is_copy(&v) {
             return;
@@ -61,7 +65,9 @@ impl kube_guest::Guest for Copier {
         );
         kube_guest::queue::add(&key_of(&v));
     }
-    fn on_update(_watch: u32, old: Vec<u8>, new: Vec<u8>) {
+    fn on_update(_watch: u32, old: kube_guest::CachedObject, new: kube_guest::CachedObject) {
+        let old = old.json;
+        let new = new.json;
         let (o, n) = (parse(&old), parse(&new));
         if is_copy(&n) {
             return;
@@ -77,7 +83,8 @@ impl kube_guest::Guest for Copier {
         );
         kube_guest::queue::add(&key_of(&n));
     }
-    fn on_delete(_watch: u32, obj: Vec<u8>, tombstone: bool) {
+    fn on_delete(_watch: u32, obj: kube_guest::CachedObject, tombstone: bool) {
+        let obj = obj.json;
         let v = parse(&obj);
         if is_copy(&v) {
             return;

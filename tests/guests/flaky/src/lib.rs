@@ -41,7 +41,11 @@ impl kube_guest::Guest for Flaky {
             workers: 1,
         }
     }
-    fn on_add(_watch: u32, obj: Vec<u8>) {
+    fn validate_config(_config: Vec<u8>) -> Result<(), String> {
+        Ok(())
+    }
+    fn on_add(_watch: u32, obj: kube_guest::CachedObject) {
+        let obj = obj.json;
         let v = parse(&obj);
         let (ns, name) = key_of(&v);
         if is_marker(&name) {
@@ -63,8 +67,8 @@ impl kube_guest::Guest for Flaky {
         log::log(Level::Info, &format!("event add {ns}/{name}"));
         kube_guest::queue::add(&format!("{ns}/{name}"));
     }
-    fn on_update(_watch: u32, _old: Vec<u8>, _new: Vec<u8>) {}
-    fn on_delete(_watch: u32, _obj: Vec<u8>, _tombstone: bool) {}
+    fn on_update(_watch: u32, _old: kube_guest::CachedObject, _new: kube_guest::CachedObject) {}
+    fn on_delete(_watch: u32, _obj: kube_guest::CachedObject, _tombstone: bool) {}
     fn reconcile(_key: String) -> Result<Outcome, String> {
         Ok(Outcome::Done)
     }

@@ -37,7 +37,11 @@ impl kube_guest::Guest for Gate {
             workers: 1,
         }
     }
-    fn on_add(_watch: u32, obj: Vec<u8>) {
+    fn validate_config(_config: Vec<u8>) -> Result<(), String> {
+        Ok(())
+    }
+    fn on_add(_watch: u32, obj: kube_guest::CachedObject) {
+        let obj = obj.json;
         let v: Value = serde_json::from_slice(&obj).unwrap_or(Value::Null);
         let name = v["metadata"]["name"].as_str().unwrap_or("");
         if name.starts_with("job-") && !name.ends_with("-done") {
@@ -45,8 +49,8 @@ impl kube_guest::Guest for Gate {
             kube_guest::queue::add(&format!("{ns}/{name}"));
         }
     }
-    fn on_update(_watch: u32, _old: Vec<u8>, _new: Vec<u8>) {}
-    fn on_delete(_watch: u32, _obj: Vec<u8>, _tombstone: bool) {}
+    fn on_update(_watch: u32, _old: kube_guest::CachedObject, _new: kube_guest::CachedObject) {}
+    fn on_delete(_watch: u32, _obj: kube_guest::CachedObject, _tombstone: bool) {}
     fn reconcile(key: String) -> Result<Outcome, String> {
         log::log(Level::Info, &format!("reconcile started {key}"));
         while !is_open()? {

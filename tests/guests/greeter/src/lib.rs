@@ -3,6 +3,8 @@ use kube_guest::{Action, Api, Controller, Manifest, Object, Result, Verb, Watch,
 struct Greeter;
 
 impl Controller for Greeter {
+    type Config = ();
+
     // What the plugin reads and writes. The host checks every call against it, and
     // `host rbac` turns it into the RBAC the plugin needs in a real cluster.
     fn manifest() -> Manifest {

@@ -51,15 +51,22 @@ impl kube_guest::Guest for Indexer {
             workers: 1,
         }
     }
-    fn on_add(_watch: u32, obj: Vec<u8>) {
+    fn validate_config(_config: Vec<u8>) -> Result<(), String> {
+        Ok(())
+    }
+    fn on_add(_watch: u32, obj: kube_guest::CachedObject) {
+        let obj = obj.json;
         enqueue_referenced(&obj);
     }
-    fn on_update(_watch: u32, old: Vec<u8>, new: Vec<u8>) {
+    fn on_update(_watch: u32, old: kube_guest::CachedObject, new: kube_guest::CachedObject) {
+        let old = old.json;
+        let new = new.json;
         // Both: a reference that moved must update the old target's report too.
         enqueue_referenced(&old);
         enqueue_referenced(&new);
     }
-    fn on_delete(_watch: u32, obj: Vec<u8>, _tombstone: bool) {
+    fn on_delete(_watch: u32, obj: kube_guest::CachedObject, _tombstone: bool) {
+        let obj = obj.json;
         enqueue_referenced(&obj);
     }
     fn reconcile(key: String) -> Result<Outcome, String> {

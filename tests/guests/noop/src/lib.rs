@@ -13,9 +13,12 @@ impl kube_guest::Guest for Noop {
             workers: 2,
         }
     }
-    fn on_add(_watch: u32, _obj: Vec<u8>) {}
-    fn on_update(_watch: u32, _old: Vec<u8>, _new: Vec<u8>) {}
-    fn on_delete(_watch: u32, _obj: Vec<u8>, _tombstone: bool) {}
+    fn validate_config(_config: Vec<u8>) -> Result<(), String> {
+        Ok(())
+    }
+    fn on_add(_watch: u32, _obj: kube_guest::CachedObject) {}
+    fn on_update(_watch: u32, _old: kube_guest::CachedObject, _new: kube_guest::CachedObject) {}
+    fn on_delete(_watch: u32, _obj: kube_guest::CachedObject, _tombstone: bool) {}
     fn reconcile(_key: String) -> Result<Outcome, String> {
         Ok(Outcome::Done)
     }

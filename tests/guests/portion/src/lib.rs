@@ -17,13 +17,17 @@ impl kube_guest::Guest for Portion {
             workers: 1,
         }
     }
-    fn on_add(_watch: u32, obj: Vec<u8>) {
+    fn validate_config(_config: Vec<u8>) -> Result<(), String> {
+        Ok(())
+    }
+    fn on_add(_watch: u32, obj: kube_guest::CachedObject) {
+        let obj = obj.json;
         if let Ok(o) = Object::from_slice(&obj) {
             kube_guest::queue::add(&o.key());
         }
     }
-    fn on_update(_watch: u32, _old: Vec<u8>, _new: Vec<u8>) {}
-    fn on_delete(_watch: u32, _obj: Vec<u8>, _tombstone: bool) {}
+    fn on_update(_watch: u32, _old: kube_guest::CachedObject, _new: kube_guest::CachedObject) {}
+    fn on_delete(_watch: u32, _obj: kube_guest::CachedObject, _tombstone: bool) {}
     fn reconcile(key: String) -> Result<Outcome, String> {
         let name = key.rsplit('/').next().unwrap_or(&key);
         match name

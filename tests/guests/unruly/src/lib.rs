@@ -51,13 +51,18 @@ impl kube_guest::Guest for Unruly {
             workers: 1,
         }
     }
-    fn on_add(_watch: u32, obj: Vec<u8>) {
+    fn validate_config(_config: Vec<u8>) -> Result<(), String> {
+        Ok(())
+    }
+    fn on_add(_watch: u32, obj: kube_guest::CachedObject) {
+        let obj = obj.json;
         enqueue(&obj);
     }
-    fn on_update(_watch: u32, _old: Vec<u8>, new: Vec<u8>) {
+    fn on_update(_watch: u32, _old: kube_guest::CachedObject, new: kube_guest::CachedObject) {
+        let new = new.json;
         enqueue(&new);
     }
-    fn on_delete(_watch: u32, _obj: Vec<u8>, _tombstone: bool) {}
+    fn on_delete(_watch: u32, _obj: kube_guest::CachedObject, _tombstone: bool) {}
     fn reconcile(key: String) -> Result<Outcome, String> {
         static FIRST: OnceLock<Instant> = OnceLock::new();
         let since_first = FIRST.get_or_init(Instant::now).elapsed();
