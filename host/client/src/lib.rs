@@ -3,7 +3,8 @@
 //! ## In this crate
 //!
 //! Access to a Kubernetes API server over hyper: configuration, the HTTP client, discovery,
-//! resource paths, the watch-stream decoder, selectors and the `Status` error type.
+//! resource paths, the watch-stream decoder, selectors, the `Status` error type, and an Event
+//! recorder that aggregates as client-go does and never waits on the API (`events`).
 
 mod auth;
 pub mod client;
