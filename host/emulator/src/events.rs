@@ -12,7 +12,7 @@
 //! kube-apiserver keeps in etcd for both groups. A request through `events.k8s.io/v1` converts
 //! on the way in (its body becomes a core Event before it is validated and stored) and on the
 //! way out (the objects it is answered with, list items and watch events included, become
-//! `events.k8s.io/v1` Events again), with the server's field mapping ([`RENAMED`]). Why not
+//! `events.k8s.io/v1` Events again), with the server's field mapping (`RENAMED`). Why not
 //! keep each object in the form it was written in: then every reader of the store (history,
 //! Exact lists at an old resourceVersion, field selectors, garbage collection, namespace
 //! cleanup) would need to know about two forms; this way only the `events.k8s.io/v1` answers
@@ -24,7 +24,7 @@
 //! `reportingComponent: ""` in core; `deprecatedSource: {}`, `eventTime: null` in
 //! `events.k8s.io/v1`), times are normalized (seconds for `Time`, six fraction digits for
 //! `MicroTime`) and fields outside the schema are dropped, as the recorded samples show.
-//! [`encode`](super::encode) writes both in their structs' member order.
+//! The `encode` module writes both in their structs' member order.
 //!
 //! `managedFields` are recorded in the terms of the view that was written through (the sample's
 //! entry has `apiVersion: events.k8s.io/v1` and `f:note`), and read unchanged through both, as
