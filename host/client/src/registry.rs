@@ -29,7 +29,9 @@ pub struct ResourceDef {
     pub status: bool,
     /// False for resources defined by a CustomResourceDefinition.
     pub builtin: bool,
-    /// Store key shared by every version of the resource: `group/plural`.
+    /// Store key shared by every version of the resource: `group/plural`, except for
+    /// `events.k8s.io` events, which share the core `/events` (kube-apiserver stores Events of
+    /// both groups as one resource, the core one; the emulator serves them as two views of it).
     pub store_key: Arc<str>,
 }
 
@@ -109,6 +111,15 @@ const BUILTIN: &[Row] = &[
     ("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", true, &[], false, &[]),
 ];
 
+/// The store key of a built-in resource: `group/plural`; `events.k8s.io` events are stored as
+/// the core ones are.
+fn builtin_store_key(group: &str, plural: &str) -> String {
+    match (group, plural) {
+        ("events.k8s.io", "events") => "/events".into(),
+        _ => format!("{group}/{plural}"),
+    }
+}
+
 /// The set of served resources, shared by router, discovery and writes.
 #[derive(Debug)]
 pub struct Registry {
@@ -146,7 +157,7 @@ impl Registry {
                     categories: cats.iter().map(|s| (*s).into()).collect(),
                     status,
                     builtin: true,
-                    store_key: format!("{g}/{plural}").into(),
+                    store_key: builtin_store_key(g, plural).into(),
                 })
             })
             .collect();
@@ -325,6 +336,19 @@ mod tests {
             Some("example.com/widgets")
         );
         assert!(r.find("example.com", "v1", "widgets").is_none());
+    }
+
+    #[test]
+    fn both_event_groups_share_one_store_key() {
+        let r = Registry::new();
+        let core = r.find("", "v1", "events").unwrap();
+        let events = r.find("events.k8s.io", "v1", "events").unwrap();
+        assert_eq!(core.store_key, events.store_key);
+        assert_eq!(&*core.store_key, "/events");
+        assert_eq!(
+            &*r.find("", "v1", "configmaps").unwrap().store_key,
+            "/configmaps"
+        );
     }
 
     #[test]

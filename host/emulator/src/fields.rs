@@ -12,7 +12,8 @@
 //! - every free-form map (labels, annotations, data, … on built-in kinds; every object of a
 //!   custom resource except `metadata`) and every non-atomic list as a member in its own right,
 //!   shown as `".": {}` next to its children;
-//! - struct nodes only through their children (`f:metadata` never has a `"."`);
+//! - struct nodes only through their children (`f:metadata` never has a `"."`), except the
+//!   optional structs of the schema table (an Event's `series`), members like maps;
 //! - items of keyed lists by their key (`k:{"containerPort":80,"protocol":"TCP"}`), items of
 //!   set lists by value (`v:"example.com/f"`).
 //!
@@ -172,7 +173,7 @@ fn walk<'a>(
                 out.insert(path.clone(), Some(v));
                 return;
             }
-            if !builtin || schema::is_free_form_map(field, m) {
+            if !builtin || schema::is_free_form_map(field, m) || schema::is_optional_struct(field) {
                 out.insert(path.clone(), None);
             }
             for (k, c) in m {
@@ -810,6 +811,27 @@ mod tests {
         assert_eq!(d["metadata"]["managedFields"][0]["fieldsV1"], expected);
         assert_eq!(d["metadata"]["managedFields"][0]["apiVersion"], "apps/v1");
         assert_eq!(d["metadata"]["managedFields"][0]["fieldsType"], "FieldsV1");
+    }
+
+    #[test]
+    fn event_references_are_atomic_and_an_added_series_is_a_member() {
+        // As the recorded events.k8s.io/v1 create and series patch show.
+        let mut e = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": "e", "namespace": "ns"}, "reason": "R",
+            "regarding": {"kind": "ConfigMap", "name": "c", "namespace": "ns"}});
+        record_update(None, &mut e, "curl", "Update", None, "t");
+        assert_eq!(
+            e["metadata"]["managedFields"][0]["fieldsV1"],
+            json!({"f:reason": {}, "f:regarding": {}})
+        );
+        let old = e.clone();
+        e["series"] = json!({"count": 2, "lastObservedTime": "t"});
+        record_update(Some(&old), &mut e, "curl", "Update", None, "t2");
+        assert_eq!(
+            e["metadata"]["managedFields"][0]["fieldsV1"],
+            json!({"f:reason": {}, "f:regarding": {},
+                "f:series": {".": {}, "f:count": {}, "f:lastObservedTime": {}}})
+        );
     }
 
     #[test]

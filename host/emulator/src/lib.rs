@@ -11,7 +11,8 @@
 //!
 //! Layout: [`store`] (revisioned objects and history), [`registry`] (served resources),
 //! [`server`] (listener, TLS, connections), [`router`] (paths and verbs), [`discovery`],
-//! [`list`], [`watch`], [`write`](mod@write), [`faults`], [`admin`]; with authorization on,
+//! [`list`], [`watch`], [`write`](mod@write), [`events`] (core `v1` and `events.k8s.io/v1`
+//! Events: one storage, two views), [`faults`], [`admin`]; with authorization on,
 //! [`authn`], [`request_info`], [`authz`], [`token`] and [`reviews`].
 //!
 //! What `kubectl` falls back on:
@@ -49,7 +50,6 @@
 //! - `fieldValidation` is accepted and ignored (no schemas are known);
 //! - graceful deletion is immediate; garbage collection and namespace cleanup run synchronously
 //!   at the end of the DELETE that triggers them (see [`write`](mod@write));
-//! - `events.k8s.io/v1` events and core `v1` events are separate collections;
 //! - a watch or list at an RV newer than the store answers at once (504 for lists) instead of
 //!   waiting up to 3 s for it;
 //! - the history window counts events per resource, not seconds; as on the real server, an
@@ -70,6 +70,7 @@ pub mod authn;
 pub mod authz;
 pub mod discovery;
 pub(crate) mod encode;
+pub mod events;
 pub mod faults;
 pub mod fields;
 pub mod list;
@@ -549,7 +550,10 @@ impl EmulatorHandle {
             _ => String::new(),
         };
         let (_, items) = self.shared.store.snapshot(&def.store_key, &prefix);
-        items.iter().filter_map(|o| o.to_value().ok()).collect()
+        items
+            .into_iter()
+            .filter_map(|o| events::serve(&def, o).to_value().ok())
+            .collect()
     }
 
     /// Create every object of a multi-document YAML text (`kind: List` documents are unpacked).

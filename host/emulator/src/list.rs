@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 use super::registry::ResourceDef;
 use super::response::{self, Body, FieldError};
 use super::router::{Query, ResourceRequest};
-use super::Shared;
+use super::{events, Shared};
 use kwh_client::object::Object;
 use kwh_client::selector::{FieldSelector, LabelSelector, GENERIC_FIELDS};
 use kwh_client::Status;
@@ -70,6 +70,7 @@ impl Selectors {
             .map_err(|e| response::bad_request(e.to_string()))?;
         let mut supported: Vec<&str> = GENERIC_FIELDS.to_vec();
         supported.extend_from_slice(extra_fields(def));
+        supported.extend_from_slice(events::field_labels(def));
         fields
             .validate(&supported)
             .map_err(|e| response::bad_request(e.to_string()))?;
@@ -106,6 +107,8 @@ impl Selectors {
                 let ptr = format!("/{}", r.field.replace('.', "/"));
                 let s = match &*r.field {
                     "metadata.namespace" => o.namespace().unwrap_or("").to_owned(),
+                    // Both Event views' labels, read from the stored (core) form.
+                    f if events::is_stored_event(&v) => events::field_value(f, &v),
                     _ => match v.pointer(&ptr) {
                         Some(serde_json::Value::String(s)) => s.clone(),
                         Some(serde_json::Value::Null) | None => String::new(),
@@ -120,7 +123,8 @@ impl Selectors {
     }
 }
 
-/// Field selectors beyond the generic ones, per resource (a subset of the server's).
+/// Field selectors beyond the generic ones, per resource (a subset of the server's; Events have
+/// theirs in [`events::field_labels`]).
 fn extra_fields(def: &ResourceDef) -> &'static [&'static str] {
     match (def.group.as_str(), def.plural.as_str()) {
         ("", "pods") => &[
@@ -133,14 +137,7 @@ fn extra_fields(def: &ResourceDef) -> &'static [&'static str] {
         ],
         ("", "secrets") => &["type"],
         ("", "namespaces") => &["status.phase"],
-        ("", "events") => &[
-            "involvedObject.kind",
-            "involvedObject.name",
-            "involvedObject.namespace",
-            "involvedObject.uid",
-            "reason",
-            "type",
-        ],
+        // Events' labels come from `events::field_labels`.
         _ => &[],
     }
 }
@@ -343,7 +340,15 @@ pub(crate) fn list(
     if accept.contains("as=Table") {
         return Ok(table(&page.items, page.rv, token, remaining));
     }
-    Ok(list_body(&r.def, &page.items, page.rv, token, remaining))
+    let items = if events::converts(&r.def) {
+        page.items
+            .into_iter()
+            .map(|o| events::serve(&r.def, o))
+            .collect()
+    } else {
+        page.items
+    };
+    Ok(list_body(&r.def, &items, page.rv, token, remaining))
 }
 
 fn list_meta(b: &mut BytesMut, rv: u64, token: Option<String>, remaining: Option<usize>) {

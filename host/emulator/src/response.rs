@@ -234,10 +234,15 @@ impl FieldError {
 
 /// 422 Invalid: `Kind "name" is invalid: field: detail`, one cause per field error.
 pub fn invalid(kind: &str, group: &str, name: &str, errors: &[FieldError]) -> Status {
-    let list = errors
-        .iter()
-        .map(|e| format!("{}: {}", e.field, e.detail))
-        .collect::<Vec<_>>();
+    // The message names each distinct error once (Go's `ErrorList.ToAggregate`); the causes
+    // keep them all.
+    let mut list: Vec<String> = Vec::with_capacity(errors.len());
+    for e in errors {
+        let m = format!("{}: {}", e.field, e.detail);
+        if !list.contains(&m) {
+            list.push(m);
+        }
+    }
     let joined = if list.len() == 1 {
         list[0].clone()
     } else {

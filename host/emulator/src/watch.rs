@@ -23,7 +23,7 @@ use super::registry::ResourceDef;
 use super::response::{self, Body, FieldError};
 use super::router::{Query, ResourceRequest};
 use super::store::{event_line, put_event, Event, EventType};
-use super::Shared;
+use super::{events, Shared};
 use kwh_client::object::Object;
 use kwh_client::Status;
 
@@ -135,6 +135,7 @@ pub(crate) fn watch(
     let (tx, rx) = mpsc::channel::<Bytes>(4);
     let task = Watcher {
         shared: shared.clone(),
+        converts: events::converts(&r.def),
         def: r.def.clone(),
         prefix: r.prefix(),
         opts,
@@ -150,6 +151,9 @@ pub(crate) fn watch(
 struct Watcher {
     shared: Arc<Shared>,
     def: Arc<ResourceDef>,
+    /// The resource serves another form than the stored one (`events.k8s.io/v1` Events): each
+    /// object is converted as it is sent, so the shared lines cannot be copied as they are.
+    converts: bool,
     prefix: String,
     opts: Options,
     tx: mpsc::Sender<Bytes>,
@@ -319,7 +323,7 @@ impl Watcher {
             if limit > 0 && self.sent >= limit {
                 return Err(End::Done);
             }
-            if plain && !self.opts.table {
+            if plain && !self.opts.table && !self.converts {
                 put_event(&mut self.buf, e.ty.as_str(), e.obj.raw());
             } else if plain {
                 self.put(e.ty.as_str(), e.obj.raw(), e.rv);
@@ -340,10 +344,16 @@ impl Watcher {
         Ok(())
     }
 
-    /// Append one event, as a one-row Table when the client asked for Tables.
+    /// Append one event, as a one-row Table when the client asked for Tables, in the form the
+    /// resource serves.
     fn put(&mut self, ty: &str, raw: &[u8], rv: u64) {
         if !self.opts.table {
-            put_event(&mut self.buf, ty, raw);
+            let served = if self.converts {
+                events::serve_raw(&self.def, raw)
+            } else {
+                None
+            };
+            put_event(&mut self.buf, ty, served.as_deref().unwrap_or(raw));
             return;
         }
         match Object::from_bytes(Bytes::copy_from_slice(raw)) {

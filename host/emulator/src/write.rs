@@ -29,7 +29,7 @@ use super::response::{self, Body, FieldError};
 use super::router::{Query, ResourceRequest};
 use super::store::{key_of, Mutation, Outcome, StoreError};
 use super::util::{name_suffix, new_uid, validate_dns_subdomain, validate_path_segment_name};
-use super::{fields, patch, Shared};
+use super::{events, fields, patch, Shared};
 use kwh_client::object::Object;
 use kwh_client::Status;
 
@@ -129,7 +129,7 @@ fn ns_of<'a>(def: &ResourceDef, ns: Option<&'a str>) -> Option<&'a str> {
     }
 }
 
-/// GET one object.
+/// GET one object, as `def` serves it.
 pub fn get(
     shared: &Shared,
     def: &ResourceDef,
@@ -139,6 +139,7 @@ pub fn get(
     shared
         .store
         .get(&def.store_key, &key_of(ns_of(def, ns), name))
+        .map(|o| events::serve(def, o))
         .ok_or_else(|| response::not_found(&def.plural, name))
 }
 
@@ -241,8 +242,11 @@ fn prepare_create(
             )],
         ));
     }
-    // RBAC objects may be named like `system:discovery`; everything else is a DNS subdomain.
-    let valid = if def.group == "rbac.authorization.k8s.io" {
+    // RBAC objects may be named like `system:discovery`, and core Events anything usable in a
+    // path (their strategy checks no more); everything else is a DNS subdomain.
+    let path_segment = def.group == "rbac.authorization.k8s.io"
+        || events::view_of(def) == Some(events::View::Core);
+    let valid = if path_segment {
         validate_path_segment_name(&name)
     } else {
         validate_dns_subdomain(&name)
@@ -402,10 +406,12 @@ fn create_in(
     shared: &Shared,
     def: &ResourceDef,
     ns: Option<&str>,
-    mut v: Value,
+    v: Value,
     w: WriteOpts,
 ) -> Result<Object, Status> {
     object_body(&v)?;
+    // An Event's writer owns only what it set (see `events`).
+    let mut v = events::as_written(def, v);
     let now = shared.now_rfc3339();
     let generated = meta_str(&v, "name").unwrap_or("").is_empty();
     // Only a generated name can collide and be retried; keep the input for that case only.
@@ -414,7 +420,8 @@ fn create_in(
     loop {
         let key = prepare_create(shared, def, ns, &mut v, w.manager, w.apply, &now)?;
         let name = meta_str(&v, "name").unwrap_or("").to_owned();
-        let body = std::mem::take(&mut v);
+        let body = events::to_stored(def, std::mem::take(&mut v));
+        events::validate_create(def, &body)?;
         let out = shared
             .store
             .mutate_with(&def.store_key, &key, w.dry_run, |cur| {
@@ -428,7 +435,7 @@ fn create_in(
                 if !w.dry_run {
                     after_write(shared, def, &o)?;
                 }
-                return Ok(o);
+                return Ok(events::serve(def, o));
             }
             Ok(_) => return Err(response::internal("create did not create")),
             Err(s) if s.code == 409 && attempts < 8 && original.is_some() => {
@@ -524,10 +531,41 @@ fn update_in(
         .store
         .mutate_with(&def.store_key, &key, w.dry_run, |cur| {
             let cur = cur.ok_or_else(|| response::not_found(&def.plural, name))?;
-            let cur_v = cur.to_value().map_err(StoreError::from)?;
-            next_state(def, cur, &cur_v, v, sub, w.manager, "Update", &now)
+            let cur_v = served_value(def, cur)?;
+            let next = next_state(
+                def,
+                cur,
+                &cur_v,
+                events::encoded(def, v),
+                sub,
+                w.manager,
+                "Update",
+                &now,
+            )?;
+            to_storage(def, cur, next)
         })?;
     finish(shared, def, out, name, w.dry_run)
+}
+
+/// The stored object as `def` serves it, as a value to decide a write on: writes through a
+/// view are computed (compared, patched, their managedFields recorded) in the view's terms.
+fn served_value(def: &ResourceDef, cur: &Object) -> Result<Value, Status> {
+    let v = cur.to_value().map_err(StoreError::from)?;
+    Ok(events::to_served(def, v))
+}
+
+/// A decision made in `def`'s terms ([`served_value`]) in the stored form, checked by the
+/// kind's update rules (Events': see `events`).
+fn to_storage(def: &ResourceDef, cur: &Object, next: Mutation) -> Result<Mutation, Status> {
+    match next {
+        Mutation::Put(v) if events::view_of(def).is_some() => {
+            let stored = events::to_stored(def, v);
+            let old = cur.to_value().map_err(StoreError::from)?;
+            events::validate_update(def, &old, &stored)?;
+            Ok(Mutation::Put(stored))
+        }
+        next => Ok(next),
+    }
 }
 
 fn finish(
@@ -537,19 +575,20 @@ fn finish(
     name: &str,
     dry_run: bool,
 ) -> Result<Object, Status> {
-    match out {
-        Outcome::Created(o) | Outcome::Updated(o) | Outcome::Deleted(o) if dry_run => Ok(o),
+    let o = match out {
+        Outcome::Created(o) | Outcome::Updated(o) | Outcome::Deleted(o) if dry_run => o,
         Outcome::Created(o) | Outcome::Updated(o) => {
             after_write(shared, def, &o)?;
-            Ok(o)
+            o
         }
         Outcome::Deleted(o) => {
             after_delete(shared, def, &o, Propagation::Background);
-            Ok(o)
+            o
         }
-        Outcome::Unchanged(Some(o)) => Ok(o),
-        Outcome::Unchanged(None) => Err(response::not_found(&def.plural, name)),
-    }
+        Outcome::Unchanged(Some(o)) => o,
+        Outcome::Unchanged(None) => return Err(response::not_found(&def.plural, name)),
+    };
+    Ok(events::serve(def, o))
 }
 
 fn strip_for_compare(v: &Value) -> Value {
@@ -762,7 +801,7 @@ pub fn patch(
         .store
         .mutate_with(&def.store_key, &key, w.dry_run, |cur| {
             let cur = cur.ok_or_else(|| response::not_found(&def.plural, name))?;
-            let cur_v = cur.to_value().map_err(StoreError::from)?;
+            let cur_v = served_value(def, cur)?;
             let new = if apply {
                 patch::server_side_apply_with(&patch::ApplyRequest {
                     current: Some(&cur_v),
@@ -772,7 +811,9 @@ pub fn patch(
                 patch::apply_patch(&cur_v, ty, body, builtin)
             }
             .map_err(|e| e.to_status(&def.plural, name))?;
-            next_state(def, cur, &cur_v, new, sub, manager, op, &now)
+            let new = events::encoded(def, new);
+            let next = next_state(def, cur, &cur_v, new, sub, manager, op, &now)?;
+            to_storage(def, cur, next)
         })?;
     Ok((StatusCode::OK, finish(shared, def, out, name, w.dry_run)?))
 }
@@ -958,9 +999,11 @@ pub fn delete_inner(
             if !opts.dry_run {
                 after_delete(shared, def, &o, propagation);
             }
-            Ok((o, true))
+            Ok((events::serve(def, o), true))
         }
-        Outcome::Updated(o) | Outcome::Created(o) | Outcome::Unchanged(Some(o)) => Ok((o, false)),
+        Outcome::Updated(o) | Outcome::Created(o) | Outcome::Unchanged(Some(o)) => {
+            Ok((events::serve(def, o), false))
+        }
         Outcome::Unchanged(None) => Err(response::not_found(&def.plural, name)),
     }
 }

@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::cluster::{prefix_of, FakeCluster};
 use kwh_client::object::{object_key, Object};
 use kwh_client::selector::{FieldSelector, LabelSelector};
+use kwh_emulator::events;
 use kwh_emulator::list::Selectors;
 use kwh_emulator::registry::ResourceDef;
 use kwh_emulator::store::{Event, EventType};
@@ -481,23 +482,20 @@ fn matches(c: &WatchCache, key: &str, o: &Object) -> bool {
     key.starts_with(&c.prefix) && c.selectors.matches(o)
 }
 
-/// What a watch with this cache's scope and selectors delivers for one cluster event.
+/// What a watch with this cache's scope and selectors delivers for one cluster event. The
+/// selectors read the stored object; the watch gets it as its resource serves it (an
+/// `events.k8s.io/v1` Event is stored as a core one).
 fn apply_event(c: &WatchCache, watch: u32, e: &Event) -> Option<Notification> {
     let key = &*e.key;
     let cached = c.store.get_by_key(key);
+    let served = || events::serve(&c.def, e.obj.clone());
     match e.ty {
         EventType::Added | EventType::Modified if matches(c, key, &e.obj) => {
-            c.store.upsert(e.obj.clone());
+            let new = served();
+            c.store.upsert(new.clone());
             Some(match cached {
-                Some(old) => Notification::Update {
-                    watch,
-                    old,
-                    new: e.obj.clone(),
-                },
-                None => Notification::Add {
-                    watch,
-                    obj: e.obj.clone(),
-                },
+                Some(old) => Notification::Update { watch, old, new },
+                None => Notification::Add { watch, obj: new },
             })
         }
         // Out of scope now (or deleted): the watch says DELETED with the latest state.
@@ -506,7 +504,7 @@ fn apply_event(c: &WatchCache, watch: u32, e: &Event) -> Option<Notification> {
             c.store.delete_key(key);
             Some(Notification::Delete {
                 watch,
-                obj: e.obj.clone(),
+                obj: served(),
                 tombstone: false,
             })
         }
@@ -518,6 +516,7 @@ fn relist(cluster: &FakeCluster, c: &mut WatchCache) {
     let items: Vec<Object> = items
         .into_iter()
         .filter(|o| c.selectors.matches(o))
+        .map(|o| events::serve(&c.def, o))
         .collect();
     c.store.replace(items);
     c.rv = rv;

@@ -3,11 +3,11 @@
 //! The real server reads this from the Go struct tags (`patchStrategy`, `patchMergeKey`,
 //! `listType`, `listMapKey`, `structType`) of every built-in type. The emulator has no typed
 //! schema, so it keeps a small table of the fields that matter for the kinds it serves (Pods,
-//! workload templates, Services, ConfigMaps, object metadata). A field name means the same thing
-//! wherever it occurs in those kinds, except `ports` (container ports vs. Service ports) and
-//! `selector` (a label map on Services, an atomic LabelSelector on workloads), which are told
-//! apart by the items' own keys. Custom resources have no table: their lists are atomic and
-//! their objects are free-form maps, as for a schema-less CRD.
+//! workload templates, Services, ConfigMaps, Events, object metadata). A field name means the
+//! same thing wherever it occurs in those kinds, except `ports` (container ports vs. Service
+//! ports) and `selector` (a label map on Services, an atomic LabelSelector on workloads), which
+//! are told apart by the items' own keys. Custom resources have no table: their lists are atomic
+//! and their objects are free-form maps, as for a schema-less CRD.
 
 use serde_json::Value;
 
@@ -123,12 +123,23 @@ pub(crate) fn is_free_form_map(
 }
 
 /// Whether the object under `field` is an atomic struct: owned and replaced as one value
-/// (`structType=atomic`, e.g. a workload's LabelSelector).
+/// (`structType=atomic`: a workload's LabelSelector, an Event's `ObjectReference`s).
 pub(crate) fn is_atomic_struct(
     field: Option<&str>,
     value: &serde_json::Map<String, Value>,
 ) -> bool {
-    field == Some("selector") && is_label_selector(value)
+    match field.unwrap_or("") {
+        "selector" => is_label_selector(value),
+        "involvedObject" | "regarding" | "related" => true,
+        _ => false,
+    }
+}
+
+/// Whether the object under `field` is an optional struct (a Go pointer: an Event's
+/// `*EventSeries`) that a write adding it owns as a member in its own right, with its fields:
+/// the `"."` entry the server records (`"f:series": {".": {}, "f:count": {}, …}`).
+pub(crate) fn is_optional_struct(field: Option<&str>) -> bool {
+    field == Some("series")
 }
 
 fn is_label_selector(value: &serde_json::Map<String, Value>) -> bool {

@@ -263,7 +263,16 @@ const VARYING_HEADERS: [&str; 4] = [
 /// `cache-control` and `x-content-type-options` values, and `content-length` present exactly
 /// where the real server sent one (a full body, not a stream).
 pub fn assert_head_matches(name: &str, status: StatusCode, headers: &HeaderMap) {
-    let text = sample(&format!("{name}.headers.txt"));
+    assert_head_matches_text(
+        name,
+        &sample(&format!("{name}.headers.txt")),
+        status,
+        headers,
+    );
+}
+
+/// [`assert_head_matches`] against a recorded head given as text (a fixture of the crate).
+pub fn assert_head_matches_text(name: &str, text: &str, status: StatusCode, headers: &HeaderMap) {
     let mut lines = text.lines();
     let code: u16 = lines
         .next()
