@@ -588,10 +588,12 @@ impl Harness {
         &self.handler_failures
     }
 
-    /// Clears the records of writes, queue adds, logs and handler failures (not the queue).
+    /// Clears the records of writes, queue adds, Events, logs and handler failures (not the
+    /// queue).
     pub fn clear_records(&mut self) {
         self.take_writes();
         self.take_enqueued();
+        self.take_events();
         self.take_logs();
         self.handler_failures.clear();
     }

@@ -5,8 +5,12 @@ use serde_json::Value;
 use super::duration::parse_duration;
 use super::parse::{object, object_ref};
 use super::yaml::{duration, fail, join, kind_of, list, map, only, string, strings, R};
-use super::{Action, EnqueueExpect, Expect, LogExpect, OutcomeExpect, ResultExpect, WriteExpect};
+use super::{
+    Action, EnqueueExpect, EventExpect, Expect, LogExpect, OutcomeExpect, RegardingExpect,
+    ResultExpect, WriteExpect,
+};
 use crate::{LogLevel, LogSource};
+use kwh_client::events::EventType;
 
 pub(super) fn expect(v: &Value, at: &str, action: &Action) -> R<Expect> {
     let m = map(v, at)?;
@@ -18,6 +22,7 @@ pub(super) fn expect(v: &Value, at: &str, action: &Action) -> R<Expect> {
             "reconciled",
             "enqueued",
             "writes",
+            "events",
             "logs",
             "ready",
             "waiting",
@@ -61,6 +66,16 @@ pub(super) fn expect(v: &Value, at: &str, action: &Action) -> R<Expect> {
                 .iter()
                 .enumerate()
                 .map(|(i, x)| write(x, &format!("{here}[{i}]")))
+                .collect::<R<_>>()?,
+        );
+    }
+    if let Some(v) = m.get("events") {
+        let here = join(at, "events");
+        e.events = Some(
+            list(v, &here)?
+                .iter()
+                .enumerate()
+                .map(|(i, x)| event(x, &format!("{here}[{i}]")))
                 .collect::<R<_>>()?,
         );
     }
@@ -259,6 +274,48 @@ fn write(v: &Value, at: &str) -> R<WriteExpect> {
         body: m.get("body").cloned(),
         result,
         object: m.get("object").cloned(),
+    })
+}
+
+fn event(v: &Value, at: &str) -> R<EventExpect> {
+    let m = map(v, at)?;
+    only(m, at, &["type", "reason", "action", "note", "regarding"])?;
+    let s =
+        |f: &str| -> R<Option<String>> { m.get(f).map(|x| string(x, &join(at, f))).transpose() };
+    let event_type = match s("type")?.as_deref() {
+        None => None,
+        Some("Normal") => Some(EventType::Normal),
+        Some("Warning") => Some(EventType::Warning),
+        Some(t) => {
+            return fail(
+                &join(at, "type"),
+                format!("unknown type {t:?} (Normal, Warning)"),
+            )
+        }
+    };
+    let regarding = match m.get("regarding") {
+        Some(r) => {
+            let here = join(at, "regarding");
+            let rm = map(r, &here)?;
+            only(rm, &here, &["apiVersion", "kind", "namespace", "name"])?;
+            let s = |f: &str| -> R<Option<String>> {
+                rm.get(f).map(|x| string(x, &join(&here, f))).transpose()
+            };
+            RegardingExpect {
+                api_version: s("apiVersion")?,
+                kind: s("kind")?,
+                namespace: s("namespace")?,
+                name: s("name")?,
+            }
+        }
+        None => RegardingExpect::default(),
+    };
+    Ok(EventExpect {
+        event_type,
+        reason: s("reason")?,
+        action: s("action")?,
+        note: s("note")?,
+        regarding,
     })
 }
 

@@ -1,7 +1,8 @@
 //! Scenario files: a guest test written as YAML, run by `host test --plugin x.wasm FILE…`.
 //!
-//! A scenario gives the cluster's starting objects, then steps — events, reconciles, clock
-//! advances — each optionally followed by expectations on what that step did. The format is
+//! A scenario gives the plugin's configuration and the cluster's starting objects, then steps —
+//! events, reconciles, clock advances — each optionally followed by expectations on what that
+//! step did (writes, queue adds, recorded Events, logs, the state left behind). The format is
 //! documented in `docs/testing.md`; [`parse`] checks a file completely before anything runs, so
 //! a typo is one error naming the file, the step and the field, not a confusing failure later.
 
@@ -16,6 +17,7 @@ mod yaml;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use kwh_client::events::EventType;
 use serde_json::Value;
 
 pub use duration::parse_duration;
@@ -36,6 +38,9 @@ pub struct Scenario {
     pub handler_deadline: Option<Duration>,
     /// `limits.reconcileDeadline`.
     pub reconcile_deadline: Option<Duration>,
+    /// `config:`: the plugin's configuration (`null` when not given), checked by its
+    /// `validate-config` at load and read through the `config` import.
+    pub config: Value,
     /// `givenFiles:` then `given:`: objects (as YAML/JSON text) that exist before the plugin
     /// starts.
     pub given: Vec<String>,
@@ -207,6 +212,34 @@ pub struct LogExpect {
     pub source: Option<super::LogSource>,
 }
 
+/// An expected Event (`events.record`); unset fields match anything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventExpect {
+    /// `type:` `Normal` or `Warning`.
+    pub event_type: Option<EventType>,
+    /// `reason:`.
+    pub reason: Option<String>,
+    /// `action:`.
+    pub action: Option<String>,
+    /// `note:`: a substring of the note.
+    pub note: Option<String>,
+    /// `regarding:` the object the Event is about.
+    pub regarding: RegardingExpect,
+}
+
+/// An expected Event's `regarding:` object; unset fields match anything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegardingExpect {
+    /// `apiVersion:`.
+    pub api_version: Option<String>,
+    /// `kind:`.
+    pub kind: Option<String>,
+    /// `namespace:`.
+    pub namespace: Option<String>,
+    /// `name:`.
+    pub name: Option<String>,
+}
+
 /// What a step must have done (and left behind). Unset fields are not checked.
 #[derive(Debug, Clone, Default)]
 pub struct Expect {
@@ -219,6 +252,8 @@ pub struct Expect {
     pub enqueued: Option<Vec<EnqueueExpect>>,
     /// `writes:` every write of the step, in order.
     pub writes: Option<Vec<WriteExpect>>,
+    /// `events:` every Event the guest recorded in the step, in order (unaggregated).
+    pub events: Option<Vec<EventExpect>>,
     /// `logs:` lines the step logged, in order (others may come between); `[]` means none.
     pub logs: Option<Vec<LogExpect>>,
     /// `ready:` the keys ready after the step, in order.

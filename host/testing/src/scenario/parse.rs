@@ -52,7 +52,15 @@ fn scenario(file: &Path, doc: &Value) -> R<Scenario> {
     only(
         m,
         "",
-        &["name", "start", "limits", "given", "givenFiles", "steps"],
+        &[
+            "name",
+            "start",
+            "limits",
+            "config",
+            "given",
+            "givenFiles",
+            "steps",
+        ],
     )?;
     let name = match m.get("name") {
         Some(v) => string(v, "name")?,
@@ -85,6 +93,8 @@ fn scenario(file: &Path, doc: &Value) -> R<Scenario> {
             reconcile_deadline = Some(duration(v, "limits.reconcileDeadline")?);
         }
     }
+    // Any value: what the plugin makes of it is its own `validate-config`'s business.
+    let config = m.get("config").cloned().unwrap_or(Value::Null);
     let mut given = Vec::new();
     if let Some(files) = m.get("givenFiles") {
         // Relative to the scenario file, so a suite can share fixtures wherever it is run from.
@@ -118,6 +128,7 @@ fn scenario(file: &Path, doc: &Value) -> R<Scenario> {
         start,
         handler_deadline,
         reconcile_deadline,
+        config,
         given,
         steps,
     })
@@ -234,8 +245,11 @@ fn step(v: &Value, at: &str) -> R<Step> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::{EnqueueExpect, OutcomeExpect, ResultExpect};
+    use crate::scenario::{
+        EnqueueExpect, EventExpect, OutcomeExpect, RegardingExpect, ResultExpect,
+    };
     use crate::LogLevel;
+    use kwh_client::events::EventType;
 
     fn p(text: &str) -> Result<Scenario, ScenarioError> {
         parse(Path::new("s.yaml"), text)
@@ -304,6 +318,106 @@ steps:
         assert_eq!(w[2].result, Some(ResultExpect::Ok));
         assert!(matches!(s.steps[3].action, Action::Advance(d) if d == Duration::from_millis(90)));
         assert!(matches!(s.steps[5].action, Action::Check));
+    }
+
+    #[test]
+    fn config_is_any_value_and_events_parse_field_by_field() {
+        let s = p(r#"
+config: {repeat: 2, reason: Hello, nested: [1, {a: b}]}
+steps:
+  - reconcile: x/a
+    expect:
+      events:
+        - type: Normal
+          reason: Hello
+          action: Observe
+          note: heralded
+          regarding: {apiVersion: v1, kind: ConfigMap, namespace: x, name: a}
+        - {type: Warning}
+        - {}
+  - reconcile: x/b
+    expect: {events: []}
+"#)
+        .expect("parses");
+        assert_eq!(
+            s.config,
+            serde_json::json!({"repeat": 2, "reason": "Hello", "nested": [1, {"a": "b"}]})
+        );
+        let ev = s.steps[0].expect.events.as_ref().expect("events");
+        assert_eq!(
+            ev[0],
+            EventExpect {
+                event_type: Some(EventType::Normal),
+                reason: Some("Hello".into()),
+                action: Some("Observe".into()),
+                note: Some("heralded".into()),
+                regarding: RegardingExpect {
+                    api_version: Some("v1".into()),
+                    kind: Some("ConfigMap".into()),
+                    namespace: Some("x".into()),
+                    name: Some("a".into()),
+                },
+            }
+        );
+        assert_eq!(ev[1].event_type, Some(EventType::Warning));
+        assert_eq!(ev[2], EventExpect::default());
+        assert_eq!(s.steps[1].expect.events, Some(Vec::new()));
+        assert_eq!(s.steps[0].expect.writes, None);
+        // Unset, `events` is not checked; `config` is null, as a plugins file without one.
+        let s = p("config: 7\nsteps: [{reconcile: a}]\n").expect("parses");
+        assert_eq!(s.config, serde_json::json!(7));
+        let s = p("steps: [{reconcile: a}]\n").expect("parses");
+        assert_eq!(s.config, Value::Null);
+        assert_eq!(s.steps[0].expect.events, None);
+    }
+
+    #[test]
+    fn bad_event_expectations_name_the_field() {
+        let ev = |item: &str| {
+            err(&format!(
+                "steps:\n  - reconcile: a\n    expect: {{events: [{item}]}}\n"
+            ))
+        };
+        assert_eq!(
+            ev("{type: Normal, reasn: X}"),
+            "s.yaml: steps[0].expect.events[0]: unknown field `reasn` (expected one of: type, reason, action, note, regarding)"
+        );
+        assert_eq!(
+            ev("{type: Info}"),
+            "s.yaml: steps[0].expect.events[0].type: unknown type \"Info\" (Normal, Warning)"
+        );
+        assert_eq!(
+            ev("{regarding: {kind: ConfigMap, uid: u}}"),
+            "s.yaml: steps[0].expect.events[0].regarding: unknown field `uid` (expected one of: apiVersion, kind, namespace, name)"
+        );
+        assert_eq!(
+            ev("{regarding: ConfigMap}"),
+            "s.yaml: steps[0].expect.events[0].regarding: expected a mapping, found a string"
+        );
+        assert_eq!(
+            ev("{regarding: {name: [a]}}"),
+            "s.yaml: steps[0].expect.events[0].regarding.name: expected a string, found a list"
+        );
+        assert_eq!(
+            ev("{note: {contains: x}}"),
+            "s.yaml: steps[0].expect.events[0].note: expected a string, found a mapping"
+        );
+        assert_eq!(
+            ev("Hello"),
+            "s.yaml: steps[0].expect.events[0]: expected a mapping, found a string"
+        );
+        assert_eq!(
+            err("steps:\n  - reconcile: a\n    expect: {events: {reason: X}}\n"),
+            "s.yaml: steps[0].expect.events: expected a list, found a mapping"
+        );
+        assert!(
+            err("steps:\n  - reconcile: a\n    expect: {event: []}\n").starts_with(
+                "s.yaml: steps[0].expect: unknown field `event` (expected one of: outcome, reconciled, enqueued, writes, events, logs,"
+            )
+        );
+        assert!(err("configs: {}\nsteps: [{reconcile: a}]\n").starts_with(
+            "s.yaml: unknown field `configs` (expected one of: name, start, limits, config, given,"
+        ));
     }
 
     #[test]

@@ -5,8 +5,11 @@ use std::path::Path;
 use super::matcher::{contained, short};
 use super::report::{ScenarioReport, StepFailure};
 use super::{Action, Expect, OutcomeExpect, ResultExpect, Scenario, Step};
-use crate::{Enqueued, Harness, HarnessError, LogLine, Origin, ReconcileOutcome, RecordedWrite};
-use kwh_plugin::{Limits, PluginEngine};
+use crate::{
+    Enqueued, Harness, HarnessError, LogLine, Origin, ReconcileOutcome, RecordedEvent,
+    RecordedWrite,
+};
+use kwh_plugin::{Limits, LoadCause, PluginEngine};
 
 /// What one step did, collected for its expectations.
 #[derive(Default)]
@@ -15,6 +18,7 @@ struct Observed {
     reconciled: Option<Vec<(String, ReconcileOutcome)>>,
     enqueued: Vec<Enqueued>,
     writes: Vec<RecordedWrite>,
+    events: Vec<RecordedEvent>,
     logs: Vec<LogLine>,
     handler_failure: Option<String>,
 }
@@ -38,7 +42,8 @@ pub async fn run(scenario: &Scenario, plugin: &Path, engine: &PluginEngine) -> S
     }
     let mut b = Harness::builder(plugin)
         .engine(engine.clone())
-        .limits(limits);
+        .limits(limits)
+        .config(scenario.config.clone());
     if let Some(t) = scenario.start {
         b = b.start_time(t);
     }
@@ -48,10 +53,20 @@ pub async fn run(scenario: &Scenario, plugin: &Path, engine: &PluginEngine) -> S
     let mut h = match b.build().await {
         Ok(h) => h,
         Err(e) => {
+            let problem = match &e {
+                // The scenario's own `config:` is at fault, not the plugin file: say so.
+                HarnessError::Load(l) => match &l.cause {
+                    LoadCause::ConfigRefused(msg) => {
+                        format!("config: refused by the plugin's validate-config: {msg}")
+                    }
+                    _ => e.to_string(),
+                },
+                _ => e.to_string(),
+            };
             report.failure = Some(StepFailure {
                 step: None,
                 action: "setup".into(),
-                problems: vec![e.to_string()],
+                problems: vec![problem],
                 logs: Vec::new(),
             });
             return report;
@@ -116,6 +131,7 @@ async fn run_step(h: &mut Harness, step: &Step) -> (Vec<String>, Vec<LogLine>) {
         Err(e) => problems.push(format!("{} failed: {e}", step.action.describe())),
     }
     seen.writes = h.take_writes();
+    seen.events = h.take_events();
     seen.enqueued = h
         .take_enqueued()
         .into_iter()
@@ -179,6 +195,9 @@ fn check(h: &Harness, e: &Expect, seen: &Observed, problems: &mut Vec<String>) {
     }
     if let Some(want) = &e.writes {
         check_writes(want, &seen.writes, problems);
+    }
+    if let Some(want) = &e.events {
+        check_events(want, &seen.events, problems);
     }
     if let Some(want) = &e.logs {
         check_logs(want, &seen.logs, problems);
@@ -355,6 +374,76 @@ fn result_text(r: &Result<Option<serde_json::Value>, kwh_plugin::ApiError>) -> S
         Ok(Some(v)) => format!("ok {}", short(v)),
         Ok(None) => "ok (Status)".into(),
         Err(e) => e.to_string(),
+    }
+}
+
+fn describe_event(e: &RecordedEvent) -> String {
+    let r = &e.event.regarding;
+    format!(
+        "{} {} {} {} {}",
+        e.type_name(),
+        e.event.reason,
+        e.event.action,
+        r.kind,
+        e.key()
+    )
+}
+
+fn check_events(want: &[super::EventExpect], got: &[RecordedEvent], problems: &mut Vec<String>) {
+    if want.len() != got.len() {
+        let list: Vec<String> = got.iter().map(describe_event).collect();
+        problems.push(format!(
+            "events: expected {}, got {} {list:?}",
+            want.len(),
+            got.len()
+        ));
+        return;
+    }
+    for (i, (w, g)) in want.iter().zip(got).enumerate() {
+        let mut diff = Vec::new();
+        let field = |name: &str, want: &Option<String>, got: &str, diff: &mut Vec<String>| {
+            if let Some(w) = want {
+                if w != got {
+                    diff.push(format!("{name}: expected {w:?}, got {got:?}"));
+                }
+            }
+        };
+        if let Some(t) = w.event_type {
+            if t != g.event.event_type {
+                diff.push(format!("type: expected {t}, got {}", g.type_name()));
+            }
+        }
+        field("reason", &w.reason, &g.event.reason, &mut diff);
+        field("action", &w.action, &g.event.action, &mut diff);
+        if let Some(n) = &w.note {
+            match &g.event.note {
+                Some(note) if note.contains(n.as_str()) => {}
+                Some(note) => diff.push(format!("note: expected {n:?} in {note:?}")),
+                None => diff.push(format!("note: expected {n:?}, got none")),
+            }
+        }
+        let (wr, gr) = (&w.regarding, &g.event.regarding);
+        field(
+            "regarding.apiVersion",
+            &wr.api_version,
+            &gr.api_version,
+            &mut diff,
+        );
+        field("regarding.kind", &wr.kind, &gr.kind, &mut diff);
+        field(
+            "regarding.namespace",
+            &wr.namespace,
+            gr.namespace.as_deref().unwrap_or(""),
+            &mut diff,
+        );
+        field("regarding.name", &wr.name, &gr.name, &mut diff);
+        if !diff.is_empty() {
+            problems.push(format!(
+                "events[{i}] ({}): {}",
+                describe_event(g),
+                diff.join(", ")
+            ));
+        }
     }
 }
 
