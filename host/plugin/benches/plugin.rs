@@ -2,13 +2,15 @@
 //! the whole pipeline with 0, 1 and 10 plugins, reconciles/s of a guest doing one lister get,
 //! resident memory per idle instance, and cold start from the compile cache. Every figure is
 //! given for two guests: a raw no-op (the floor) and one built with the SDK's default handlers
-//! (each notification parses the object and enqueues its key; what users pay).
+//! (each notification enqueues the object's key from the metadata the host sends along, without
+//! parsing it; what users pay). The `events` section has a guest record 10,000 identical Events
+//! in one reconcile and counts the API writes the host's recorder makes of them.
 //!
 //! `cargo bench -p host --bench plugin` prints Markdown tables (the test guests are built for
 //! wasm32-wasip2 first, as the tests do). `BENCH_RUNS` (default 5) sets the runs per figure,
 //! `BENCH_EVENTS` (default 20,000) the objects of the pipeline and reconcile runs. The emulator
 //! runs in the same process over loopback HTTP, so pipeline CPU figures include its serving work.
-//! `BENCH_ONLY=dispatch,pipeline,reconcile,memory,cold` picks sections (for profiling one),
+//! `BENCH_ONLY=dispatch,pipeline,reconcile,events,memory,cold` picks sections (for profiling one),
 //! `BENCH_PLUGINS=10` the pipeline's rows, and `BENCH_PERF_CTL` limits a `perf record` to the
 //! timed windows (see `common::perf_window`).
 //!
@@ -119,6 +121,9 @@ async fn run() {
     }
     if want("reconcile") {
         reconcile_section(events, runs).await;
+    }
+    if want("events") {
+        events_section().await;
     }
     if want("memory") {
         for (guest, path) in &guests {
@@ -501,6 +506,48 @@ struct Pipeline {
     cpu: f64,
     /// µs of process CPU per event at a steady 1,000 events/s, one at a time.
     steady_cpu: f64,
+}
+
+/// The `herald` guest records 10,000 identical Events about one ConfigMap in one reconcile;
+/// the host's recorder aggregates them (client-go's series), so the API sees a handful of
+/// writes. Counted with the emulator's request counters, after the runtime's shutdown flush.
+async fn events_section() {
+    eprintln!("events …");
+    let repeat = 10_000;
+    let h = Emulator::builder().start().await.expect("emulator");
+    let mut rt = PluginRuntime::new(engine(64), client(&h), RuntimeOptions::default());
+    let spec = kwh_plugin::PluginSpec {
+        config: Arc::new(serde_json::json!({"repeat": repeat})),
+        ..kwh_plugin::PluginSpec::with_defaults(guests::guest("herald"), &RuntimeOptions::default())
+    };
+    rt.start_spec(spec).await.expect("start");
+    until("synced", DEADLINE, || rt.is_ready()).await;
+    let writes = |h: &EmulatorHandle| {
+        let s = h.stats();
+        s.requests("create") + s.requests("patch") + s.requests("update")
+    };
+    let before = writes(&h);
+    let (t, cpu0) = (Instant::now(), cpu_time());
+    h.create(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "loud", "namespace": "default", "labels": {"herald": "yes"}}}))
+        .expect("create");
+    let events = |h: &EmulatorHandle| h.list("events.k8s.io/v1", "Event", Some("default"));
+    until("the first Event", DEADLINE, || !events(&h).is_empty()).await;
+    assert!(rt.shutdown(Duration::from_secs(30)).await, "clean shutdown");
+    let (wall, cpu) = (t.elapsed(), cpu_time() - cpu0);
+    let stored = events(&h);
+    assert_eq!(stored.len(), 1, "one Event");
+    println!("\n## Events: {} identical Events recorded in one reconcile\n", thousands(repeat as f64));
+    println!("| API writes (creates + patches) | stored Events | their `series.count` | wall, record to flushed | process CPU |\n|---|---|---|---|---|");
+    println!(
+        "| {} | {} | {} | {:.1} ms | {:.1} ms |",
+        writes(&h) - before,
+        stored.len(),
+        stored[0]["series"]["count"],
+        wall.as_secs_f64() * 1e3,
+        cpu.as_secs_f64() * 1e3
+    );
+    h.shutdown().await;
 }
 
 /// Reconciles/s of the `lookup` guest (one lister get per key) over `n` queued keys.

@@ -222,6 +222,13 @@ fn add_rules(
                 .extend(v.rbac_verbs());
         }
     }
+    if m.records_events {
+        // The host writes a plugin's Events as client-go's event broadcaster does: a create
+        // for the first occurrence, merge patches of `series` for repeats.
+        into.entry(("events.k8s.io".to_string(), "events".to_string()))
+            .or_default()
+            .extend(["create", "patch"]);
+    }
     Ok(())
 }
 
@@ -368,6 +375,27 @@ mod tests {
             resource: resource.into(),
             namespaced,
         })
+    }
+
+    #[test]
+    fn a_plugin_that_records_events_gets_create_and_patch_on_events_in_its_scope() {
+        let mut m = manifest("recorder");
+        m.records_events = true;
+        let got = rules([&m], resolve).expect("rules");
+        assert!(
+            got.contains(&json!({"apiGroups": ["events.k8s.io"], "resources": ["events"],
+                "verbs": ["create", "patch"]})),
+            "{got:?}"
+        );
+        // Without the import, no Events rule.
+        let got = rules([&manifest("quiet")], resolve).expect("rules");
+        assert!(!got.iter().any(|r| r["apiGroups"][0] == "events.k8s.io"));
+        // A confined plugin gets it in its namespace's Role.
+        let mut confined = in_ns(manifest("team"), Some("team-a"));
+        confined.records_events = true;
+        let yaml = rbac_yaml([(&confined, None)], resolve, &SUBJECT).expect("yaml");
+        let role = yaml.split("---").find(|d| d.contains("kind: Role\n")).expect("a Role");
+        assert!(role.contains("namespace: team-a") && role.contains("events.k8s.io"), "{role}");
     }
 
     fn with_writes(name: &str, writes: &[(&str, &str, &[Verb])]) -> Manifest {

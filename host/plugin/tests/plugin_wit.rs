@@ -26,11 +26,28 @@ fn every_wit_item_has_a_doc_comment() {
 
 #[test]
 fn package_is_versioned_and_world_declares_the_contract() {
-    assert!(WIT.contains("package kube:controller@0.1.0;"));
-    for export in ["manifest", "on-add", "on-update", "on-delete", "reconcile"] {
+    assert!(WIT.contains("package kube:controller@0.2.0;"));
+    for export in [
+        "manifest",
+        "on-add",
+        "on-update",
+        "on-delete",
+        "reconcile",
+        "validate-config",
+    ] {
         assert!(WIT.contains(&format!("export {export}: func(")), "{export}");
     }
-    for import in ["lister", "client", "queue", "log"] {
+    for import in ["lister", "client", "queue", "log", "config", "events"] {
         assert!(WIT.contains(&format!("import {import};")), "{import}");
     }
+}
+
+/// The 0.1.0 contract stays in the tree, unchanged but for its header, so the host keeps
+/// serving components built against it.
+#[test]
+fn the_0_1_0_contract_is_kept_frozen() {
+    let old = include_str!("../../../wit/0.1.0/controller.wit");
+    assert!(old.contains("package kube:controller@0.1.0;"));
+    assert!(old.contains("export on-add: func(watch: u32, obj: json);"));
+    assert!(!old.contains("validate-config") && !old.contains("interface events"));
 }

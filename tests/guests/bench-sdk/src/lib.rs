@@ -1,5 +1,6 @@
 //! The benchmarks' guest as users write one: the SDK's `Controller` with its default handlers
-//! (each notification parses the object and enqueues its key) and a reconcile that finds the
+//! (each notification enqueues its key from the metadata the host sends, without parsing the
+//! object: contract 0.2.0) and a reconcile that finds the
 //! object in the cache and is done. Its name, `bench-sdk-00`, is a fixed-width placeholder the
 //! benchmark rewrites to run several distinct plugins from one build.
 use kube_guest::{Action, Api, Controller, Manifest, Result, Watch};

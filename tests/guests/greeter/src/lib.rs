@@ -3,6 +3,7 @@ use kube_guest::{Action, Api, Controller, Manifest, Object, Result, Verb, Watch,
 struct Greeter;
 
 impl Controller for Greeter {
+    // Settings an operator can give this plugin (`config:` in a plugins file); none here.
     type Config = ();
 
     // What the plugin reads and writes. The host checks every call against it, and
