@@ -360,7 +360,11 @@ async fn test(args: TestArgs) -> std::process::ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = engine.load(&args.plugin, Limits::default()).await {
+    // Each scenario loads the plugin with its own `config:`; this only checks it is a plugin.
+    if let Err(e) = engine
+        .load_for_inspection(&args.plugin, Limits::default())
+        .await
+    {
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
@@ -382,8 +386,11 @@ async fn test(args: TestArgs) -> std::process::ExitCode {
 
 async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
     let engine = engine(args.cache_dir, DEFAULT_MAX_MEMORY, 0)?;
-    let loaded = engine.load(&args.plugin, Limits::default()).await?;
+    let loaded = engine
+        .load_for_inspection(&args.plugin, Limits::default())
+        .await?;
     let mut v = manifest_value(loaded.manifest());
+    v["contract"] = loaded.contract().version().into();
     // Unset optional fields are left out, as kubectl prints objects.
     if let Some(watches) = v["watches"].as_array_mut() {
         for w in watches {
@@ -424,6 +431,7 @@ fn manifest_value(m: &Manifest) -> serde_json::Value {
         })).collect::<Vec<_>>(),
         "resyncPeriodMs": m.resync_period.map_or(0, |d| d.as_millis() as u64),
         "workers": m.workers,
+        "recordsEvents": m.records_events,
     })
 }
 
@@ -449,7 +457,11 @@ async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
     }
     let mut manifests = Vec::new();
     for (p, ns) in &plugins {
-        let manifest = engine.load(p, Limits::default()).await?.manifest().clone();
+        let manifest = engine
+            .load_for_inspection(p, Limits::default())
+            .await?
+            .manifest()
+            .clone();
         manifests.push((manifest, ns.as_deref()));
     }
     let mut offline = kwh_plugin::rbac::OfflineKinds::new();

@@ -1123,6 +1123,12 @@ async fn spec_1_12_422_falls_back_to_list_and_watch() {
     synced(&r).await;
     assert_eq!(cache_state(&r), server_state(&e.h, |_| true));
     open_watch(&e.h).await;
+    // The server counts the watch open before its answer reaches the client's call log.
+    wait_until("the watch in the call log", STEP, || {
+        let n = r.log.calls().len();
+        check(n >= 3, || format!("{n} calls"))
+    })
+    .await;
     let calls = r.log.calls();
     match &calls[0] {
         Call {

@@ -168,6 +168,21 @@ impl PluginEngine {
         self.load_bytes(path, &bytes, limits, config).await
     }
 
+    /// Loads the plugin at `path` to read its manifest only: `validate-config` is not called
+    /// (the configuration is `null`). For tools that never run the plugin (`host inspect`,
+    /// `host rbac`), so that a plugin which requires a configuration can still be inspected.
+    pub async fn load_for_inspection(
+        &self,
+        path: &Path,
+        limits: Limits,
+    ) -> Result<LoadedPlugin, LoadError> {
+        let bytes = tokio::fs::read(path).await.map_err(|e| LoadError {
+            path: path.to_path_buf(),
+            cause: LoadCause::Read(e),
+        })?;
+        self.load_inner(path, &bytes, limits, None).await
+    }
+
     /// Compiles (or loads from the cache) and links `bytes`, calls `manifest` once in a throwaway
     /// instance whose imports are unavailable (but for `config`), validates the answer, and hands
     /// `config` to the guest's `validate-config` when it exports one: a refusal fails the load,
@@ -179,6 +194,19 @@ impl PluginEngine {
         limits: Limits,
         config: Arc<serde_json::Value>,
     ) -> Result<LoadedPlugin, LoadError> {
+        self.load_inner(path, bytes, limits, Some(config)).await
+    }
+
+    /// [`PluginEngine::load_bytes`]; without a configuration, `validate-config` is skipped.
+    async fn load_inner(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        limits: Limits,
+        config: Option<Arc<serde_json::Value>>,
+    ) -> Result<LoadedPlugin, LoadError> {
+        let validate = config.is_some();
+        let config = config.unwrap_or_default();
         let fail = |cause| LoadError {
             path: path.to_path_buf(),
             cause,
@@ -272,7 +300,7 @@ impl PluginEngine {
             .map_err(|e| fail(LoadCause::ManifestCall(e)))?;
         let mut manifest = Manifest::from_wit(raw).map_err(|e| fail(LoadCause::Manifest(e)))?;
         manifest.records_events = imports_events(&component, self.engine());
-        if inner.exports.validate_config.is_some() {
+        if validate && inner.exports.validate_config.is_some() {
             let verdict = live
                 .call_validate_config(&config_json, inner.limits.handler_deadline)
                 .await

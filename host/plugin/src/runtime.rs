@@ -252,7 +252,7 @@ impl PluginRuntime {
                     handler_panics: PanicPolicy::Skip,
                     ..InformerOptions::default()
                 }),
-                metrics: metrics_registry(&registry, &slots, &lw_counters),
+                metrics: metrics_registry(&registry, &slots, &lw_counters, &events),
                 registry,
                 lw_counters,
                 opts,

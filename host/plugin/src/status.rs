@@ -25,6 +25,7 @@ use super::instance::Limits;
 use super::loader::Plugin;
 use super::reconcile::ReconcileStats;
 use super::watch_counters::{CounterMap, LwCounters};
+use kwh_client::events::EventRecorder;
 use kwh_informer::shared::HandlerRegistration;
 use kwh_informer::workqueue::metrics::encode_family;
 use kwh_informer::workqueue::Registry;
@@ -244,6 +245,7 @@ pub(crate) fn metrics_registry(
     queues: &Registry,
     slots: &Slots,
     lw_counters: &CounterMap,
+    events: &EventRecorder,
 ) -> Arc<prometheus_client::registry::Registry> {
     let mut registry = prometheus_client::registry::Registry::default();
     registry.register_collector(Box::new(queues.clone()));
@@ -251,7 +253,72 @@ pub(crate) fn metrics_registry(
         slots: slots.clone(),
         lw_counters: lw_counters.clone(),
     }));
+    registry.register_collector(Box::new(EventMetrics(events.clone())));
     Arc::new(registry)
+}
+
+/// The Event recorder's counters, read at scrape time. Events never block a reconcile, so a
+/// full buffer or a rate limit drops them: these counters are where an operator sees that.
+#[derive(Debug)]
+struct EventMetrics(EventRecorder);
+
+impl Collector for EventMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let s = self.0.stats();
+        let none: [(&str, &str); 0] = [];
+        let single: [(&str, &str, u64); 5] = [
+            (
+                "events_recorded",
+                "Events plugins recorded (before aggregation).",
+                s.recorded,
+            ),
+            (
+                "events_aggregated",
+                "Recorded events counted into an existing Event's series.",
+                s.aggregated,
+            ),
+            (
+                "events_write_failures",
+                "Event writes given up after their retries.",
+                s.write_failures,
+            ),
+            (
+                "events_created",
+                "Events created through the API.",
+                s.created,
+            ),
+            (
+                "events_series_patched",
+                "Merge patches of an Event's series count.",
+                s.patched,
+            ),
+        ];
+        for (name, help, v) in single {
+            encode_family(
+                &mut encoder,
+                name,
+                help,
+                None,
+                [(none, ConstCounter::new(v))],
+            )?;
+        }
+        encode_family(
+            &mut encoder,
+            "events_dropped",
+            "Recorded events not written, by reason.",
+            None,
+            [
+                (
+                    [("reason", "queue_full")],
+                    ConstCounter::new(s.dropped_queue_full),
+                ),
+                (
+                    [("reason", "rate_limited")],
+                    ConstCounter::new(s.dropped_rate_limited),
+                ),
+            ],
+        )
+    }
 }
 
 /// The plugin runtime's own families, labelled by plugin (or by informer), read at scrape time

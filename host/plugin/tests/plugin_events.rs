@@ -39,7 +39,10 @@ async fn ten_thousand_identical_events_from_one_reconcile_are_one_event_and_few_
     let mut rt = runtime_with(&em, RuntimeOptions::default());
     let started = tokio::time::timeout(
         T,
-        rt.start_spec(spec(guest("herald"), json!({"repeat": 10000, "reason": "Loud"}))),
+        rt.start_spec(spec(
+            guest("herald"),
+            json!({"repeat": 10000, "reason": "Loud"}),
+        )),
     )
     .await
     .expect("in time")
@@ -52,13 +55,41 @@ async fn ten_thousand_identical_events_from_one_reconcile_are_one_event_and_few_
     };
     let before = writes(&em);
     let cm = em.create(heralded("loud")).expect("create");
-    let events = |em: &kwh_emulator::EmulatorHandle| {
-        em.list("events.k8s.io/v1", "Event", Some("default"))
-    };
+    let events =
+        |em: &kwh_emulator::EmulatorHandle| em.list("events.k8s.io/v1", "Event", Some("default"));
     assert!(
         eventually(Duration::from_secs(20), || !events(&em).is_empty()).await,
         "the first occurrence is written at once"
     );
+    // The recorder's counters are on /metrics: every occurrence recorded, all but the first
+    // counted into the series, none dropped.
+    let (addr, ops) = kwh_plugin::ops::serve("127.0.0.1:0".parse().expect("addr"), rt.status())
+        .await
+        .expect("ops");
+    let herald = rt.plugins()[0].clone();
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            herald
+                .reconcile_stats()
+                .total
+                .load(std::sync::atomic::Ordering::Relaxed)
+                >= 1
+        })
+        .await,
+        "the reconcile ends"
+    );
+    let (_, body) = support::cluster::http_get(&addr.to_string(), "/metrics").await;
+    assert!(body.contains("events_recorded_total 10000"), "{body}");
+    assert!(body.contains("events_aggregated_total 9999"), "{body}");
+    assert!(
+        body.contains("events_dropped_total{reason=\"queue_full\"} 0"),
+        "{body}"
+    );
+    assert!(
+        body.contains("events_dropped_total{reason=\"rate_limited\"} 0"),
+        "{body}"
+    );
+    ops.abort();
     assert!(rt.shutdown(Duration::from_secs(10)).await);
     let stored = events(&em);
     assert_eq!(stored.len(), 1, "{stored:#?}");
@@ -72,9 +103,15 @@ async fn ten_thousand_identical_events_from_one_reconcile_are_one_event_and_few_
     assert_eq!(ev["regarding"]["uid"], cm["metadata"]["uid"]);
     assert_eq!(ev["regarding"]["kind"], "ConfigMap");
     let instance = ev["reportingInstance"].as_str().expect("instance");
-    assert!(instance.contains('_') && instance.len() <= 128, "{instance}");
+    assert!(
+        instance.contains('_') && instance.len() <= 128,
+        "{instance}"
+    );
     let spent = writes(&em) - before;
-    assert!(spent <= 10, "{spent} API writes for 10,000 identical events");
+    assert!(
+        spent <= 10,
+        "{spent} API writes for 10,000 identical events"
+    );
     em.shutdown().await;
 }
 
@@ -96,13 +133,19 @@ async fn a_configuration_the_guest_refuses_stops_its_load_with_the_guest_s_messa
             .expect("in time")
         }
     };
-    let err = load(json!({"repeat": 200000})).await.err().expect("refused");
+    let err = load(json!({"repeat": 200000}))
+        .await
+        .err()
+        .expect("refused");
     assert!(
         matches!(&err.cause, LoadCause::ConfigRefused(m) if m == "repeat must be at most 100000, not 200000"),
         "{err}"
     );
     let line = err.to_string();
-    assert!(line.contains("herald.wasm") && !line.contains('\n'), "{line}");
+    assert!(
+        line.contains("herald.wasm") && !line.contains('\n'),
+        "{line}"
+    );
     let err = load(json!({"repaet": 1})).await.err().expect("refused");
     assert!(
         matches!(&err.cause, LoadCause::ConfigRefused(m) if m.contains("unknown field `repaet`")),
@@ -157,7 +200,7 @@ async fn components_built_against_0_1_0_load_and_run_unchanged() {
             "template": {"metadata": {"labels": {"app": "web"}},
                 "spec": {"containers": [{"name": "c", "image": "x",
                     "envFrom": [{"configMapRef": {"name": "settings"}}]}]}}}}))
-    .expect("deployment");
+        .expect("deployment");
     assert!(eventually(Duration::from_secs(20), || rt.is_ready()).await);
     let web = |em: &kwh_emulator::EmulatorHandle| {
         em.get("apps/v1", "Deployment", Some("default"), "web")

@@ -103,10 +103,10 @@ async fn component_of_another_world_is_refused() {
     let (msg, cause) = load_err(&bytes, "other.wasm").await;
     assert!(matches!(cause, LoadCause::World(_)), "{msg}");
     assert!(
-        msg.contains("/plugins/other.wasm: not a kube:controller@0.1.0 controller component"),
+        msg.contains("/plugins/other.wasm: not a kube:controller controller component (this host serves 0.1.0 and 0.2.0)"),
         "{msg}"
     );
-    assert!(msg.contains("manifest"), "names the missing export: {msg}");
+    assert!(msg.contains("on-add"), "names the missing export: {msg}");
 }
 
 #[tokio::test]
