@@ -6,20 +6,30 @@
 //! `janitor/dry-run=true` are not deleted; the janitor logs them and records the time they
 //! expired in the `janitor/would-delete-at` annotation instead.
 //!
-//! See the README for the manifest's rights and how to run and test it.
+//! Every action is also a Kubernetes Event, which `kubectl events` shows: `Normal Expired`
+//! (action `Delete`) for each deletion, `Normal Expired` (action `DryRun`) for each report, and
+//! `Warning InvalidAnnotation` (action `Ignore`) for an annotation it cannot read.
+//!
+//! Its settings ([`config::Settings`]: the key prefix, a global dry run) come from the `config:`
+//! of its entry in the host's plugins file. See the README for the manifest's rights and how to
+//! run and test it.
 
+use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use kube_guest::events::{Event, EventType, Recorder};
 use kube_guest::{
     info, warn, Action, Api, Controller, DeleteOptions, Manifest, Object, Patch, PropagationPolicy,
     Result, Verb, Watch, Write,
 };
 use serde_json::json;
 
+pub mod config;
 pub mod kinds;
 pub mod ttl;
 
-use ttl::Decision;
+use config::Settings;
+use ttl::{Decision, Rules};
 
 /// The controller; see the crate documentation.
 pub struct Janitor;
@@ -32,21 +42,44 @@ fn now_ms() -> i64 {
     }
 }
 
-/// Whether the janitor cares about `obj` at all: only annotated objects reach the queue.
-fn annotated(obj: &Object) -> bool {
-    obj.annotation(ttl::TTL).is_some() || obj.annotation(ttl::EXPIRES).is_some()
+/// The rules the configuration makes, worked out once per instance.
+fn rules() -> &'static Rules {
+    static RULES: OnceLock<Rules> = OnceLock::new();
+    RULES.get_or_init(|| Rules::new(Janitor::config()))
 }
 
+/// Only annotated objects reach the queue.
 fn enqueue(watch: u32, obj: &Object) {
     if let Some(kind) = kinds::of_watch(watch) {
-        if annotated(obj) {
+        if ttl::is_managed(obj, rules()) {
             kube_guest::enqueue(&kinds::key(kind, &obj.key()));
         }
     }
 }
 
+/// `ConfigMap team-a/cache`: how notes name an object (`kubectl events` shows the kind and
+/// name, but not the namespace when listing several).
+fn describe(obj: &Object) -> String {
+    format!("{} {}", obj.kind(), obj.key())
+}
+
+/// Records an Event about `obj` (fire and forget: the host aggregates and writes it).
+fn publish(obj: &Object, type_: EventType, reason: &str, action: &str, note: String) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: action.into(),
+    };
+    Recorder::new().publish(&event, &obj.object_ref());
+}
+
 impl Controller for Janitor {
-    type Config = ();
+    type Config = Settings;
+
+    fn validate_config(settings: &Settings) -> std::result::Result<(), String> {
+        settings.validate()
+    }
 
     fn manifest() -> Manifest {
         kinds::KINDS.iter().fold(
@@ -88,11 +121,18 @@ impl Controller for Janitor {
         if obj.is_deleting() {
             return Ok(Action::Done);
         }
-        match ttl::decide(&obj, now_ms()) {
+        match ttl::decide(&obj, now_ms(), rules()) {
             Decision::Unmanaged => Ok(Action::Done),
             Decision::Invalid(why) => {
                 // Retrying cannot fix an annotation; the next update of the object brings it back.
                 warn!("{key}: {why}; leaving it alone");
+                publish(
+                    &obj,
+                    EventType::Warning,
+                    "InvalidAnnotation",
+                    "Ignore",
+                    format!("{why}; not deleting it until the annotation is fixed"),
+                );
                 Ok(Action::Done)
             }
             Decision::Wait(d) => Ok(Action::RequeueAfter(d.max(Duration::from_millis(1)))),
@@ -102,16 +142,27 @@ impl Controller for Janitor {
     }
 }
 
-/// A dry run: log the object and record when it expired, once.
+/// A dry run: log the object and record when it expired, once (in an annotation and an Event).
 fn report(api: &Api, obj: &Object, key: &str, at: i64) -> Result<Action> {
     let when = ttl::report_value(at);
-    if obj.annotation(ttl::WOULD_DELETE) == Some(when.as_str()) {
+    let annotation = rules().would_delete.as_str();
+    if obj.annotation(annotation) == Some(when.as_str()) {
         return Ok(Action::Done);
     }
     info!("dry run: would delete {key} (expired at {when})");
-    let patch = json!({"metadata": {"annotations": {ttl::WOULD_DELETE: when}}});
+    let patch = json!({"metadata": {"annotations": {annotation: &when}}});
     api.within(obj.namespace())
         .patch(obj.name(), &Patch::Merge(patch))?;
+    publish(
+        obj,
+        EventType::Normal,
+        "Expired",
+        "DryRun",
+        format!(
+            "dry run: would delete {} (expired at {when})",
+            describe(obj)
+        ),
+    );
     Ok(Action::Done)
 }
 
@@ -129,7 +180,16 @@ fn delete(api: &Api, obj: &Object, key: &str, at: i64) -> Result<Action> {
     }
     match api.within(obj.namespace()).delete_with(obj.name(), &opts) {
         Ok(_) => {
-            info!("deleted {key}: expired at {}", ttl::report_value(at));
+            let when = ttl::report_value(at);
+            info!("deleted {key}: expired at {when}");
+            // The object is gone: `kubectl describe` cannot show this, `kubectl events` can.
+            publish(
+                obj,
+                EventType::Normal,
+                "Expired",
+                "Delete",
+                format!("deleted {}: expired at {when}", describe(obj)),
+            );
             Ok(Action::Done)
         }
         Err(e) if e.is_not_found() => Ok(Action::Done),
