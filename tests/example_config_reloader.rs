@@ -2,7 +2,10 @@
 //! scenario files through `host test`, and end to end with the real plugin runtime against the
 //! emulator over HTTP. A Deployment that opts in and references a ConfigMap and a Secret gets its
 //! baseline recorded, then rolls (a new pod-template hash annotation) on every change of either;
-//! an unreferenced Deployment and one that did not opt in are left alone.
+//! an unreferenced Deployment and one that did not opt in are left alone. Each roll is a
+//! `ConfigChanged` Event naming what changed, which the real `kubectl describe deployment` and
+//! `kubectl events` show. Its settings: a configured prefix takes effect, and one out of range
+//! stops the reloader alone (through the `host` binary and a plugins file).
 
 mod support;
 
@@ -10,10 +13,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use kwh_emulator::EmulatorHandle;
-use kwh_testing::{Harness, ReconcileOutcome, WriteVerb};
+use kwh_testing::{Harness, HarnessError, ReconcileOutcome, WriteVerb};
 use serde_json::{json, Value};
 use support::cluster::{emulator, eventually, running};
 use support::guests::example;
+use support::process::HostProcess;
 
 const T: Duration = Duration::from_secs(120);
 const WAIT: Duration = Duration::from_secs(20);
@@ -260,8 +264,14 @@ fn configmap(name: &str, data: Value) -> Value {
 }
 
 async fn harness() -> Harness {
+    harness_with(Value::Null).await.expect("harness")
+}
+
+/// The reloader in the harness with `config` as its plugins-file `config:`.
+async fn harness_with(config: Value) -> Result<Harness, HarnessError> {
     Harness::builder(example("config-reloader"))
         .engine(support::engine())
+        .config(config)
         .seed(configmap("app-config", json!({"level": "info"})))
         .seed(configmap("other-config", json!({"x": "1"})))
         .seed(
@@ -271,7 +281,42 @@ async fn harness() -> Harness {
         )
         .build()
         .await
-        .expect("harness")
+}
+
+/// The Events recorded since the last call, as (type, reason, action, regarding key, note),
+/// each checked to be the reloader's and to name the regarding object's uid.
+fn take_events(h: &Harness) -> Vec<(&'static str, String, String, String, String)> {
+    h.take_events()
+        .into_iter()
+        .map(|e| {
+            assert_eq!(e.reporting_controller, "config-reloader");
+            let r = &e.event.regarding;
+            assert_eq!(
+                (r.api_version.as_str(), r.kind.as_str()),
+                ("apps/v1", "Deployment")
+            );
+            assert!(r.uid.is_some(), "kubectl describe matches on the uid");
+            (
+                e.type_name(),
+                e.event.reason.clone(),
+                e.event.action.clone(),
+                e.key(),
+                e.event.note.clone().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// The one `ConfigChanged` Event about `default/web` recorded since the last call: its note.
+fn roll_note(h: &Harness) -> String {
+    let events = take_events(h);
+    assert_eq!(events.len(), 1, "{events:?}");
+    let (type_, reason, action, key, note) = events.into_iter().next().expect("one");
+    assert_eq!(
+        (type_, reason.as_str(), action.as_str(), key.as_str()),
+        ("Normal", "ConfigChanged", "Roll", "default/web")
+    );
+    note
 }
 
 /// Runs `f` under an overall deadline so a wedged guest fails the test instead of hanging it.
@@ -303,6 +348,20 @@ async fn with_baseline(h: &mut Harness) -> String {
         .get("apps/v1", "Deployment", Some("default"), "web")
         .expect("web");
     assert_eq!(template_hash(&d), None);
+    assert_eq!(
+        d["metadata"]["annotations"]["config-reloader/observed-refs"]
+            .as_str()
+            .map(|v| v
+                .split(',')
+                .map(|p| p.split('=').next().unwrap_or(""))
+                .collect::<Vec<_>>()),
+        Some(vec!["ConfigMap/app-config", "Secret/app-secret"]),
+        "a digest per reference is recorded with the baseline"
+    );
+    assert!(
+        take_events(h).is_empty(),
+        "a baseline rolls nothing: no Event"
+    );
     // Its own metadata-only patch does not wake it again.
     h.deliver_pending().await.expect("deliver");
     assert!(keys(h).is_empty());
@@ -333,12 +392,21 @@ async fn harness_first_sight_records_a_baseline_and_a_configmap_change_rolls() {
             .expect("web");
         assert_eq!(template_hash(&d).as_ref(), Some(&rolled));
         assert_eq!(observed_hash(&d).as_ref(), Some(&rolled));
+        // The roll is an Event on web, naming what changed (and only that).
+        assert_eq!(
+            roll_note(&h),
+            format!(
+                "ConfigMap app-config changed: rolling to config hash {}",
+                &rolled[..12]
+            )
+        );
 
         // The template change wakes web once more; nothing left to do.
         h.deliver_pending().await.expect("deliver");
         assert_eq!(keys(&h), ["default/web"]);
         assert_eq!(h.run_queue().await.len(), 1);
         assert!(h.take_writes().is_empty(), "idempotent");
+        assert!(take_events(&h).is_empty(), "no roll, no Event");
 
         // Metadata-only ConfigMap changes are not configuration changes.
         let mut cm = h
@@ -380,6 +448,10 @@ async fn harness_secrets_and_deletions_count_and_only_users_are_enqueued() {
         let writes = h.take_writes();
         assert_eq!(writes.len(), 1, "{writes:?}");
         let after_secret = template_hash(&writes[0].body).expect("rolled");
+        assert!(
+            roll_note(&h).starts_with("Secret app-secret changed: rolling to config hash "),
+            "the note names the Secret, never its data"
+        );
         h.deliver_pending().await.expect("deliver");
         h.run_queue().await;
         keys(&h);
@@ -400,6 +472,10 @@ async fn harness_secrets_and_deletions_count_and_only_users_are_enqueued() {
         assert_eq!(writes.len(), 1, "{writes:?}");
         assert_eq!(writes[0].key(), "default/web");
         assert_ne!(template_hash(&writes[0].body), Some(after_secret));
+        assert!(
+            roll_note(&h).starts_with("ConfigMap app-config deleted: rolling to config hash "),
+            "a deletion is named as one"
+        );
 
         // A status-only update of the Deployment (rollout progress) enqueues nothing.
         let mut d = h
@@ -412,6 +488,270 @@ async fn harness_secrets_and_deletions_count_and_only_users_are_enqueued() {
         assert!(keys(&h).is_empty());
     })
     .await;
+}
+
+#[tokio::test]
+async fn harness_a_configured_prefix_takes_effect_and_bad_ones_are_refused() {
+    bounded(async {
+        let mut h = harness_with(json!({"prefix": "reload.example.com"}))
+            .await
+            .expect("loads with the configuration");
+        // The default opt-in means nothing under another prefix.
+        h.add(deployment("web", true, "app-config", false))
+            .await
+            .expect("add web");
+        assert!(keys(&h).is_empty());
+        let mut opted_in = deployment("api", false, "app-config", false);
+        opted_in["metadata"]["annotations"] = json!({"reload.example.com/enabled": "true"});
+        h.add(opted_in).await.expect("add api");
+        assert_eq!(keys(&h), ["default/api"]);
+        h.run_queue().await;
+        let writes = h.take_writes();
+        assert_eq!(writes.len(), 1, "{writes:?}");
+        let recorded = &writes[0].body["metadata"]["annotations"];
+        assert!(
+            recorded["reload.example.com/observed-hash"].is_string(),
+            "{recorded}"
+        );
+        assert!(recorded.get(OBSERVED_HASH).is_none(), "{recorded}");
+        h.deliver_pending().await.expect("deliver");
+        keys(&h);
+
+        let mut cm = h
+            .get("v1", "ConfigMap", Some("default"), "app-config")
+            .expect("cm");
+        cm["data"]["level"] = "debug".into();
+        h.update(cm).await.expect("update cm");
+        assert_eq!(keys(&h), ["default/api", "default/web"]);
+        h.run_queue().await;
+        let writes = h.take_writes();
+        assert_eq!(writes.len(), 1, "only api rolls: {writes:?}");
+        assert_eq!(writes[0].key(), "default/api");
+        assert!(
+            writes[0].body["spec"]["template"]["metadata"]["annotations"]
+                ["reload.example.com/config-hash"]
+                .is_string(),
+            "{}",
+            writes[0].body
+        );
+    })
+    .await;
+
+    for (config, message) in [
+        (
+            json!({"prefix": "-reload"}),
+            "configuration refused by the plugin: prefix \"-reload\": must be a DNS subdomain",
+        ),
+        (
+            json!({"prefix": ""}),
+            "configuration refused by the plugin: prefix \"\": must not be empty",
+        ),
+        (
+            json!({"enabled": "x"}),
+            "configuration refused by the plugin: invalid configuration: unknown field `enabled`, \
+             expected `prefix`",
+        ),
+    ] {
+        let Err(e) = bounded(harness_with(config.clone())).await else {
+            panic!("{config} is accepted")
+        };
+        let e = e.to_string();
+        assert!(
+            e.contains("config_reloader.wasm: "),
+            "names the plugin: {e}"
+        );
+        assert!(e.contains(message), "{config}: {e}");
+    }
+}
+
+// ----- the real kubectl -----
+
+/// `kubectl` with the emulator's kubeconfig and its own cache directory under `dir`.
+async fn kubectl(dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new("kubectl")
+            .env("KUBECONFIG", dir.join("kubeconfig"))
+            .env("HOME", dir)
+            .arg("--cache-dir")
+            .arg(dir.join("cache"))
+            .arg("--request-timeout=20s")
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("kubectl in time")
+    .expect("kubectl runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs `kubectl args` every 200 ms until its output has a line for which `pred` holds (the
+/// host writes Events on its own time), within `within`: that line and the whole output, or
+/// the last output.
+async fn kubectl_until(
+    dir: &std::path::Path,
+    args: &[&str],
+    within: Duration,
+    pred: impl Fn(&str) -> bool,
+) -> Result<(String, String), String> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let (ok, out, err) = kubectl(dir, args).await;
+        assert!(ok, "kubectl {args:?}: {err}");
+        if let Some(l) = out.lines().find(|l| pred(l)) {
+            return Ok((l.to_string(), out.clone()));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(out);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A line of a kubectl table, split where two or more spaces are.
+fn cells(line: &str) -> Vec<&str> {
+    line.split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+/// After a roll, `kubectl describe deployment web` shows the reloader's Event in its Events
+/// section (From: config-reloader; kubectl matches the Event to the Deployment by its uid), and
+/// `kubectl events` lists it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(kubectl),
+    ignore = "needs kubectl, not installed when this was built"
+)]
+async fn kubectl_describe_and_events_show_the_roll() {
+    let em = emulator().await;
+    let dir = support::temp_dir("reloader-kubectl");
+    em.write_kubeconfig(dir.join("kubeconfig"))
+        .expect("kubeconfig");
+    seed_app_config(&em);
+    em.create(deployment("web", true, "app-config", true))
+        .expect("web");
+    let rt = running(&em, &[example("config-reloader")]).await;
+    assert!(eventually(WAIT, || observed_hash(&get_deploy(&em, "web")).is_some()).await);
+    set_data(&em, "ConfigMap", "app-config", "level", "debug");
+    assert!(eventually(WAIT, || template_hash(&get_deploy(&em, "web")).is_some()).await);
+    let hash = template_hash(&get_deploy(&em, "web")).expect("rolled");
+    let note = format!(
+        "ConfigMap app-config changed: rolling to config hash {}",
+        &hash[..12]
+    );
+
+    let (line, out) = kubectl_until(&dir, &["describe", "deployment", "web"], WAIT, |l| {
+        l.contains("ConfigChanged")
+    })
+    .await
+    .unwrap_or_else(|out| panic!("kubectl describe shows no ConfigChanged event:\n{out}"));
+    // Type, Reason, Age, From, Message: under the Events heading.
+    let after_heading = out
+        .split_once("\nEvents:")
+        .map(|(_, rest)| rest)
+        .unwrap_or_else(|| panic!("no Events section:\n{out}"));
+    assert!(after_heading.contains(&line), "{out}");
+    let c = cells(&line);
+    assert_eq!(c.len(), 5, "{line}");
+    assert_eq!(
+        (c[0], c[1], c[3], c[4]),
+        ("Normal", "ConfigChanged", "config-reloader", note.as_str()),
+        "{out}"
+    );
+
+    let (line, out) = kubectl_until(&dir, &["events", "-n", "default"], WAIT, |l| {
+        l.contains("ConfigChanged")
+    })
+    .await
+    .unwrap_or_else(|out| panic!("kubectl events lists no ConfigChanged event:\n{out}"));
+    // LAST SEEN, TYPE, REASON, OBJECT, MESSAGE
+    let c = cells(&line);
+    assert_eq!(c.len(), 5, "{line}");
+    assert_eq!(
+        &c[1..],
+        ["Normal", "ConfigChanged", "Deployment/web", note.as_str()],
+        "{out}"
+    );
+
+    assert!(
+        tokio::time::timeout(T, rt.shutdown(Duration::from_secs(10)))
+            .await
+            .expect("in time")
+    );
+    em.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+// ----- the host binary with a plugins file -----
+
+fn os(s: &str) -> &std::ffi::OsStr {
+    std::ffi::OsStr::new(s)
+}
+
+/// A prefix the reloader refuses (out of what an annotation key allows) stops the reloader
+/// alone, with one line naming its file and its own message; the janitor from the same file
+/// starts and deletes what expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_out_of_range_prefix_stops_the_reloader_alone_in_one_line() {
+    let dir = support::temp_dir("reloader-bad-config");
+    let plugins = dir.join("plugins.yaml");
+    std::fs::write(
+        &plugins,
+        format!(
+            "- module: {}\n  config: {{prefix: Reload/Example}}\n- module: {}\n",
+            example("config-reloader").display(),
+            example("janitor").display()
+        ),
+    )
+    .expect("plugins file");
+    let seed = dir.join("seed.yaml");
+    std::fs::write(
+        &seed,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: expired, namespace: default, \
+         annotations: {janitor/expires: '2000-01-01T00:00:00Z'}}\n",
+    )
+    .expect("seed");
+    let mut host = HostProcess::spawn(
+        [
+            os("--plugins"),
+            plugins.as_os_str(),
+            os("--emulator"),
+            seed.as_os_str(),
+            os("--grace-period"),
+            os("5"),
+        ],
+        "info",
+    );
+    let refused = host.line("configuration refused by the plugin").await;
+    assert!(
+        refused.contains(
+            "config_reloader.wasm: configuration refused by the plugin: prefix \
+             \"Reload/Example\": must be a DNS subdomain"
+        ),
+        "{refused}"
+    );
+    host.line("running; SIGINT or SIGTERM stops").await;
+    // The janitor runs.
+    host.line("deleted ConfigMap:default/expired").await;
+    host.sigterm();
+    let status = host.exit(support::process::WAIT).await;
+    assert!(status.success(), "{}", host.log());
+    let about: Vec<&str> = host
+        .seen
+        .iter()
+        .map(|l| l.text.as_str())
+        .filter(|t| t.contains("config_reloader.wasm") || t.contains("plugin=config-reloader"))
+        .collect();
+    assert_eq!(about, [refused.as_str()], "{}", host.log());
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 // ----- scenario files through `host test` -----

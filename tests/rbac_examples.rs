@@ -169,6 +169,9 @@ fn reloader_seed() -> Vec<Value> {
     ]
 }
 
+/// An opted-in Deployment whose pod template carries a configuration hash that is out of date:
+/// the first reconcile rolls it, which patches it and records a `ConfigChanged` Event (so the
+/// Events rule is exercised too).
 fn reloader_drive(em: &EmulatorHandle, i: usize) {
     let name = format!("web-{i}");
     em.create(json!({
@@ -179,7 +182,8 @@ fn reloader_drive(em: &EmulatorHandle, i: usize) {
             "replicas": 1,
             "selector": {"matchLabels": {"app": name}},
             "template": {
-                "metadata": {"labels": {"app": name}},
+                "metadata": {"labels": {"app": name},
+                    "annotations": {"config-reloader/config-hash": "stale"}},
                 "spec": {
                     "volumes": [{"name": "config", "configMap": {"name": "app-config"}}],
                     "containers": [{"name": "app", "image": "example.com/app:1",
@@ -193,13 +197,24 @@ fn reloader_drive(em: &EmulatorHandle, i: usize) {
 }
 
 fn reloader_done(em: &EmulatorHandle, i: usize) -> bool {
-    em.get(
-        "apps/v1",
-        "Deployment",
-        Some("default"),
-        &format!("web-{i}"),
-    )
-    .is_some_and(|d| d["metadata"]["annotations"]["config-reloader/observed-hash"].is_string())
+    let rolled = em
+        .get(
+            "apps/v1",
+            "Deployment",
+            Some("default"),
+            &format!("web-{i}"),
+        )
+        .is_some_and(|d| {
+            d["spec"]["template"]["metadata"]["annotations"]["config-reloader/config-hash"]
+                .as_str()
+                .is_some_and(|h| h != "stale")
+        });
+    // The roll's Event is written after the patch, on the host's own time.
+    rolled
+        && em
+            .list("events.k8s.io/v1", "Event", Some("default"))
+            .iter()
+            .any(|e| e["reason"] == "ConfigChanged" && e["regarding"]["name"] == format!("web-{i}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
