@@ -1,6 +1,7 @@
 //! End to end: the secret replicator written in Python (`examples/secret-replicator-py`, built
 //! with componentize-py, CPython inside the component) run by the real plugin runtime against
-//! the emulator over HTTP.
+//! the emulator over HTTP, with the Events it records about its sources; its settings (checked
+//! by its `validate-config` at load) in the guest harness.
 //!
 //! The component is built and compiled once per test process: `build.sh` rebuilds it only when a
 //! source changed, and the compile cache lives under the target directory, so a rerun loads the
@@ -9,10 +10,14 @@
 mod support;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kwh_emulator::EmulatorHandle;
-use kwh_plugin::{EngineConfig, GuestError, Limits, PluginEngine, PluginRuntime, RuntimeOptions};
+use kwh_plugin::{
+    EngineConfig, GuestError, Limits, LoadCause, PluginEngine, PluginRuntime, RuntimeOptions,
+};
+use kwh_testing::{Harness, ReconcileOutcome};
 use serde_json::{json, Value};
 use support::cluster::{client, emulator, eventually};
 use support::fakes::Fakes;
@@ -126,6 +131,26 @@ fn is_replica_with(em: &EmulatorHandle, ns: &str, name: &str, data: &Value) -> b
     })
 }
 
+/// The `events.k8s.io/v1` Events in `ns` whose reason is `reason`.
+fn events(em: &EmulatorHandle, ns: &str, reason: &str) -> Vec<Value> {
+    em.list("events.k8s.io/v1", "Event", Some(ns))
+        .into_iter()
+        .filter(|e| e["reason"] == reason)
+        .collect()
+}
+
+/// Waits for the one Event in `ns` with `reason` and returns it.
+async fn event(em: &EmulatorHandle, ns: &str, reason: &str) -> Value {
+    assert!(
+        eventually(WAIT, || !events(em, ns, reason).is_empty()).await,
+        "a {reason} event in {ns}: {:?}",
+        em.list("events.k8s.io/v1", "Event", Some(ns))
+    );
+    let mut found = events(em, ns, reason);
+    assert_eq!(found.len(), 1, "{found:?}");
+    found.remove(0)
+}
+
 fn managers(obj: &Value) -> Vec<String> {
     obj["metadata"]["managedFields"]
         .as_array()
@@ -160,6 +185,22 @@ async fn replicas_follow_their_source_through_create_update_and_delete() {
         "replicas appear in team-a and team-b"
     );
     assert!(get(&em, "team-c", "creds").is_none());
+    // One Event about the source (its uid: `kubectl describe secret creds` shows it), from the
+    // plugin, naming where it replicated.
+    let source_uid = get(&em, "default", "creds").expect("source")["metadata"]["uid"].clone();
+    let ev = event(&em, "default", "Replicated").await;
+    assert_eq!(ev["type"], "Normal");
+    assert_eq!(ev["action"], "Replicate");
+    assert_eq!(ev["reportingController"], "secret-replicator");
+    assert_eq!(ev["note"], "replicated to team-a, team-b");
+    assert_eq!(
+        (
+            &ev["regarding"]["kind"],
+            &ev["regarding"]["name"],
+            &ev["regarding"]["uid"]
+        ),
+        (&json!("Secret"), &json!("creds"), &source_uid)
+    );
     let replica = get(&em, "team-a", "creds").expect("replica");
     assert_eq!(replica["type"], "Opaque");
     assert!(
@@ -193,6 +234,16 @@ async fn replicas_follow_their_source_through_create_update_and_delete() {
             && get(&em, "team-b", "creds").is_none())
         .await,
         "replicas are deleted with their source"
+    );
+    // The deletion is an Event too, about the source that is gone (`kubectl events` lists it).
+    let ev = event(&em, "default", "ReplicasDeleted").await;
+    assert_eq!(
+        (&ev["type"], &ev["action"]),
+        (&json!("Normal"), &json!("Delete"))
+    );
+    assert_eq!(
+        ev["note"],
+        "deleted replicas team-a/creds, team-b/creds: the source is gone"
     );
     assert!(rt.shutdown(Duration::from_secs(5)).await);
     em.shutdown().await;
@@ -263,6 +314,14 @@ async fn a_hand_edited_replica_is_restored_and_foreign_secrets_are_left_alone() 
         "a Secret it does not own is never overwritten"
     );
     assert!(foreign["metadata"]["labels"].get(REPLICA).is_none());
+    // ... which its source's owner learns from a Warning on the source.
+    let ev = event(&em, "default", "ReplicaConflict").await;
+    assert_eq!(ev["type"], "Warning");
+    assert_eq!(ev["regarding"]["name"], "db");
+    assert_eq!(
+        ev["note"],
+        "other/db exists and is not its replica; leaving it alone"
+    );
     assert!(rt.shutdown(Duration::from_secs(5)).await);
     em.shutdown().await;
 }
@@ -419,6 +478,123 @@ async fn the_instance_pool_holds_max_instances_cpython_instances_at_once() {
         .expect("in time")
         .expect("a freed slot is reused");
     assert_eq!(pool.component_instances(), u64::from(N));
+}
+
+/// The replicator's setting, `missingNamespaceRetrySeconds`, read in the component from the
+/// host's `config` import: a missing namespace is retried after the configured 5 s, and each
+/// action is an Event (a Warning for the missing namespace, the replication of the rest).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retry_interval_comes_from_the_configuration() {
+    let p = prepared().await;
+    let mut h = tokio::time::timeout(
+        T,
+        Harness::builder(&p.wasm)
+            .engine(p.engine.clone())
+            .config(json!({"missingNamespaceRetrySeconds": 5}))
+            .seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "here"}}))
+            .build(),
+    )
+    .await
+    .expect("loads in time")
+    .expect("loads with the configuration");
+    h.add(secret(
+        "default",
+        "api",
+        Some("here, later"),
+        json!({"token": "dG9rZW4="}),
+    ))
+    .await
+    .expect("add");
+    assert_eq!(
+        tokio::time::timeout(T, h.reconcile("default/api"))
+            .await
+            .expect("in time"),
+        ReconcileOutcome::RequeueAfter(Duration::from_secs(5))
+    );
+    let events: Vec<(String, String, String, String)> = h
+        .take_events()
+        .into_iter()
+        .map(|e| {
+            assert_eq!(e.reporting_controller, "secret-replicator");
+            assert_eq!(e.key(), "default/api");
+            assert!(e.event.regarding.uid.is_some());
+            (
+                e.type_name().to_string(),
+                e.event.reason,
+                e.event.action,
+                e.event.note.unwrap_or_default(),
+            )
+        })
+        .collect();
+    let ev = |t: &str, r: &str, a: &str, n: &str| (t.into(), r.into(), a.into(), n.into());
+    assert_eq!(
+        events,
+        [
+            ev("Normal", "Replicated", "Replicate", "replicated to here"),
+            ev(
+                "Warning",
+                "NamespaceMissing",
+                "Replicate",
+                "namespaces later do not exist; retrying in 5s"
+            ),
+        ]
+    );
+}
+
+/// The component's `validate-config` refuses what is not a setting of its, or out of range, at
+/// load: the plugin does not start, and the error carries its message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configurations_it_refuses_stop_the_load_with_its_message() {
+    let p = prepared().await;
+    for (config, message) in [
+        (
+            json!({"missingNamespaceRetrySeconds": 0}),
+            "missingNamespaceRetrySeconds must be between 1 and 3600, not 0",
+        ),
+        (
+            json!({"retry": 5}),
+            "invalid configuration: unknown key 'retry' (known: missingNamespaceRetrySeconds)",
+        ),
+        (
+            json!(["a"]),
+            "invalid configuration: expected a map of settings, not [\"a\"]",
+        ),
+    ] {
+        let loaded = tokio::time::timeout(
+            T,
+            p.engine
+                .load_configured(&p.wasm, Limits::default(), Arc::new(config.clone())),
+        )
+        .await
+        .expect("in time");
+        let Err(e) = loaded else {
+            panic!("{config} is accepted")
+        };
+        match &e.cause {
+            LoadCause::ConfigRefused(m) => assert_eq!(m, message, "{config}"),
+            other => panic!("{config}: {other}"),
+        }
+        assert!(
+            e.to_string()
+                .contains("secret_replicator_py.wasm: configuration refused by the plugin: "),
+            "{e}"
+        );
+    }
+    // Its defaults, and a value in range, load.
+    for config in [
+        Value::Null,
+        json!({}),
+        json!({"missingNamespaceRetrySeconds": 3600}),
+    ] {
+        tokio::time::timeout(
+            T,
+            p.engine
+                .load_configured(&p.wasm, Limits::default(), Arc::new(config.clone())),
+        )
+        .await
+        .expect("in time")
+        .unwrap_or_else(|e| panic!("{config}: {e}"));
+    }
 }
 
 /// The example's scenario files (`examples/secret-replicator-py/scenarios`) pass under the real

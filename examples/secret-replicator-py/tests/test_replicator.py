@@ -14,10 +14,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import replicator  # noqa: E402
 from replicator import (  # noqa: E402
+    NORMAL,
     REPLICA_LABEL,
     SOURCE_ANNOTATION,
     TARGETS_ANNOTATION,
+    WARNING,
     ApiError,
+    Cached,
+    Settings,
 )
 
 
@@ -35,6 +39,7 @@ class FakeCluster(replicator.Api):
         self.queue = []
         self.logs = []
         self.writes = []
+        self.events = []
         self._uids = itertools.count(1)
 
     # seeding, as another client would
@@ -56,7 +61,8 @@ class FakeCluster(replicator.Api):
         return obj
 
     def raw(self, obj):
-        return json.dumps(obj).encode()
+        """The notification the host sends for ``obj``."""
+        return Cached.of(obj)
 
     # the Api
     def get(self, namespace, name):
@@ -120,6 +126,18 @@ class FakeCluster(replicator.Api):
     def log(self, level, message):
         self.logs.append((level, message))
 
+    def event(self, regarding, type_, reason, action, note):
+        self.events.append((regarding, type_, reason, action, note))
+
+    def take_events(self):
+        """(type, reason, action, note, regarding key, regarding uid) of each event so far."""
+        out = [
+            (t, r, a, n, f"{g['namespace']}/{g['name']}", g["uid"])
+            for g, t, r, a, n in self.events
+        ]
+        self.events = []
+        return out
+
 
 def b64(s):
     import base64
@@ -174,9 +192,24 @@ class Handlers(Base):
         self.assertEqual(self.k.queue, ["default/creds"])
 
     def test_garbage_is_ignored(self):
-        replicator.on_add(self.k, b"not json")
-        replicator.on_add(self.k, b"[1,2]")
+        annotated = TARGETS_ANNOTATION.encode()
+        replicator.on_add(self.k, Cached("default", "x", {}, b"not json " + annotated))
+        replicator.on_add(self.k, Cached("default", "x", {REPLICA_LABEL: "true"}, b"[1,2]"))
         self.assertEqual(self.k.queue, [])
+
+    def test_secrets_that_are_neither_source_nor_replica_are_not_parsed(self):
+        # The metadata and a byte search decide: a body that would not even parse is not read.
+        plain = Cached("default", "token", {"app": "web"}, b"{not json at all")
+        replicator.on_add(self.k, plain)
+        replicator.on_update(self.k, plain, plain)
+        replicator.on_delete(self.k, plain)
+        self.assertEqual(self.k.queue, [])
+        self.assertFalse(plain._parsed)
+        src = self.k.raw(self.source("a"))
+        self.assertTrue(src.may_matter())
+        replicator.on_add(self.k, src)
+        self.assertTrue(src._parsed)
+        self.assertEqual(self.k.queue, ["default/creds"])
 
 
 class TargetParsing(unittest.TestCase):
@@ -286,6 +319,15 @@ class Reconcile(Base):
         self.assertIsNone(result.requeue_after_ms)
         self.assertIsNotNone(self.replica("later"))
 
+    def test_the_retry_interval_is_a_setting(self):
+        self.source("later")
+        settings = Settings.parse(b'{"missingNamespaceRetrySeconds": 5}')
+        result = replicator.reconcile(self.k, "default/creds", settings)
+        self.assertEqual(result.requeue_after_ms, 5000)
+        self.assertIn(
+            ("info", "default/creds: namespaces later do not exist; retrying in 5s"), self.k.logs
+        )
+
     def test_a_changed_type_recreates_the_replica(self):
         src = self.source("a")
         replicator.reconcile(self.k, "default/creds")
@@ -319,6 +361,144 @@ class Reconcile(Base):
     def test_a_bad_key_is_an_error(self):
         with self.assertRaises(ValueError):
             replicator.reconcile(self.k, "no-namespace")
+
+
+class SettingsParsing(unittest.TestCase):
+    def test_no_configuration_is_the_defaults(self):
+        for raw in (b"null", b"", b"{}", "null"):
+            s = Settings.parse(raw)
+            self.assertEqual(s.missing_namespace_retry_seconds, 30)
+            self.assertEqual(s.missing_namespace_retry_ms, replicator.MISSING_NAMESPACE_RETRY_MS)
+
+    def test_the_retry_interval_is_checked(self):
+        self.assertEqual(
+            Settings.parse(b'{"missingNamespaceRetrySeconds": 3600}').missing_namespace_retry_ms,
+            3_600_000,
+        )
+        for raw, message in [
+            (b'{"missingNamespaceRetrySeconds": 0}', "between 1 and 3600, not 0"),
+            (b'{"missingNamespaceRetrySeconds": 3601}', "between 1 and 3600, not 3601"),
+            (b'{"missingNamespaceRetrySeconds": "30s"}', "whole number of seconds, not '30s'"),
+            (b'{"missingNamespaceRetrySeconds": true}', "whole number of seconds, not True"),
+            (b'{"missingNamespaceRetrySeconds": 1.5}', "whole number of seconds, not 1.5"),
+        ]:
+            with self.assertRaises(ValueError) as e:
+                Settings.parse(raw)
+            self.assertIn(message, str(e.exception))
+            self.assertTrue(str(e.exception).startswith("missingNamespaceRetrySeconds must be"))
+
+    def test_unknown_keys_and_non_maps_are_refused(self):
+        with self.assertRaises(ValueError) as e:
+            Settings.parse(b'{"retrySeconds": 5}')
+        self.assertEqual(
+            str(e.exception),
+            "invalid configuration: unknown key 'retrySeconds' "
+            "(known: missingNamespaceRetrySeconds)",
+        )
+        for raw in (b"[1]", b'"x"', b"7", b"{"):
+            with self.assertRaises(ValueError) as e:
+                Settings.parse(raw)
+            self.assertTrue(str(e.exception).startswith("invalid configuration: "))
+
+
+class Events(Base):
+    def test_each_replication_is_one_normal_event_on_the_source(self):
+        src = self.source("a, b")
+        uid = src["metadata"]["uid"]
+        replicator.reconcile(self.k, "default/creds")
+        self.assertEqual(
+            self.k.take_events(),
+            [(NORMAL, "Replicated", "Replicate", "replicated to a, b", "default/creds", uid)],
+        )
+        # Nothing written, nothing recorded.
+        replicator.reconcile(self.k, "default/creds")
+        self.assertEqual(self.k.take_events(), [])
+        # An update is written to every replica again.
+        src["data"] = {"password": b64("rotated")}
+        replicator.reconcile(self.k, "default/creds")
+        self.assertEqual(
+            [e[1:4] for e in self.k.take_events()],
+            [("Replicated", "Replicate", "replicated to a, b")],
+        )
+
+    def test_deleted_replicas_are_named_in_order_whatever_the_cache_s(self):
+        self.source("b,a")
+        replicator.reconcile(self.k, "default/creds")
+        listed = self.k.list_meta
+        self.k.list_meta = lambda sel: list(reversed(listed(sel)))
+        del self.k.secrets[("default", "creds")]
+        self.k.take_events()
+        replicator.reconcile(self.k, "default/creds")
+        self.assertEqual(
+            [e[3] for e in self.k.take_events()],
+            ["deleted replicas a/creds, b/creds: the source is gone"],
+        )
+
+    def test_deleted_replicas_are_one_event_saying_why(self):
+        src = self.source("a,b")
+        uid = src["metadata"]["uid"]
+        replicator.reconcile(self.k, "default/creds")
+        self.k.take_events()
+        src["metadata"]["annotations"][TARGETS_ANNOTATION] = "b"
+        replicator.reconcile(self.k, "default/creds")
+        self.assertEqual(
+            self.k.take_events(),
+            [
+                (
+                    NORMAL,
+                    "ReplicasDeleted",
+                    "Delete",
+                    "deleted replicas a/creds: no longer listed",
+                    "default/creds",
+                    uid,
+                )
+            ],
+        )
+        del self.k.secrets[("default", "creds")]
+        replicator.reconcile(self.k, "default/creds")
+        # The source is gone: the event names it without a uid (kubectl events lists it).
+        self.assertEqual(
+            self.k.take_events(),
+            [
+                (
+                    NORMAL,
+                    "ReplicasDeleted",
+                    "Delete",
+                    "deleted replicas b/creds: the source is gone",
+                    "default/creds",
+                    None,
+                )
+            ],
+        )
+
+    def test_targets_it_cannot_write_are_warnings(self):
+        self.source("a, Bad_Name, later")
+        self.k.put("a", "creds", {"k": b64("theirs")})
+        result = replicator.reconcile(self.k, "default/creds")
+        self.assertEqual(result.requeue_after_ms, replicator.MISSING_NAMESPACE_RETRY_MS)
+        self.assertEqual(
+            [e[:4] for e in self.k.take_events()],
+            [
+                (
+                    WARNING,
+                    "InvalidNamespace",
+                    "Replicate",
+                    f"{TARGETS_ANNOTATION} names invalid namespaces: Bad_Name; skipped",
+                ),
+                (
+                    WARNING,
+                    "ReplicaConflict",
+                    "Replicate",
+                    "a/creds exists and is not its replica; leaving it alone",
+                ),
+                (
+                    WARNING,
+                    "NamespaceMissing",
+                    "Replicate",
+                    "namespaces later do not exist; retrying in 30s",
+                ),
+            ],
+        )
 
 
 if __name__ == "__main__":
