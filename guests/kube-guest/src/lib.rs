@@ -9,6 +9,8 @@
 //!   and its settings type `Config`, read from the operator's configuration and checked at load;
 //!   [`export_controller!`] turns it into the component's exports.
 //! - [`events::Recorder`]: Kubernetes Events (`kubectl describe` shows them), as kube-rs's.
+//! - `typed` (feature `k8s-openapi`): `TypedApi<Deployment>` and friends, objects as the
+//!   generated k8s-openapi structs, as kube-rs users write them.
 //! - [`Manifest`], [`Watch`], [`Index`], [`Write`] builders: the plugin's rights and caches.
 //! - [`Object`]: the JSON object with typed metadata (name, namespace, labels, annotations,
 //!   owner references, finalizers, generation, ...), keys ([`object_key`], [`split_key`]) and
@@ -57,6 +59,8 @@
 
 /// The raw bindings generated from the WIT world.
 pub mod bindings {
+    // The generated export glue takes a notification's objects as flattened arguments.
+    #![allow(clippy::too_many_arguments)]
     wit_bindgen::generate!({
         path: "../../wit",
         world: "kube:controller/controller",
@@ -77,6 +81,8 @@ pub mod finalizer;
 mod manifest;
 mod object;
 pub mod time;
+#[cfg(feature = "k8s-openapi")]
+pub mod typed;
 
 pub use api::{Api, Patch};
 pub use bindings::kube::controller::types::{

@@ -98,7 +98,9 @@ async fn run() {
     if want("dispatch") {
         eprintln!("dispatch …");
         let mut dispatch_rows = Vec::new();
-        for (guest, path) in &guests {
+        // The `k8s-openapi` feature's cost: handlers that decode each object into its struct.
+        let typed = ("SDK, typed handlers (k8s-openapi)", guests::guest("bench-typed"));
+        for (guest, path) in guests.iter().chain([&typed]) {
             for size in [1024, 4096] {
                 dispatch_rows.push((guest, size, dispatch(path, size, runs, dispatch_n).await));
             }
@@ -537,7 +539,10 @@ async fn events_section() {
     let (wall, cpu) = (t.elapsed(), cpu_time() - cpu0);
     let stored = events(&h);
     assert_eq!(stored.len(), 1, "one Event");
-    println!("\n## Events: {} identical Events recorded in one reconcile\n", thousands(repeat as f64));
+    println!(
+        "\n## Events: {} identical Events recorded in one reconcile\n",
+        thousands(repeat as f64)
+    );
     println!("| API writes (creates + patches) | stored Events | their `series.count` | wall, record to flushed | process CPU |\n|---|---|---|---|---|");
     println!(
         "| {} | {} | {} | {:.1} ms | {:.1} ms |",
