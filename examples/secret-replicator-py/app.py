@@ -113,9 +113,26 @@ def _settings():
 
 
 def _cached(obj):
-    """A notification's object for ``replicator``: the host's parsed metadata and the JSON."""
-    m = obj.meta
-    return replicator.Cached(m.namespace, m.name, dict(m.labels), obj.json)
+    """A notification's object for ``replicator``: the host's parsed metadata and the JSON.
+
+    The host gives the metadata as positions in the JSON (``span``s; the labels as four numbers
+    each), so nothing but the JSON bytes crosses into the guest; slicing them reads the strings
+    without parsing the object. Without verbatim positions, the metadata comes from the JSON.
+    """
+    j = bytes(obj.json)
+    if not obj.verbatim:
+        meta = json.loads(j).get("metadata") or {}
+        return replicator.Cached(
+            meta.get("namespace") or None, meta.get("name", ""), meta.get("labels") or {}, j
+        )
+
+    def at(start, length):
+        return j[start:start + length].decode()
+
+    q = obj.labels
+    labels = {at(q[i], q[i + 1]): at(q[i + 2], q[i + 3]) for i in range(0, len(q), 4)}
+    namespace = at(obj.namespace.start, obj.namespace.len) or None
+    return replicator.Cached(namespace, at(obj.name.start, obj.name.len), labels, j)
 
 
 def _guard(what, f, *args):

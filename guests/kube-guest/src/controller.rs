@@ -139,7 +139,7 @@ pub mod glue {
     use crate::CachedObject;
 
     fn object(o: CachedObject) -> Object {
-        Object::from_host(o.meta, o.json)
+        Object::from_host(o)
     }
 
     pub fn on_add<C: Controller>(watch: u32, obj: CachedObject) {
@@ -273,28 +273,39 @@ mod tests {
         limit: Option<u32>,
     }
 
-    /// What the host sends: the parsed metadata beside the JSON.
+    /// What the host sends: the JSON, and its metadata as positions in it.
     fn cm(name: &str, v: &str) -> crate::CachedObject {
+        let json = format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"ns","uid":"uid-{name}","resourceVersion":"7","labels":{{"app":"web"}}}},"data":{{"v":"{v}"}}}}"#
+        );
+        let span = |needle: &str| {
+            let start = json.find(needle).expect("in the JSON") as u32;
+            crate::Span {
+                start,
+                len: needle.len() as u32,
+            }
+        };
+        let (app, web) = (span("app"), span("web"));
         crate::CachedObject {
-            meta: crate::ObjectMeta {
-                namespace: Some("ns".into()),
-                name: name.into(),
-                uid: format!("uid-{name}"),
-                resource_version: "7".into(),
-                generation: 0,
-                labels: vec![("app".into(), "web".into())],
-                deleting: false,
-            },
-            json: format!(
-                r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"ns"}},"data":{{"v":"{v}"}}}}"#
-            )
-            .into_bytes(),
+            verbatim: true,
+            namespace: span("ns"),
+            name: span(name),
+            uid: span(&format!("uid-{name}")),
+            resource_version: span("7"),
+            generation: 0,
+            deleting: false,
+            labels: vec![app.start, app.len, web.start, web.len],
+            json: json.clone().into_bytes(),
         }
     }
 
     #[test]
     fn host_objects_answer_metadata_without_parsing_and_parse_on_first_read() {
-        let mut o = Object::from_host(cm("a", "1").meta, b"not json, never parsed".to_vec());
+        // Metadata positions into bytes that do not parse: only a read of the body parses.
+        let mut raw = cm("a", "1");
+        raw.json.truncate(raw.json.len() - 1);
+        let bytes = raw.json.clone();
+        let mut o = Object::from_host(raw);
         // Everything the default handlers and label filters read comes from the metadata.
         assert_eq!(o.key(), "ns/a");
         assert_eq!(o.uid(), Some("uid-a"));
@@ -302,11 +313,10 @@ mod tests {
         assert_eq!(o.label("app"), Some("web"));
         assert_eq!(o.labels().collect::<Vec<_>>(), [("app", "web")]);
         assert!(!o.is_deleting());
-        assert_eq!(o.to_vec(), b"not json, never parsed");
+        assert_eq!(o.to_vec(), bytes);
         // Reading the body parses it (here it does not parse: an empty object, no trap).
         assert_eq!(o.kind(), "");
-        let good = cm("b", "2");
-        let mut g = Object::from_host(good.meta, good.json);
+        let mut g = Object::from_host(cm("b", "2"));
         assert_eq!(g["data"]["v"], "2");
         // A mutation leaves the host's metadata behind: reads follow the JSON from then on.
         g.set_label("app", "api");
@@ -317,6 +327,13 @@ mod tests {
             "",
             "the unparsable body read as empty once modified"
         );
+        // Without verbatim positions, the metadata is read from the JSON.
+        let mut nv = cm("c", "3");
+        nv.verbatim = false;
+        nv.name = crate::Span { start: 0, len: 0 };
+        nv.labels.clear();
+        let n = Object::from_host(nv);
+        assert_eq!((n.key(), n.label("app")), ("ns/c".to_string(), Some("web")));
     }
 
     #[test]

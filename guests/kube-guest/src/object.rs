@@ -14,7 +14,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::ObjectMeta;
+use crate::{CachedObject, Span};
 
 /// A Kubernetes object: its JSON, with metadata accessors.
 ///
@@ -44,11 +44,53 @@ pub struct Object {
     host: Option<Box<HostObject>>,
 }
 
-/// What the host handed over with a notification.
+/// What the host handed over with a notification: the JSON and, unless the host could not give
+/// them, the positions of the metadata strings in it.
 #[derive(Clone)]
 struct HostObject {
     json: Vec<u8>,
-    meta: ObjectMeta,
+    meta: Option<HostMeta>,
+}
+
+/// The host-parsed metadata of a [`HostObject`], as positions in its JSON.
+#[derive(Clone)]
+struct HostMeta {
+    namespace: Span,
+    name: Span,
+    uid: Span,
+    resource_version: Span,
+    generation: i64,
+    deleting: bool,
+    /// Key start, key length, value start, value length, per label.
+    labels: Vec<u32>,
+}
+
+/// The verbatim metadata of a host object, resolved against its bytes.
+struct MetaView<'a> {
+    json: &'a [u8],
+    meta: &'a HostMeta,
+}
+
+impl<'a> MetaView<'a> {
+    fn s(&self, span: Span) -> &'a str {
+        slice(self.json, span.start, span.len)
+    }
+    fn labels(&self) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+        let json = self.json;
+        self.meta
+            .labels
+            .chunks_exact(4)
+            .map(move |q| (slice(json, q[0], q[1]), slice(json, q[2], q[3])))
+    }
+}
+
+/// `json[start .. start + len]` as text. The host's spans bound quoted strings of valid UTF-8,
+/// so this never fails; if it did, the string would read as empty rather than trap.
+fn slice(json: &[u8], start: u32, len: u32) -> &str {
+    let (a, b) = (start as usize, start as usize + len as usize);
+    json.get(a..b)
+        .and_then(|s| std::str::from_utf8(s).ok())
+        .unwrap_or("")
 }
 
 /// A reference from a dependent to its owner (`metadata.ownerReferences[]`).
@@ -120,19 +162,32 @@ impl Object {
         }
     }
 
-    /// An object as a notification carries it: the host's JSON and parsed metadata. Parsing
-    /// waits until something the metadata does not answer is read.
+    /// An object as a notification carries it: the host's JSON and the positions of its
+    /// metadata. Parsing waits until something the metadata does not answer is read.
     #[doc(hidden)]
-    pub fn from_host(meta: ObjectMeta, json: Vec<u8>) -> Self {
+    pub fn from_host(o: CachedObject) -> Self {
+        let meta = o.verbatim.then_some(HostMeta {
+            namespace: o.namespace,
+            name: o.name,
+            uid: o.uid,
+            resource_version: o.resource_version,
+            generation: o.generation,
+            deleting: o.deleting,
+            labels: o.labels,
+        });
         Object {
             value: OnceCell::new(),
-            host: Some(Box::new(HostObject { json, meta })),
+            host: Some(Box::new(HostObject { json: o.json, meta })),
         }
     }
 
     /// The host-parsed metadata, while the object is unmodified.
-    fn host_meta(&self) -> Option<&ObjectMeta> {
-        self.host.as_deref().map(|h| &h.meta)
+    fn host_meta(&self) -> Option<MetaView<'_>> {
+        let h = self.host.as_deref()?;
+        Some(MetaView {
+            json: &h.json,
+            meta: h.meta.as_ref()?,
+        })
     }
 
     /// The JSON value, parsed now if it was not yet.
@@ -253,7 +308,7 @@ impl Object {
     /// `metadata.name` (empty if missing, e.g. in a create with `generateName`).
     pub fn name(&self) -> &str {
         if let Some(m) = self.host_meta() {
-            return &m.name;
+            return m.s(m.meta.name);
         }
         self.meta_str("name").unwrap_or("")
     }
@@ -261,7 +316,7 @@ impl Object {
     /// `metadata.namespace`; none for cluster-scoped objects.
     pub fn namespace(&self) -> Option<&str> {
         if let Some(m) = self.host_meta() {
-            return m.namespace.as_deref().filter(|ns| !ns.is_empty());
+            return Some(m.s(m.meta.namespace)).filter(|ns| !ns.is_empty());
         }
         self.meta_str("namespace").filter(|ns| !ns.is_empty())
     }
@@ -274,7 +329,7 @@ impl Object {
     /// `metadata.uid`.
     pub fn uid(&self) -> Option<&str> {
         if let Some(m) = self.host_meta() {
-            return Some(m.uid.as_str()).filter(|u| !u.is_empty());
+            return Some(m.s(m.meta.uid)).filter(|u| !u.is_empty());
         }
         self.meta_str("uid")
     }
@@ -282,7 +337,7 @@ impl Object {
     /// `metadata.resourceVersion`.
     pub fn resource_version(&self) -> Option<&str> {
         if let Some(m) = self.host_meta() {
-            return Some(m.resource_version.as_str()).filter(|v| !v.is_empty());
+            return Some(m.s(m.meta.resource_version)).filter(|v| !v.is_empty());
         }
         self.meta_str("resourceVersion")
     }
@@ -290,7 +345,7 @@ impl Object {
     /// `metadata.generation`, 0 when the kind does not set it.
     pub fn generation(&self) -> i64 {
         if let Some(m) = self.host_meta() {
-            return m.generation;
+            return m.meta.generation;
         }
         self.meta_field("generation")
             .and_then(Value::as_i64)
@@ -310,7 +365,7 @@ impl Object {
     /// Whether deletion was requested (the object waits for its finalizers).
     pub fn is_deleting(&self) -> bool {
         if let Some(m) = self.host_meta() {
-            return m.deleting;
+            return m.meta.deleting;
         }
         self.deletion_timestamp().is_some()
     }
@@ -318,11 +373,7 @@ impl Object {
     /// One label.
     pub fn label(&self, key: &str) -> Option<&str> {
         if let Some(m) = self.host_meta() {
-            return m
-                .labels
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.as_str());
+            return m.labels().find(|(k, _)| *k == key).map(|(_, v)| v);
         }
         self.meta_field("labels")?.get(key)?.as_str()
     }
@@ -330,14 +381,10 @@ impl Object {
     /// All labels, in the order the JSON has them.
     pub fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
         let (host, json) = match self.host_meta() {
-            Some(m) => (Some(m.labels.iter()), None),
+            Some(m) => (Some(m.labels()), None),
             None => (None, Some(str_map(self.meta_field("labels")))),
         };
-        let host = host
-            .into_iter()
-            .flatten()
-            .map(|(k, v)| (k.as_str(), v.as_str()));
-        host.chain(json.into_iter().flatten())
+        host.into_iter().flatten().chain(json.into_iter().flatten())
     }
 
     /// One annotation.

@@ -381,6 +381,32 @@ impl PartialEq for OwnerRefs<'_> {
     }
 }
 
+/// A byte range of an object's JSON ([`Object::verbatim_meta`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RawSpan {
+    /// Byte offset into [`Object::raw`].
+    pub start: u32,
+    /// Length in bytes (0 for an absent string, e.g. a cluster-scoped object's namespace).
+    pub len: u32,
+}
+
+/// An object's metadata as byte ranges of its JSON ([`Object::verbatim_meta`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VerbatimMeta {
+    /// `metadata.namespace` (empty when cluster-scoped).
+    pub namespace: RawSpan,
+    /// `metadata.name`.
+    pub name: RawSpan,
+    /// `metadata.uid`.
+    pub uid: RawSpan,
+    /// `metadata.resourceVersion`.
+    pub resource_version: RawSpan,
+    /// `metadata.generation` (0 when unset).
+    pub generation: i64,
+    /// Whether `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+}
+
 /// A borrowed view of an object's metadata, built on each [`Object::meta`] call (a few span
 /// lookups, no allocation). Labels and annotations keep document order. Construct one by hand
 /// (`Meta { name: "a", ..Default::default() }`) to test code that reads metadata.
@@ -659,6 +685,37 @@ impl Object {
     }
     pub fn meta(&self) -> Meta<'_> {
         Meta::new(self.raw(), self.0.header())
+    }
+
+    /// The metadata as byte ranges of [`Object::raw`], for code that holds the bytes anyway (a
+    /// Wasm guest receives them with each notification): no string is copied. Each label adds
+    /// four numbers to `labels` (key start, key length, value start, value length; cleared
+    /// first). `None` when one of these strings had JSON escapes, so is not verbatim in the
+    /// bytes (never for metadata the API server wrote: its names, UIDs and labels have none).
+    pub fn verbatim_meta(&self, labels: &mut Vec<u32>) -> Option<VerbatimMeta> {
+        labels.clear();
+        let h = self.0.header();
+        let plain = |s: Span| {
+            (s.len & DECODED == 0).then_some(RawSpan {
+                start: s.off,
+                len: s.len,
+            })
+        };
+        for (k, v) in h.labels.iter() {
+            let (k, v) = (plain(*k)?, plain(*v)?);
+            labels.extend([k.start, k.len, v.start, v.len]);
+        }
+        Some(VerbatimMeta {
+            namespace: plain(h.namespace)?,
+            name: plain(h.name)?,
+            uid: plain(h.uid)?,
+            resource_version: plain(h.resource_version)?,
+            generation: h.generation,
+            deleting: h
+                .extra
+                .as_deref()
+                .is_some_and(|e| e.deletion_timestamp.is_some()),
+        })
     }
     fn src(&self) -> Src<'_> {
         self.0.header().src(self.raw())
@@ -1006,6 +1063,49 @@ mod tests {
     use super::*;
 
     const CM: &[u8] = br#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"pre-5","namespace":"samples","uid":"u1","resourceVersion":"50470","labels":{"sample":"yes"},"finalizers":["a/b"]},"data":{"k":"v5"}}"#;
+
+    #[test]
+    fn verbatim_meta_points_at_the_strings_in_the_bytes_unless_they_had_escapes() {
+        let o = Object::from_bytes(Bytes::from_static(
+            br#"{"metadata":{"name":"a","namespace":"ns","uid":"u-1","resourceVersion":"7","generation":3,"labels":{"app":"web","t":""},"deletionTimestamp":"2024-01-01T00:00:00Z"}}"#,
+        ))
+        .unwrap();
+        let mut labels = vec![99];
+        let m = o.verbatim_meta(&mut labels).expect("verbatim");
+        let at = |s: RawSpan| {
+            std::str::from_utf8(&o.raw()[s.start as usize..(s.start + s.len) as usize]).unwrap()
+        };
+        assert_eq!(
+            (
+                at(m.namespace),
+                at(m.name),
+                at(m.uid),
+                at(m.resource_version)
+            ),
+            ("ns", "a", "u-1", "7")
+        );
+        assert_eq!((m.generation, m.deleting), (3, true));
+        let pairs: Vec<(&str, &str)> = labels
+            .chunks(4)
+            .map(|q| {
+                let span = |i: usize| RawSpan {
+                    start: q[i],
+                    len: q[i + 1],
+                };
+                (at(span(0)), at(span(2)))
+            })
+            .collect();
+        assert_eq!(pairs, [("app", "web"), ("t", "")]);
+        // A cluster-scoped object: an empty namespace span; no deletion.
+        let c = Object::from_bytes(Bytes::from_static(br#"{"metadata":{"name":"n"}}"#)).unwrap();
+        let m = c.verbatim_meta(&mut labels).expect("verbatim");
+        assert_eq!((m.namespace.len, m.deleting, labels.len()), (0, false, 0));
+        // A name written with an escape is not in the bytes as it reads.
+        let e =
+            Object::from_bytes(Bytes::from_static(br#"{"metadata":{"name":"\u0061"}}"#)).unwrap();
+        assert_eq!(e.name(), "a");
+        assert!(e.verbatim_meta(&mut labels).is_none());
+    }
 
     #[test]
     fn type_meta_is_read_in_any_order_and_decoded() {

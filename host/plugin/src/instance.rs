@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kwh_client::object::Object;
+use kwh_client::object::{Object, RawSpan};
 use wasmtime::component::{ComponentType, Func, Lower, ResourceTable, TypedFunc};
 use wasmtime::{ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
@@ -223,44 +223,56 @@ pub(crate) struct Live {
     validate_config: Option<Func>,
 }
 
-/// 0.2.0's `object-meta`, lowered straight from the cached object's parsed metadata: borrowed
-/// strings, so a notification copies each field once, into guest memory, and allocates nothing
-/// on the host but the label list (and not even that for an object without labels).
-#[derive(ComponentType, Lower)]
+/// 0.2.0's `span`: a byte range of the object's JSON.
+#[derive(ComponentType, Lower, Clone, Copy, Default)]
 #[component(record)]
-struct MetaArg<'a> {
-    namespace: Option<&'a str>,
-    name: &'a str,
-    uid: &'a str,
-    #[component(name = "resource-version")]
-    resource_version: &'a str,
-    generation: i64,
-    labels: Vec<(&'a str, &'a str)>,
-    deleting: bool,
+struct SpanArg {
+    start: u32,
+    len: u32,
 }
 
-/// 0.2.0's `cached-object`: the metadata beside the JSON bytes.
+impl From<RawSpan> for SpanArg {
+    fn from(s: RawSpan) -> Self {
+        SpanArg {
+            start: s.start,
+            len: s.len,
+        }
+    }
+}
+
+/// 0.2.0's `cached-object`: the JSON and its metadata as positions in it, lowered straight from
+/// the cached object's parsed spans. The JSON is the one string copied into the guest (and the
+/// label positions one block of numbers), where strings would cost a guest allocation each.
 #[derive(ComponentType, Lower)]
 #[component(record)]
 struct ObjectArg<'a> {
-    meta: MetaArg<'a>,
     json: &'a [u8],
+    verbatim: bool,
+    namespace: SpanArg,
+    name: SpanArg,
+    uid: SpanArg,
+    #[component(name = "resource-version")]
+    resource_version: SpanArg,
+    generation: i64,
+    deleting: bool,
+    labels: &'a [u32],
 }
 
 impl<'a> ObjectArg<'a> {
-    fn of(o: &'a Object) -> Self {
-        let m = o.meta();
+    /// `labels` is the caller's scratch buffer, refilled for this object.
+    fn of(o: &'a Object, labels: &'a mut Vec<u32>) -> Self {
+        let meta = o.verbatim_meta(labels);
+        let m = meta.unwrap_or_default();
         ObjectArg {
-            meta: MetaArg {
-                namespace: m.namespace,
-                name: m.name,
-                uid: m.uid,
-                resource_version: m.resource_version,
-                generation: m.generation,
-                labels: m.labels.iter().collect(),
-                deleting: m.deletion_timestamp.is_some(),
-            },
             json: o.raw(),
+            verbatim: meta.is_some(),
+            namespace: m.namespace.into(),
+            name: m.name.into(),
+            uid: m.uid.into(),
+            resource_version: m.resource_version.into(),
+            generation: m.generation,
+            deleting: m.deleting,
+            labels: if meta.is_some() { labels } else { &[] },
         }
     }
 }
@@ -465,6 +477,8 @@ pub struct PluginInstance {
     inner: Arc<PluginInner>,
     live: Option<Live>,
     clock: Option<Arc<dyn GuestClock>>,
+    /// Label positions of the objects of one notification (old and new), reused call to call.
+    labels: [Vec<u32>; 2],
 }
 
 impl Drop for PluginInstance {
@@ -479,6 +493,7 @@ impl PluginInstance {
             inner,
             live: None,
             clock: None,
+            labels: Default::default(),
         }
     }
 
@@ -521,6 +536,7 @@ impl PluginInstance {
     /// Delivers an add notification for watch number `watch`.
     pub async fn on_add(&mut self, watch: u32, obj: &Object) -> Result<(), GuestError> {
         let d = self.inner.limits.handler_deadline;
+        let mut labels = std::mem::take(&mut self.labels);
         let r = {
             let live = self.live_mut(d).await?;
             // SAFETY (each arm): the signature was checked by `typed` in `instantiate`.
@@ -531,11 +547,12 @@ impl PluginInstance {
                 }
                 Contract::V0_2 => {
                     let f: OnAdd2<'_> = unsafe { TypedFunc::new_unchecked(live.on_add) };
-                    f.call_async(&mut live.store, (watch, ObjectArg::of(obj)))
-                        .await
+                    let arg = ObjectArg::of(obj, &mut labels[0]);
+                    f.call_async(&mut live.store, (watch, arg)).await
                 }
             }
         };
+        self.labels = labels;
         self.settle(r, d)
     }
 
@@ -547,6 +564,7 @@ impl PluginInstance {
         new: &Object,
     ) -> Result<(), GuestError> {
         let d = self.inner.limits.handler_deadline;
+        let mut labels = std::mem::take(&mut self.labels);
         let r = {
             let live = self.live_mut(d).await?;
             // SAFETY (each arm): the signature was checked by `typed` in `instantiate`.
@@ -558,11 +576,13 @@ impl PluginInstance {
                 }
                 Contract::V0_2 => {
                     let f: OnUpdate2<'_> = unsafe { TypedFunc::new_unchecked(live.on_update) };
-                    let args = (watch, ObjectArg::of(old), ObjectArg::of(new));
+                    let [a, b] = &mut labels;
+                    let args = (watch, ObjectArg::of(old, a), ObjectArg::of(new, b));
                     f.call_async(&mut live.store, args).await
                 }
             }
         };
+        self.labels = labels;
         self.settle(r, d)
     }
 
@@ -574,6 +594,7 @@ impl PluginInstance {
         tombstone: bool,
     ) -> Result<(), GuestError> {
         let d = self.inner.limits.handler_deadline;
+        let mut labels = std::mem::take(&mut self.labels);
         let r = {
             let live = self.live_mut(d).await?;
             // SAFETY (each arm): the signature was checked by `typed` in `instantiate`.
@@ -585,11 +606,12 @@ impl PluginInstance {
                 }
                 Contract::V0_2 => {
                     let f: OnDelete2<'_> = unsafe { TypedFunc::new_unchecked(live.on_delete) };
-                    let args = (watch, ObjectArg::of(obj), tombstone);
+                    let args = (watch, ObjectArg::of(obj, &mut labels[0]), tombstone);
                     f.call_async(&mut live.store, args).await
                 }
             }
         };
+        self.labels = labels;
         self.settle(r, d)
     }
 
