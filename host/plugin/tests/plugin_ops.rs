@@ -845,10 +845,17 @@ async fn the_metrics_endpoint_serves_valid_openmetrics_with_every_family() {
         ("plugin_waiting_to_start", "gauge"),
         ("informer_relists", "counter"),
         ("informer_watch_restarts", "counter"),
+        ("events_recorded", "counter"),
+        ("events_aggregated", "counter"),
+        ("events_write_failures", "counter"),
+        ("events_created", "counter"),
+        ("events_series_patched", "counter"),
+        ("events_dropped", "counter"),
     ] {
         assert_eq!(family(name), Some(kind), "{name} in\n{body}");
     }
-    assert_eq!(families.len(), 25, "no family beyond those: {families:?}");
+    assert_eq!(families.len(), 31, "no family beyond those: {families:?}");
+    assert!(body.contains("events_dropped_total{reason=\"queue_full\"} 0\n"), "{body}");
     assert!(
         body.contains("workqueue_adds_total{name=\"copier\"} "),
         "{body}"
