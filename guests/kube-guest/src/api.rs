@@ -160,15 +160,13 @@ impl Api {
 
     fn get_in(&self, namespace: Option<&str>, name: &str) -> Result<Option<Object>> {
         let found = lister::get(&self.api_version, &self.kind, namespace, name)?;
-        found.map(|b| Object::from_slice(&b)).transpose()
+        Ok(found.map(Object::from_host_json))
     }
 
     /// Objects matching `label_selector` (all when none), in this `Api`'s namespace or all.
     pub fn list(&self, label_selector: Option<&str>) -> Result<Vec<Object>> {
-        lister::list(&self.api_version, &self.kind, self.ns(), label_selector)?
-            .iter()
-            .map(|b| Object::from_slice(b))
-            .collect()
+        let found = lister::list(&self.api_version, &self.kind, self.ns(), label_selector)?;
+        Ok(found.into_iter().map(Object::from_host_json).collect())
     }
 
     /// Like [`Api::list`] but only keys: nothing is copied but the keys.
@@ -195,10 +193,8 @@ impl Api {
     /// manifest declares on a watch of this kind (see [`crate::Index`]). Indexes span every
     /// namespace the cache holds; this `Api`'s namespace does not filter them.
     pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Object>> {
-        lister::by_index(&self.api_version, &self.kind, index, value)?
-            .iter()
-            .map(|b| Object::from_slice(b))
-            .collect()
+        let found = lister::by_index(&self.api_version, &self.kind, index, value)?;
+        Ok(found.into_iter().map(Object::from_host_json).collect())
     }
 
     /// Like [`Api::by_index`] but only the keys, sorted.

@@ -181,6 +181,16 @@ impl Object {
         }
     }
 
+    /// An object the host's cache answered with (the lister): its JSON, parsed on first read.
+    /// A reconcile that only checks an object exists, or reads nothing of it, parses nothing.
+    #[doc(hidden)]
+    pub fn from_host_json(json: Vec<u8>) -> Self {
+        Object {
+            value: OnceCell::new(),
+            host: Some(Box::new(HostObject { json, meta: None })),
+        }
+    }
+
     /// The host-parsed metadata, while the object is unmodified.
     fn host_meta(&self) -> Option<MetaView<'_>> {
         let h = self.host.as_deref()?;
@@ -283,6 +293,11 @@ impl Object {
     /// assert_eq!(d.get_as::<Spec>("/spec").unwrap().replicas, Some(3));
     /// ```
     pub fn get_as<T: DeserializeOwned>(&self, pointer: &str) -> Result<T> {
+        if let (true, None, Some(h)) = (pointer.is_empty(), self.value.get(), self.host.as_deref())
+        {
+            // The whole object, not parsed yet: straight from the host's bytes into `T`.
+            return Ok(serde_json::from_slice(&h.json)?);
+        }
         let v = self.v().pointer(pointer).cloned().unwrap_or(Value::Null);
         Ok(serde_json::from_value(v)?)
     }
