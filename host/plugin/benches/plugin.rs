@@ -99,7 +99,10 @@ async fn run() {
         eprintln!("dispatch …");
         let mut dispatch_rows = Vec::new();
         // The `k8s-openapi` feature's cost: handlers that decode each object into its struct.
-        let typed = ("SDK, typed handlers (k8s-openapi)", guests::guest("bench-typed"));
+        let typed = (
+            "SDK, typed handlers (k8s-openapi)",
+            guests::guest("bench-typed"),
+        );
         for (guest, path) in guests.iter().chain([&typed]) {
             for size in [1024, 4096] {
                 dispatch_rows.push((guest, size, dispatch(path, size, runs, dispatch_n).await));

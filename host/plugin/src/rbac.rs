@@ -383,8 +383,10 @@ mod tests {
         m.records_events = true;
         let got = rules([&m], resolve).expect("rules");
         assert!(
-            got.contains(&json!({"apiGroups": ["events.k8s.io"], "resources": ["events"],
-                "verbs": ["create", "patch"]})),
+            got.contains(
+                &json!({"apiGroups": ["events.k8s.io"], "resources": ["events"],
+                "verbs": ["create", "patch"]})
+            ),
             "{got:?}"
         );
         // Without the import, no Events rule.
@@ -394,8 +396,14 @@ mod tests {
         let mut confined = in_ns(manifest("team"), Some("team-a"));
         confined.records_events = true;
         let yaml = rbac_yaml([(&confined, None)], resolve, &SUBJECT).expect("yaml");
-        let role = yaml.split("---").find(|d| d.contains("kind: Role\n")).expect("a Role");
-        assert!(role.contains("namespace: team-a") && role.contains("events.k8s.io"), "{role}");
+        let role = yaml
+            .split("---")
+            .find(|d| d.contains("kind: Role\n"))
+            .expect("a Role");
+        assert!(
+            role.contains("namespace: team-a") && role.contains("events.k8s.io"),
+            "{role}"
+        );
     }
 
     fn with_writes(name: &str, writes: &[(&str, &str, &[Verb])]) -> Manifest {
