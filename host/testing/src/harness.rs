@@ -10,6 +10,7 @@ use tracing::instrument::WithSubscriber;
 
 use super::clock::VirtualClock;
 use super::cluster::{FakeCluster, SeedError};
+use super::component::{component, ComponentError};
 use super::events::{FakeRecorder, RecordedEvent};
 use super::logs::{LogCapture, LogLine};
 use super::queue::{ControllerRateLimiter, Enqueued, FakeQueue, Origin};
@@ -62,8 +63,15 @@ pub struct HandlerFailure {
 }
 
 /// Why a harness step failed.
-#[derive(Debug, thiserror::Error)]
+///
+/// Its `Debug` is its `Display`, so a test that unwraps it prints the cause as it reads (cargo's
+/// diagnostics for a component that did not build), not a nest of structs.
+#[derive(thiserror::Error)]
 pub enum HarnessError {
+    /// The component of the crate under test could not be built
+    /// ([`Harness::for_this_crate`]).
+    #[error(transparent)]
+    Component(#[from] ComponentError),
     /// The engine could not be created.
     #[error("cannot create the wasm engine: {0}")]
     Engine(String),
@@ -87,9 +95,15 @@ pub enum HarnessError {
     Handler(HandlerFailure),
 }
 
+impl std::fmt::Debug for HarnessError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
 /// Options of a [`Harness`]; see [`Harness::builder`].
 pub struct HarnessBuilder {
-    path: PathBuf,
+    path: Result<PathBuf, ComponentError>,
     engine: Option<PluginEngine>,
     limits: Limits,
     start: Option<SystemTime>,
@@ -98,6 +112,17 @@ pub struct HarnessBuilder {
 }
 
 impl HarnessBuilder {
+    fn new(path: Result<PathBuf, ComponentError>) -> HarnessBuilder {
+        HarnessBuilder {
+            path,
+            engine: None,
+            limits: Limits::default(),
+            start: None,
+            seeds: Vec::new(),
+            config: Value::Null,
+        }
+    }
+
     /// Uses `engine` instead of the process-wide default (no pooling, disk compile cache).
     pub fn engine(mut self, engine: PluginEngine) -> Self {
         self.engine = Some(engine);
@@ -140,6 +165,7 @@ impl HarnessBuilder {
     /// Seeds the cluster, loads the plugin as production does (component checks, manifest
     /// validation), checks every watched and written kind is served, and builds its caches.
     pub async fn build(self) -> Result<Harness, HarnessError> {
+        let path = self.path?;
         let clock = self
             .start
             .map(VirtualClock::starting_at)
@@ -153,7 +179,7 @@ impl HarnessBuilder {
             None => default_engine()?,
         };
         let loaded = engine
-            .load_configured(&self.path, self.limits, Arc::new(self.config))
+            .load_configured(&path, self.limits, Arc::new(self.config))
             .await
             .map_err(Box::new)?;
         let world = Arc::new(World::new(cluster, loaded.manifest())?);
@@ -229,14 +255,15 @@ pub const RUN_QUEUE_LIMIT: usize = 1000;
 impl Harness {
     /// Options for loading the component at `path`.
     pub fn builder(path: impl AsRef<Path>) -> HarnessBuilder {
-        HarnessBuilder {
-            path: path.as_ref().to_path_buf(),
-            engine: None,
-            limits: Limits::default(),
-            start: None,
-            seeds: Vec::new(),
-            config: Value::Null,
-        }
+        HarnessBuilder::new(Ok(path.as_ref().to_path_buf()))
+    }
+
+    /// Options for loading the component of the crate whose tests are running, built for
+    /// `wasm32-wasip2` on first use ([`component`]): in a guest crate's own `cargo test`, no
+    /// path and no separate build. A build failure is [`HarnessError::Component`] from
+    /// [`HarnessBuilder::build`], with cargo's diagnostics.
+    pub fn for_this_crate() -> HarnessBuilder {
+        HarnessBuilder::new(component())
     }
 
     /// Loads the component at `path` with defaults and an empty cluster.

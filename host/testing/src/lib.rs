@@ -18,13 +18,20 @@
 //! - the guest's WASI wall and monotonic clocks read the [`VirtualClock`], so a guest computing
 //!   an expiry from `SystemTime::now()` is tested by [`Harness::advance`], not by sleeping;
 //! - [`scenario`]: the same, driven by YAML files (`host test --plugin x.wasm s.yaml`, or
-//!   [`scenario::Scenario::from_file`] + [`scenario::run`] with [`default_engine`] from Rust).
+//!   [`scenario::Scenario::from_file`] + [`scenario::run`] with [`default_engine`] from Rust);
+//! - in a guest crate's own tests, with this crate as its only dev-dependency: [`component()`]
+//!   builds the crate under test for `wasm32-wasip2` when `cargo test` runs,
+//!   [`Harness::for_this_crate`] loads it, [`block_on`] drives the harness from a plain
+//!   `#[test]`, and [`run_scenarios`] runs the crate's `tests/*.yaml` in one test.
 //!
-//! Use an ordinary `#[tokio::test]` (not `start_paused`): the harness keeps its own virtual
-//! time, and the sandbox's deadlines are real time so that a spinning guest still stops.
+//! Use an ordinary `#[tokio::test]` (not `start_paused`), or [`block_on`] in a plain `#[test]`:
+//! the harness keeps its own virtual time, and the sandbox's deadlines are real time so that a
+//! spinning guest still stops.
 
+pub mod cargo_test;
 pub mod clock;
 pub mod cluster;
+pub mod component;
 pub mod events;
 pub mod harness;
 pub mod logs;
@@ -32,8 +39,10 @@ pub mod queue;
 pub mod scenario;
 pub mod world;
 
+pub use cargo_test::{block_on, run_scenarios, run_scenarios_in};
 pub use clock::VirtualClock;
 pub use cluster::{FakeCluster, SeedError};
+pub use component::{build_component, component, ComponentError};
 pub use events::{FakeRecorder, RecordedEvent};
 pub use harness::{
     default_engine, HandlerFailure, Harness, HarnessBuilder, HarnessError, ReconcileOutcome,
@@ -42,4 +51,6 @@ pub use harness::{
 pub use kwh_plugin::{GuestError, Limits};
 pub use logs::{LogLevel, LogLine, LogSource};
 pub use queue::{ControllerRateLimiter, Enqueued, FakeQueue, Origin};
+/// `json!` and `Value`, so a test can write objects without its own `serde_json` dependency.
+pub use serde_json::{json, Value};
 pub use world::{Notification, RecordedWrite, UnservedKind, WriteVerb};
