@@ -1,0 +1,4 @@
+#[test]
+fn scenarios() {
+    kwh_testing::run_scenarios();
+}
