@@ -115,12 +115,14 @@ def _settings():
 def _cached(obj):
     """A notification's object for ``replicator``: the host's parsed metadata and the JSON.
 
-    The host gives the metadata as positions in the JSON (``span``s; the labels as four numbers
-    each), so nothing but the JSON bytes crosses into the guest; slicing them reads the strings
-    without parsing the object. Without verbatim positions, the metadata comes from the JSON.
+    The host gives the metadata as positions in the JSON (``obj.meta``: flags, then start and
+    length of the namespace, name, uid and resourceVersion, then four numbers per label), so
+    nothing but the JSON bytes crosses into the guest; slicing them reads the strings without
+    parsing the object. Without verbatim positions (bit 0 clear), the metadata comes from the JSON.
     """
     j = bytes(obj.json)
-    if not obj.verbatim:
+    m = obj.meta
+    if len(m) < 9 or not m[0] & 1:
         meta = json.loads(j).get("metadata") or {}
         return replicator.Cached(
             meta.get("namespace") or None, meta.get("name", ""), meta.get("labels") or {}, j
@@ -129,10 +131,8 @@ def _cached(obj):
     def at(start, length):
         return j[start:start + length].decode()
 
-    q = obj.labels
-    labels = {at(q[i], q[i + 1]): at(q[i + 2], q[i + 3]) for i in range(0, len(q), 4)}
-    namespace = at(obj.namespace.start, obj.namespace.len) or None
-    return replicator.Cached(namespace, at(obj.name.start, obj.name.len), labels, j)
+    labels = {at(m[i], m[i + 1]): at(m[i + 2], m[i + 3]) for i in range(9, len(m), 4)}
+    return replicator.Cached(at(m[1], m[2]) or None, at(m[3], m[4]), labels, j)
 
 
 def _guard(what, f, *args):

@@ -280,22 +280,23 @@ mod tests {
         );
         let span = |needle: &str| {
             let start = json.find(needle).expect("in the JSON") as u32;
-            crate::Span {
-                start,
-                len: needle.len() as u32,
-            }
+            [start, needle.len() as u32]
         };
-        let (app, web) = (span("app"), span("web"));
+        let mut meta = vec![1];
+        for s in [
+            span("ns"),
+            span(name),
+            span(&format!("uid-{name}")),
+            span("7"),
+        ] {
+            meta.extend(s);
+        }
+        meta.extend(span("app"));
+        meta.extend(span("web"));
         crate::CachedObject {
-            verbatim: true,
-            namespace: span("ns"),
-            name: span(name),
-            uid: span(&format!("uid-{name}")),
-            resource_version: span("7"),
-            generation: 0,
-            deleting: false,
-            labels: vec![app.start, app.len, web.start, web.len],
             json: json.clone().into_bytes(),
+            meta,
+            generation: 0,
         }
     }
 
@@ -329,9 +330,7 @@ mod tests {
         );
         // Without verbatim positions, the metadata is read from the JSON.
         let mut nv = cm("c", "3");
-        nv.verbatim = false;
-        nv.name = crate::Span { start: 0, len: 0 };
-        nv.labels.clear();
+        nv.meta = vec![0];
         let n = Object::from_host(nv);
         assert_eq!((n.key(), n.label("app")), ("ns/c".to_string(), Some("web")));
     }

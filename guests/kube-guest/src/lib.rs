@@ -87,7 +87,7 @@ pub mod typed;
 pub use api::{Api, Patch};
 pub use bindings::kube::controller::types::{
     ApiError, CachedObject, DeleteOptions, Index, Level, ObjectMeta, PatchType, Preconditions,
-    PropagationPolicy, Span, Verb, Watch, Write,
+    PropagationPolicy, Verb, Watch, Write,
 };
 pub use bindings::kube::controller::{client, lister, log, queue};
 pub use bindings::{export, Guest, Manifest, Outcome};

@@ -14,7 +14,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::{CachedObject, Span};
+use crate::CachedObject;
 
 /// A Kubernetes object: its JSON, with metadata accessors.
 ///
@@ -52,18 +52,16 @@ struct HostObject {
     meta: Option<HostMeta>,
 }
 
-/// The host-parsed metadata of a [`HostObject`], as positions in its JSON.
+/// The host-parsed metadata of a [`HostObject`], as positions in its JSON: the `meta` block of
+/// the WIT's `cached-object` (flags, four start/length pairs, then four numbers per label).
 #[derive(Clone)]
 struct HostMeta {
-    namespace: Span,
-    name: Span,
-    uid: Span,
-    resource_version: Span,
+    meta: Vec<u32>,
     generation: i64,
-    deleting: bool,
-    /// Key start, key length, value start, value length, per label.
-    labels: Vec<u32>,
 }
+
+/// The first label's position in `meta`.
+const LABELS_AT: usize = 9;
 
 /// The verbatim metadata of a host object, resolved against its bytes.
 struct MetaView<'a> {
@@ -72,13 +70,17 @@ struct MetaView<'a> {
 }
 
 impl<'a> MetaView<'a> {
-    fn s(&self, span: Span) -> &'a str {
-        slice(self.json, span.start, span.len)
+    /// String `i` of the header: 0 namespace, 1 name, 2 uid, 3 resourceVersion.
+    fn s(&self, i: usize) -> &'a str {
+        let m = &self.meta.meta;
+        slice(self.json, m[1 + 2 * i], m[2 + 2 * i])
+    }
+    fn deleting(&self) -> bool {
+        self.meta.meta[0] & 2 != 0
     }
     fn labels(&self) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
         let json = self.json;
-        self.meta
-            .labels
+        self.meta.meta[LABELS_AT..]
             .chunks_exact(4)
             .map(move |q| (slice(json, q[0], q[1]), slice(json, q[2], q[3])))
     }
@@ -166,14 +168,11 @@ impl Object {
     /// metadata. Parsing waits until something the metadata does not answer is read.
     #[doc(hidden)]
     pub fn from_host(o: CachedObject) -> Self {
-        let meta = o.verbatim.then_some(HostMeta {
-            namespace: o.namespace,
-            name: o.name,
-            uid: o.uid,
-            resource_version: o.resource_version,
+        // Bit 0 of the flags: the positions are valid (else the metadata comes from the JSON).
+        let verbatim = o.meta.len() >= LABELS_AT && o.meta[0] & 1 != 0;
+        let meta = verbatim.then_some(HostMeta {
+            meta: o.meta,
             generation: o.generation,
-            deleting: o.deleting,
-            labels: o.labels,
         });
         Object {
             value: OnceCell::new(),
@@ -323,7 +322,7 @@ impl Object {
     /// `metadata.name` (empty if missing, e.g. in a create with `generateName`).
     pub fn name(&self) -> &str {
         if let Some(m) = self.host_meta() {
-            return m.s(m.meta.name);
+            return m.s(1);
         }
         self.meta_str("name").unwrap_or("")
     }
@@ -331,7 +330,7 @@ impl Object {
     /// `metadata.namespace`; none for cluster-scoped objects.
     pub fn namespace(&self) -> Option<&str> {
         if let Some(m) = self.host_meta() {
-            return Some(m.s(m.meta.namespace)).filter(|ns| !ns.is_empty());
+            return Some(m.s(0)).filter(|ns| !ns.is_empty());
         }
         self.meta_str("namespace").filter(|ns| !ns.is_empty())
     }
@@ -344,7 +343,7 @@ impl Object {
     /// `metadata.uid`.
     pub fn uid(&self) -> Option<&str> {
         if let Some(m) = self.host_meta() {
-            return Some(m.s(m.meta.uid)).filter(|u| !u.is_empty());
+            return Some(m.s(2)).filter(|u| !u.is_empty());
         }
         self.meta_str("uid")
     }
@@ -352,7 +351,7 @@ impl Object {
     /// `metadata.resourceVersion`.
     pub fn resource_version(&self) -> Option<&str> {
         if let Some(m) = self.host_meta() {
-            return Some(m.s(m.meta.resource_version)).filter(|v| !v.is_empty());
+            return Some(m.s(3)).filter(|v| !v.is_empty());
         }
         self.meta_str("resourceVersion")
     }
@@ -380,7 +379,7 @@ impl Object {
     /// Whether deletion was requested (the object waits for its finalizers).
     pub fn is_deleting(&self) -> bool {
         if let Some(m) = self.host_meta() {
-            return m.meta.deleting;
+            return m.deleting();
         }
         self.deletion_timestamp().is_some()
     }

@@ -688,12 +688,12 @@ impl Object {
     }
 
     /// The metadata as byte ranges of [`Object::raw`], for code that holds the bytes anyway (a
-    /// Wasm guest receives them with each notification): no string is copied. Each label adds
-    /// four numbers to `labels` (key start, key length, value start, value length; cleared
-    /// first). `None` when one of these strings had JSON escapes, so is not verbatim in the
-    /// bytes (never for metadata the API server wrote: its names, UIDs and labels have none).
+    /// Wasm guest receives them with each notification): no string is copied. Each label
+    /// appends four numbers to `labels` (key start, key length, value start, value length).
+    /// `None` when one of these strings had JSON escapes, so is not verbatim in the bytes
+    /// (never for metadata the API server wrote: its names, UIDs and labels have none); some
+    /// labels may have been appended then.
     pub fn verbatim_meta(&self, labels: &mut Vec<u32>) -> Option<VerbatimMeta> {
-        labels.clear();
         let h = self.0.header();
         let plain = |s: Span| {
             (s.len & DECODED == 0).then_some(RawSpan {
@@ -1070,7 +1070,7 @@ mod tests {
             br#"{"metadata":{"name":"a","namespace":"ns","uid":"u-1","resourceVersion":"7","generation":3,"labels":{"app":"web","t":""},"deletionTimestamp":"2024-01-01T00:00:00Z"}}"#,
         ))
         .unwrap();
-        let mut labels = vec![99];
+        let mut labels = Vec::new();
         let m = o.verbatim_meta(&mut labels).expect("verbatim");
         let at = |s: RawSpan| {
             std::str::from_utf8(&o.raw()[s.start as usize..(s.start + s.len) as usize]).unwrap()
@@ -1098,6 +1098,7 @@ mod tests {
         assert_eq!(pairs, [("app", "web"), ("t", "")]);
         // A cluster-scoped object: an empty namespace span; no deletion.
         let c = Object::from_bytes(Bytes::from_static(br#"{"metadata":{"name":"n"}}"#)).unwrap();
+        labels.clear();
         let m = c.verbatim_meta(&mut labels).expect("verbatim");
         assert_eq!((m.namespace.len, m.deleting, labels.len()), (0, false, 0));
         // A name written with an escape is not in the bytes as it reads.

@@ -112,12 +112,12 @@ async fn run() {
             "## Dispatch into a guest (ns per event, median of {runs} runs of {})\n",
             thousands(f64::from(dispatch_n))
         );
-        println!("| guest | object | through the dispatcher (handler → health gate → on-add): wall / CPU | bare `PluginInstance::on_add`: wall / CPU |");
-        println!("|---|---|---|---|");
+        println!("| guest | object | through the dispatcher (handler → health gate → on-add): wall / CPU | bare `PluginInstance::on_add`: wall / CPU | bare `on_update` (old and new): CPU |");
+        println!("|---|---|---|---|---|");
         for (guest, size, d) in &dispatch_rows {
             println!(
-                "| {guest} | ConfigMap {size} B | {:.0} ns / {:.0} ns | {:.0} ns / {:.0} ns |",
-                d.via_wall, d.via_cpu, d.bare_wall, d.bare_cpu
+                "| {guest} | ConfigMap {size} B | {:.0} ns / {:.0} ns | {:.0} ns / {:.0} ns | {:.0} ns |",
+                d.via_wall, d.via_cpu, d.bare_wall, d.bare_cpu, d.update_cpu
             );
         }
     }
@@ -255,6 +255,8 @@ struct DispatchCost {
     via_cpu: f64,
     bare_wall: f64,
     bare_cpu: f64,
+    /// A bare `on_update` (old and new, as the pipeline delivers them): CPU ns.
+    update_cpu: f64,
 }
 
 /// ns per event through the dispatcher's handler, and for a bare instance call.
@@ -306,11 +308,20 @@ async fn dispatch(guest: &Path, size: usize, runs: usize, n: u32) -> DispatchCos
         bare_wall.push(per(t.elapsed()));
         bare_cpu.push(per(cpu_time() - c));
     }
+    let mut update_cpu = Vec::new();
+    for _ in 0..runs {
+        let c = cpu_time();
+        for _ in 0..n {
+            inst.on_update(0, &obj, &obj).await.expect("call");
+        }
+        update_cpu.push(per(cpu_time() - c));
+    }
     DispatchCost {
         via_wall: median(via_wall),
         via_cpu: median(via_cpu),
         bare_wall: median(bare_wall),
         bare_cpu: median(bare_cpu),
+        update_cpu: median(update_cpu),
     }
 }
 

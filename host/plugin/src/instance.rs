@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kwh_client::object::{Object, RawSpan};
+use kwh_client::object::Object;
 use wasmtime::component::{ComponentType, Func, Lower, ResourceTable, TypedFunc};
 use wasmtime::{ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
@@ -223,56 +223,51 @@ pub(crate) struct Live {
     validate_config: Option<Func>,
 }
 
-/// 0.2.0's `span`: a byte range of the object's JSON.
-#[derive(ComponentType, Lower, Clone, Copy, Default)]
-#[component(record)]
-struct SpanArg {
-    start: u32,
-    len: u32,
-}
-
-impl From<RawSpan> for SpanArg {
-    fn from(s: RawSpan) -> Self {
-        SpanArg {
-            start: s.start,
-            len: s.len,
-        }
-    }
-}
-
-/// 0.2.0's `cached-object`: the JSON and its metadata as positions in it, lowered straight from
-/// the cached object's parsed spans. The JSON is the one string copied into the guest (and the
-/// label positions one block of numbers), where strings would cost a guest allocation each.
+/// 0.2.0's `cached-object`: the JSON, and its metadata as positions in it (the flat `meta`
+/// block of the WIT), lowered straight from the cached object's parsed spans. Each object is two
+/// blocks of guest memory, where strings would cost a guest allocation each.
 #[derive(ComponentType, Lower)]
 #[component(record)]
 struct ObjectArg<'a> {
     json: &'a [u8],
-    verbatim: bool,
-    namespace: SpanArg,
-    name: SpanArg,
-    uid: SpanArg,
-    #[component(name = "resource-version")]
-    resource_version: SpanArg,
+    meta: &'a [u32],
     generation: i64,
-    deleting: bool,
-    labels: &'a [u32],
 }
 
+/// Bits of `meta[0]`.
+const VERBATIM: u32 = 1;
+const DELETING: u32 = 2;
+
 impl<'a> ObjectArg<'a> {
-    /// `labels` is the caller's scratch buffer, refilled for this object.
-    fn of(o: &'a Object, labels: &'a mut Vec<u32>) -> Self {
-        let meta = o.verbatim_meta(labels);
-        let m = meta.unwrap_or_default();
+    /// `meta` is the caller's scratch buffer, refilled for this object.
+    fn of(o: &'a Object, meta: &'a mut Vec<u32>) -> Self {
+        meta.clear();
+        meta.resize(9, 0);
+        let generation = match o.verbatim_meta(meta) {
+            Some(m) => {
+                let spans = [m.namespace, m.name, m.uid, m.resource_version];
+                meta[0] = VERBATIM | if m.deleting { DELETING } else { 0 };
+                for (i, s) in spans.iter().enumerate() {
+                    meta[1 + 2 * i] = s.start;
+                    meta[2 + 2 * i] = s.len;
+                }
+                m.generation
+            }
+            None => {
+                let m = o.meta();
+                meta.truncate(1);
+                meta[0] = if m.deletion_timestamp.is_some() {
+                    DELETING
+                } else {
+                    0
+                };
+                m.generation
+            }
+        };
         ObjectArg {
             json: o.raw(),
-            verbatim: meta.is_some(),
-            namespace: m.namespace.into(),
-            name: m.name.into(),
-            uid: m.uid.into(),
-            resource_version: m.resource_version.into(),
-            generation: m.generation,
-            deleting: m.deleting,
-            labels: if meta.is_some() { labels } else { &[] },
+            meta,
+            generation,
         }
     }
 }

@@ -855,7 +855,10 @@ async fn the_metrics_endpoint_serves_valid_openmetrics_with_every_family() {
         assert_eq!(family(name), Some(kind), "{name} in\n{body}");
     }
     assert_eq!(families.len(), 31, "no family beyond those: {families:?}");
-    assert!(body.contains("events_dropped_total{reason=\"queue_full\"} 0\n"), "{body}");
+    assert!(
+        body.contains("events_dropped_total{reason=\"queue_full\"} 0\n"),
+        "{body}"
+    );
     assert!(
         body.contains("workqueue_adds_total{name=\"copier\"} "),
         "{body}"
