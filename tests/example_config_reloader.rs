@@ -17,6 +17,7 @@ use kwh_testing::{Harness, HarnessError, ReconcileOutcome, WriteVerb};
 use serde_json::{json, Value};
 use support::cluster::{emulator, eventually, running};
 use support::guests::example;
+use support::kubectl::kubectl_until;
 use support::process::HostProcess;
 
 const T: Duration = Duration::from_secs(120);
@@ -565,54 +566,6 @@ async fn harness_a_configured_prefix_takes_effect_and_bad_ones_are_refused() {
 }
 
 // ----- the real kubectl -----
-
-/// `kubectl` with the emulator's kubeconfig and its own cache directory under `dir`.
-async fn kubectl(dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
-    let out = tokio::time::timeout(
-        Duration::from_secs(60),
-        tokio::process::Command::new("kubectl")
-            .env("KUBECONFIG", dir.join("kubeconfig"))
-            .env("HOME", dir)
-            .arg("--cache-dir")
-            .arg(dir.join("cache"))
-            .arg("--request-timeout=20s")
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("kubectl in time")
-    .expect("kubectl runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Runs `kubectl args` every 200 ms until its output has a line for which `pred` holds (the
-/// host writes Events on its own time), within `within`: that line and the whole output, or
-/// the last output.
-async fn kubectl_until(
-    dir: &std::path::Path,
-    args: &[&str],
-    within: Duration,
-    pred: impl Fn(&str) -> bool,
-) -> Result<(String, String), String> {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let (ok, out, err) = kubectl(dir, args).await;
-        assert!(ok, "kubectl {args:?}: {err}");
-        if let Some(l) = out.lines().find(|l| pred(l)) {
-            return Ok((l.to_string(), out.clone()));
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(out);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 /// A line of a kubectl table, split where two or more spaces are.
 fn cells(line: &str) -> Vec<&str> {

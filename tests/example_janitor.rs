@@ -22,6 +22,7 @@ use kwh_testing::{Harness, HarnessError, LogLevel, Origin, ReconcileOutcome, Wri
 use serde_json::{json, Value};
 use support::cluster::{emulator, eventually, running};
 use support::guests::example;
+use support::kubectl::{kubectl, kubectl_until};
 use support::process::HostProcess;
 
 /// Bound for loading the plugin (the first test run compiles the component).
@@ -569,53 +570,6 @@ async fn harness_configurations_the_janitor_refuses_stop_it_loading() {
 
 // ---- the real kubectl ---------------------------------------------------------------------------
 
-/// `kubectl` with the emulator's kubeconfig and its own cache directory under `dir`.
-async fn kubectl(dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
-    let out = tokio::time::timeout(
-        Duration::from_secs(60),
-        tokio::process::Command::new("kubectl")
-            .env("KUBECONFIG", dir.join("kubeconfig"))
-            .env("HOME", dir)
-            .arg("--cache-dir")
-            .arg(dir.join("cache"))
-            .arg("--request-timeout=20s")
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("kubectl in time")
-    .expect("kubectl runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Runs `kubectl args` every 200 ms until its output has a line for which `pred` holds (the
-/// host writes Events on its own time), within `within`; that line, or every output seen.
-async fn kubectl_until(
-    dir: &std::path::Path,
-    args: &[&str],
-    within: Duration,
-    pred: impl Fn(&str) -> bool,
-) -> Result<String, String> {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let (ok, out, err) = kubectl(dir, args).await;
-        assert!(ok, "kubectl {args:?}: {err}");
-        if let Some(l) = out.lines().find(|l| pred(l)) {
-            return Ok(l.to_string());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(out);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// The Event of a deletion outlives the object: `kubectl describe` has nothing to describe any
 /// more, but `kubectl events` lists the `Expired` Event the janitor recorded about it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -641,7 +595,7 @@ async fn kubectl_events_lists_the_expired_event_of_a_deleted_object() {
         "deleted once expired"
     );
 
-    let line = kubectl_until(&dir, &["events", "-n", "scratch"], WAIT, |l| {
+    let (line, _) = kubectl_until(&dir, &["events", "-n", "scratch"], WAIT, |l| {
         l.contains("Expired")
     })
     .await

@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod fakes;
 pub mod guests;
+pub mod kubectl;
 pub mod logs;
 pub mod process;
 pub mod rbac;
