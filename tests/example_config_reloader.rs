@@ -697,12 +697,7 @@ async fn an_out_of_range_prefix_stops_the_reloader_alone_in_one_line() {
     host.sigterm();
     let status = host.exit(support::process::WAIT).await;
     assert!(status.success(), "{}", host.log());
-    let about: Vec<&str> = host
-        .seen
-        .iter()
-        .map(|l| l.text.as_str())
-        .filter(|t| t.contains("config_reloader.wasm") || t.contains("plugin=config-reloader"))
-        .collect();
+    let about = host.lines_mentioning(&["config_reloader.wasm", "plugin=config-reloader"]);
     assert_eq!(about, [refused.as_str()], "{}", host.log());
     let _ = std::fs::remove_dir_all(dir);
 }

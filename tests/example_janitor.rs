@@ -785,12 +785,7 @@ async fn a_refused_config_stops_that_plugin_alone_in_one_line() {
     let status = host.exit(support::process::WAIT).await;
     assert!(status.success(), "{}", host.log());
     // The refusal is the one line about the janitor.
-    let about: Vec<&str> = host
-        .seen
-        .iter()
-        .map(|l| l.text.as_str())
-        .filter(|t| t.contains("janitor.wasm") || t.contains("plugin=janitor"))
-        .collect();
+    let about = host.lines_mentioning(&["janitor.wasm", "plugin=janitor"]);
     assert_eq!(about, [refused.as_str()], "{}", host.log());
     let _ = std::fs::remove_dir_all(dir);
 }

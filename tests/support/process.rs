@@ -130,6 +130,15 @@ impl HostProcess {
             .join("\n")
     }
 
+    /// The lines seen so far that contain any of `needles` (e.g. everything about one plugin).
+    pub fn lines_mentioning(&self, needles: &[&str]) -> Vec<&str> {
+        self.seen
+            .iter()
+            .map(|l| l.text.as_str())
+            .filter(|t| needles.iter().any(|n| t.contains(n)))
+            .collect()
+    }
+
     /// Whether a line seen so far contains `text`.
     pub fn saw(&self, text: &str) -> bool {
         self.seen.iter().any(|l| l.text.contains(text))

@@ -44,6 +44,9 @@ use crate::resource::ApiResource;
 /// The API server's limit on `note`, in bytes (validation of `events.k8s.io/v1` Events).
 pub const NOTE_LIMIT: usize = 1024;
 
+/// The API server's limit on `reason` and `action`, in bytes.
+pub const FIELD_LIMIT: usize = 128;
+
 /// Where Events of cluster-scoped objects go, as client-go puts them.
 const CLUSTER_SCOPED_NAMESPACE: &str = "default";
 
@@ -143,6 +146,21 @@ pub struct NewEvent {
     /// Human-readable detail; cut to [`NOTE_LIMIT`] bytes. Not part of the identity: a series
     /// keeps its first note.
     pub note: Option<String>,
+}
+
+impl NewEvent {
+    /// The event cut to what the API server accepts: `reason` and `action` to [`FIELD_LIMIT`]
+    /// bytes, `note` to [`NOTE_LIMIT`], at character boundaries. For events that come from
+    /// outside the process (a guest's import call), cut where they enter rather than refused
+    /// later by the server, away from the caller.
+    pub fn within_api_limits(mut self) -> Self {
+        truncate_at(&mut self.reason, FIELD_LIMIT);
+        truncate_at(&mut self.action, FIELD_LIMIT);
+        if let Some(n) = &mut self.note {
+            truncate_note(n);
+        }
+        self
+    }
 }
 
 /// How the recorder aggregates, limits and writes.
@@ -1047,14 +1065,19 @@ fn unix_nanos(t: SystemTime) -> u64 {
 /// Cut to [`NOTE_LIMIT`] bytes at a character boundary: a longer note makes the server refuse
 /// the whole Event.
 fn truncate_note(note: &mut String) {
-    if note.len() <= NOTE_LIMIT {
+    truncate_at(note, NOTE_LIMIT);
+}
+
+/// Cut to at most `max` bytes, at a character boundary.
+fn truncate_at(s: &mut String, max: usize) {
+    if s.len() <= max {
         return;
     }
-    let mut end = NOTE_LIMIT;
-    while !note.is_char_boundary(end) {
+    let mut end = max;
+    while !s.is_char_boundary(end) {
         end -= 1;
     }
-    note.truncate(end);
+    s.truncate(end);
 }
 
 /// A `metav1.MicroTime` as the API server writes it: UTC, exactly six fractional digits, `Z`
@@ -1150,6 +1173,32 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), 2, "{names:?}");
         assert!(names.iter().all(|n| n.starts_with("a.")));
+    }
+
+    #[test]
+    fn events_from_outside_are_cut_to_the_api_s_limits() {
+        let regarding = ObjectRef {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: None,
+            name: "a".into(),
+            uid: None,
+        };
+        let e = NewEvent {
+            regarding,
+            event_type: EventType::Normal,
+            reason: "R".repeat(200),
+            action: format!("{}é", "A".repeat(FIELD_LIMIT - 1)),
+            note: Some("n".repeat(2000)),
+        }
+        .within_api_limits();
+        assert_eq!(e.reason.len(), FIELD_LIMIT);
+        assert_eq!(
+            e.action,
+            "A".repeat(FIELD_LIMIT - 1),
+            "not split inside a character"
+        );
+        assert_eq!(e.note.map(|n| n.len()), Some(NOTE_LIMIT));
     }
 
     #[test]

@@ -11,11 +11,12 @@ use rand::Rng;
 pub fn default_identity() -> String {
     let suffix: u32 = rand::thread_rng().gen();
     let mut host = hostname();
-    // 128 bytes in all: the suffix takes 9.
-    host.truncate(119);
-    while !host.is_empty() && !host.is_char_boundary(host.len()) {
-        host.pop();
+    // 128 bytes in all: the suffix takes 9. `truncate` needs a character boundary.
+    let mut end = host.len().min(119);
+    while !host.is_char_boundary(end) {
+        end -= 1;
     }
+    host.truncate(end);
     format!("{host}_{suffix:08x}")
 }
 

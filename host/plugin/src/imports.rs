@@ -553,23 +553,6 @@ impl config::Host for HostState {
     }
 }
 
-/// The API's limits on an Event's fields (`reason` and `action` 128 characters, `note` 1024
-/// bytes): the host truncates rather than have the write refused later, away from the guest.
-const EVENT_FIELD_LIMIT: usize = 128;
-const EVENT_NOTE_LIMIT: usize = 1024;
-
-/// `s` cut to at most `max` bytes, on a character boundary.
-fn truncated(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-    }
-    s
-}
-
 impl events::Host for HostState {
     fn record(
         &mut self,
@@ -597,11 +580,14 @@ impl events::Host for HostState {
                 wit::EventType::Normal => EventType::Normal,
                 wit::EventType::Warning => EventType::Warning,
             },
-            reason: truncated(reason, EVENT_FIELD_LIMIT),
-            action: truncated(action, EVENT_FIELD_LIMIT),
-            note: note.map(|n| truncated(n, EVENT_NOTE_LIMIT)),
+            reason,
+            action,
+            note,
         };
-        self.ctx.backends.events.record(plugin, event);
+        self.ctx
+            .backends
+            .events
+            .record(plugin, event.within_api_limits());
     }
 }
 

@@ -472,8 +472,8 @@ pub struct PluginInstance {
     inner: Arc<PluginInner>,
     live: Option<Live>,
     clock: Option<Arc<dyn GuestClock>>,
-    /// Label positions of the objects of one notification (old and new), reused call to call.
-    labels: [Vec<u32>; 2],
+    /// The `meta` blocks of one notification's objects (old and new), reused call to call.
+    meta: [Vec<u32>; 2],
 }
 
 impl Drop for PluginInstance {
@@ -488,7 +488,7 @@ impl PluginInstance {
             inner,
             live: None,
             clock: None,
-            labels: Default::default(),
+            meta: Default::default(),
         }
     }
 
@@ -531,7 +531,7 @@ impl PluginInstance {
     /// Delivers an add notification for watch number `watch`.
     pub async fn on_add(&mut self, watch: u32, obj: &Object) -> Result<(), GuestError> {
         let d = self.inner.limits.handler_deadline;
-        let mut labels = std::mem::take(&mut self.labels);
+        let mut meta = std::mem::take(&mut self.meta);
         let r = {
             let live = self.live_mut(d).await?;
             // SAFETY (each arm): the signature was checked by `typed` in `instantiate`.
@@ -542,12 +542,12 @@ impl PluginInstance {
                 }
                 Contract::V0_2 => {
                     let f: OnAdd2<'_> = unsafe { TypedFunc::new_unchecked(live.on_add) };
-                    let arg = ObjectArg::of(obj, &mut labels[0]);
+                    let arg = ObjectArg::of(obj, &mut meta[0]);
                     f.call_async(&mut live.store, (watch, arg)).await
                 }
             }
         };
-        self.labels = labels;
+        self.meta = meta;
         self.settle(r, d)
     }
 
@@ -559,7 +559,7 @@ impl PluginInstance {
         new: &Object,
     ) -> Result<(), GuestError> {
         let d = self.inner.limits.handler_deadline;
-        let mut labels = std::mem::take(&mut self.labels);
+        let mut meta = std::mem::take(&mut self.meta);
         let r = {
             let live = self.live_mut(d).await?;
             // SAFETY (each arm): the signature was checked by `typed` in `instantiate`.
@@ -571,13 +571,13 @@ impl PluginInstance {
                 }
                 Contract::V0_2 => {
                     let f: OnUpdate2<'_> = unsafe { TypedFunc::new_unchecked(live.on_update) };
-                    let [a, b] = &mut labels;
+                    let [a, b] = &mut meta;
                     let args = (watch, ObjectArg::of(old, a), ObjectArg::of(new, b));
                     f.call_async(&mut live.store, args).await
                 }
             }
         };
-        self.labels = labels;
+        self.meta = meta;
         self.settle(r, d)
     }
 
@@ -589,7 +589,7 @@ impl PluginInstance {
         tombstone: bool,
     ) -> Result<(), GuestError> {
         let d = self.inner.limits.handler_deadline;
-        let mut labels = std::mem::take(&mut self.labels);
+        let mut meta = std::mem::take(&mut self.meta);
         let r = {
             let live = self.live_mut(d).await?;
             // SAFETY (each arm): the signature was checked by `typed` in `instantiate`.
@@ -601,12 +601,12 @@ impl PluginInstance {
                 }
                 Contract::V0_2 => {
                     let f: OnDelete2<'_> = unsafe { TypedFunc::new_unchecked(live.on_delete) };
-                    let args = (watch, ObjectArg::of(obj, &mut labels[0]), tombstone);
+                    let args = (watch, ObjectArg::of(obj, &mut meta[0]), tombstone);
                     f.call_async(&mut live.store, args).await
                 }
             }
         };
-        self.labels = labels;
+        self.meta = meta;
         self.settle(r, d)
     }
 
