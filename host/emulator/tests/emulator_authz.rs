@@ -11,17 +11,15 @@
 mod emulator_common;
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
-use emulator_common::{assert_head_matches, sample_json, Http};
+use emulator_common::{assert_head_matches, kubectl, run, sample_json, Http};
 use http::{Method, StatusCode};
 use kwh_emulator::authn::UserInfo;
 use kwh_emulator::{Emulator, EmulatorHandle};
 use serde_json::{json, Value};
 
 const NS: &str = "rbac-samples";
-const DEADLINE: Duration = Duration::from_secs(60);
 
 /// An authorizing emulator with the recording's objects and RBAC; returns it with clients for
 /// the admin, `patcher` (a ServiceAccount token) and `nobody`.
@@ -670,35 +668,6 @@ async fn token_file_users_and_their_groups_are_authorized_by_group_bindings() {
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn kubectl(
-    dir: &std::path::Path,
-    kubeconfig: &std::path::Path,
-    args: &[&str],
-) -> tokio::process::Command {
-    let mut c = tokio::process::Command::new("kubectl");
-    c.env("KUBECONFIG", kubeconfig)
-        .env("HOME", dir)
-        .arg("--cache-dir")
-        .arg(dir.join("cache"))
-        .arg("--request-timeout=20s")
-        .args(args)
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    c
-}
-
-async fn run(c: &mut tokio::process::Command) -> (bool, String, String) {
-    let out = tokio::time::timeout(DEADLINE, c.output())
-        .await
-        .expect("kubectl in time")
-        .expect("kubectl runs (it is installed here and on CI)");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// The real kubectl: `kubectl create token` (the TokenRequest API) as the admin, then `kubectl

@@ -9,10 +9,9 @@
 mod emulator_common;
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
-use emulator_common::{assert_head_matches_text, Http};
+use emulator_common::{assert_head_matches_text, kubectl, run, Http};
 use http::{Method, StatusCode};
 use kwh_emulator::{Emulator, EmulatorHandle};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -682,35 +681,6 @@ async fn invalid_events_are_refused_in_the_servers_words() {
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json());
     assert_eq!(http.get(&path).await.json()["note"], "rewritten");
     em.shutdown().await;
-}
-
-fn kubectl(
-    dir: &std::path::Path,
-    kubeconfig: &std::path::Path,
-    args: &[&str],
-) -> tokio::process::Command {
-    let mut c = tokio::process::Command::new("kubectl");
-    c.env("KUBECONFIG", kubeconfig)
-        .env("HOME", dir)
-        .arg("--cache-dir")
-        .arg(dir.join("cache"))
-        .arg("--request-timeout=20s")
-        .args(args)
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    c
-}
-
-async fn run(c: &mut tokio::process::Command) -> (bool, String, String) {
-    let out = tokio::time::timeout(Duration::from_secs(60), c.output())
-        .await
-        .expect("kubectl in time")
-        .expect("kubectl runs (it is installed here and on CI)");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// `now` as a `MicroTime` (six fraction digits, UTC).

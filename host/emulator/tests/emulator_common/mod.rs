@@ -303,3 +303,35 @@ pub fn assert_head_matches_text(name: &str, text: &str, status: StatusCode, head
         }
     }
 }
+
+/// The real `kubectl` with `kubeconfig`, its own cache and home under `dir`, a request timeout
+/// and no stdin; run it with [`run`].
+pub fn kubectl(
+    dir: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    args: &[&str],
+) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new("kubectl");
+    c.env("KUBECONFIG", kubeconfig)
+        .env("HOME", dir)
+        .arg("--cache-dir")
+        .arg(dir.join("cache"))
+        .arg("--request-timeout=20s")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    c
+}
+
+/// Runs a [`kubectl`] command within a minute: success, stdout, stderr.
+pub async fn run(c: &mut tokio::process::Command) -> (bool, String, String) {
+    let out = tokio::time::timeout(Duration::from_secs(60), c.output())
+        .await
+        .expect("kubectl in time")
+        .expect("kubectl runs (it is installed here and on CI)");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
