@@ -4,7 +4,8 @@
 //!
 //! Access to a Kubernetes API server over hyper: configuration, the HTTP client, discovery,
 //! resource paths, the watch-stream decoder, selectors, the `Status` error type, and an Event
-//! recorder that aggregates as client-go does and never waits on the API (`events`).
+//! recorder that aggregates as client-go does and never waits on the API (`events`), Leases
+//! (`leases`) and leader election over one (`leader_election`).
 
 mod auth;
 pub mod client;
@@ -14,6 +15,8 @@ pub mod discovery;
 pub mod error;
 pub mod events;
 mod json;
+pub mod leader_election;
+pub mod leases;
 pub mod object;
 pub mod params;
 pub mod proxy;

@@ -1,0 +1,227 @@
+//! Leader election over a Lease in the in-process emulator, over loopback: one leader among
+//! candidates at any instant (fences sampled), a release hands over at once, a crashed
+//! leader's lease is taken only after it expires as observed, and a leader that cannot renew
+//! closes its own fence before its lease can expire and writes nothing afterwards. The
+//! semantics are client-go's `tools/leaderelection` with a `LeaseLock`.
+
+use std::time::{Duration, Instant};
+
+use kwh_client::config::KubeconfigOptions;
+use kwh_client::leader_election::{ElectionConfig, Ended, LeaderElection, Role, Timings};
+use kwh_client::leases::LeaseClient;
+use kwh_client::{Client, Config};
+use kwh_emulator::{Emulator, EmulatorHandle};
+
+/// Bound on every wait; the tests finish far sooner.
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn timings() -> Timings {
+    Timings {
+        lease_duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1500),
+        retry_period: Duration::from_millis(300),
+    }
+}
+
+async fn emulator() -> (EmulatorHandle, Client) {
+    let h = Emulator::builder().start().await.unwrap();
+    let cfg = Config::from_kubeconfig_str(
+        &h.kubeconfig(),
+        &std::env::temp_dir(),
+        &KubeconfigOptions::default(),
+    )
+    .unwrap();
+    (h, Client::new(cfg).unwrap())
+}
+
+fn candidate(client: &Client, identity: &str) -> LeaderElection {
+    LeaderElection::spawn(
+        client.clone(),
+        ElectionConfig {
+            namespace: "default".into(),
+            name: "host".into(),
+            identity: identity.into(),
+            timings: timings(),
+        },
+    )
+    .unwrap()
+}
+
+async fn until_role(e: &LeaderElection, want: Role) {
+    let mut rx = e.role();
+    tokio::time::timeout(LIMIT, rx.wait_for(|r| *r == want))
+        .await
+        .unwrap_or_else(|_| panic!("role {want:?} not reached within {LIMIT:?}"))
+        .unwrap();
+}
+
+/// Waits until exactly one of `es` leads; returns its index.
+async fn leader_of(es: &[&LeaderElection]) -> usize {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let leading: Vec<_> = (0..es.len())
+            .filter(|&i| *es[i].role().borrow() == Role::Leader)
+            .collect();
+        if leading.len() == 1 {
+            return leading[0];
+        }
+        assert!(Instant::now() < deadline, "no single leader: {leading:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_candidate_leads_and_a_release_hands_over_with_a_transition_counted() {
+    let (_h, client) = emulator().await;
+    let a = candidate(&client, "a");
+    until_role(&a, Role::Leader).await;
+    assert!(a.fence().is_open());
+    let b = candidate(&client, "b");
+    until_role(
+        &b,
+        Role::Standby {
+            leader: Some("a".into()),
+        },
+    )
+    .await;
+    assert!(!b.fence().is_open(), "a standby's fence is closed");
+
+    let leases = LeaseClient::new(client.clone(), "default", "test");
+    let held = leases.get("host").await.unwrap().unwrap();
+    assert_eq!(held.spec.holder(), Some("a"));
+    assert_eq!(held.spec.lease_transitions, Some(0));
+    assert_eq!(held.spec.lease_duration_seconds, Some(2));
+    let acquired = held.spec.acquire_time.clone();
+
+    let fence_a = a.fence();
+    assert_eq!(a.release().await, Ended::Stopped);
+    assert!(
+        !fence_a.is_open(),
+        "the fence closes before the release is written"
+    );
+    until_role(&b, Role::Leader).await;
+    let taken = leases.get("host").await.unwrap().unwrap();
+    assert_eq!(taken.spec.holder(), Some("b"));
+    assert_eq!(taken.spec.lease_transitions, Some(1));
+    assert_ne!(taken.spec.acquire_time, acquired);
+    b.release().await;
+    let released = leases.get("host").await.unwrap().unwrap();
+    assert_eq!(released.spec.holder(), None);
+    assert_eq!(released.spec.lease_duration_seconds, Some(1));
+    assert_eq!(released.spec.lease_transitions, Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_leaders_lease_is_taken_only_once_it_expired_as_observed() {
+    let (_h, client) = emulator().await;
+    let a = candidate(&client, "a");
+    until_role(&a, Role::Leader).await;
+    let b = candidate(&client, "b");
+    until_role(
+        &b,
+        Role::Standby {
+            leader: Some("a".into()),
+        },
+    )
+    .await;
+    // A renews at most one retry period before it stops, so B may not lead sooner than a
+    // lease duration less one retry period after the crash.
+    let crashed = Instant::now();
+    a.abandon();
+    until_role(&b, Role::Leader).await;
+    let after = crashed.elapsed();
+    let t = timings();
+    assert!(
+        after >= t.lease_duration - t.retry_period,
+        "took over {after:?} after the crash: before the lease could expire"
+    );
+    assert!(
+        after <= t.lease_duration + 2 * t.retry_period + Duration::from_secs(1),
+        "took over only {after:?} after the crash"
+    );
+    b.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_cannot_renew_closes_its_fence_before_its_lease_can_expire() {
+    let (h, client) = emulator().await;
+    let a = candidate(&client, "a");
+    until_role(&a, Role::Leader).await;
+    let fence = a.fence();
+    // Let it renew at least once, then fail every request from now on.
+    let leases = LeaseClient::new(client.clone(), "default", "test");
+    let first = leases.get("host").await.unwrap().unwrap().resource_version;
+    let deadline = Instant::now() + LIMIT;
+    while leases.get("host").await.unwrap().unwrap().resource_version == first {
+        assert!(Instant::now() < deadline, "no renewal");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let last_renewal = leases.get("host").await.unwrap().unwrap();
+    let cut = Instant::now();
+    h.faults().fail_next(1_000_000, 500, 0);
+    until_role(&a, Role::Lost).await;
+    let lost_after = cut.elapsed();
+    assert!(!fence.is_open());
+    let t = timings();
+    // The last renewal began before the cut, so the fence closed within the renew deadline
+    // of the cut, and well before any other candidate could count the lease as expired.
+    assert!(
+        lost_after <= t.renew_deadline + Duration::from_millis(200),
+        "fence still open {lost_after:?} after renewals began to fail"
+    );
+    assert!(lost_after < t.lease_duration);
+    let updates = h.stats().requests("update");
+    tokio::time::sleep(2 * t.retry_period).await;
+    assert_eq!(
+        h.stats().requests("update"),
+        updates,
+        "a lost leader writes no more"
+    );
+    h.faults().fail_next(0, 500, 0);
+    let now = leases.get("host").await.unwrap().unwrap();
+    assert_eq!(now.spec.holder(), Some("a"));
+    assert!(now.resource_version >= last_renewal.resource_version);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_candidates_never_hold_open_fences_at_once_through_crashes_and_releases() {
+    let (_h, client) = emulator().await;
+    let mut alive = vec![
+        candidate(&client, "a"),
+        candidate(&client, "b"),
+        candidate(&client, "c"),
+    ];
+    let fences: Vec<_> = alive.iter().map(|e| e.fence()).collect();
+    let sample = |fences: &[kwh_client::leader_election::Fence]| {
+        fences.iter().filter(|f| f.is_open()).count()
+    };
+    let sampler = {
+        let fences = fences.clone();
+        tokio::spawn(async move {
+            let mut max = 0;
+            let mut ticks = 0u64;
+            let end = Instant::now() + Duration::from_secs(12);
+            while Instant::now() < end {
+                max = max.max(sample(&fences));
+                ticks += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            (max, ticks)
+        })
+    };
+    // Crash one leader, release the next: each time another takes over.
+    let refs: Vec<&LeaderElection> = alive.iter().collect();
+    let first = leader_of(&refs).await;
+    alive.remove(first).abandon();
+    let refs: Vec<&LeaderElection> = alive.iter().collect();
+    let second = leader_of(&refs).await;
+    alive.remove(second).release().await;
+    let refs: Vec<&LeaderElection> = alive.iter().collect();
+    leader_of(&refs).await;
+    let (max, ticks) = sampler.await.unwrap();
+    assert!(ticks > 100, "the sampler ran");
+    assert_eq!(max, 1, "two fences were open at once");
+    for e in alive {
+        e.release().await;
+    }
+}
