@@ -2,6 +2,7 @@
 
 mod emulator_cmd;
 mod plugins_file;
+mod replica;
 mod shutdown;
 
 use std::io::{IsTerminal as _, Write as _};
@@ -139,6 +140,8 @@ struct RunArgs {
     /// kubeconfig, metrics address) and a fatal error JSON objects.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+    #[command(flatten)]
+    replica: replica::ReplicaArgs,
 }
 
 #[derive(Args, Debug)]
@@ -226,6 +229,28 @@ struct FileConfig {
     fail_fast: Option<bool>,
     /// Kept raw: checked entry by entry by [`plugins_file::parse`], naming each plugin.
     plugins: Option<serde_yaml::Value>,
+    leader_elect: Option<bool>,
+    leader_elect_namespace: Option<String>,
+    leader_elect_lease_name: Option<String>,
+    leader_elect_lease_duration: Option<String>,
+    leader_elect_renew_deadline: Option<String>,
+    leader_elect_retry_period: Option<String>,
+    shards: Option<bool>,
+}
+
+impl FileConfig {
+    /// The replica keys, for [`replica::ReplicaSettings::resolve`].
+    fn replica(&self) -> replica::ReplicaConfig {
+        replica::ReplicaConfig {
+            leader_elect: self.leader_elect,
+            leader_elect_namespace: self.leader_elect_namespace.clone(),
+            leader_elect_lease_name: self.leader_elect_lease_name.clone(),
+            leader_elect_lease_duration: self.leader_elect_lease_duration.clone(),
+            leader_elect_renew_deadline: self.leader_elect_renew_deadline.clone(),
+            leader_elect_retry_period: self.leader_elect_retry_period.clone(),
+            shards: self.shards,
+        }
+    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -677,6 +702,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ..RetryPolicy::default()
     };
     let metrics_addr = args.metrics_addr.or(file.metrics_addr);
+    let replica_settings = replica::ReplicaSettings::resolve(&args.replica, &file.replica())
+        .map_err(|e| match &args.config {
+            Some(p) => anyhow::anyhow!("config {}: {e}", p.display()),
+            None => e,
+        })?;
     // Each plugin may hold its `max_instances` instances (its workers and its dispatcher), each
     // with its own memory cap: the pool is sized for all of them and for the largest cap.
     let slots = specs
@@ -712,6 +742,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => kube_config(args.kubeconfig.as_deref(), args.context.as_deref())?,
     };
     let client = Client::new(config)?;
+    let identity = kwh_plugin::identity::default_identity();
+    let leader_only: Vec<String> = specs
+        .iter()
+        .filter(|s| s.leader_only)
+        .map(|s| s.path.display().to_string())
+        .collect();
+    let replica = replica::Replica::start(&replica_settings, &client, &identity, &leader_only)?;
     let mut runtime = PluginRuntime::new(
         engine,
         client,
@@ -721,6 +758,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             fail_fast: args.fail_fast || file.fail_fast.unwrap_or(false),
             quarantine,
             handler_retry,
+            identity,
+            ownership: replica.ownership(),
             ..RuntimeOptions::default()
         },
     );
@@ -731,7 +770,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         Ok(_) if runtime.plugins().is_empty() && runtime.waiting().is_empty() => Err(
             anyhow::anyhow!("no plugin could be started ({given} given)"),
         ),
-        Ok(_) => serve(&runtime, metrics_addr, args.log_format, &mut stop).await,
+        Ok(_) => serve(&runtime, &replica, metrics_addr, args.log_format, &mut stop).await,
     };
     // Queue handles outlive the runtime's shutdown: what their workers still held then is what
     // the grace period cut off.
@@ -741,6 +780,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .map(|p| (p.plugin().name().to_string(), p.queue().clone()))
         .collect();
     let clean = runtime.shutdown(grace).await;
+    // After the plugins stopped: the next owner of their keys may start at once.
+    replica.stop().await;
     if let Some((handle, kubeconfig)) = emulator {
         handle.shutdown().await;
         let _ = std::fs::remove_file(kubeconfig);
@@ -783,6 +824,7 @@ fn plugin_specs(
         workers: None,
         namespace: namespace.map(str::to_owned),
         config: std::sync::Arc::new(serde_json::Value::Null),
+        leader_only: false,
     }));
     Ok(specs)
 }
@@ -819,6 +861,7 @@ fn warn_abandoned(
 /// Serves metrics (if asked) until SIGINT/SIGTERM.
 async fn serve(
     runtime: &PluginRuntime,
+    replica: &replica::Replica,
     metrics_addr: Option<SocketAddr>,
     format: LogFormat,
     stop: &mut shutdown::ShutdownSignal,
@@ -844,10 +887,23 @@ async fn serve(
         waiting = runtime.waiting().len(),
         "running; SIGINT or SIGTERM stops"
     );
-    stop.recv().await;
-    tracing::info!("signal received; shutting down");
+    let lost = tokio::select! {
+        _ = stop.recv() => None,
+        why = replica.lost() => Some(why),
+    };
     if let Some(t) = ops {
         t.abort();
     }
-    Ok(())
+    match lost {
+        None => {
+            tracing::info!("signal received; shutting down");
+            Ok(())
+        }
+        // As kube-controller-manager and controller-runtime do: stop, and let the
+        // orchestrator restart the process as a candidate. Nothing acts meanwhile: the
+        // fence closed before this line.
+        Some(why) => Err(anyhow::anyhow!(
+            "{why}: stopped calling plugins and writing; exiting so the process restarts as a standby"
+        )),
+    }
 }

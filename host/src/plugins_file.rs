@@ -64,6 +64,8 @@ struct Entry {
     max_instances: Option<u64>,
     workers: Option<u64>,
     namespace: Option<String>,
+    #[serde(default)]
+    leader_only: bool,
 }
 
 /// The global settings a plugin's unset keys take.
@@ -182,6 +184,7 @@ fn entry(
             .namespace
             .or_else(|| defaults.namespace.map(str::to_owned)),
         config: Arc::new(config),
+        leader_only: e.leader_only,
     })
 }
 

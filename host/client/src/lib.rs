@@ -12,6 +12,7 @@ pub mod client;
 pub mod config;
 pub mod decode;
 pub mod discovery;
+pub mod duration;
 pub mod error;
 pub mod events;
 mod json;

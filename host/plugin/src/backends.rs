@@ -16,6 +16,7 @@ use super::backend::{
     QueueBackend, WriteOp, WriteRequest,
 };
 use super::index::IndexNames;
+use super::ownership::{Admit, Ownership, PluginOwnership};
 use kwh_client::client::{Deleted, Patch, WriteParams};
 use kwh_client::object::{object_key, Object};
 use kwh_client::selector::LabelSelector;
@@ -204,6 +205,7 @@ pub struct KubeClientBackend {
     field_manager: String,
     resources: HashMap<(String, String), ApiResource>,
     confined_to: Option<String>,
+    own: PluginOwnership,
 }
 
 impl KubeClientBackend {
@@ -219,7 +221,15 @@ impl KubeClientBackend {
             field_manager: field_manager.to_string(),
             resources,
             confined_to: None,
+            own: Ownership::single().for_plugin(field_manager, false),
         }
+    }
+
+    /// Refuses every write while `own` is not active: a standby, or a leader whose lease may
+    /// have passed to another replica, sends nothing.
+    pub fn owned_by(mut self, own: PluginOwnership) -> Self {
+        self.own = own;
+        self
     }
 
     /// Refuses writes outside `namespace` (see [`super::rbac::namespace_scope`]): the plugin's
@@ -310,6 +320,13 @@ impl ClientBackend for KubeClientBackend {
             );
             return Box::pin(async move { Err(ApiError::new(500, "InternalError", msg)) });
         };
+        if !self.own.active() {
+            let msg = format!(
+                "plugin {:?}: this replica is not the leader or lost its lease; write of {} refused",
+                self.field_manager, req.kind
+            );
+            return Box::pin(async move { Err(ApiError::unavailable(msg)) });
+        }
         if let Err(e) = refuse_outside_scope(
             self.confined_to.as_deref(),
             &self.field_manager,
@@ -397,21 +414,39 @@ impl ClientBackend for KubeClientBackend {
 /// The guest's `queue` import over the plugin's workqueue.
 pub struct WorkqueueBackend {
     queue: RateLimitingQueue<String>,
+    own: PluginOwnership,
 }
 
 impl WorkqueueBackend {
     /// Adds go to `queue`.
     pub fn new(queue: RateLimitingQueue<String>) -> Self {
-        WorkqueueBackend { queue }
+        WorkqueueBackend {
+            queue,
+            own: Ownership::single().for_plugin("", false),
+        }
+    }
+
+    /// Admits only the keys `own` says are this replica's (a standby's queue stays empty).
+    pub fn owned_by(mut self, own: PluginOwnership) -> Self {
+        self.own = own;
+        self
     }
 }
 
 impl QueueBackend for WorkqueueBackend {
     fn add(&self, key: String) {
-        self.queue.add(key);
+        match self.own.admit(&key) {
+            Admit::Now => self.queue.add(key),
+            Admit::After(wait) => self.queue.add_after(key, wait),
+            Admit::No => {}
+        }
     }
     fn add_after(&self, key: String, delay: Duration) {
-        self.queue.add_after(key, delay);
+        match self.own.admit(&key) {
+            Admit::Now => self.queue.add_after(key, delay),
+            Admit::After(wait) => self.queue.add_after(key, delay.max(wait)),
+            Admit::No => {}
+        }
     }
 }
 

@@ -18,6 +18,7 @@ use tracing::Instrument;
 use super::health::Health;
 use super::instance::{GuestError, PluginInstance};
 use super::loader::Plugin;
+use super::ownership::PluginOwnership;
 use kwh_client::object::Object;
 use kwh_informer::processor::{listen_with, EventHandler, Notifications, ResourceEventHandler};
 use kwh_informer::tombstone::ObjOrTombstone;
@@ -71,6 +72,10 @@ pub struct Dispatcher {
     instance: tokio::sync::Mutex<PluginInstance>,
     health: Arc<Health>,
     retry: RetryPolicy,
+    /// Whether this replica may call the guest now (a standby or a fenced leader may not).
+    own: PluginOwnership,
+    /// Notifications not delivered because this replica was not active (a standby's).
+    pub skipped: AtomicU64,
     /// Notifications handled (delivered, dropped after failing, or abandoned at shutdown).
     pub delivered: AtomicU64,
     /// Handler calls that failed in the sandbox (each attempt counts).
@@ -101,17 +106,20 @@ impl Call<'_> {
 
 impl Dispatcher {
     /// Takes one instance slot of `plugin` for dispatch; calls pass `health`'s gate and failed
-    /// ones are retried as `retry` says.
+    /// ones are retried as `retry` says; nothing is delivered while `own` is not active.
     pub fn new(
         plugin: &Plugin,
         health: Arc<Health>,
         retry: RetryPolicy,
+        own: PluginOwnership,
     ) -> Result<Arc<Self>, GuestError> {
         Ok(Arc::new(Dispatcher {
             name: Arc::from(plugin.name()),
             instance: tokio::sync::Mutex::new(plugin.instance()?),
             health,
             retry,
+            own,
+            skipped: AtomicU64::new(0),
             delivered: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             retries: AtomicU64::new(0),
@@ -135,6 +143,11 @@ impl Dispatcher {
         let mut inst = self.instance.lock().await;
         let mut attempt = 1;
         loop {
+            // Checked before every attempt: a leader that lost its lease mid-retry stops.
+            if !self.own.active() {
+                self.skipped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
             let Some(permit) = self.health.admit().await else {
                 tracing::debug!(plugin = %self.name, key = %key(), "shutting down; notification not delivered");
                 break;
@@ -162,6 +175,17 @@ impl Dispatcher {
             attempt += 1;
         }
         self.delivered.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Dispatcher {
+    /// Delivers the objects of a cache as `on-add` notifications of watch `watch`, as a
+    /// controller that starts sees its informer's contents: what a replica that gained work
+    /// does, so the keys it now owns are queued without a relist.
+    pub async fn replay(&self, watch: u32, objects: Vec<Object>) {
+        for obj in &objects {
+            self.deliver(watch, Call::Add(obj), &|| obj.key()).await;
+        }
     }
 }
 

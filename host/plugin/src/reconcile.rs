@@ -15,6 +15,7 @@ use super::cache_sync::CacheSync;
 use super::health::Health;
 use super::instance::{GuestError, Outcome, PluginInstance};
 use super::loader::Plugin;
+use super::ownership::{Admit, PluginOwnership};
 use kwh_informer::workqueue::metrics::HistogramSnapshot;
 use kwh_informer::workqueue::RateLimitingQueue;
 
@@ -62,13 +63,14 @@ impl ReconcileStats {
 /// Starts `plugin.manifest().workers` workers on `queue`, each calling through `health`'s gate.
 /// They take no key before `synced` opens (every watch of the plugin has synced). Each takes
 /// an instance slot now, so an instance limit too small for the worker count fails the
-/// plugin's start, not a worker.
+/// plugin's start, not a worker. Each key is checked against `own` before its reconcile.
 pub fn spawn_workers(
     plugin: &Plugin,
     queue: &RateLimitingQueue<String>,
     stats: &Arc<ReconcileStats>,
     health: &Arc<Health>,
     synced: &CacheSync,
+    own: &PluginOwnership,
 ) -> Result<Vec<JoinHandle<()>>, GuestError> {
     let n = plugin.manifest().workers.max(1);
     let instances = (0..n)
@@ -86,6 +88,7 @@ pub fn spawn_workers(
                     stats.clone(),
                     health.clone(),
                     synced.clone(),
+                    own.clone(),
                 )
                 .instrument(span),
             )
@@ -115,12 +118,30 @@ async fn worker(
     stats: Arc<ReconcileStats>,
     health: Arc<Health>,
     synced: CacheSync,
+    own: PluginOwnership,
 ) {
     if !synced.wait().await {
         tracing::debug!("worker stopped before the caches synced");
         return;
     }
     while let Some(key) = queue.get().await {
+        // Ownership is checked again here: the key may have moved to another replica while
+        // it was queued (dropped), or have just arrived from one (started after its lease).
+        match own.admit(&key) {
+            Admit::Now => {}
+            Admit::After(wait) => {
+                queue.forget(&key);
+                queue.add_after(key.clone(), wait);
+                queue.done(&key);
+                continue;
+            }
+            Admit::No => {
+                tracing::debug!(%key, "not this replica's key now; dropped");
+                queue.forget(&key);
+                queue.done(&key);
+                continue;
+            }
+        }
         // Taken after the key: while the plugin is quarantined the key waits here, marked as
         // processing, so no other worker takes it and the rest stay queued.
         let Some(permit) = health.admit().await else {

@@ -18,6 +18,7 @@ use std::time::{Duration, SystemTime};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use super::backend::Backends;
 use super::backends::{InformerLister, KubeClientBackend, WorkqueueBackend};
@@ -28,6 +29,7 @@ use super::health::{Health, QuarantinePolicy};
 use super::index::register as register_indexes;
 use super::instance::{GuestError, Limits};
 use super::loader::{LoadError, LoadedPlugin, Plugin};
+use super::ownership::{Ownership, PluginOwnership};
 use super::rbac::namespace_scope;
 use super::reconcile::{spawn_workers, ReconcileStats};
 use super::spec::PluginSpec;
@@ -117,6 +119,8 @@ pub struct RuntimeOptions {
     pub discovery_refresh: Duration,
     /// Who this host is: the `reportingInstance` of the Events its plugins record.
     pub identity: String,
+    /// Which work this replica may do (leader election, shards); everything when alone.
+    pub ownership: Ownership,
 }
 
 impl Default for RuntimeOptions {
@@ -131,6 +135,7 @@ impl Default for RuntimeOptions {
             start_retry: Backoff::default(),
             discovery_refresh: Duration::from_secs(5),
             identity: crate::identity::default_identity(),
+            ownership: Ownership::single(),
         }
     }
 }
@@ -149,6 +154,7 @@ struct Teardown {
     regs: Vec<FactoryRegistration<CountingLw>>,
     workers: Vec<JoinHandle<()>>,
     sync_task: JoinHandle<()>,
+    replay_task: JoinHandle<()>,
 }
 
 /// One running plugin.
@@ -252,7 +258,13 @@ impl PluginRuntime {
                     handler_panics: PanicPolicy::Skip,
                     ..InformerOptions::default()
                 }),
-                metrics: metrics_registry(&registry, &slots, &lw_counters, &events),
+                metrics: metrics_registry(
+                    &registry,
+                    &slots,
+                    &lw_counters,
+                    &events,
+                    &opts.ownership,
+                ),
                 registry,
                 lw_counters,
                 opts,
@@ -315,6 +327,7 @@ impl PluginRuntime {
             workers,
             namespace,
             config,
+            leader_only,
         } = spec;
         let path = path.as_path();
         let loaded = self
@@ -324,7 +337,9 @@ impl PluginRuntime {
             .with_workers(workers);
         match self.wiring.resolve(&loaded).await {
             Ok(resources) => {
-                let running = self.wiring.wire(loaded, &resources, namespace.as_deref())?;
+                let running =
+                    self.wiring
+                        .wire(loaded, &resources, namespace.as_deref(), leader_only)?;
                 self.wiring.adopt(running, None);
                 Ok(Started::Running)
             }
@@ -348,6 +363,7 @@ impl PluginRuntime {
                     self.wiring.clone(),
                     loaded,
                     namespace,
+                    leader_only,
                     waiting,
                     self.stop_waiting.subscribe(),
                 ));
@@ -392,6 +408,7 @@ impl PluginRuntime {
         RuntimeStatus {
             metrics: self.wiring.metrics.clone(),
             slots: self.wiring.slots.clone(),
+            ownership: self.wiring.opts.ownership.clone(),
         }
     }
 
@@ -426,6 +443,7 @@ impl PluginRuntime {
                 continue;
             };
             t.sync_task.abort();
+            t.replay_task.abort();
             drop(t.regs);
             let drained = tokio::time::timeout_at(deadline, p.queue.shutdown_with_drain())
                 .await
@@ -459,6 +477,31 @@ impl PluginRuntime {
     }
 }
 
+/// Each time this replica gains work (it became the leader, or the shard membership
+/// changed), delivers every cached object of each of the plugin's watches to its handlers as
+/// an `on-add`, as a controller that starts sees its informers' contents: the keys it now owns
+/// are queued (the queue admits only those) without a relist.
+async fn replay_on_gain(
+    own: PluginOwnership,
+    dispatcher: Arc<Dispatcher>,
+    stores: Vec<(u32, Arc<kwh_informer::store::Store>)>,
+) {
+    let mut gained = own.gained();
+    gained.mark_unchanged();
+    while gained.changed().await.is_ok() {
+        if !own.active() {
+            continue;
+        }
+        let mut n = 0;
+        for (watch, store) in &stores {
+            let objects = store.list();
+            n += objects.len();
+            dispatcher.replay(*watch, objects).await;
+        }
+        tracing::debug!(objects = n, "caches replayed to the handlers");
+    }
+}
+
 /// Why a plugin waits, without the file name its log line already carries.
 fn waiting_reason(e: &StartError) -> String {
     match e {
@@ -478,6 +521,7 @@ async fn start_when_resolved(
     wiring: Arc<Wiring>,
     loaded: LoadedPlugin,
     namespace: Option<String>,
+    leader_only: bool,
     waiting: Arc<WaitingStatus>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -496,7 +540,7 @@ async fn start_when_resolved(
         match resolved {
             Ok(resources) => {
                 let name = loaded.name().to_owned();
-                match wiring.wire(loaded, &resources, namespace.as_deref()) {
+                match wiring.wire(loaded, &resources, namespace.as_deref(), leader_only) {
                     Ok(running) => wiring.adopt(running, Some(&waiting)),
                     Err(e) => {
                         tracing::error!("{e}");
@@ -585,9 +629,11 @@ impl Wiring {
         loaded: LoadedPlugin,
         resources: &HashMap<(String, String), ApiResource>,
         namespace: Option<&str>,
+        leader_only: bool,
     ) -> Result<RunningPlugin, StartError> {
         let path = loaded.path().to_path_buf();
         let name = loaded.name().to_string();
+        let own = self.opts.ownership.for_plugin(&name, leader_only);
         let queue = RateLimitingQueue::named(
             &name,
             &self.registry,
@@ -601,15 +647,15 @@ impl Wiring {
         let backends = Backends {
             lister: lister.clone(),
             client: Arc::new(
-                KubeClientBackend::new(self.client.clone(), &name, resources.clone()).confined_to(
-                    namespace_scope(loaded.manifest(), namespace, |a, k| {
+                KubeClientBackend::new(self.client.clone(), &name, resources.clone())
+                    .confined_to(namespace_scope(loaded.manifest(), namespace, |a, k| {
                         resources
                             .get(&(a.to_string(), k.to_string()))
                             .map(|r| r.namespaced)
-                    }),
-                ),
+                    }))
+                    .owned_by(own.clone()),
             ),
-            queue: Arc::new(WorkqueueBackend::new(queue.clone())),
+            queue: Arc::new(WorkqueueBackend::new(queue.clone()).owned_by(own.clone())),
             events: Arc::new(self.events.clone()),
         };
         let plugin = loaded.activate(backends);
@@ -618,14 +664,20 @@ impl Wiring {
             source,
         };
         let health = Arc::new(Health::new(&name, self.opts.quarantine.clone()));
-        let dispatcher = Dispatcher::new(&plugin, health.clone(), self.opts.handler_retry.clone())
-            .map_err(instance_err)?;
+        let dispatcher = Dispatcher::new(
+            &plugin,
+            health.clone(),
+            self.opts.handler_retry.clone(),
+            own.clone(),
+        )
+        .map_err(instance_err)?;
         let stats = Arc::new(ReconcileStats::default());
         let synced = CacheSync::new();
         let workers =
-            spawn_workers(&plugin, &queue, &stats, &health, &synced).map_err(instance_err)?;
+            spawn_workers(&plugin, &queue, &stats, &health, &synced, &own).map_err(instance_err)?;
         let mut regs = Vec::new();
         let mut watches = Vec::new();
+        let mut stores = Vec::new();
         let manifest = plugin.manifest().clone();
         for (i, w) in manifest.watches.iter().enumerate() {
             let Some(res) = resources.get(&(w.api_version.clone(), w.kind.clone())) else {
@@ -668,6 +720,7 @@ impl Wiring {
                     }
                 })?;
             let store = reg.informer().indexer().clone();
+            stores.push((i as u32, store.clone()));
             let indexes = register_indexes(&store, &w.indexes);
             lister.add_indexed_store(
                 &w.api_version,
@@ -685,6 +738,10 @@ impl Wiring {
             }
             regs.push(reg);
         }
+        let replay_task = tokio::spawn(
+            replay_on_gain(own, dispatcher.clone(), stores)
+                .instrument(tracing::info_span!("replay", plugin = %name)),
+        );
         let sync_task = synced.open_when(&name, {
             let handlers: Vec<_> = watches.iter().map(|w| w.reg.clone()).collect();
             move || handlers.iter().all(|h| h.has_synced())
@@ -703,6 +760,7 @@ impl Wiring {
                 regs,
                 workers,
                 sync_task,
+                replay_task,
             })),
         })
     }

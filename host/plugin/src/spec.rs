@@ -25,6 +25,9 @@ pub struct PluginSpec {
     pub namespace: Option<String>,
     /// Its configuration, kept as JSON for the guest (`null` when none was given).
     pub config: Arc<serde_json::Value>,
+    /// Runs on the elected leader only, also when the host is sharded: for controllers that
+    /// need a global view (the plugins file's `leaderOnly`).
+    pub leader_only: bool,
 }
 
 impl PluginSpec {
@@ -37,6 +40,7 @@ impl PluginSpec {
             workers: None,
             namespace: opts.namespace.clone(),
             config: Arc::new(serde_json::Value::Null),
+            leader_only: false,
         }
     }
 }

@@ -23,6 +23,7 @@ use super::dispatch::Dispatcher;
 use super::health::{Health, HealthSnapshot, Phase};
 use super::instance::Limits;
 use super::loader::Plugin;
+use super::ownership::Ownership;
 use super::reconcile::ReconcileStats;
 use super::watch_counters::{CounterMap, LwCounters};
 use kwh_client::events::EventRecorder;
@@ -92,6 +93,7 @@ pub struct RuntimeStatus {
     /// Built once per runtime by [`metrics_registry`].
     pub(crate) metrics: Arc<prometheus_client::registry::Registry>,
     pub(crate) slots: Slots,
+    pub(crate) ownership: Ownership,
 }
 
 impl RuntimeStatus {
@@ -216,7 +218,11 @@ impl RuntimeStatus {
             })
             .collect();
         let (ready, _) = self.readiness();
-        let doc = serde_json::json!({ "ready": ready, "plugins": plugins });
+        let doc = serde_json::json!({
+            "ready": ready,
+            "replica": replica_json(&self.ownership),
+            "plugins": plugins,
+        });
         let mut s = doc.to_string();
         s.push('\n');
         s
@@ -229,6 +235,66 @@ impl RuntimeStatus {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.metrics)?;
         Ok(out)
+    }
+}
+
+/// This replica's place among its peers: its role in the election, its shard membership.
+fn replica_json(own: &Ownership) -> serde_json::Value {
+    let mut v = serde_json::json!({ "leader": own.is_leader() });
+    if let Some(e) = own.election() {
+        v["identity"] = e.identity.clone().into();
+        v["lease"] = e.lease.clone().into();
+        v["role"] = role_name(&e.role.borrow()).into();
+    }
+    if let Some(s) = own.shards() {
+        v["identity"] = s.me().into();
+        v["shardMember"] = s.fence.is_open().into();
+        v["shardMembers"] = s.members().into();
+    }
+    v
+}
+
+fn role_name(r: &kwh_client::leader_election::Role) -> &'static str {
+    use kwh_client::leader_election::Role;
+    match r {
+        Role::Standby { .. } => "standby",
+        Role::Leader => "leader",
+        Role::Lost => "lost",
+        Role::Stopped => "stopped",
+    }
+}
+
+/// client-go's `leader_election_master_status{name}` (1 while leading) and the shard
+/// membership's size, read at scrape time.
+#[derive(Debug)]
+struct ReplicaMetrics(Ownership);
+
+impl Collector for ReplicaMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        if let Some(e) = self.0.election() {
+            let name = e.lease.rsplit('/').next().unwrap_or(&e.lease);
+            encode_family(
+                &mut encoder,
+                "leader_election_master_status",
+                "Gauge of whether the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
+                None,
+                [([("name", name)], ConstGauge::new(i64::from(self.0.is_leader())))],
+            )?;
+        }
+        if let Some(s) = self.0.shards() {
+            let none: [(&str, &str); 0] = [];
+            encode_family(
+                &mut encoder,
+                "shard_members",
+                "Live members of the shard group as this replica last read it (0 when it is not a member).",
+                None,
+                [(
+                    none,
+                    ConstGauge::new(if s.fence.is_open() { s.members().len() as i64 } else { 0 }),
+                )],
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -246,6 +312,7 @@ pub(crate) fn metrics_registry(
     slots: &Slots,
     lw_counters: &CounterMap,
     events: &EventRecorder,
+    ownership: &Ownership,
 ) -> Arc<prometheus_client::registry::Registry> {
     let mut registry = prometheus_client::registry::Registry::default();
     registry.register_collector(Box::new(queues.clone()));
@@ -254,6 +321,7 @@ pub(crate) fn metrics_registry(
         lw_counters: lw_counters.clone(),
     }));
     registry.register_collector(Box::new(EventMetrics(events.clone())));
+    registry.register_collector(Box::new(ReplicaMetrics(ownership.clone())));
     Arc::new(registry)
 }
 

@@ -2,7 +2,6 @@
 
 use serde_json::Value;
 
-use super::duration::parse_duration;
 use super::parse::{object, object_ref};
 use super::yaml::{duration, fail, join, kind_of, list, map, only, string, strings, R};
 use super::{
@@ -10,6 +9,7 @@ use super::{
     ResultExpect, WriteExpect,
 };
 use crate::{LogLevel, LogSource};
+use kwh_client::duration::parse_duration;
 use kwh_client::events::EventType;
 
 pub(super) fn expect(v: &Value, at: &str, action: &Action) -> R<Expect> {

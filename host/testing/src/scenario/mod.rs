@@ -6,7 +6,6 @@
 //! documented in `docs/testing.md`; [`parse`] checks a file completely before anything runs, so
 //! a typo is one error naming the file, the step and the field, not a confusing failure later.
 
-mod duration;
 mod expect;
 mod matcher;
 mod parse;
@@ -20,7 +19,7 @@ use std::time::{Duration, SystemTime};
 use kwh_client::events::EventType;
 use serde_json::Value;
 
-pub use duration::parse_duration;
+pub use kwh_client::duration::parse_duration;
 pub use parse::{parse, ScenarioError};
 pub use report::{render_failure_logs, render_table, ScenarioReport, StepFailure};
 pub use run::run;

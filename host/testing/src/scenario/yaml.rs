@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::duration::parse_duration;
+use kwh_client::duration::parse_duration;
 
 /// A result whose error is (path of the field, message).
 pub(super) type R<T> = Result<T, (String, String)>;

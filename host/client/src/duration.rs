@@ -1,9 +1,10 @@
-//! Durations in scenario files: `90s`, `1m30s`, `250ms`, `2h`, `1.5s`, or a bare number of
-//! milliseconds.
+//! Durations as people write them in flags, config and scenario files: `90s`, `1m30s`,
+//! `250ms`, `2h`, `1.5s` (Go's `time.ParseDuration` units, as kube-controller-manager's flags
+//! take them), or a bare number of milliseconds.
 
 use std::time::Duration;
 
-/// Parses a scenario duration; the error says what is accepted.
+/// Parses a duration; the error says what is accepted.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let bad =

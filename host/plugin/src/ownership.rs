@@ -1,0 +1,439 @@
+//! Which work this replica may do now: every guest call, queue admission and write asks here.
+//!
+//! One host alone owns everything. With leader election, the leader's [`Fence`] decides: a
+//! standby keeps its informers synced but calls no guest, admits no key and writes nothing,
+//! and a leader whose renewals fail stops all three at the renew deadline, before another
+//! replica can count its lease as expired. With sharding, every member works on the keys
+//! rendezvous hashing gives it over the live members ([`Shards`]); a plugin that asked to run
+//! on the leader only stays behind the leader's fence.
+//!
+//! Handlers run for every notification while the replica is active, whether or not the
+//! object's own key is owned here: a handler may map an object to other keys (a ConfigMap to
+//! the Deployments that mount it), and only the queue can tell whose those are. The queue
+//! admits owned keys only, and a worker checks again before each reconcile, so a key that
+//! moved away while queued is dropped.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::RwLock;
+use tokio::sync::watch;
+
+use kwh_client::leader_election::{Fence, Role};
+
+/// What a replica may do with a key now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Reconcile it.
+    Now,
+    /// It is this replica's, but its previous owner may still be working on it: reconcile it
+    /// after this wait (the previous owner's lease has run out by then).
+    After(Duration),
+    /// Not this replica's (or this replica may not act at all now).
+    No,
+}
+
+/// The leader election as `/statusz` and the metrics show it.
+#[derive(Debug, Clone)]
+pub struct ElectionStatus {
+    /// `namespace/name` of the Lease.
+    pub lease: String,
+    /// This replica's identity.
+    pub identity: String,
+    /// Its role, as it changes.
+    pub role: watch::Receiver<Role>,
+}
+
+/// The replica's standing, shared by every plugin of a runtime. Cheap to clone.
+#[derive(Clone)]
+pub struct Ownership {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    leader: Fence,
+    shards: Option<Arc<Shards>>,
+    election: Option<ElectionStatus>,
+    /// Bumped when this replica gains work (it became the leader, or the membership
+    /// changed): each plugin then replays its caches through its handlers, as a controller
+    /// that starts does, so the keys it now owns are queued without a relist.
+    gained: watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for Ownership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ownership")
+            .field("leader", &self.inner.leader.is_open())
+            .field("sharded", &self.inner.shards.is_some())
+            .field("election", &self.inner.election.as_ref().map(|e| &e.lease))
+            .finish()
+    }
+}
+
+impl Default for Ownership {
+    fn default() -> Self {
+        Ownership::single()
+    }
+}
+
+impl Ownership {
+    /// One host alone: it owns every key, always.
+    pub fn single() -> Self {
+        Ownership::new(Fence::always_open(), None, None)
+    }
+
+    /// A replica behind `leader` (the election's fence; [`Fence::always_open`] without an
+    /// election), sharded when `shards` is given.
+    pub fn new(
+        leader: Fence,
+        shards: Option<Arc<Shards>>,
+        election: Option<ElectionStatus>,
+    ) -> Self {
+        Ownership {
+            inner: Arc::new(Inner {
+                leader,
+                shards,
+                election,
+                gained: watch::channel(0).0,
+            }),
+        }
+    }
+
+    /// Says this replica gained work: every plugin replays its caches through its handlers.
+    pub fn gained_work(&self) {
+        self.inner.gained.send_modify(|n| *n += 1);
+    }
+
+    /// Changes each time [`Ownership::gained_work`] is called.
+    pub fn gained(&self) -> watch::Receiver<u64> {
+        self.inner.gained.subscribe()
+    }
+
+    /// The election, when there is one.
+    pub fn election(&self) -> Option<&ElectionStatus> {
+        self.inner.election.as_ref()
+    }
+
+    /// The shard membership, when sharded.
+    pub fn shards(&self) -> Option<&Arc<Shards>> {
+        self.inner.shards.as_ref()
+    }
+
+    /// Whether this replica leads (always, without an election).
+    pub fn is_leader(&self) -> bool {
+        self.inner.leader.is_open()
+    }
+
+    /// The view of one plugin: `leader_only` keeps it behind the leader's fence when sharded.
+    pub fn for_plugin(&self, plugin: &str, leader_only: bool) -> PluginOwnership {
+        PluginOwnership {
+            own: self.clone(),
+            plugin: Arc::from(plugin),
+            sharded: self.inner.shards.is_some() && !leader_only,
+        }
+    }
+}
+
+/// One plugin's view of [`Ownership`].
+#[derive(Clone, Debug)]
+pub struct PluginOwnership {
+    own: Ownership,
+    plugin: Arc<str>,
+    sharded: bool,
+}
+
+impl PluginOwnership {
+    /// Whether this plugin may call its guest and write at all now.
+    pub fn active(&self) -> bool {
+        match (&self.own.inner.shards, self.sharded) {
+            (Some(s), true) => s.fence.is_open(),
+            _ => self.own.inner.leader.is_open(),
+        }
+    }
+
+    /// Whether this replica may reconcile `key` of this plugin now.
+    pub fn admit(&self, key: &str) -> Admit {
+        match (&self.own.inner.shards, self.sharded) {
+            (Some(s), true) => s.admit(&self.plugin, key),
+            _ if self.own.inner.leader.is_open() => Admit::Now,
+            _ => Admit::No,
+        }
+    }
+
+    /// See [`Ownership::gained`].
+    pub fn gained(&self) -> watch::Receiver<u64> {
+        self.own.gained()
+    }
+}
+
+/// The membership as this replica last read it, and who owns which key.
+///
+/// Hand-over rule: when the membership changes, a key whose owner changes is dropped by its
+/// old owner as soon as that one reads the new membership, and the new owner waits out the
+/// old owner's lease (from the moment it saw the change) before it reconciles the key. An
+/// old owner that cannot read the membership closes its fence at its renew deadline, which is
+/// shorter than the lease; an old owner that left (its lease expired) needs no wait.
+pub struct Shards {
+    me: Arc<str>,
+    /// Open while this replica's membership lease is renewed (see [`Fence`]).
+    pub fence: Fence,
+    lease_duration: Duration,
+    state: RwLock<ShardState>,
+}
+
+struct ShardState {
+    /// Sorted member identities; empty until the first read.
+    members: Vec<Arc<str>>,
+    /// Earlier memberships, each with the instant until which a key its owner held must not
+    /// be started here.
+    history: Vec<(Vec<Arc<str>>, Instant)>,
+    first: bool,
+}
+
+impl Shards {
+    /// Shards for the member `me`, whose leases last `lease_duration`.
+    pub fn new(me: &str, fence: Fence, lease_duration: Duration) -> Self {
+        Shards {
+            me: Arc::from(me),
+            fence,
+            lease_duration,
+            state: RwLock::new(ShardState {
+                members: Vec::new(),
+                history: Vec::new(),
+                first: true,
+            }),
+        }
+    }
+
+    /// This member.
+    pub fn me(&self) -> &str {
+        &self.me
+    }
+
+    /// The live members, sorted.
+    pub fn members(&self) -> Vec<String> {
+        self.state
+            .read()
+            .members
+            .iter()
+            .map(|m| m.to_string())
+            .collect()
+    }
+
+    /// Takes a new membership read at `now`; returns whether it changed. The first read
+    /// counts as a change from the same members without this one: they may have been
+    /// working on the keys this replica now owns.
+    pub fn update(&self, members: &[String], now: Instant) -> bool {
+        let mut next: Vec<Arc<str>> = members.iter().map(|m| Arc::from(m.as_str())).collect();
+        if !next.contains(&self.me) {
+            next.push(self.me.clone());
+        }
+        next.sort();
+        next.dedup();
+        let mut s = self.state.write();
+        let until = now + self.lease_duration;
+        if s.first {
+            s.first = false;
+            let before: Vec<_> = next.iter().filter(|m| **m != self.me).cloned().collect();
+            if !before.is_empty() {
+                s.history.push((before, until));
+            }
+            s.members = next;
+            return true;
+        }
+        if s.members == next {
+            return false;
+        }
+        let before = std::mem::replace(&mut s.members, next);
+        s.history.retain(|(_, u)| *u > now);
+        s.history.push((before, until));
+        true
+    }
+
+    /// Whether this member may reconcile `key` of `plugin` now.
+    pub fn admit(&self, plugin: &str, key: &str) -> Admit {
+        if !self.fence.is_open() {
+            return Admit::No;
+        }
+        let s = self.state.read();
+        if owner(&s.members, plugin, key).is_none_or(|o| **o != *self.me) {
+            return Admit::No;
+        }
+        let now = Instant::now();
+        let mut wait = Duration::ZERO;
+        for (view, until) in &s.history {
+            if *until <= now {
+                continue;
+            }
+            if let Some(prev) = owner(view, plugin, key) {
+                // A previous owner still among the members may still be working on it.
+                if **prev != *self.me && s.members.iter().any(|m| m == prev) {
+                    wait = wait.max(*until - now);
+                }
+            }
+        }
+        if wait.is_zero() {
+            Admit::Now
+        } else {
+            Admit::After(wait)
+        }
+    }
+}
+
+/// The member with the highest score for (plugin, key): rendezvous hashing, so a membership
+/// change moves only the keys of the members that came or went.
+fn owner<'a>(members: &'a [Arc<str>], plugin: &str, key: &str) -> Option<&'a Arc<str>> {
+    members.iter().max_by_key(|m| score(m, plugin, key))
+}
+
+/// A stable 64-bit score: FNV-1a over the three strings (separated), then a SplitMix64
+/// finalizer to spread FNV's weak low bits. The same in every replica and every build.
+fn score(member: &str, plugin: &str, key: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in [
+        member.as_bytes(),
+        b"\0",
+        plugin.as_bytes(),
+        b"\0",
+        key.as_bytes(),
+    ] {
+        for b in part {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn open() -> Fence {
+        Fence::always_open()
+    }
+
+    #[test]
+    fn scores_are_stable_across_builds() {
+        // Replicas of different builds must agree on owners: the hash is fixed here (the
+        // value computed independently from the definition: FNV-1a 64, then SplitMix64).
+        assert_eq!(score("a", "p", "ns/x"), score("a", "p", "ns/x"));
+        assert_ne!(score("a", "p", "ns/x"), score("b", "p", "ns/x"));
+        assert_eq!(
+            score("host-a", "janitor", "default/cm-1"),
+            0x4cd6_6cef_38f2_432f
+        );
+    }
+
+    #[test]
+    fn every_key_has_exactly_one_owner_and_the_load_is_even() {
+        let members = names(&["r-0", "r-1", "r-2"]);
+        let shards: Vec<Shards> = members
+            .iter()
+            .map(|m| {
+                let s = Shards::new(m, open(), Duration::ZERO);
+                s.update(&members, Instant::now());
+                s
+            })
+            .collect();
+        let mut counts = [0usize; 3];
+        for i in 0..30_000 {
+            let key = format!("ns-{}/cm-{i}", i % 7);
+            let owners: Vec<_> = (0..3)
+                .filter(|&r| shards[r].admit("p", &key) == Admit::Now)
+                .collect();
+            assert_eq!(owners.len(), 1, "{key}: {owners:?}");
+            counts[owners[0]] += 1;
+        }
+        for c in counts {
+            assert!((8_000..=12_000).contains(&c), "{counts:?}");
+        }
+    }
+
+    #[test]
+    fn a_new_member_waits_out_the_old_owners_lease_and_the_old_owner_drops_at_once() {
+        let lease = Duration::from_secs(15);
+        let a = Shards::new("a", open(), lease);
+        let t0 = Instant::now();
+        a.update(&names(&["a"]), t0);
+        let key = (0..)
+            .map(|i| format!("default/k{i}"))
+            .find(|k| owner(&[Arc::from("a"), Arc::from("b")], "p", k).map(|o| &**o) == Some("b"))
+            .unwrap();
+        assert_eq!(a.admit("p", &key), Admit::Now);
+        // B joins: A drops the key at once.
+        assert!(a.update(&names(&["a", "b"]), Instant::now()));
+        assert_eq!(a.admit("p", &key), Admit::No);
+        // B's first view: A held everything before, and A is alive: B waits A's lease out.
+        let b = Shards::new("b", open(), lease);
+        b.update(&names(&["a", "b"]), Instant::now());
+        match b.admit("p", &key) {
+            Admit::After(d) => assert!(d > lease - Duration::from_secs(1), "{d:?}"),
+            other => panic!("{other:?}"),
+        }
+        // A key B owned no matter what is not delayed when A never owned it... but with A
+        // alive every key was A's: all of B's keys wait.
+        // When A leaves (its lease expired), B takes A's keys without waiting.
+        assert!(b.update(&names(&["b"]), Instant::now()));
+        assert_eq!(b.admit("p", &key), Admit::Now);
+    }
+
+    #[test]
+    fn a_member_that_left_hands_over_at_once() {
+        let lease = Duration::from_secs(15);
+        let c = Shards::new("c", open(), lease);
+        c.update(&names(&["a", "b", "c"]), Instant::now() - 2 * lease);
+        // Long after the first view, B disappears: its keys come to A or C with no wait.
+        assert!(c.update(&names(&["a", "c"]), Instant::now()));
+        let mut moved = 0;
+        let all: Vec<Arc<str>> = vec![Arc::from("a"), Arc::from("b"), Arc::from("c")];
+        for i in 0..3_000 {
+            let key = format!("default/k{i}");
+            let before = owner(&all, "p", &key).unwrap();
+            if &**before == "b" && c.admit("p", &key) != Admit::No {
+                moved += 1;
+                assert_eq!(c.admit("p", &key), Admit::Now, "{key}");
+            }
+            // Keys that were A's or C's keep their owner (rendezvous moves only B's).
+            if &**before == "c" {
+                assert_eq!(c.admit("p", &key), Admit::Now, "{key}");
+            }
+        }
+        assert!(moved > 300, "{moved}");
+    }
+
+    #[test]
+    fn a_closed_fence_admits_nothing_and_leader_only_plugins_follow_the_leader() {
+        let fence = Fence::closed();
+        let shards = Arc::new(Shards::new("a", fence.clone(), Duration::from_secs(1)));
+        shards.update(&names(&["a"]), Instant::now());
+        let leader = Fence::closed();
+        let own = Ownership::new(leader.clone(), Some(shards), None);
+        let sharded = own.for_plugin("p", false);
+        let only = own.for_plugin("q", true);
+        assert_eq!(sharded.admit("default/x"), Admit::No);
+        assert!(!sharded.active());
+        fence.open_until(Instant::now() + Duration::from_secs(60));
+        assert_eq!(sharded.admit("default/x"), Admit::Now);
+        assert!(!only.active(), "not the leader");
+        assert_eq!(only.admit("default/x"), Admit::No);
+        leader.open_until(Instant::now() + Duration::from_secs(60));
+        assert!(only.active());
+        assert_eq!(only.admit("default/x"), Admit::Now);
+    }
+
+    #[test]
+    fn a_single_host_owns_everything() {
+        let p = Ownership::single().for_plugin("p", false);
+        assert!(p.active());
+        assert_eq!(p.admit("anything"), Admit::Now);
+    }
+}

@@ -1,0 +1,275 @@
+//! This process among its replicas: leader election and shard membership, from the flags
+//! (`--leader-elect…`, `--shards`) or the keys of `--config`, started before the plugins and
+//! stopped after them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::bail;
+use clap::Args;
+use serde::Deserialize;
+
+use kwh_client::duration::parse_duration;
+use kwh_client::leader_election::{ElectionConfig, Fence, LeaderElection, Role, Timings};
+use kwh_client::Client;
+use kwh_plugin::membership::{MemberState, Membership};
+use kwh_plugin::ownership::{ElectionStatus, Ownership, Shards};
+
+/// The flags. Durations are written as kube-controller-manager's flags take them (`15s`,
+/// `1500ms`); the defaults are client-go's.
+#[derive(Args, Debug, Default)]
+pub struct ReplicaArgs {
+    /// Elect one leader among the replicas through a Lease; only the leader runs the plugins
+    /// (with `--shards`: only the plugins marked `leaderOnly`).
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Namespace of the Leases (default: the namespace of the kubeconfig context, in a pod
+    /// its own namespace).
+    #[arg(long, value_name = "NAMESPACE")]
+    pub leader_elect_namespace: Option<String>,
+    /// Name of the leader Lease; also the shard group's name (default kube-wasm-host).
+    #[arg(long, value_name = "NAME")]
+    pub leader_elect_lease_name: Option<String>,
+    /// How long a Lease holds after its last renewal (default 15s; whole seconds).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub leader_elect_lease_duration: Option<Duration>,
+    /// How long a leader (or member) keeps acting without renewing (default 10s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub leader_elect_renew_deadline: Option<Duration>,
+    /// The interval between acquire and renew attempts (default 2s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub leader_elect_retry_period: Option<Duration>,
+    /// Divide reconcile keys among the live replicas (each holds a membership Lease;
+    /// rendezvous hashing over the members). Every replica still caches everything.
+    #[arg(long)]
+    pub shards: bool,
+}
+
+/// The same settings as keys of `--config` (flags win); flattened into the config file's keys.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaConfig {
+    pub leader_elect: Option<bool>,
+    pub leader_elect_namespace: Option<String>,
+    pub leader_elect_lease_name: Option<String>,
+    pub leader_elect_lease_duration: Option<String>,
+    pub leader_elect_renew_deadline: Option<String>,
+    pub leader_elect_retry_period: Option<String>,
+    pub shards: Option<bool>,
+}
+
+/// What was asked for, merged and checked.
+#[derive(Debug, Clone)]
+pub struct ReplicaSettings {
+    pub leader_elect: bool,
+    pub shards: bool,
+    pub namespace: Option<String>,
+    pub lease_name: String,
+    pub timings: Timings,
+}
+
+impl ReplicaSettings {
+    /// Flags over config keys over client-go's defaults; the timings are checked as client-go
+    /// checks them.
+    pub fn resolve(args: &ReplicaArgs, file: &ReplicaConfig) -> anyhow::Result<Self> {
+        let dur = |key: &str, flag: Option<Duration>, v: &Option<String>, default: Duration| match (
+            flag, v,
+        ) {
+            (Some(d), _) => Ok(d),
+            (None, Some(s)) => {
+                parse_duration(s).map_err(|e| anyhow::anyhow!("config key {key}: {e}"))
+            }
+            (None, None) => Ok(default),
+        };
+        let d = Timings::default();
+        let timings = Timings {
+            lease_duration: dur(
+                "leaderElectLeaseDuration",
+                args.leader_elect_lease_duration,
+                &file.leader_elect_lease_duration,
+                d.lease_duration,
+            )?,
+            renew_deadline: dur(
+                "leaderElectRenewDeadline",
+                args.leader_elect_renew_deadline,
+                &file.leader_elect_renew_deadline,
+                d.renew_deadline,
+            )?,
+            retry_period: dur(
+                "leaderElectRetryPeriod",
+                args.leader_elect_retry_period,
+                &file.leader_elect_retry_period,
+                d.retry_period,
+            )?,
+        };
+        let s = ReplicaSettings {
+            leader_elect: args.leader_elect || file.leader_elect.unwrap_or(false),
+            shards: args.shards || file.shards.unwrap_or(false),
+            namespace: args
+                .leader_elect_namespace
+                .clone()
+                .or_else(|| file.leader_elect_namespace.clone()),
+            lease_name: args
+                .leader_elect_lease_name
+                .clone()
+                .or_else(|| file.leader_elect_lease_name.clone())
+                .unwrap_or_else(|| "kube-wasm-host".into()),
+            timings,
+        };
+        if s.leader_elect || s.shards {
+            s.timings
+                .validate()
+                .map_err(|e| anyhow::anyhow!("leader election: {e}"))?;
+        }
+        Ok(s)
+    }
+}
+
+/// The running election and membership of this process.
+pub struct Replica {
+    ownership: Ownership,
+    election: Option<LeaderElection>,
+    membership: Option<Membership>,
+}
+
+impl Replica {
+    /// Alone: owns everything.
+    pub fn single() -> Self {
+        Replica {
+            ownership: Ownership::single(),
+            election: None,
+            membership: None,
+        }
+    }
+
+    /// Starts the election and the membership asked for, as `identity`.
+    pub fn start(
+        settings: &ReplicaSettings,
+        client: &Client,
+        identity: &str,
+        leader_only_plugins: &[String],
+    ) -> anyhow::Result<Self> {
+        if !settings.leader_elect && !settings.shards {
+            return Ok(Replica::single());
+        }
+        if settings.shards && !settings.leader_elect && !leader_only_plugins.is_empty() {
+            bail!(
+                "plugin {} is leaderOnly: with --shards it needs --leader-elect",
+                leader_only_plugins.join(", ")
+            );
+        }
+        let namespace = settings
+            .namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_string());
+        let election = if settings.leader_elect {
+            Some(LeaderElection::spawn(
+                client.clone(),
+                ElectionConfig {
+                    namespace: namespace.clone(),
+                    name: settings.lease_name.clone(),
+                    identity: identity.to_string(),
+                    timings: settings.timings.clone(),
+                },
+            )?)
+        } else {
+            None
+        };
+        let leader_fence = match &election {
+            Some(e) => e.fence(),
+            // Sharded without an election: no plugin is leader-only (checked above).
+            None if settings.shards => Fence::closed(),
+            None => Fence::always_open(),
+        };
+        let shards = settings.shards.then(|| {
+            Arc::new(Shards::new(
+                identity,
+                Fence::closed(),
+                settings.timings.lease_duration,
+            ))
+        });
+        let status = election.as_ref().map(|e| ElectionStatus {
+            lease: format!("{namespace}/{}", settings.lease_name),
+            identity: identity.to_string(),
+            role: e.role(),
+        });
+        let ownership = Ownership::new(leader_fence, shards.clone(), status);
+        if let Some(e) = &election {
+            // A new leader replays its caches to its handlers, as a controller that starts.
+            let mut role = e.role();
+            let own = ownership.clone();
+            tokio::spawn(async move {
+                while role.changed().await.is_ok() {
+                    if *role.borrow_and_update() == Role::Leader {
+                        own.gained_work();
+                    }
+                }
+            });
+        }
+        let membership = shards.map(|s| {
+            Membership::spawn(
+                client.clone(),
+                &namespace,
+                &settings.lease_name,
+                settings.timings.clone(),
+                s,
+                ownership.clone(),
+            )
+        });
+        tracing::info!(
+            identity,
+            namespace,
+            lease = %settings.lease_name,
+            leader_elect = settings.leader_elect,
+            shards = settings.shards,
+            "replica coordination started"
+        );
+        Ok(Replica {
+            ownership,
+            election,
+            membership,
+        })
+    }
+
+    /// Which work this process may do.
+    pub fn ownership(&self) -> Ownership {
+        self.ownership.clone()
+    }
+
+    /// Resolves when this process lost its lease (leader or membership): it must stop.
+    pub async fn lost(&self) -> &'static str {
+        let election = async {
+            match &self.election {
+                Some(e) => {
+                    let mut r = e.role();
+                    let _ = r.wait_for(|r| *r == Role::Lost).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let membership = async {
+            match &self.membership {
+                Some(m) => {
+                    let mut s = m.state();
+                    let _ = s.wait_for(|s| *s == MemberState::Lost).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = election => "leader election lost",
+            _ = membership => "shard membership lost",
+        }
+    }
+
+    /// Leaves the shard group and releases the leader Lease: after the plugins stopped, so
+    /// the next owner starts only once nothing here acts any more.
+    pub async fn stop(self) {
+        if let Some(m) = self.membership {
+            m.leave().await;
+        }
+        if let Some(e) = self.election {
+            e.release().await;
+        }
+    }
+}
