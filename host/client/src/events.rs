@@ -182,6 +182,9 @@ pub struct RecorderConfig {
     pub series_expiry: Duration,
     /// How long [`EventWriter::run`] keeps writing after its shutdown signal.
     pub shutdown_grace: Duration,
+    /// While closed, nothing is written (a standby, or a leader whose lease may have passed
+    /// to another replica): the write is given up and counted as a failure.
+    pub fence: Option<crate::leader_election::Fence>,
 }
 
 impl RecorderConfig {
@@ -195,6 +198,7 @@ impl RecorderConfig {
             series_flush: Duration::from_secs(30),
             series_expiry: Duration::from_secs(360),
             shutdown_grace: Duration::from_secs(5),
+            fence: None,
         }
     }
 }
@@ -636,13 +640,15 @@ enum WriteError {
     Api(#[from] Error),
     #[error("cannot encode the Event: {0}")]
     Encode(#[from] serde_json::Error),
+    #[error("this replica may not write now (not the leader, or its lease lapsed)")]
+    Fenced,
 }
 
 impl WriteError {
     fn code(&self) -> Option<u16> {
         match self {
             WriteError::Api(e) => e.code(),
-            WriteError::Encode(_) => None,
+            WriteError::Encode(_) | WriteError::Fenced => None,
         }
     }
 }
@@ -850,6 +856,7 @@ impl EventWriter {
     /// POST with retries: `Ok(false)` when the Event was already there (409), which is what a
     /// retry after a lost answer finds, so it counts as done.
     async fn create(&self, namespace: &str, body: Bytes) -> Result<bool, WriteError> {
+        self.fenced()?;
         let params = WriteParams::default();
         let r = retrying(|| {
             self.client
@@ -867,6 +874,7 @@ impl EventWriter {
     }
 
     async fn patch(&self, namespace: &str, name: &str, patch: Bytes) -> Result<(), WriteError> {
+        self.fenced()?;
         let params = WriteParams::default();
         let patch = Patch::Merge(patch);
         retrying(|| {
@@ -876,6 +884,14 @@ impl EventWriter {
         .await
         .map(drop)
         .map_err(WriteError::from)
+    }
+
+    /// Refuses a write while the configured fence is closed.
+    fn fenced(&self) -> Result<(), WriteError> {
+        match &self.shared.config.fence {
+            Some(f) if !f.is_open() => Err(WriteError::Fenced),
+            _ => Ok(()),
+        }
     }
 
     /// The one log line of a write given up on.
@@ -919,7 +935,7 @@ fn retryable(e: &Error) -> bool {
 fn retryable_write(e: &WriteError) -> bool {
     match e {
         WriteError::Api(e) => retryable(e),
-        WriteError::Encode(_) => false,
+        WriteError::Encode(_) | WriteError::Fenced => false,
     }
 }
 

@@ -472,3 +472,28 @@ async fn created_events_have_the_shape_of_the_recorded_request() {
     assert_eq!(ev["note"].as_str().unwrap(), "é".repeat(512));
     h.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_fence_stops_every_event_write() {
+    let (h, client) = emulator().await;
+    let fence = kwh_client::leader_election::Fence::closed();
+    let (recorder, writer) = EventRecorder::new(
+        client,
+        RecorderConfig {
+            fence: Some(fence.clone()),
+            ..RecorderConfig::new("host-a")
+        },
+    );
+    let running = spawn(writer);
+    let before = writes(&h);
+    recorder.record(CONTROLLER, event(cm("a"), "Fenced"));
+    until(&recorder, "the write given up", |s| s.write_failures == 1).await;
+    assert_eq!(writes(&h), before, "nothing reached the API server");
+    // Open (leading again): the next Event is written.
+    fence.open_until(Instant::now() + Duration::from_secs(60));
+    recorder.record(CONTROLLER, event(cm("b"), "Open"));
+    until(&recorder, "the Event created", |s| s.created == 1).await;
+    stop(running).await;
+    assert_eq!(with_reason(&stored(&h, "default"), "Open").len(), 1);
+    assert!(with_reason(&stored(&h, "default"), "Fenced").is_empty());
+}

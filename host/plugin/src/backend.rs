@@ -194,6 +194,9 @@ pub struct WriteRequest {
     pub name: Option<String>,
     /// The request body: object, patch, or empty for deletes.
     pub body: Vec<u8>,
+    /// The reconcile key it is written for (none from a handler): a sharded replica refuses
+    /// a write for a key that moved to another replica while its reconcile was running.
+    pub reconciling: Option<std::sync::Arc<str>>,
 }
 
 /// Writes to the API server.

@@ -327,6 +327,15 @@ impl ClientBackend for KubeClientBackend {
             );
             return Box::pin(async move { Err(ApiError::unavailable(msg)) });
         }
+        if let Some(key) = &req.reconciling {
+            if self.own.admit(key) == Admit::No {
+                let msg = format!(
+                    "plugin {:?}: key {key} moved to another replica during its reconcile; write of {} refused",
+                    self.field_manager, req.kind
+                );
+                return Box::pin(async move { Err(ApiError::unavailable(msg)) });
+            }
+        }
         if let Err(e) = refuse_outside_scope(
             self.confined_to.as_deref(),
             &self.field_manager,
@@ -521,6 +530,7 @@ mod tests {
             namespace: Some(ns.into()),
             name: None,
             body: b"{}".to_vec(),
+            reconciling: None,
         };
         let e = b.write(req("other")).await.unwrap_err();
         assert_eq!(e.code, 403);
@@ -528,6 +538,56 @@ mod tests {
         // In its own namespace the write is attempted (and fails only for want of a server).
         let e = b.write(req("team")).await.unwrap_err();
         assert_ne!(e.code, 403, "{e}");
+    }
+
+    #[tokio::test]
+    async fn writes_are_refused_when_not_active_or_for_a_key_that_moved_away() {
+        use super::super::ownership::Shards;
+        use kwh_client::leader_election::Fence;
+        use std::time::Instant;
+        let client = Client::new(kwh_client::Config::new(
+            "http://127.0.0.1:9".parse().unwrap(),
+        ))
+        .unwrap();
+        let resources = HashMap::from([(
+            ("v1".to_string(), "ConfigMap".to_string()),
+            ApiResource::new("v1", "ConfigMap", "configmaps", true),
+        )]);
+        let fence = Fence::closed();
+        let shards = Arc::new(Shards::new("a", fence.clone(), Duration::ZERO));
+        shards.update(&["a".to_string(), "b".to_string()], Instant::now());
+        let own = Ownership::new(Fence::closed(), Some(shards), None).for_plugin("p", false);
+        let b = KubeClientBackend::new(client, "p", resources).owned_by(own.clone());
+        let req = |key: Option<&str>| WriteRequest {
+            op: WriteOp::Create,
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: Some("default".into()),
+            name: None,
+            body: b"{}".to_vec(),
+            reconciling: key.map(Arc::from),
+        };
+        let e = b.write(req(None)).await.unwrap_err();
+        assert_eq!(e.code, 503, "not a member yet: {e}");
+        assert!(
+            e.message.contains("not the leader or lost its lease"),
+            "{e}"
+        );
+        fence.open_until(Instant::now() + Duration::from_secs(60));
+        let (mine, theirs) = {
+            let mut keys = (0..).map(|i| format!("default/k{i}"));
+            let mine = keys.find(|k| own.admit(k) == Admit::Now).unwrap();
+            let theirs = keys.find(|k| own.admit(k) == Admit::No).unwrap();
+            (mine, theirs)
+        };
+        let e = b.write(req(Some(&theirs))).await.unwrap_err();
+        assert_eq!(e.code, 503, "{e}");
+        assert!(e.message.contains("moved to another replica"), "{e}");
+        // An owned key's write, and a handler's, are attempted (no server: not 503 refusals).
+        for r in [req(Some(&mine)), req(None)] {
+            let e = b.write(r).await.unwrap_err();
+            assert!(e.message.contains("cannot connect"), "{e}");
+        }
     }
 
     #[test]

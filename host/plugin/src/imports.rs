@@ -222,6 +222,7 @@ impl HostState {
             namespace,
             name,
             body,
+            reconciling: self.reconciling.clone(),
         };
         let fut = self.ctx.backends.client.write(req);
         Box::pin(async move {

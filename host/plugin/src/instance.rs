@@ -146,6 +146,8 @@ pub struct HostState {
     deadline: Instant,
     deadline_hit: bool,
     pub(crate) ctx: Arc<PluginCtx>,
+    /// The key of the reconcile running in this store, if one is.
+    pub(crate) reconciling: Option<Arc<str>>,
 }
 
 impl WasiView for HostState {
@@ -323,6 +325,7 @@ async fn instantiate_with_clock(
         },
         deadline: Instant::now() + limits.handler_deadline,
         deadline_hit: false,
+        reconciling: None,
         ctx: ctx.clone(),
     };
     let mut store = Store::new(inner.engine.engine(), state);
@@ -621,7 +624,9 @@ impl PluginInstance {
             let live = self.live_mut(d).await?;
             // SAFETY: the signature was checked by `typed` in `instantiate`.
             let f: Reconcile<'_> = unsafe { TypedFunc::new_unchecked(live.reconcile) };
+            live.store.data_mut().reconciling = Some(Arc::from(key));
             let res = tokio::time::timeout(backstop, f.call_async(&mut live.store, (key,))).await;
+            live.store.data_mut().reconciling = None;
             res.unwrap_or_else(|_| {
                 live.store.data_mut().deadline_hit = true;
                 Err(wasmtime::Error::new(DeadlineExceeded))

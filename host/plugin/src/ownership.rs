@@ -119,6 +119,15 @@ impl Ownership {
         self.inner.shards.as_ref()
     }
 
+    /// The fence of this replica's own right to write: its membership when sharded, else the
+    /// leader's (what the Event writer checks).
+    pub fn fence(&self) -> Fence {
+        match &self.inner.shards {
+            Some(s) => s.fence.clone(),
+            None => self.inner.leader.clone(),
+        }
+    }
+
     /// Whether this replica leads (always, without an election).
     pub fn is_leader(&self) -> bool {
         self.inner.leader.is_open()

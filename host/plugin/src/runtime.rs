@@ -232,8 +232,13 @@ impl PluginRuntime {
         let registry = Registry::new();
         let lw_counters = CounterMap::default();
         let slots = Slots::default();
-        let (events, writer) =
-            EventRecorder::new(client.clone(), RecorderConfig::new(opts.identity.clone()));
+        let (events, writer) = EventRecorder::new(
+            client.clone(),
+            RecorderConfig {
+                fence: Some(opts.ownership.fence()),
+                ..RecorderConfig::new(opts.identity.clone())
+            },
+        );
         let (stop_events, stopped) = tokio::sync::oneshot::channel::<()>();
         let event_writer = tokio::spawn(writer.run(async move {
             let _ = stopped.await;

@@ -116,6 +116,7 @@ impl FakeCluster {
             namespace: meta("namespace"),
             name: meta("name"),
             body: serde_json::to_vec(&obj).unwrap_or_default(),
+            reconciling: None,
         };
         self.write(&req, TEST_MANAGER)?
             .ok_or_else(|| ApiError::new(500, "InternalError", "no object returned"))
@@ -324,6 +325,7 @@ mod tests {
             } else {
                 body.to_string().into_bytes()
             },
+            reconciling: None,
         }
     }
 
@@ -441,6 +443,7 @@ status: {phase: Old, note: kept}
             namespace: Some("team".into()),
             name: Some(name.into()),
             body: body.to_string().into_bytes(),
+            reconciling: None,
         }
     }
 
@@ -519,6 +522,7 @@ status: {phase: Old, note: kept}
                     namespace: Some("team".into()),
                     name: Some("x".into()),
                     body: b"{}".to_vec(),
+                    reconciling: None,
                 },
                 "p",
             )

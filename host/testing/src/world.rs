@@ -678,6 +678,7 @@ mod tests {
             namespace: Some(ns.into()),
             name: None,
             body: serde_json::to_vec(&cm(ns, "made", "web")).expect("json"),
+            reconciling: None,
         };
         let e = w.perform(create("other")).expect_err("refused");
         assert_eq!(e.code, 403, "{e}");
