@@ -151,6 +151,18 @@ impl RuntimeStatus {
                 out.push('\n');
             }
         }
+        // A standby is ready (its caches are synced, it can take over): only a replica that
+        // lost its lease, and is about to exit, is not. The role is said either way.
+        let role = replica_line(&self.ownership);
+        if let Some((lost, line)) = role {
+            if lost {
+                out.push_str(&line);
+            } else if out.is_empty() {
+                return (true, format!("ok\n{line}"));
+            } else {
+                out.push_str(&line);
+            }
+        }
         if out.is_empty() {
             (true, "ok\n".into())
         } else {
@@ -252,6 +264,45 @@ fn replica_json(own: &Ownership) -> serde_json::Value {
         v["shardMembers"] = s.members().into();
     }
     v
+}
+
+/// The replica's role as one `/readyz` line, and whether it lost its lease; none when alone.
+fn replica_line(own: &Ownership) -> Option<(bool, String)> {
+    use kwh_client::leader_election::Role;
+    let mut line = String::new();
+    let mut lost = false;
+    if let Some(e) = own.election() {
+        match &*e.role.borrow() {
+            Role::Leader => line.push_str("role: leader"),
+            Role::Standby { leader } => {
+                let _ = write!(
+                    line,
+                    "role: standby (leader: {})",
+                    leader.as_deref().unwrap_or("none")
+                );
+            }
+            Role::Lost => {
+                lost = true;
+                line.push_str("role: lost its lease; stopping");
+            }
+            Role::Stopped => line.push_str("role: stopped"),
+        }
+    }
+    if let Some(s) = own.shards() {
+        if !line.is_empty() {
+            line.push_str("; ");
+        }
+        if s.fence.is_open() {
+            let _ = write!(line, "shard member of {}", s.members().len());
+        } else {
+            line.push_str("not a shard member (membership lease not renewed)");
+        }
+    }
+    if line.is_empty() {
+        return None;
+    }
+    line.push('\n');
+    Some((lost, line))
 }
 
 fn role_name(r: &kwh_client::leader_election::Role) -> &'static str {

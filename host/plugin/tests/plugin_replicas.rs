@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use kwh_client::leader_election::{Fence, Timings};
+use kwh_client::leader_election::{Fence, Role, Timings};
 use kwh_plugin::membership::{MemberState, Membership};
-use kwh_plugin::ownership::{Ownership, Shards};
+use kwh_plugin::ownership::{ElectionStatus, Ownership, Shards};
 use kwh_plugin::RuntimeOptions;
 use support::cluster::{client, cm, emulator, eventually, get_cm, runtime_with, start};
 
@@ -41,7 +41,18 @@ async fn a_standby_acts_on_nothing_and_a_new_leader_catches_up_from_its_cache() 
             .expect("seed");
     }
     let fence = Fence::closed();
-    let own = Ownership::new(fence.clone(), None, None);
+    let (role, role_rx) = tokio::sync::watch::channel(Role::Standby {
+        leader: Some("other".into()),
+    });
+    let own = Ownership::new(
+        fence.clone(),
+        None,
+        Some(ElectionStatus {
+            lease: "default/host".into(),
+            identity: "me".into(),
+            role: role_rx,
+        }),
+    );
     let mut rt = runtime_with(
         &em,
         RuntimeOptions {
@@ -63,9 +74,24 @@ async fn a_standby_acts_on_nothing_and_a_new_leader_catches_up_from_its_cache() 
     assert_eq!(p.queue().len(), 0, "a standby's queue stays empty");
     assert_eq!(p.reconcile_stats().total.load(Ordering::Relaxed), 0);
     assert_eq!(copies(&em), 0, "a standby writes nothing");
+    let status = rt.status();
+    assert_eq!(
+        status.readiness(),
+        (true, "ok\nrole: standby (leader: other)\n".to_string()),
+        "a synced standby is ready, and says so"
+    );
+    let metric = "leader_election_master_status{name=\"host\"}";
+    assert!(status
+        .render_metrics()
+        .unwrap()
+        .contains(&format!("{metric} 0")));
+    let statusz: serde_json::Value = serde_json::from_str(&status.render_status()).unwrap();
+    assert_eq!(statusz["replica"]["role"], "standby");
+    assert_eq!(statusz["replica"]["leader"], false);
 
     // Leading: the cache is replayed to the handlers, every object is reconciled.
     fence.open_until(Instant::now() + Duration::from_secs(3600));
+    role.send_replace(Role::Leader);
     own.gained_work();
     assert!(
         eventually(T, || copies(&em) == 20).await,
@@ -77,6 +103,11 @@ async fn a_standby_acts_on_nothing_and_a_new_leader_catches_up_from_its_cache() 
         lists,
         "taking over needs no relist"
     );
+    assert_eq!(status.readiness(), (true, "ok\nrole: leader\n".to_string()));
+    assert!(status
+        .render_metrics()
+        .unwrap()
+        .contains(&format!("{metric} 1")));
 
     // The fence closes (the lease could not be renewed): the next notification is skipped
     // and nothing is written for it.
@@ -93,6 +124,9 @@ async fn a_standby_acts_on_nothing_and_a_new_leader_catches_up_from_its_cache() 
         get_cm(&em, "late-copy").is_none(),
         "a fenced leader writes nothing"
     );
+    role.send_replace(Role::Lost);
+    let (ready, why) = status.readiness();
+    assert!(!ready && why.contains("lost its lease"), "{why}");
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
