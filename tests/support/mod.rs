@@ -1,13 +1,16 @@
-//! Shared helpers of the plugin tests: building the test guests, engines, fakes, log capture.
+//! Shared helpers of the plugin tests: building the test guests, engines, fakes, log capture,
+//! `host` processes (one, or replicas behind freezable proxies).
 #![allow(dead_code)]
 
 pub mod cluster;
 pub mod fakes;
+pub mod freeze_proxy;
 pub mod guests;
 pub mod kubectl;
 pub mod logs;
 pub mod process;
 pub mod rbac;
+pub mod replicas;
 pub mod scenarios;
 
 use std::path::PathBuf;

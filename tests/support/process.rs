@@ -1,6 +1,6 @@
 //! The `host` binary as a child process: its stdout and stderr read line by line as they come,
-//! waits for a line with a deadline, SIGTERM, the exit status, and a client for the emulator it
-//! started with `--emulator`.
+//! waits for a line with a deadline, SIGTERM and SIGKILL, the exit status, and a client for the
+//! emulator it started with `--emulator`.
 
 use std::ffi::OsStr;
 use std::path::PathBuf;
@@ -142,6 +142,33 @@ impl HostProcess {
     /// Whether a line seen so far contains `text`.
     pub fn saw(&self, text: &str) -> bool {
         self.seen.iter().any(|l| l.text.contains(text))
+    }
+
+    /// Moves the lines that have arrived into [`seen`](Self::seen) without waiting (for callers
+    /// that poll the log rather than wait for one line).
+    pub fn drain(&mut self) {
+        while let Ok(l) = self.lines.try_recv() {
+            self.seen.push(l);
+        }
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Whether the process has exited (its status is then kept for [`exit`](Self::exit)).
+    pub fn has_exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// `kill -9`: no handler runs, nothing is drained or released. Returns once the process is
+    /// gone, with the rest of its output collected.
+    pub async fn kill(&mut self) -> ExitStatus {
+        if !self.has_exited() {
+            self.child.start_kill().expect("SIGKILL");
+        }
+        self.exit(WAIT).await
     }
 
     pub fn sigterm(&self) {
