@@ -1,0 +1,339 @@
+//! Leader election and sharding across three `host` processes against one `host emulator`
+//! process, each replica behind its own freezable proxy, running the `ledger` guest (one line
+//! per reconcile start and end). What the tests hold the replicas to:
+//! (a) no key is reconciled by two replicas at overlapping times; (b) after kill -9 of the
+//! leader, or of a shard owner, every object changed after the kill is reconciled; (c) a
+//! SIGTERM hands the lease over at once (release, not expiry); (d) a replica cut off from the
+//! API server stops calling its guest within its renew deadline, before its lease can expire,
+//! and another takes its work; (e) one replica and three sharded replicas reconcile the same
+//! set of (key, version) pairs.
+//!
+//! Timings are short (lease 2 s, renew deadline 1.5 s, retry 300 ms) so each test takes
+//! seconds; the failover and handover floors are measured by the `replicas` benchmark.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::time::Duration;
+
+use serde_json::json;
+
+use support::process::WAIT;
+use support::replicas::*;
+
+const NS: &str = "ledger";
+const LEASE: Duration = Duration::from_secs(2);
+const RENEW: Duration = Duration::from_millis(1500);
+
+/// The run flags of every replica: the ledger plugin, short election timings, and `extra`.
+fn args(plugins: &std::path::Path, extra: &[&str]) -> Vec<OsString> {
+    timed(plugins, "2s", "1500ms", extra)
+}
+
+/// [`args`] with another lease duration and renew deadline.
+fn timed(plugins: &std::path::Path, lease: &str, renew: &str, extra: &[&str]) -> Vec<OsString> {
+    let mut a: Vec<OsString> = vec![
+        "--plugins".into(),
+        plugins.into(),
+        "--leader-elect-lease-duration".into(),
+        lease.into(),
+        "--leader-elect-renew-deadline".into(),
+        renew.into(),
+        "--leader-elect-retry-period".into(),
+        "300ms".into(),
+    ];
+    a.extend(extra.iter().map(OsString::from));
+    a
+}
+
+/// Creates `n` ConfigMaps `cm-NN`; their (key, rv) pairs.
+async fn seed(rs: &Replicas, n: usize) -> BTreeSet<(String, String)> {
+    rs.emulator.create_namespace(NS).await;
+    let mut want = BTreeSet::new();
+    for i in 0..n {
+        let name = format!("cm-{i:02}");
+        let rv = rs.emulator.create_cm(NS, &name, json!({"v": "0"})).await;
+        want.insert((format!("{NS}/{name}"), rv));
+    }
+    want
+}
+
+/// Updates every key of `keys`; the new (key, rv) pairs.
+async fn update_all(
+    rs: &Replicas,
+    keys: impl IntoIterator<Item = String>,
+    v: &str,
+) -> BTreeSet<(String, String)> {
+    let mut want = BTreeSet::new();
+    for key in keys {
+        let name = key.trim_start_matches(&format!("{NS}/")).to_string();
+        let rv = rs.emulator.update_cm(NS, &name, json!({ "v": v })).await;
+        want.insert((key, rv));
+    }
+    want
+}
+
+fn keys(pairs: &BTreeSet<(String, String)>) -> Vec<String> {
+    pairs.iter().map(|(k, _)| k.clone()).collect()
+}
+
+/// Which replica leads, by its `/statusz`; waits up to `within`.
+async fn leader(rs: &mut Replicas, alive: &[usize], within: Duration) -> usize {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        for &id in alive {
+            let (code, body) = rs.replicas[id].get("/statusz").await;
+            if code == 200 {
+                let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+                if v["replica"]["role"] == "leader" {
+                    return id;
+                }
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no leader among {alive:?}:\n{}",
+            rs.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn assert_no_overlap(rs: &mut Replicas) -> Vec<LedgerRecord> {
+    let recs = rs.records();
+    let found = overlaps(&recs);
+    assert!(
+        found.is_empty(),
+        "reconciled by two replicas at once: {found:#?}\n{}",
+        rs.ledger_log()
+    );
+    recs
+}
+
+/// Replicas that reconciled anything of `pairs` (finished reconciles).
+fn reconcilers(recs: &[LedgerRecord], pairs: &BTreeSet<(String, String)>) -> BTreeSet<usize> {
+    recs.iter()
+        .filter(|r| r.finished && pairs.contains(&(r.key.clone(), r.rv.clone())))
+        .map(|r| r.replica)
+        .collect()
+}
+
+/// Three phases against `n` sharded replicas (created, all updated, some deleted), each waited
+/// for; returns every reconciled pair, each version named by its phase (the emulators of two
+/// runs number versions differently), and checks (a) on the way.
+async fn sharded_run(n: usize) -> BTreeSet<(String, String)> {
+    let mut rs = Replicas::start().await;
+    let created = seed(&rs, 24).await;
+    let plugins = ledger_plugins_file(&rs.dir, json!({"holdMs": 20, "namespace": NS}), 2);
+    for _ in 0..n {
+        rs.spawn(args(&plugins, &["--shards"])).await;
+    }
+    rs.expect_reconciled(&created, WAIT).await;
+    let updated = update_all(&rs, keys(&created), "1").await;
+    rs.expect_reconciled(&updated, WAIT).await;
+    let gone: Vec<String> = keys(&created).into_iter().take(6).collect();
+    for key in &gone {
+        rs.emulator
+            .delete_cm(NS, key.trim_start_matches("ledger/"))
+            .await;
+    }
+    let deleted: BTreeSet<_> = gone.iter().map(|k| (k.clone(), "-".to_string())).collect();
+    rs.expect_reconciled(&deleted, WAIT).await;
+    let recs = assert_no_overlap(&mut rs);
+    if n > 1 {
+        let by = reconcilers(&recs, &updated);
+        assert_eq!(by.len(), n, "every replica took a share: {by:?}");
+    }
+    let phase: BTreeMap<(String, String), &str> = created
+        .iter()
+        .map(|p| (p.clone(), "created"))
+        .chain(updated.iter().map(|p| (p.clone(), "updated")))
+        .chain(deleted.iter().map(|p| (p.clone(), "deleted")))
+        .collect();
+    reconciled_pairs(&recs)
+        .into_iter()
+        .map(|p| {
+            let name = phase.get(&p).copied().unwrap_or("unknown version");
+            (p.0, name.to_string())
+        })
+        .collect()
+}
+
+/// (a) and (e).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_sharded_replicas_never_overlap_and_reconcile_what_one_replica_does() {
+    let one = sharded_run(1).await;
+    let three = sharded_run(3).await;
+    assert!(!one.iter().any(|(_, v)| v == "unknown version"), "{one:?}");
+    assert_eq!(one.len(), 24 + 24 + 6);
+    assert_eq!(one, three);
+}
+
+/// (b), the leader: only the leader reconciles; after kill -9 of it another takes over and
+/// reconciles every change made after the kill, without overlapping the dead one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_kill_9_of_the_leader_every_later_change_is_reconciled_by_the_next() {
+    let mut rs = Replicas::start().await;
+    let created = seed(&rs, 10).await;
+    let plugins = ledger_plugins_file(&rs.dir, json!({"holdMs": 20, "namespace": NS}), 1);
+    for _ in 0..3 {
+        rs.spawn(args(&plugins, &["--leader-elect"])).await;
+    }
+    let first = leader(&mut rs, &[0, 1, 2], WAIT).await;
+    let recs = rs.expect_reconciled(&created, WAIT).await;
+    assert_eq!(
+        reconcilers(&recs, &created),
+        BTreeSet::from([first]),
+        "only the leader reconciles"
+    );
+    for id in (0..3).filter(|&i| i != first) {
+        assert!(rs.replicas[id].wait_ready(WAIT).await, "a standby is ready");
+        let (_, metrics) = rs.replicas[id].get("/metrics").await;
+        assert!(
+            metrics.contains("leader_election_master_status{name=\"kube-wasm-host\"} 0"),
+            "{metrics}"
+        );
+    }
+
+    let status = rs.kill(first).await;
+    assert!(!status.success());
+    let updated = update_all(&rs, keys(&created), "1").await;
+    let recs = rs.expect_reconciled(&updated, WAIT).await;
+    let by = reconcilers(&recs, &updated);
+    assert_eq!(by.len(), 1, "{by:?}");
+    assert!(!by.contains(&first));
+    assert_no_overlap(&mut rs);
+}
+
+/// (b), a shard owner: its keys go to the others once its lease expires; every change made
+/// after the kill is reconciled, and no key by two at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_kill_9_of_a_shard_owner_its_keys_are_reconciled_by_the_others() {
+    let mut rs = Replicas::start().await;
+    let created = seed(&rs, 24).await;
+    let plugins = ledger_plugins_file(&rs.dir, json!({"holdMs": 20, "namespace": NS}), 2);
+    for _ in 0..3 {
+        rs.spawn(args(&plugins, &["--shards"])).await;
+    }
+    let recs = rs.expect_reconciled(&created, WAIT).await;
+    // Wait for a settled membership: each replica reconciles its share of an update.
+    let probe = update_all(&rs, keys(&created), "1").await;
+    let recs = match rs
+        .wait_for(WAIT, |recs| {
+            reconciled_pairs(recs).is_superset(&probe) && reconcilers(recs, &probe).len() == 3
+        })
+        .await
+    {
+        Ok(r) => r,
+        Err(_) => panic!(
+            "three replicas did not share the work: {:?}\n{}",
+            reconcilers(&recs, &probe),
+            rs.ledger_log()
+        ),
+    };
+    let owned_by_1: Vec<String> = recs
+        .iter()
+        .filter(|r| r.replica == 1 && probe.contains(&(r.key.clone(), r.rv.clone())))
+        .map(|r| r.key.clone())
+        .collect();
+    assert!(!owned_by_1.is_empty());
+
+    rs.kill(1).await;
+    let updated = update_all(&rs, keys(&created), "2").await;
+    let recs = rs.expect_reconciled(&updated, WAIT).await;
+    let by = reconcilers(&recs, &updated);
+    assert!(!by.contains(&1), "{by:?}");
+    for key in &owned_by_1 {
+        let rv = &updated.iter().find(|(k, _)| k == key).expect("updated").1;
+        assert!(
+            recs.iter()
+                .any(|r| r.finished && &r.key == key && &r.rv == rv && r.replica != 1),
+            "{key} of the killed owner was not taken over"
+        );
+    }
+    assert_no_overlap(&mut rs);
+}
+
+/// (c): SIGTERM of the leader drains it, releases the lease, and a standby leads at once: well
+/// before the lease (10 s here) could have expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_the_lease_and_a_standby_takes_over_at_once() {
+    let mut rs = Replicas::start().await;
+    let created = seed(&rs, 4).await;
+    let plugins = ledger_plugins_file(&rs.dir, json!({"namespace": NS}), 1);
+    for _ in 0..2 {
+        rs.spawn(timed(&plugins, "10s", "5s", &["--leader-elect"]))
+            .await;
+    }
+    let first = leader(&mut rs, &[0, 1], WAIT).await;
+    rs.expect_reconciled(&created, WAIT).await;
+    let other = 1 - first;
+    assert!(rs.replicas[other].wait_ready(WAIT).await);
+    let stopped = tokio::time::Instant::now();
+    let status = rs.sigterm(first, WAIT).await;
+    assert!(status.success(), "a clean stop: {}", rs.log());
+    leader(&mut rs, &[other], Duration::from_secs(20)).await;
+    let took = stopped.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "the standby led {took:?} after the SIGTERM: the lease was not released"
+    );
+    let updated = update_all(&rs, keys(&created), "1").await;
+    let recs = rs.expect_reconciled(&updated, WAIT).await;
+    assert_eq!(reconcilers(&recs, &updated), BTreeSet::from([other]));
+    assert_no_overlap(&mut rs);
+}
+
+/// (d): the leader is cut off from the API server while it has a backlog its cache lets it
+/// keep working on; it stops calling its guest within its renew deadline (before its lease can
+/// expire), exits, and the other replica takes over and finishes the work with no overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_leader_stops_calling_its_guest_before_its_lease_can_expire() {
+    let mut rs = Replicas::start().await;
+    let created = seed(&rs, 30).await;
+    let plugins = ledger_plugins_file(&rs.dir, json!({"holdMs": 100, "namespace": NS}), 1);
+    for _ in 0..2 {
+        rs.spawn(args(&plugins, &["--leader-elect"])).await;
+    }
+    let first = leader(&mut rs, &[0, 1], WAIT).await;
+    rs.expect_reconciled(&created, WAIT).await;
+    let other = 1 - first;
+    // A backlog of 30 × 100 ms on the leader: it would keep reconciling from its cache for
+    // three seconds after a partition if nothing stopped it.
+    let updated = update_all(&rs, keys(&created), "1").await;
+    let started = |recs: &[LedgerRecord]| {
+        recs.iter()
+            .any(|r| r.replica == first && updated.contains(&(r.key.clone(), r.rv.clone())))
+    };
+    assert!(rs.wait_for(WAIT, started).await.is_ok());
+    let cut = now_ns();
+    rs.replicas[first].freeze();
+    let status = rs.replicas[first].process.exit(WAIT).await;
+    assert!(!status.success(), "a replica that lost its lease exits non-zero");
+    assert!(
+        rs.replicas[first].process.saw("leader election lost"),
+        "{}",
+        rs.log()
+    );
+    let recs = rs.expect_reconciled(&updated, WAIT).await;
+    let last_start = recs
+        .iter()
+        .filter(|r| r.replica == first)
+        .map(|r| r.start_ns)
+        .max()
+        .expect("the leader reconciled");
+    // Its last renewal began before the cut: nothing may start after cut + renew deadline.
+    let slack = Duration::from_millis(250).as_nanos() as u64;
+    assert!(
+        last_start <= cut + RENEW.as_nanos() as u64 + slack,
+        "the cut-off leader started a reconcile {} ms after the partition",
+        (last_start - cut) / 1_000_000
+    );
+    assert!(last_start < cut + LEASE.as_nanos() as u64);
+    assert!(
+        reconcilers(&recs, &updated).contains(&other),
+        "the other replica took over"
+    );
+    assert_no_overlap(&mut rs);
+}
