@@ -142,6 +142,137 @@ fn rules_of(stdout: &[u8]) -> Vec<(String, String, Vec<String>)> {
     out
 }
 
+/// The documents of a `host rbac` output, as JSON.
+fn docs_of(stdout: &[u8]) -> Vec<serde_json::Value> {
+    let text = String::from_utf8_lossy(stdout);
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
+        .collect()
+}
+
+/// (kind, namespace) of each document.
+fn placed(docs: &[serde_json::Value]) -> Vec<(String, String)> {
+    docs.iter()
+        .map(|d| {
+            let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+            (s(&d["kind"]), s(&d["metadata"]["namespace"]))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn rbac_grants_leases_only_when_leader_election_or_sharding_is_asked_for() {
+    use serde_json::json;
+    let copier = guest("copier");
+    let pair = |k: &str, ns: &str| (k.to_string(), ns.to_string());
+
+    // Without either flag: no Role and no rule on Leases.
+    let out = host(&[os("rbac"), copier.as_os_str()]).await;
+    assert!(out.status.success(), "{out:?}");
+    let docs = docs_of(&out.stdout);
+    assert_eq!(
+        placed(&docs),
+        [pair("ClusterRole", ""), pair("ClusterRoleBinding", "")]
+    );
+    assert!(
+        !rules_of(&out.stdout).iter().any(|(_, r, _)| r == "leases"),
+        "{docs:?}"
+    );
+
+    // Leader election: a Role in the service account's namespace (the pod's, the run's
+    // default lease namespace), with create, and get and update on the one Lease.
+    let out = host(&[
+        os("rbac"),
+        os("--leader-elect"),
+        os("--service-account-namespace"),
+        os("ops"),
+        copier.as_os_str(),
+    ])
+    .await;
+    assert!(out.status.success(), "{out:?}");
+    let docs = docs_of(&out.stdout);
+    assert_eq!(
+        placed(&docs),
+        [
+            pair("ClusterRole", ""),
+            pair("ClusterRoleBinding", ""),
+            pair("Role", "ops"),
+            pair("RoleBinding", "ops"),
+        ]
+    );
+    assert_eq!(
+        docs[2]["rules"],
+        json!([
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+             "resourceNames": ["kube-wasm-host"], "verbs": ["get", "update"]},
+        ])
+    );
+    assert!(
+        docs[0]["rules"]
+            .as_array()
+            .is_some_and(|r| r.iter().all(|r| r["resources"][0] != "leases")),
+        "nothing on Leases cluster-wide: {docs:?}"
+    );
+    assert_eq!(
+        docs[3]["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "kube-wasm-host", "namespace": "ops"}])
+    );
+
+    // Sharding, in a namespace and under a lease name of its own.
+    let out = host(&[
+        os("rbac"),
+        os("--shards"),
+        os("--leader-elect-namespace"),
+        os("coordination"),
+        os("--leader-elect-lease-name"),
+        os("copiers"),
+        copier.as_os_str(),
+    ])
+    .await;
+    assert!(out.status.success(), "{out:?}");
+    let docs = docs_of(&out.stdout);
+    assert_eq!(docs[2]["kind"], "Role");
+    assert_eq!(docs[2]["metadata"]["namespace"], "coordination");
+    assert_eq!(
+        docs[2]["rules"],
+        json!([{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+            "verbs": ["create", "delete", "get", "list", "update", "watch"]}])
+    );
+    assert_eq!(docs[3]["subjects"][0]["namespace"], "kube-system");
+
+    // The lease settings alone grant nothing, so they are refused rather than ignored; so is
+    // a name no Lease can have.
+    let out = host(&[
+        os("rbac"),
+        os("--leader-elect-namespace"),
+        os("ops"),
+        copier.as_os_str(),
+    ])
+    .await;
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--leader-elect-namespace") && stderr.contains("--leader-elect"),
+        "{stderr}"
+    );
+    let out = host(&[
+        os("rbac"),
+        os("--leader-elect"),
+        os("--leader-elect-lease-name"),
+        os("Kube_Wasm"),
+        copier.as_os_str(),
+    ])
+    .await;
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("lease name \"Kube_Wasm\": not a Lease name"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
 #[tokio::test]
 async fn rbac_resolves_custom_kinds_from_crd_files_and_warns_when_it_must_guess() {
     let plugin = support::guests::example("namespace-defaults");

@@ -374,3 +374,230 @@ async fn the_python_secret_replicator_works_with_exactly_the_printed_rbac() {
     create_is_needed_for_apply(&c, &plugin, "secrets", "creds-100", &replicator_drive, 100).await;
     c.shutdown().await;
 }
+
+// ----- the host's own Leases (leader election, sharding) -----
+
+/// Lease calls with the host's ServiceAccount token, by path, as the host makes them.
+struct LeaseCalls {
+    client: kwh_client::Client,
+}
+
+impl LeaseCalls {
+    fn new(c: &RbacCluster) -> Self {
+        let config = kwh_client::Config::from_kubeconfig_paths(
+            std::slice::from_ref(&c.kubeconfig),
+            &kwh_client::config::KubeconfigOptions::default(),
+        )
+        .expect("kubeconfig");
+        LeaseCalls {
+            client: kwh_client::Client::new(config).expect("client"),
+        }
+    }
+
+    async fn call(
+        &self,
+        method: http::Method,
+        path: &str,
+        body: Option<(Value, &str)>,
+    ) -> Result<Value, kwh_client::error::Status> {
+        let body = body.map(|(v, t)| (bytes::Bytes::from(v.to_string()), t));
+        match self.client.request_raw(method, path, body).await {
+            Ok(b) if b.is_empty() => Ok(Value::Null),
+            Ok(b) => Ok(serde_json::from_slice(&b).unwrap_or(Value::Null)),
+            Err(e) => Err(e.status().cloned().unwrap_or_else(|| panic!("{e}"))),
+        }
+    }
+}
+
+fn leases_path(ns: &str) -> String {
+    format!("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases")
+}
+
+/// A Lease as client-go's leader election writes it (apiserver-samples lease.request.json).
+fn lease(ns: &str, name: &str, labels: Value) -> Value {
+    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {"holderIdentity": "host-a_1f2e", "leaseDurationSeconds": 15,
+            "acquireTime": "2026-11-24T22:59:48.085870Z",
+            "renewTime": "2026-11-24T22:59:48.085870Z", "leaseTransitions": 0}})
+}
+
+/// The call was refused with the API server's 403 naming `verb`, the Leases and `scope`
+/// (`in the namespace "x"` or `at the cluster scope`).
+fn refused(r: Result<Value, kwh_client::error::Status>, verb: &str, scope: &str) {
+    let s = match r {
+        Err(s) => s,
+        Ok(v) => panic!("{verb} was allowed: {v}"),
+    };
+    assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden"), "{s:?}");
+    let user = format!(
+        "system:serviceaccount:{}:{}",
+        support::rbac::SA_NAMESPACE,
+        SA
+    );
+    let why = format!(
+        "User \"{user}\" cannot {verb} resource \"leases\" in API group \"coordination.k8s.io\" {scope}"
+    );
+    assert!(s.message.ends_with(&why), "{verb}: {}", s.message);
+}
+
+const SA: &str = support::rbac::SA_NAME;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_lease_rules_allow_leader_election_and_nothing_more() {
+    use http::Method;
+    let plugin = support::guests::guest("greeter");
+    let c = RbacCluster::new(
+        &[],
+        &[std::ffi::OsStr::new("--leader-elect"), plugin.as_os_str()],
+    )
+    .await;
+    let api = LeaseCalls::new(&c);
+    let ns = support::rbac::SA_NAMESPACE;
+    let (col, own) = (
+        leases_path(ns),
+        format!("{}/kube-wasm-host", leases_path(ns)),
+    );
+
+    // client-go's round: get (none yet), create, get, update with the resourceVersion read.
+    let missing = api
+        .call(Method::GET, &own, None)
+        .await
+        .expect_err("none yet");
+    assert_eq!(missing.code, 404, "allowed, and not found: {missing:?}");
+    let body = lease(ns, "kube-wasm-host", json!({}));
+    api.call(Method::POST, &col, Some((body, "application/json")))
+        .await
+        .expect("create");
+    let mut held = api.call(Method::GET, &own, None).await.expect("get");
+    held["spec"]["renewTime"] = "2026-11-24T22:59:50.245261Z".into();
+    let renewed = api
+        .call(Method::PUT, &own, Some((held, "application/json")))
+        .await
+        .expect("update");
+    assert_eq!(renewed["spec"]["renewTime"], "2026-11-24T22:59:50.245261Z");
+
+    // Nothing else: not another Lease (which it may create, as a create has no name yet), not
+    // a list, watch, patch or delete, not another namespace.
+    let scope = format!("in the namespace \"{ns}\"");
+    let other = format!("{col}/other");
+    api.call(
+        Method::POST,
+        &col,
+        Some((lease(ns, "other", json!({})), "application/json")),
+    )
+    .await
+    .expect("create has no name to restrict");
+    refused(api.call(Method::GET, &other, None).await, "get", &scope);
+    let body = lease(ns, "other", json!({}));
+    refused(
+        api.call(Method::PUT, &other, Some((body, "application/json")))
+            .await,
+        "update",
+        &scope,
+    );
+    refused(api.call(Method::GET, &col, None).await, "list", &scope);
+    refused(
+        api.call(Method::GET, &format!("{col}?watch=1"), None).await,
+        "watch",
+        &scope,
+    );
+    let merge = (
+        json!({"spec": {"holderIdentity": "x"}}),
+        "application/merge-patch+json",
+    );
+    refused(
+        api.call(Method::PATCH, &own, Some(merge)).await,
+        "patch",
+        &scope,
+    );
+    refused(api.call(Method::DELETE, &own, None).await, "delete", &scope);
+    refused(
+        api.call(
+            Method::POST,
+            &leases_path("default"),
+            Some((
+                lease("default", "kube-wasm-host", json!({})),
+                "application/json",
+            )),
+        )
+        .await,
+        "create",
+        "in the namespace \"default\"",
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_lease_rules_allow_shard_membership_and_nothing_more() {
+    use http::Method;
+    let plugin = support::guests::guest("greeter");
+    let c = RbacCluster::new(&[], &[std::ffi::OsStr::new("--shards"), plugin.as_os_str()]).await;
+    let api = LeaseCalls::new(&c);
+    let ns = support::rbac::SA_NAMESPACE;
+    let col = leases_path(ns);
+    let group = json!({"kube-wasm-host.io/shard-group": "kube-wasm-host"});
+    let selector = "labelSelector=kube-wasm-host.io%2Fshard-group%3Dkube-wasm-host";
+
+    // Each replica holds its own membership Lease, finds the others by label, renews its
+    // own and deletes it at a clean shutdown.
+    for who in ["host-a", "host-b"] {
+        let body = lease(ns, &format!("kube-wasm-host-{who}"), group.clone());
+        api.call(Method::POST, &col, Some((body, "application/json")))
+            .await
+            .expect("create a membership Lease");
+    }
+    let members = api
+        .call(Method::GET, &format!("{col}?{selector}"), None)
+        .await
+        .expect("list by label");
+    let names: Vec<_> = members["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(names, ["kube-wasm-host-host-a", "kube-wasm-host-host-b"]);
+    api.call(
+        Method::GET,
+        &format!("{col}?watch=1&{selector}&timeoutSeconds=1"),
+        None,
+    )
+    .await
+    .expect("watch by label");
+    let own = format!("{col}/kube-wasm-host-host-a");
+    let mut held = api.call(Method::GET, &own, None).await.expect("get");
+    held["spec"]["renewTime"] = "2026-11-24T22:59:50.245261Z".into();
+    api.call(Method::PUT, &own, Some((held, "application/json")))
+        .await
+        .expect("update");
+    api.call(Method::DELETE, &own, None).await.expect("delete");
+
+    // Not patch, not another namespace, not the cluster scope.
+    let merge = (
+        json!({"spec": {"holderIdentity": "x"}}),
+        "application/merge-patch+json",
+    );
+    refused(
+        api.call(
+            Method::PATCH,
+            &format!("{col}/kube-wasm-host-host-b"),
+            Some(merge),
+        )
+        .await,
+        "patch",
+        &format!("in the namespace \"{ns}\""),
+    );
+    refused(
+        api.call(Method::GET, &leases_path("default"), None).await,
+        "list",
+        "in the namespace \"default\"",
+    );
+    refused(
+        api.call(Method::GET, "/apis/coordination.k8s.io/v1/leases", None)
+            .await,
+        "list",
+        "at the cluster scope",
+    );
+    c.shutdown().await;
+}

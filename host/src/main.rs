@@ -45,7 +45,8 @@ enum Command {
     /// Print a plugin's manifest.
     Inspect(InspectArgs),
     /// Print the RBAC the plugins need: a Role and RoleBinding in the namespace of each plugin
-    /// confined to one, a ClusterRole and ClusterRoleBinding for the others.
+    /// confined to one, a ClusterRole and ClusterRoleBinding for the others; with
+    /// `--leader-elect` or `--shards`, a Role for the host's own Leases too.
     Rbac(RbacArgs),
     /// Run scenario files against a plugin in the test harness (fake cluster, virtual clock)
     /// and print a pass/fail table; exits 0 only when every scenario passes.
@@ -155,6 +156,7 @@ struct InspectArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("leases").args(["leader_elect", "shards"]).multiple(true)))]
 struct RbacArgs {
     /// The components.
     #[arg(value_name = "FILE.wasm", required_unless_present = "plugins_file")]
@@ -191,6 +193,29 @@ struct RbacArgs {
     /// Compile cache directory.
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
+    /// Also grant what the host's leader election (`host --leader-elect`) needs: a Role in the
+    /// lease namespace with `create` on Leases and `get` and `update` on the one Lease named by
+    /// `--leader-elect-lease-name`.
+    #[arg(long)]
+    leader_elect: bool,
+    /// Also grant what sharding (`host --shards`) needs: a Role in the lease namespace with
+    /// `get`, `list`, `watch`, `create`, `update` and `delete` on its Leases (each replica's
+    /// membership Lease is named after its pod).
+    #[arg(long)]
+    shards: bool,
+    /// Namespace of the Leases (`--leader-elect-namespace` of the run; default: the service
+    /// account's namespace, which is the pod's and so the run's default).
+    #[arg(long, value_name = "NS", requires = "leases")]
+    leader_elect_namespace: Option<String>,
+    /// Name of the leader-election Lease, and of the shard group (`--leader-elect-lease-name`
+    /// of the run).
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "kube-wasm-host",
+        requires = "leases"
+    )]
+    leader_elect_lease_name: String,
 }
 
 #[derive(Args, Debug)]
@@ -462,6 +487,15 @@ fn manifest_value(m: &Manifest) -> serde_json::Value {
 
 async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
     use kwh_plugin::rbac::guess;
+    // Checked before any plugin is compiled: a mistake here is one line, at once.
+    let leases = kwh_plugin::rbac::Leases::new(
+        args.leader_elect_namespace
+            .as_deref()
+            .unwrap_or(&args.sa_namespace),
+        &args.leader_elect_lease_name,
+        args.leader_elect,
+        args.shards,
+    )?;
     let engine = engine(args.cache_dir, DEFAULT_MAX_MEMORY, 0)?;
     // Each component with the namespace it will run with: `--namespace`, or its own in the
     // plugins file.
@@ -562,6 +596,7 @@ async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
         manifests.iter().map(|(m, ns)| (m, *ns)),
         |av, k| resolved.get(&(av.to_string(), k.to_string())).cloned(),
         &subject,
+        leases.as_ref(),
     )?;
     print!("{yaml}");
     Ok(())

@@ -8,6 +8,9 @@
 //! every written kind is namespaced, is *confined* to that namespace: the host refuses its writes
 //! to any other namespace (see [`namespace_scope`]), so a namespaced Role and RoleBinding there
 //! are enough. Every other plugin's rules go into the ClusterRole.
+//!
+//! Beside its plugins, the host itself may use Leases ([`Leases`]): for leader election and for
+//! shard membership. Those rules go into a Role in the Leases' namespace, never a ClusterRole.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -188,6 +191,125 @@ pub fn namespace_scope(
     scope.filter(|_| writes_namespaced).map(str::to_string)
 }
 
+/// The API group of Leases.
+const COORDINATION: &str = "coordination.k8s.io";
+
+/// The host's own use of `coordination.k8s.io` Leases (`host --leader-elect`, `host --shards`),
+/// granted in a Role in their namespace beside the plugins' rules.
+///
+/// Leader election (client-go's algorithm) reads, creates and renews one Lease by name: `get`,
+/// `create` and `update`, nothing else (no `patch`: it always writes the whole Lease with the
+/// resourceVersion it read, so a lost race is a 409, not a silent overwrite). `get` and `update`
+/// are limited to that Lease by `resourceNames`; `create` cannot be, because the API server
+/// authorizes a create before the object has a name (a rule with `resourceNames` never matches
+/// one). Sharding keeps one membership Lease per replica, named `<lease name>-<identity>` after
+/// the pod, so its names are not known in advance: it needs `get`, `create`, `update` and
+/// `delete` (a replica removes its own at a clean shutdown) on any Lease of the namespace, and
+/// `list` and `watch` (replicas find each other by the shard-group label).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leases {
+    namespace: String,
+    name: String,
+    shards: bool,
+}
+
+/// Lease settings that a cluster would refuse, so that the printed rules could never be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LeasesError {
+    /// The namespace is not a namespace name.
+    #[error(
+        "lease namespace {0:?}: not a namespace name (a DNS label: at most 63 lower-case \
+         letters, digits and '-', beginning and ending with a letter or digit)"
+    )]
+    Namespace(String),
+    /// The name is not a Lease name.
+    #[error(
+        "lease name {0:?}: not a Lease name (a DNS subdomain: at most 253 lower-case letters, \
+         digits, '-' and '.', each part between dots beginning and ending with a letter or digit)"
+    )]
+    Name(String),
+    /// With sharding, the name is also a label value, which is shorter.
+    #[error(
+        "lease name {0:?}: with sharding it is also the value of the shard-group label, which \
+         may have at most 63 characters"
+    )]
+    ShardGroupLabel(String),
+}
+
+impl Leases {
+    /// The Leases of leader election (when `leader_election`) and of sharding (when `shards`)
+    /// in `namespace`, the leader-election Lease (and shard group) named `name`; none when
+    /// neither is asked for.
+    pub fn new(
+        namespace: &str,
+        name: &str,
+        leader_election: bool,
+        shards: bool,
+    ) -> Result<Option<Self>, LeasesError> {
+        if !leader_election && !shards {
+            return Ok(None);
+        }
+        if !is_dns_label(namespace) {
+            return Err(LeasesError::Namespace(namespace.to_string()));
+        }
+        if !is_dns_subdomain(name) {
+            return Err(LeasesError::Name(name.to_string()));
+        }
+        if shards && name.len() > 63 {
+            return Err(LeasesError::ShardGroupLabel(name.to_string()));
+        }
+        Ok(Some(Leases {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            shards,
+        }))
+    }
+
+    /// The namespace of the Leases (and of their Role).
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The rules, as a Role holds them. Sharding's rule covers leader election's as well.
+    pub fn rules(&self) -> Vec<Value> {
+        if self.shards {
+            return vec![json!({
+                "apiGroups": [COORDINATION],
+                "resources": ["leases"],
+                "verbs": ["create", "delete", "get", "list", "update", "watch"],
+            })];
+        }
+        vec![
+            json!({"apiGroups": [COORDINATION], "resources": ["leases"], "verbs": ["create"]}),
+            json!({
+                "apiGroups": [COORDINATION],
+                "resources": ["leases"],
+                "resourceNames": [self.name],
+                "verbs": ["get", "update"],
+            }),
+        ]
+    }
+}
+
+/// A DNS-1123 label: a namespace name.
+fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63 && is_dns_part(s)
+}
+
+/// A DNS-1123 subdomain: what most object names, a Lease's among them, must be.
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_part)
+}
+
+fn is_dns_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
 type Rules = BTreeMap<(String, String), BTreeSet<&'static str>>;
 
 fn add_rules(
@@ -268,11 +390,14 @@ server-side apply of an object that does not exist yet\n# is authorized by the A
 /// for the plugins that are not confined to one namespace (if any), then a Role and RoleBinding
 /// per namespace that confined plugins use, each named `subject.role_name`. Each manifest comes
 /// with the namespace its plugin runs with (`--namespace`, or its own in a plugins file): its
-/// watches that name none are confined to it.
+/// watches that name none are confined to it. The host's own `leases` rules, if any, join the
+/// Role of their namespace (one Role per namespace, so that a confined plugin's and the Leases'
+/// rules in the same namespace do not compete for one name).
 pub fn rbac_yaml<'a>(
     manifests: impl IntoIterator<Item = (&'a Manifest, Option<&'a str>)>,
     resolve: impl Fn(&str, &str) -> Option<Resolved>,
     subject: &Subject<'_>,
+    leases: Option<&Leases>,
 ) -> Result<String, UnresolvedKind> {
     let mut cluster = Rules::new();
     let mut any_cluster = false;
@@ -301,7 +426,11 @@ pub fn rbac_yaml<'a>(
         "namespace": subject.namespace,
     }]);
     let mut docs = Vec::new();
-    if any_cluster || namespaced.is_empty() {
+    let cluster_role = any_cluster || namespaced.is_empty();
+    if let Some(l) = leases {
+        namespaced.entry(l.namespace.clone()).or_default();
+    }
+    if cluster_role {
         docs.push(json!({
             "apiVersion": format!("{rbac}/v1"),
             "kind": "ClusterRole",
@@ -317,11 +446,15 @@ pub fn rbac_yaml<'a>(
         }));
     }
     for (ns, rules) in namespaced {
+        let mut rules = render(rules);
+        if let Some(l) = leases.filter(|l| l.namespace == ns) {
+            rules.extend(l.rules());
+        }
         docs.push(json!({
             "apiVersion": format!("{rbac}/v1"),
             "kind": "Role",
             "metadata": {"name": subject.role_name, "namespace": ns},
-            "rules": render(rules),
+            "rules": rules,
         }));
         docs.push(json!({
             "apiVersion": format!("{rbac}/v1"),
@@ -395,7 +528,7 @@ mod tests {
         // A confined plugin gets it in its namespace's Role.
         let mut confined = in_ns(manifest("team"), Some("team-a"));
         confined.records_events = true;
-        let yaml = rbac_yaml([(&confined, None)], resolve, &SUBJECT).expect("yaml");
+        let yaml = rbac_yaml([(&confined, None)], resolve, &SUBJECT, None).expect("yaml");
         let role = yaml
             .split("---")
             .find(|d| d.contains("kind: Role\n"))
@@ -439,7 +572,7 @@ mod tests {
         // replace-status is a PUT of .../status, patch-status and apply-status a PATCH of it; the
         // one manifest verb covering them must grant both there, and nothing on the object.
         let m = with_writes("s", &[("apps/v1", "Deployment", &[Verb::UpdateStatus])]);
-        let d = docs(&rbac_yaml([(&m, None)], resolve, &SUBJECT).expect("yaml"));
+        let d = docs(&rbac_yaml([(&m, None)], resolve, &SUBJECT, None).expect("yaml"));
         assert_eq!(
             d[0]["rules"],
             json!([
@@ -474,7 +607,7 @@ mod tests {
             namespace: "ops",
             service_account: "host",
         };
-        let yaml = rbac_yaml([(&m, None)], resolve, &subject).expect("yaml");
+        let yaml = rbac_yaml([(&m, None)], resolve, &subject, None).expect("yaml");
         let docs: Vec<serde_json::Value> = yaml
             .split("---\n")
             .map(|d| serde_yaml::from_str(d).expect("valid yaml"))
@@ -516,7 +649,7 @@ mod tests {
             namespace_scope(&m, None, |a, k| resolve(a, k).map(|r| r.namespaced)),
             Some("team".into())
         );
-        let d = docs(&rbac_yaml([(&m, None)], resolve, &SUBJECT).expect("yaml"));
+        let d = docs(&rbac_yaml([(&m, None)], resolve, &SUBJECT, None).expect("yaml"));
         assert_eq!(d.len(), 2, "{d:?}");
         assert_eq!(d[0]["kind"], "Role");
         assert_eq!(d[0]["metadata"]["namespace"], "team");
@@ -531,7 +664,7 @@ mod tests {
     #[test]
     fn the_host_namespace_confines_watches_that_name_none() {
         let m = manifest("a");
-        let d = docs(&rbac_yaml([(&m, Some("team"))], resolve, &SUBJECT).expect("yaml"));
+        let d = docs(&rbac_yaml([(&m, Some("team"))], resolve, &SUBJECT, None).expect("yaml"));
         assert_eq!(d[0]["kind"], "Role");
         assert_eq!(d[0]["metadata"]["namespace"], "team");
     }
@@ -543,6 +676,7 @@ mod tests {
             [(&a, Some("team")), (&b, Some("ops")), (&c, None)],
             resolve,
             &SUBJECT,
+            None,
         )
         .expect("yaml");
         let d = docs(&yaml);
@@ -593,6 +727,7 @@ mod tests {
                 [(&confined, None), (&cluster_wide, None)],
                 resolve,
                 &SUBJECT,
+                None,
             )
             .expect("yaml"),
         );
@@ -671,6 +806,163 @@ spec:
         );
         let e = k.add_crds("a: [").expect_err("not YAML");
         assert!(e.to_string().starts_with("document 0: "), "{e}");
+    }
+
+    fn leases(ns: &str, leader_election: bool, shards: bool) -> Leases {
+        Leases::new(ns, "kube-wasm-host", leader_election, shards)
+            .expect("valid")
+            .expect("asked for")
+    }
+
+    /// The rules on `coordination.k8s.io` of every document.
+    fn lease_rules(d: &[Value]) -> Vec<(String, Value)> {
+        d.iter()
+            .flat_map(|doc| {
+                let kind = doc["kind"].as_str().unwrap_or("").to_string();
+                doc["rules"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|r| r["apiGroups"][0] == COORDINATION)
+                    .map(move |r| (kind.clone(), r.clone()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn leader_election_may_create_leases_and_get_and_update_its_own_only() {
+        assert_eq!(
+            Value::Array(leases("ops", true, false).rules()),
+            json!([
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                 "resourceNames": ["kube-wasm-host"], "verbs": ["get", "update"]},
+            ])
+        );
+    }
+
+    #[test]
+    fn sharding_needs_any_lease_of_the_namespace_listed_watched_and_deleted_too() {
+        let want = json!([{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+            "verbs": ["create", "delete", "get", "list", "update", "watch"]}]);
+        // With leader election as well, the one rule covers both.
+        for leader_election in [false, true] {
+            let l = leases("ops", leader_election, true);
+            assert_eq!(Value::Array(l.rules()), want, "{l:?}");
+        }
+    }
+
+    #[test]
+    fn no_lease_rules_unless_asked_for() {
+        assert_eq!(Leases::new("ops", "x", false, false), Ok(None));
+        let m = manifest("a");
+        let d = docs(&rbac_yaml([(&m, None)], resolve, &SUBJECT, None).expect("yaml"));
+        assert!(lease_rules(&d).is_empty(), "{d:?}");
+        let kinds: Vec<_> = d.iter().map(|v| v["kind"].as_str().unwrap_or("")).collect();
+        assert_eq!(kinds, ["ClusterRole", "ClusterRoleBinding"]);
+    }
+
+    #[test]
+    fn lease_rules_go_into_a_role_in_their_namespace_bound_to_the_host() {
+        let m = with_writes("a", &[("v1", "ConfigMap", &[Verb::Patch])]);
+        let l = leases("ops", true, false);
+        let yaml = rbac_yaml([(&m, None)], resolve, &SUBJECT, Some(&l)).expect("yaml");
+        let d = docs(&yaml);
+        let placed: Vec<_> = d
+            .iter()
+            .map(|v| {
+                (
+                    v["kind"].as_str().unwrap_or(""),
+                    v["metadata"]["namespace"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
+        assert_eq!(
+            placed,
+            [
+                ("ClusterRole", ""),
+                ("ClusterRoleBinding", ""),
+                ("Role", "ops"),
+                ("RoleBinding", "ops"),
+            ]
+        );
+        // Only the Role holds them, and only them.
+        assert_eq!(
+            lease_rules(&d),
+            l.rules()
+                .into_iter()
+                .map(|r| ("Role".to_string(), r))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(d[2]["rules"], Value::Array(l.rules()));
+        assert_eq!(
+            d[3]["roleRef"],
+            json!({"apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role", "name": "r"})
+        );
+        assert_eq!(d[3]["subjects"][0]["name"], "host");
+        // The note on apply still leads the output.
+        assert!(yaml.starts_with(APPLY_CREATES_NOTE), "{yaml}");
+    }
+
+    #[test]
+    fn a_confined_plugin_and_the_leases_in_one_namespace_share_its_role() {
+        let m = in_ns(manifest("a"), Some("team"));
+        let l = leases("team", false, true);
+        let d = docs(&rbac_yaml([(&m, None)], resolve, &SUBJECT, Some(&l)).expect("yaml"));
+        let kinds: Vec<_> = d.iter().map(|v| v["kind"].as_str().unwrap_or("")).collect();
+        assert_eq!(kinds, ["Role", "RoleBinding"]);
+        assert_eq!(
+            d[0]["rules"],
+            json!([
+                {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                 "verbs": ["create", "delete", "get", "list", "update", "watch"]},
+            ])
+        );
+        // In another namespace, a Role of its own beside the plugin's.
+        let l = leases("ops", true, false);
+        let d = docs(&rbac_yaml([(&m, None)], resolve, &SUBJECT, Some(&l)).expect("yaml"));
+        let namespaces: Vec<_> = d
+            .iter()
+            .map(|v| v["metadata"]["namespace"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(namespaces, ["ops", "ops", "team", "team"]);
+        assert_eq!(d[0]["rules"], Value::Array(l.rules()));
+    }
+
+    #[test]
+    fn lease_names_and_namespaces_a_cluster_would_refuse_are_refused() {
+        let e = |ns: &str, name: &str, shards: bool| Leases::new(ns, name, true, shards);
+        assert!(matches!(
+            e("Ops", "x", false),
+            Err(LeasesError::Namespace(_))
+        ));
+        assert!(matches!(
+            e("a.b", "x", false),
+            Err(LeasesError::Namespace(_))
+        ));
+        assert!(matches!(
+            e(&"n".repeat(64), "x", false),
+            Err(LeasesError::Namespace(_))
+        ));
+        assert!(matches!(e("ops", "", false), Err(LeasesError::Name(_))));
+        assert!(matches!(e("ops", "a..b", false), Err(LeasesError::Name(_))));
+        assert!(matches!(e("ops", "-a", false), Err(LeasesError::Name(_))));
+        assert!(matches!(e("ops", "A", false), Err(LeasesError::Name(_))));
+        // A dotted name is a Lease name; 64 characters are too long for the shard-group label.
+        let long = "l".repeat(64);
+        assert!(e("ops", "hosts.example.com", true).is_ok());
+        assert!(e("ops", &long, false).is_ok());
+        let err = e("ops", &long, true).expect_err("too long a label value");
+        assert_eq!(err, LeasesError::ShardGroupLabel(long.clone()));
+        assert!(err.to_string().contains("at most 63 characters"), "{err}");
+        let err = e("Ops", "x", false).expect_err("not a label");
+        assert!(
+            err.to_string()
+                .starts_with("lease namespace \"Ops\": not a namespace name"),
+            "{err}"
+        );
     }
 
     #[test]
