@@ -205,7 +205,7 @@ async fn rbac_grants_leases_only_when_leader_election_or_sharding_is_asked_for()
         json!([
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-             "resourceNames": ["kube-wasm-host"], "verbs": ["get", "update"]},
+             "resourceNames": ["kube-wasm-host"], "verbs": ["get", "update", "watch"]},
         ])
     );
     assert!(

@@ -477,8 +477,15 @@ async fn the_printed_lease_rules_allow_leader_election_and_nothing_more() {
         .expect("update");
     assert_eq!(renewed["spec"]["renewTime"], "2026-11-24T22:59:50.245261Z");
 
+    // A standby watches its Lease by name (a release wakes it at once).
+    let named =
+        format!("{col}?watch=1&fieldSelector=metadata.name%3Dkube-wasm-host&timeoutSeconds=1");
+    api.call(Method::GET, &named, None)
+        .await
+        .expect("a watch of the one Lease");
+
     // Nothing else: not another Lease (which it may create, as a create has no name yet), not
-    // a list, watch, patch or delete, not another namespace.
+    // a list, a watch of all, a patch or a delete, not another namespace.
     let scope = format!("in the namespace \"{ns}\"");
     let other = format!("{col}/other");
     api.call(

@@ -310,7 +310,10 @@ async fn a_partitioned_leader_stops_calling_its_guest_before_its_lease_can_expir
     let cut = now_ns();
     rs.replicas[first].freeze();
     let status = rs.replicas[first].process.exit(WAIT).await;
-    assert!(!status.success(), "a replica that lost its lease exits non-zero");
+    assert!(
+        !status.success(),
+        "a replica that lost its lease exits non-zero"
+    );
     assert!(
         rs.replicas[first].process.saw("leader election lost"),
         "{}",

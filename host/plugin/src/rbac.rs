@@ -198,9 +198,11 @@ const COORDINATION: &str = "coordination.k8s.io";
 /// granted in a Role in their namespace beside the plugins' rules.
 ///
 /// Leader election (client-go's algorithm) reads, creates and renews one Lease by name: `get`,
-/// `create` and `update`, nothing else (no `patch`: it always writes the whole Lease with the
-/// resourceVersion it read, so a lost race is a 409, not a silent overwrite). `get` and `update`
-/// are limited to that Lease by `resourceNames`; `create` cannot be, because the API server
+/// `create` and `update` (no `patch`: it always writes the whole Lease with the resourceVersion
+/// it read, so a lost race is a 409, not a silent overwrite), and a standby watches that one
+/// Lease (`fieldSelector=metadata.name=…`, which the API server authorizes as that name) so a
+/// release wakes it at once. `get`, `update` and `watch` are limited to that Lease by
+/// `resourceNames`; `create` cannot be, because the API server
 /// authorizes a create before the object has a name (a rule with `resourceNames` never matches
 /// one). Sharding keeps one membership Lease per replica, named `<lease name>-<identity>` after
 /// the pod, so its names are not known in advance: it needs `get`, `create`, `update` and
@@ -285,7 +287,7 @@ impl Leases {
                 "apiGroups": [COORDINATION],
                 "resources": ["leases"],
                 "resourceNames": [self.name],
-                "verbs": ["get", "update"],
+                "verbs": ["get", "update", "watch"],
             }),
         ]
     }
@@ -836,7 +838,7 @@ spec:
             json!([
                 {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
                 {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                 "resourceNames": ["kube-wasm-host"], "verbs": ["get", "update"]},
+                 "resourceNames": ["kube-wasm-host"], "verbs": ["get", "update", "watch"]},
             ])
         );
     }
