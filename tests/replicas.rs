@@ -210,12 +210,28 @@ async fn after_kill_9_of_the_leader_every_later_change_is_reconciled_by_the_next
 /// after the kill is reconciled, and no key by two at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_kill_9_of_a_shard_owner_its_keys_are_reconciled_by_the_others() {
+    kill_a_shard_owner(&["--shards"], false).await;
+}
+
+/// (b) with leader election too: the leader is a member through its leader Lease (it renews
+/// no membership Lease of its own); killed, its keys go to the others all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_election_too_the_killed_leaders_keys_are_reconciled_by_the_others() {
+    kill_a_shard_owner(&["--shards", "--leader-elect"], true).await;
+}
+
+async fn kill_a_shard_owner(extra: &[&str], the_leader: bool) {
     let mut rs = Replicas::start().await;
     let created = seed(&rs, 24).await;
     let plugins = ledger_plugins_file(&rs.dir, json!({"holdMs": 20, "namespace": NS}), 2);
     for _ in 0..3 {
-        rs.spawn(args(&plugins, &["--shards"])).await;
+        rs.spawn(args(&plugins, extra)).await;
     }
+    let victim = if the_leader {
+        leader(&mut rs, &[0, 1, 2], WAIT).await
+    } else {
+        1
+    };
     let recs = rs.expect_reconciled(&created, WAIT).await;
     // Wait for a settled membership: each replica reconciles its share of an update.
     let probe = update_all(&rs, keys(&created), "1").await;
@@ -232,27 +248,60 @@ async fn after_kill_9_of_a_shard_owner_its_keys_are_reconciled_by_the_others() {
             rs.ledger_log()
         ),
     };
-    let owned_by_1: Vec<String> = recs
+    let owned_by_victim: Vec<String> = recs
         .iter()
-        .filter(|r| r.replica == 1 && probe.contains(&(r.key.clone(), r.rv.clone())))
+        .filter(|r| r.replica == victim && probe.contains(&(r.key.clone(), r.rv.clone())))
         .map(|r| r.key.clone())
         .collect();
-    assert!(!owned_by_1.is_empty());
+    assert!(!owned_by_victim.is_empty());
+    if the_leader {
+        // The leader renews its leader Lease only (it may never have made a membership
+        // Lease); a standby renews its membership Lease.
+        let standby = (0..3).find(|&i| i != victim).expect("a standby");
+        let before = [
+            membership_rv(&mut rs, victim).await,
+            membership_rv(&mut rs, standby).await,
+        ];
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let after = [
+            membership_rv(&mut rs, victim).await,
+            membership_rv(&mut rs, standby).await,
+        ];
+        assert_eq!(
+            before[0], after[0],
+            "the leader renewed its membership Lease"
+        );
+        assert!(before[1].is_some());
+        assert_ne!(before[1], after[1], "a standby renews its membership Lease");
+    }
 
-    rs.kill(1).await;
+    rs.kill(victim).await;
     let updated = update_all(&rs, keys(&created), "2").await;
     let recs = rs.expect_reconciled(&updated, WAIT).await;
     let by = reconcilers(&recs, &updated);
-    assert!(!by.contains(&1), "{by:?}");
-    for key in &owned_by_1 {
+    assert!(!by.contains(&victim), "{by:?}");
+    for key in &owned_by_victim {
         let rv = &updated.iter().find(|(k, _)| k == key).expect("updated").1;
         assert!(
             recs.iter()
-                .any(|r| r.finished && &r.key == key && &r.rv == rv && r.replica != 1),
+                .any(|r| r.finished && &r.key == key && &r.rv == rv && r.replica != victim),
             "{key} of the killed owner was not taken over"
         );
     }
     assert_no_overlap(&mut rs);
+}
+
+/// The resourceVersion of replica `id`'s membership Lease, if it has one.
+async fn membership_rv(rs: &mut Replicas, id: usize) -> Option<String> {
+    let (_, body) = rs.replicas[id].get("/statusz").await;
+    let v: serde_json::Value = serde_json::from_str(&body).expect("statusz");
+    let identity = v["replica"]["identity"].as_str().expect("identity");
+    let name = kwh_plugin::membership::lease_name("kube-wasm-host", identity);
+    let lease = kwh_client::leases::LeaseClient::new(rs.emulator.client.clone(), "default", "test")
+        .get(&name)
+        .await
+        .expect("get");
+    lease.map(|l| l.resource_version)
 }
 
 /// (c): SIGTERM of the leader drains it, releases the lease, and a standby leads at once: well

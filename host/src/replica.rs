@@ -12,7 +12,7 @@ use serde::Deserialize;
 use kwh_client::duration::parse_duration;
 use kwh_client::leader_election::{ElectionConfig, Fence, LeaderElection, Role, Timings};
 use kwh_client::Client;
-use kwh_plugin::membership::{MemberState, Membership};
+use kwh_plugin::membership::{LeaderLink, MemberState, Membership};
 use kwh_plugin::ownership::{ElectionStatus, Ownership, Shards};
 
 /// The flags. Durations are written as kube-controller-manager's flags take them (`15s`,
@@ -206,6 +206,12 @@ impl Replica {
                 }
             });
         }
+        // With an election, the leader counts as a member through its leader Lease and does
+        // not renew a membership Lease too.
+        let link = election.as_ref().map(|e| LeaderLink {
+            seen: e.leader_seen(),
+            fence: e.fence(),
+        });
         let membership = shards.map(|s| {
             Membership::spawn(
                 client.clone(),
@@ -214,6 +220,7 @@ impl Replica {
                 settings.timings.clone(),
                 s,
                 ownership.clone(),
+                link,
             )
         });
         tracing::info!(

@@ -169,6 +169,16 @@ impl Fence {
         self.inner.until.fetch_max(n, Ordering::AcqRel);
     }
 
+    /// The instant it closes at (`None` when closed, or never closing).
+    pub fn deadline(&self) -> Option<Instant> {
+        let until = self.inner.until.load(Ordering::Acquire);
+        if until == 0 || until == u64::MAX {
+            return None;
+        }
+        let t = self.inner.base + Duration::from_nanos(until);
+        (Instant::now() < t).then_some(t)
+    }
+
     /// Closes it now.
     pub fn close(&self) {
         self.inner.until.store(0, Ordering::Release);
@@ -194,6 +204,23 @@ pub enum Role {
     Lost,
     /// Stopped (released, or never led).
     Stopped,
+}
+
+/// The Lease as this candidate last read it: its holder, and until when that holder's lease is
+/// valid by this candidate's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderSeen {
+    /// The holder's identity; `None` while the lease is free.
+    pub holder: Option<String>,
+    /// Observed change plus the lease duration.
+    pub valid_until: Instant,
+}
+
+impl LeaderSeen {
+    /// The holder, while its lease is valid at `now`.
+    pub fn valid_holder(&self, now: Instant) -> Option<&str> {
+        self.holder.as_deref().filter(|_| now < self.valid_until)
+    }
 }
 
 /// How a run of the election ended.
@@ -225,6 +252,8 @@ struct Candidate {
     observed: Option<Lease>,
     /// Local time the observed record was last seen to change.
     observed_at: Instant,
+    /// Published at every observation (shard membership counts a valid leader as a member).
+    seen: watch::Sender<Option<LeaderSeen>>,
 }
 
 impl Candidate {
@@ -252,6 +281,11 @@ impl Candidate {
             self.observed_at = now;
         }
         self.observed = Some(lease);
+        let seen = LeaderSeen {
+            holder: self.holder(),
+            valid_until: self.observed_expiry().unwrap_or(now),
+        };
+        self.seen.send_replace(Some(seen));
     }
 
     /// client-go's `tryAcquireOrRenew`: true when this candidate holds the lease afterwards.
@@ -338,6 +372,7 @@ impl Candidate {
 /// A running election: its role, its fence, and the way to stop it.
 pub struct LeaderElection {
     role: watch::Receiver<Role>,
+    seen: watch::Receiver<Option<LeaderSeen>>,
     fence: Fence,
     stop: watch::Sender<bool>,
     task: JoinHandle<Ended>,
@@ -352,17 +387,20 @@ impl LeaderElection {
         let (stop, stop_rx) = watch::channel(false);
         let leases = LeaseClient::new(client.clone(), &cfg.namespace, "leader-election");
         let span = tracing::info_span!("leader_election", lease = %format!("{}/{}", cfg.namespace, cfg.name), identity = %cfg.identity);
+        let (seen_tx, seen) = watch::channel(None);
         let candidate = Candidate {
             cfg,
             leases,
             observed: None,
             observed_at: Instant::now(),
+            seen: seen_tx,
         };
         let task = tokio::spawn(
             campaign(candidate, client, fence.clone(), role_tx, stop_rx).instrument(span),
         );
         Ok(LeaderElection {
             role,
+            seen,
             fence,
             stop,
             task,
@@ -372,6 +410,11 @@ impl LeaderElection {
     /// The role, as it changes.
     pub fn role(&self) -> watch::Receiver<Role> {
         self.role.clone()
+    }
+
+    /// The Lease as last read (`None` before the first read), updated at every read.
+    pub fn leader_seen(&self) -> watch::Receiver<Option<LeaderSeen>> {
+        self.seen.clone()
     }
 
     /// The fence every guest call and write checks.

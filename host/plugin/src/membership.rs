@@ -8,6 +8,11 @@
 //! until the start of its last successful renew-and-list plus the renew deadline: a member
 //! that cannot renew stops working before any other can count its Lease as expired. A clean
 //! stop deletes the Lease, so the others take its keys at once.
+//!
+//! In a host that also elects a leader ([`LeaderLink`]), the leader counts as a member while
+//! its leader Lease is valid as each replica's own elector observed it, so the leader does
+//! not renew a membership Lease as well: every replica writes one Lease per retry period. The
+//! leader's membership fence then never outlives its leader fence.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -18,7 +23,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::ownership::{Ownership, Shards};
-use kwh_client::leader_election::Timings;
+use kwh_client::leader_election::{Fence, LeaderSeen, Timings};
 use kwh_client::leases::{Lease, LeaseClient, LeaseSpec};
 use kwh_client::{Client, Error};
 
@@ -38,6 +43,27 @@ pub enum MemberState {
     Stopped,
 }
 
+/// The election of the same host, when there is one.
+#[derive(Clone)]
+pub struct LeaderLink {
+    /// The leader Lease as this replica's elector last read it.
+    pub seen: watch::Receiver<Option<LeaderSeen>>,
+    /// This replica's leader fence.
+    pub fence: Fence,
+}
+
+impl LeaderLink {
+    fn leading(&self, me: &str) -> bool {
+        self.fence.is_open()
+            && self
+                .seen
+                .borrow()
+                .as_ref()
+                .and_then(|s| s.valid_holder(Instant::now()))
+                == Some(me)
+    }
+}
+
 /// A running membership.
 pub struct Membership {
     state: watch::Receiver<MemberState>,
@@ -55,6 +81,7 @@ impl Membership {
         timings: Timings,
         shards: Arc<Shards>,
         own: Ownership,
+        leader: Option<LeaderLink>,
     ) -> Self {
         let (state_tx, state) = watch::channel(MemberState::Joining);
         let (stop, stop_rx) = watch::channel(false);
@@ -67,6 +94,7 @@ impl Membership {
                 timings,
                 shards,
                 own,
+                leader,
                 state_tx,
                 stop_rx,
             )
@@ -181,6 +209,7 @@ async fn run(
     t: Timings,
     shards: Arc<Shards>,
     own: Ownership,
+    leader: Option<LeaderLink>,
     state: watch::Sender<MemberState>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -193,8 +222,11 @@ async fn run(
     let mut observed = Observed::default();
     loop {
         let started = Instant::now();
+        let leading = leader.as_ref().is_some_and(|l| l.leading(&identity));
         let round = async {
-            renew(&leases, &name, &labels, &mut mine, &identity, secs).await?;
+            if !leading {
+                renew(&leases, &name, &labels, &mut mine, &identity, secs).await?;
+            }
             leases.list(&selector).await
         };
         let limit = shards
@@ -204,8 +236,29 @@ async fn run(
             .min(t.renew_deadline);
         match tokio::time::timeout(limit, round).await {
             Ok(Ok(list)) => {
-                shards.fence.open_until(started + t.renew_deadline);
-                let live = observed.live(&list, Instant::now());
+                let now = Instant::now();
+                let mut live = observed.live(&list, now);
+                let mut until = Some(started + t.renew_deadline);
+                if let Some(link) = &leader {
+                    let seen = link.seen.borrow().clone();
+                    match seen {
+                        // The elector has not read the leader Lease yet: the leader may be a
+                        // member this list does not show. No view until it has.
+                        None => until = None,
+                        Some(s) => live.extend(s.valid_holder(now).map(str::to_owned)),
+                    }
+                    if leading {
+                        until = until.zip(link.fence.deadline()).map(|(a, b)| a.min(b));
+                    }
+                }
+                let Some(until) = until else {
+                    let wait = t.retry_period;
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => continue,
+                        _ = stopped(&mut stop) => break,
+                    }
+                };
+                shards.fence.open_until(until);
                 if shards.update(&live, Instant::now()) {
                     tracing::info!(members = ?shards.members(), "shard membership changed");
                     own.gained_work();

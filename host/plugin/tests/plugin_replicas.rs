@@ -205,6 +205,7 @@ async fn members_find_each_other_through_their_leases_and_a_leaver_is_gone_at_on
             timings.clone(),
             s.clone(),
             own,
+            None,
         ));
         shards.push(s);
     }
