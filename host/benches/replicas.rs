@@ -321,6 +321,8 @@ fn main() {
         }
         if wanted("shards") {
             let f = shards(objects).await;
+            // Correctness, whatever the build: no key by two replicas.
+            assert_eq!((f.by_more_than_one, f.overlaps), (0, 0), "keys reconciled by two replicas");
             let third = f.objects as f64 / 3.0;
             let spread = f
                 .per_replica
