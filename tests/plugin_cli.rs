@@ -471,6 +471,81 @@ async fn no_plugin_or_only_broken_plugins_exit_non_zero_with_one_clear_line() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The election's flags and config keys are checked before anything starts: timings that could
+/// let two leaders act at once, an unreadable duration, a leader-only plugin in a sharded host
+/// without an election; each is one line naming what is wrong.
+#[tokio::test]
+async fn election_settings_are_checked_up_front_with_one_clear_line() {
+    let dir = support::temp_dir("cli-election");
+    let noop = support::guests::guest("noop");
+    let out = host(&[
+        os("--emulator"),
+        os("--plugin"),
+        noop.as_os_str(),
+        os("--leader-elect"),
+        os("--leader-elect-lease-duration"),
+        os("10s"),
+        os("--leader-elect-renew-deadline"),
+        os("10s"),
+    ])
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("leader election: the lease duration (10s) must be longer than the renew deadline (10s)"),
+        "{stderr}"
+    );
+    let out = host(&[
+        os("--plugin"),
+        noop.as_os_str(),
+        os("--leader-elect-retry-period"),
+        os("2 seconds"),
+    ])
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--leader-elect-retry-period") && stderr.contains("invalid duration"),
+        "{stderr}"
+    );
+
+    let cfg = dir.join("host.yaml");
+    std::fs::write(&cfg, "leaderElect: true\nleaderElectRenewDeadline: soon\n").expect("write");
+    let out = host(&[
+        os("--config"),
+        cfg.as_os_str(),
+        os("--plugin"),
+        noop.as_os_str(),
+    ])
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("config {}", cfg.display()))
+            && stderr.contains("leaderElectRenewDeadline")
+            && stderr.contains("invalid duration \"soon\""),
+        "{stderr}"
+    );
+
+    let plugins = dir.join("plugins.yaml");
+    let entry = serde_json::json!([{"module": noop, "leaderOnly": true}]);
+    std::fs::write(&plugins, entry.to_string()).expect("write");
+    let out = host(&[
+        os("--emulator"),
+        os("--plugins"),
+        plugins.as_os_str(),
+        os("--shards"),
+    ])
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("is leaderOnly: with --shards it needs --leader-elect"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// `--log-format json` over a whole run: the emulator and metrics announcements on stdout, the
 /// host's logs, a plugin failing to load, a guest's own stdout and stderr, the shutdown: every
 /// line on either stream is one JSON object.
