@@ -87,19 +87,15 @@ impl Membership {
         let (stop, stop_rx) = watch::channel(false);
         let leases = LeaseClient::new(client, namespace, "shard-membership");
         let span = tracing::info_span!("membership", group, identity = %shards.me());
-        let task = tokio::spawn(
-            run(
-                leases,
-                group.to_string(),
-                timings,
-                shards,
-                own,
-                leader,
-                state_tx,
-                stop_rx,
-            )
-            .instrument(span),
-        );
+        let member = Member {
+            leases,
+            group: group.to_string(),
+            t: timings,
+            shards,
+            own,
+            leader,
+        };
+        let task = tokio::spawn(run(member, state_tx, stop_rx).instrument(span));
         Membership { state, stop, task }
     }
 
@@ -203,16 +199,25 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-async fn run(
+/// What one membership works with.
+struct Member {
     leases: LeaseClient,
     group: String,
     t: Timings,
     shards: Arc<Shards>,
     own: Ownership,
     leader: Option<LeaderLink>,
-    state: watch::Sender<MemberState>,
-    mut stop: watch::Receiver<bool>,
-) {
+}
+
+async fn run(m: Member, state: watch::Sender<MemberState>, mut stop: watch::Receiver<bool>) {
+    let Member {
+        leases,
+        group,
+        t,
+        shards,
+        own,
+        leader,
+    } = m;
     let identity = shards.me().to_string();
     let name = lease_name(&group, &identity);
     let labels = BTreeMap::from([(GROUP_LABEL.to_string(), group.clone())]);
