@@ -157,6 +157,33 @@ impl Observed {
         self.seen.retain(|k, _| names.contains(k));
         live
     }
+
+    /// The Leases among `leases` (other than `mine`) not seen to change for `age`: the
+    /// memberships of replicas that died. Identities are new at every start, so without this
+    /// every restart would leave one behind for good.
+    fn stale<'a>(
+        &self,
+        leases: &'a [Lease],
+        mine: &str,
+        now: Instant,
+        age: Duration,
+    ) -> Vec<&'a Lease> {
+        leases
+            .iter()
+            .filter(|l| l.name != mine)
+            .filter(|l| {
+                self.seen
+                    .get(&l.name)
+                    .is_some_and(|(rv, at)| *rv == l.resource_version && now >= *at + age)
+            })
+            .collect()
+    }
+}
+
+/// How long a membership Lease must go unchanged before a member deletes it: many lease
+/// durations, and at least a minute, so only a replica that is certainly gone loses it.
+fn stale_after(lease_duration: Duration) -> Duration {
+    (lease_duration * 10).max(Duration::from_secs(60))
 }
 
 async fn renew(
@@ -264,6 +291,16 @@ async fn run(m: Member, state: watch::Sender<MemberState>, mut stop: watch::Rece
                     }
                 };
                 shards.fence.open_until(until);
+                for l in observed.stale(&list, &name, now, stale_after(t.lease_duration)) {
+                    match leases.delete(l).await {
+                        Ok(()) => {
+                            tracing::info!(lease = %l.name, "deleted the membership Lease of a replica long gone")
+                        }
+                        Err(e) => {
+                            tracing::debug!(lease = %l.name, error = %e, "cannot delete a stale membership Lease")
+                        }
+                    }
+                }
                 if shards.update(&live, Instant::now()) {
                     tracing::info!(members = ?shards.members(), "shard membership changed");
                     own.gained_work();
@@ -341,6 +378,25 @@ mod tests {
         let t1 = t0 + Duration::from_millis(1500);
         assert_eq!(o.live(&[a2.clone(), b.clone()], t1), ["a", "b"]);
         let t2 = t0 + Duration::from_millis(2100);
-        assert_eq!(o.live(&[a2, b], t2), ["a"]);
+        assert_eq!(o.live(&[a2.clone(), b.clone()], t2), ["a"]);
+        // B is stale only after many lease durations without a change; A, renewed, never.
+        let age = stale_after(Duration::from_secs(2));
+        assert_eq!(age, Duration::from_secs(60));
+        let leases = [a2, b];
+        assert!(o
+            .stale(&leases, "g-a", t0 + Duration::from_secs(59), age)
+            .is_empty());
+        let late = t0 + Duration::from_secs(61);
+        o.live(&leases, late);
+        let stale: Vec<_> = o
+            .stale(&leases, "g-a", late, age)
+            .iter()
+            .map(|l| l.name.clone())
+            .collect();
+        assert_eq!(stale, ["g-b"]);
+        assert!(
+            o.stale(&leases, "g-b", late, age).is_empty(),
+            "never one's own"
+        );
     }
 }
