@@ -125,8 +125,10 @@ async fn takeover(kill: bool, timings: [&str; 3]) -> f64 {
 }
 
 /// Lease writes (creates and updates: nothing else writes while idle) per retry period per
-/// replica, over `secs` seconds with 3 replicas run with `extra`.
-async fn steady(extra: &[&str], secs: u64) -> (f64, f64) {
+/// replica, over `secs` seconds with 3 replicas run with `extra`; and whether that is at most
+/// one per retry period per replica, allowing each replica one write for the window's edges (a
+/// renewal just inside it, whatever its length).
+async fn steady(extra: &[&str], secs: u64) -> (f64, f64, bool) {
     let mut rs = Replicas::start().await;
     rs.emulator.create_namespace(NS).await;
     let plugins = ledger_plugins_file(&rs.dir, json!({"namespace": NS}), 1);
@@ -147,7 +149,8 @@ async fn steady(extra: &[&str], secs: u64) -> (f64, f64) {
     tokio::time::sleep(Duration::from_secs(secs)).await;
     let n = writes(&stats(&rs).await) - before;
     let periods = t.elapsed().as_secs_f64() / 2.0;
-    (n as f64 / periods / 3.0, n as f64 / periods)
+    let met = n as f64 <= 3.0 * (periods.floor() + 1.0);
+    (n as f64 / periods / 3.0, n as f64 / periods, met)
 }
 
 async fn stats(rs: &Replicas) -> serde_json::Value {
@@ -308,14 +311,14 @@ fn main() {
                 ("--shards", &["--shards"][..]),
                 ("--leader-elect --shards", &["--leader-elect", "--shards"][..]),
             ] {
-                let (per_replica, all) = steady(extra, steady_secs).await;
+                let (per_replica, all, met) = steady(extra, steady_secs).await;
                 row(&[
                     format!("idle Lease writes per retry period, 3 replicas, {what} ({steady_secs} s)"),
                     "1".into(),
                     format!("{per_replica:.2} per replica ({all:.2} in all)"),
                     "-".into(),
                     "≤ 1 per replica".into(),
-                    (all <= 3.0 + 0.5).to_string(),
+                    met.to_string(),
                 ]);
             }
         }
