@@ -12,6 +12,8 @@ use std::time::Duration;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
+use super::ticker::{Busy, Ticker};
+
 use super::cache::{self, CacheStats, CompileCache};
 use super::instance::HostState;
 
@@ -67,6 +69,7 @@ pub(crate) struct EngineInner {
     pub(crate) config: EngineConfig,
     cache: Option<CompileCache>,
     pub(crate) stats: CacheStats,
+    ticker: &'static Ticker,
 }
 
 impl PluginEngine {
@@ -82,7 +85,7 @@ impl PluginEngine {
             }
             Err(e) => return Err(EngineError::Wasmtime(e)),
         };
-        start_ticker(&engine, config.epoch_tick).map_err(EngineError::Ticker)?;
+        let ticker = Ticker::start(&engine, config.epoch_tick).map_err(EngineError::Ticker)?;
         let linker = super::imports::linker(&engine).map_err(EngineError::Wasmtime)?;
         let cache = config
             .cache_dir
@@ -94,7 +97,13 @@ impl PluginEngine {
             config,
             cache,
             stats: CacheStats::default(),
+            ticker,
         })))
+    }
+
+    /// Marks a guest call in flight until the guard drops: the epoch ticker runs only then.
+    pub(crate) fn busy(&self) -> Busy {
+        self.0.ticker.busy()
     }
 
     /// The wasmtime engine.
@@ -190,21 +199,6 @@ fn build_engine(config: &EngineConfig, pooling: bool) -> wasmtime::Result<Engine
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     Engine::new(&c)
-}
-
-fn start_ticker(engine: &Engine, tick: Duration) -> std::io::Result<()> {
-    let weak = engine.weak();
-    let tick = tick.max(Duration::from_millis(1));
-    std::thread::Builder::new()
-        .name("wasm-epoch".into())
-        .spawn(move || loop {
-            std::thread::sleep(tick);
-            match weak.upgrade() {
-                Some(engine) => engine.increment_epoch(),
-                None => return,
-            }
-        })
-        .map(drop)
 }
 
 #[cfg(test)]

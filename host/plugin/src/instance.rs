@@ -512,6 +512,7 @@ impl PluginInstance {
 
     /// Instantiates now rather than on the first call (e.g. at worker start, to fail early).
     pub async fn warm(&mut self) -> Result<(), GuestError> {
+        let _busy = self.inner.engine.busy();
         self.live_mut(Duration::ZERO).await.map(drop)
     }
 
@@ -533,6 +534,7 @@ impl PluginInstance {
 
     /// Delivers an add notification for watch number `watch`.
     pub async fn on_add(&mut self, watch: u32, obj: &Object) -> Result<(), GuestError> {
+        let _busy = self.inner.engine.busy();
         let d = self.inner.limits.handler_deadline;
         let mut meta = std::mem::take(&mut self.meta);
         let r = {
@@ -561,6 +563,7 @@ impl PluginInstance {
         old: &Object,
         new: &Object,
     ) -> Result<(), GuestError> {
+        let _busy = self.inner.engine.busy();
         let d = self.inner.limits.handler_deadline;
         let mut meta = std::mem::take(&mut self.meta);
         let r = {
@@ -591,6 +594,7 @@ impl PluginInstance {
         obj: &Object,
         tombstone: bool,
     ) -> Result<(), GuestError> {
+        let _busy = self.inner.engine.busy();
         let d = self.inner.limits.handler_deadline;
         let mut meta = std::mem::take(&mut self.meta);
         let r = {
@@ -616,6 +620,7 @@ impl PluginInstance {
     /// Reconciles `key`. The outer error is a sandbox failure (instance discarded); the inner
     /// result is the guest's own answer.
     pub async fn reconcile(&mut self, key: &str) -> Result<ReconcileResult, GuestError> {
+        let _busy = self.inner.engine.busy();
         let d = self.inner.limits.reconcile_deadline;
         // Epoch checks only run while guest code runs; a host call that never returns (a stalled
         // API request) is caught by this wall-clock backstop one tick later.

@@ -36,6 +36,7 @@ pub mod runtime;
 pub mod spec;
 pub mod status;
 mod stdio;
+mod ticker;
 pub mod watch_counters;
 
 pub use backend::{
