@@ -4,8 +4,8 @@
 //!
 //! The Wasm plugin runtime: controllers as WebAssembly components of the `kube:controller` world.
 //!
-//! [`engine`] owns the one wasmtime engine and the on-disk compile cache, whose misses
-//! [`compiler`] compiles in this process or in a child process; [`loader`] turns a
+//! [`engine`] owns the one wasmtime engine and the on-disk compile cache (its misses compile
+//! where [`compiler`] says: in this process, or in a child process); [`loader`] turns a
 //! `.wasm` file into a [`loader::LoadedPlugin`] (validated manifest, pre-linked instance);
 //! [`instance`] runs guest calls in a sandboxed store with deadlines and memory caps and replaces
 //! an instance that failed. Everything the guest can reach in the host goes through the
