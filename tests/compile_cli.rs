@@ -105,7 +105,10 @@ async fn a_cold_start_compiles_in_a_child_process_which_leaves_the_entry_in_the_
         "{metrics}"
     );
     assert_eq!(
-        sample(&metrics, "component_compiles_total{compiler=\"in_process\"}"),
+        sample(
+            &metrics,
+            "component_compiles_total{compiler=\"in_process\"}"
+        ),
         Some(0),
         "{metrics}"
     );
@@ -114,7 +117,10 @@ async fn a_cold_start_compiles_in_a_child_process_which_leaves_the_entry_in_the_
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(&cache).expect("cache").permissions().mode();
+        let mode = std::fs::metadata(&cache)
+            .expect("cache")
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o700);
     }
 
@@ -198,7 +204,11 @@ async fn host_compile_names_each_file_it_cannot_compile_in_one_line_and_compiles
     assert_eq!(lines.len(), 3, "one line per bad file: {stderr}");
     let expect = |i: usize, file: &Path, cause: &str| {
         let prefix = format!("error: {}: {cause}", file.display());
-        assert!(lines[i].starts_with(&prefix), "{}\n  wanted {prefix}", lines[i]);
+        assert!(
+            lines[i].starts_with(&prefix),
+            "{}\n  wanted {prefix}",
+            lines[i]
+        );
     };
     expect(0, &missing, "cannot read the file: ");
     expect(1, &garbage, "not a WebAssembly file");

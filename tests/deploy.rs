@@ -451,7 +451,10 @@ fn an_init_container_compiles_the_plugins_into_the_hosts_cache_before_the_host_s
     let compile = container(&d, "initContainers", "compile");
     // The same image, so the same binary and engine settings: the same cache keys.
     assert_eq!(compile["image"], host["image"]);
-    assert!(compile["command"].is_null(), "the image's entrypoint, `host`");
+    assert!(
+        compile["command"].is_null(),
+        "the image's entrypoint, `host`"
+    );
     let args = &compile["args"];
     assert_eq!(args[0], "compile", "{args}");
     // The host's cache, writable, and the host's plugins file: every module the host will
@@ -468,7 +471,10 @@ fn an_init_container_compiles_the_plugins_into_the_hosts_cache_before_the_host_s
     assert_eq!(volume, mounted(&d, host, dir).0);
     assert!(read_only);
     let (volume, read_only) = mounted(&d, compile, "/var/lib/kube-wasm-host/plugins");
-    assert_eq!(volume, mounted(&d, host, "/var/lib/kube-wasm-host/plugins").0);
+    assert_eq!(
+        volume,
+        mounted(&d, host, "/var/lib/kube-wasm-host/plugins").0
+    );
     assert!(read_only);
     assert_eq!(
         compile["resources"]["limits"]["memory"], host["resources"]["limits"]["memory"],
