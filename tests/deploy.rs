@@ -344,7 +344,11 @@ fn the_deployment_runs_two_hardened_replicas_with_leader_election_on_the_metrics
         (Some(uid.into()), Some(gid.into()))
     );
     assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
-    for c in [host, container(&d, "initContainers", "plugins")] {
+    for c in [
+        host,
+        container(&d, "initContainers", "plugins"),
+        container(&d, "initContainers", "compile"),
+    ] {
         let sc = &c["securityContext"];
         assert_eq!(sc["allowPrivilegeEscalation"], false, "{c}");
         assert_eq!(sc["readOnlyRootFilesystem"], true, "{c}");
@@ -429,6 +433,53 @@ fn the_deployment_runs_two_hardened_replicas_with_leader_election_on_the_metrics
         d["spec"]["selector"]["matchLabels"]
     );
     assert_eq!(svc["spec"]["ports"][0]["targetPort"], "metrics");
+}
+
+#[test]
+fn an_init_container_compiles_the_plugins_into_the_hosts_cache_before_the_host_starts() {
+    let d = deployment();
+    let pod = &d["spec"]["template"]["spec"];
+    let inits: Vec<&str> = pod["initContainers"]
+        .as_array()
+        .expect("initContainers")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    // After the plugins are copied in: init containers run in order.
+    assert_eq!(inits, ["plugins", "compile"]);
+    let host = container(&d, "containers", "host");
+    let compile = container(&d, "initContainers", "compile");
+    // The same image, so the same binary and engine settings: the same cache keys.
+    assert_eq!(compile["image"], host["image"]);
+    assert!(
+        compile["command"].is_null(),
+        "the image's entrypoint, `host`"
+    );
+    let args = &compile["args"];
+    assert_eq!(args[0], "compile", "{args}");
+    // The host's cache, writable, and the host's plugins file: every module the host will
+    // load is compiled, from the same paths.
+    let cache = flag(args, "cache-dir").expect("--cache-dir");
+    assert_eq!(Some(cache), flag(&host["args"], "cache-dir"));
+    let (volume, read_only) = mounted(&d, compile, cache);
+    assert_eq!(volume, mounted(&d, host, cache).0);
+    assert!(!read_only);
+    let plugins_file = flag(args, "plugins").expect("--plugins");
+    assert_eq!(Some(plugins_file), flag(&host["args"], "plugins"));
+    let (dir, _) = plugins_file.rsplit_once('/').expect("a path");
+    let (volume, read_only) = mounted(&d, compile, dir);
+    assert_eq!(volume, mounted(&d, host, dir).0);
+    assert!(read_only);
+    let (volume, read_only) = mounted(&d, compile, "/var/lib/kube-wasm-host/plugins");
+    assert_eq!(
+        volume,
+        mounted(&d, host, "/var/lib/kube-wasm-host/plugins").0
+    );
+    assert!(read_only);
+    assert_eq!(
+        compile["resources"]["limits"]["memory"], host["resources"]["limits"]["memory"],
+        "the examples compile within the host's own limit"
+    );
 }
 
 /// The `module`s of the plugins file `key` in the ConfigMap `cm`.
@@ -657,6 +708,17 @@ async fn every_manifest_is_applied_server_side_and_read_back_as_written() {
         .filter_map(|v| v["name"].as_str())
         .collect();
     assert_eq!(volumes, ["config", "plugins", "cache"]);
+    let inits: Vec<&str> = pod["initContainers"]
+        .as_array()
+        .expect("initContainers")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(inits, ["plugins", "compile"]);
+    assert_eq!(
+        pod["initContainers"][1]["securityContext"]["readOnlyRootFilesystem"],
+        true
+    );
     let (ok, out, err) = kubectl(
         &dir,
         &["get", "role", "kube-wasm-host", "-n", NS, "-o", "json"],

@@ -9,6 +9,11 @@
 //! Trust: artifacts are native code loaded without verification, so the directory must only be
 //! writable by the user running the host; it is created with mode 0700. Entries that fail to
 //! deserialize (truncated, from another build, garbage) are recompiled and rewritten.
+//!
+//! On a miss the component is compiled in this process or, with [`Compiler::Child`], in a child
+//! process (`host compile`) that writes the entry, which this process then loads as a hit would
+//! be: see [`crate::compiler`]. [`PluginEngine::precompile`](crate::PluginEngine::precompile)
+//! fills the cache ahead of time (`host compile`).
 
 use std::ffi::OsString;
 use std::fs;
@@ -21,11 +26,16 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 use wasmtime::Engine;
 
+use super::compiler::{self, ChildError, Compiler};
+
 /// Counters of what the cache did, for tests and metrics.
 #[derive(Debug, Default)]
 pub struct CacheStats {
-    /// Components compiled with Cranelift (cache misses, corrupt entries, or no cache).
+    /// Components compiled with Cranelift in this process (cache misses, corrupt entries, or no
+    /// cache).
     pub compiles: AtomicU64,
+    /// Components compiled in a child process and then loaded from the cache.
+    pub child_compiles: AtomicU64,
     /// Components loaded from the cache.
     pub hits: AtomicU64,
     /// Entries found unusable and replaced.
@@ -34,10 +44,75 @@ pub struct CacheStats {
     pub write_errors: AtomicU64,
 }
 
-/// The cache directory and the engine fingerprint its keys include.
+/// The cache directory, the engine fingerprint its keys include, and where misses compile.
 pub(crate) struct CompileCache {
     dir: PathBuf,
     engine_fingerprint: String,
+    compiler: Compiler,
+}
+
+/// How a component was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Loaded from the compile cache.
+    Cache,
+    /// Compiled in a child process, then loaded from the cache.
+    Child,
+    /// Compiled in this process.
+    InProcess,
+}
+
+impl Origin {
+    /// As the `plugin loaded` log line says it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Cache => "cached",
+            Origin::Child => "compiled in a child process",
+            Origin::InProcess => "compiled in this process",
+        }
+    }
+}
+
+/// Why a component could not be had.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ComponentError {
+    /// Cranelift (in this process) refused it.
+    #[error("{0:#}")]
+    Compile(wasmtime::Error),
+    /// The child process that compiled it failed, or was stopped.
+    #[error("{0}")]
+    Child(String),
+}
+
+/// What [`PluginEngine::precompile`](crate::PluginEngine::precompile) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Precompiled {
+    /// The cache held a usable entry already.
+    AlreadyCached(PathBuf),
+    /// Compiled, and written to the cache at this path.
+    Compiled(PathBuf),
+}
+
+/// Why a component could not be compiled ahead of time.
+#[derive(Debug, thiserror::Error)]
+pub enum PrecompileError {
+    /// The engine has no cache directory to fill.
+    #[error("no compile cache directory (give one with --cache-dir)")]
+    NoCache,
+    /// Not a component (garbage, a core module, an unknown version).
+    #[error("{0}")]
+    NotComponent(super::loader::LoadCause),
+    /// Cranelift refused it.
+    #[error("invalid component: {0}")]
+    Compile(String),
+    /// Compiled, but the entry could not be written.
+    #[error("compiled, but cannot write the cache entry {}: {error}", path.display())]
+    Write {
+        /// The entry.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
 }
 
 /// The per-user default: `$XDG_CACHE_HOME/kube-wasm-host`, else `~/.cache/kube-wasm-host`.
@@ -81,16 +156,23 @@ fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// The part of a cache key that names the engine: everything in it that affects code
+/// generation (wasmtime version, target, tunables, features), the architecture and the OS.
+pub(crate) fn engine_fingerprint(engine: &Engine) -> String {
+    let mut h = ShaHasher(Sha256::new());
+    engine.precompile_compatibility_hash().hash(&mut h);
+    std::env::consts::ARCH.hash(&mut h);
+    std::env::consts::OS.hash(&mut h);
+    let digest = h.0.finalize();
+    hex(&digest[..12])
+}
+
 impl CompileCache {
-    pub(crate) fn new(dir: PathBuf, engine: &Engine) -> Self {
-        let mut h = ShaHasher(Sha256::new());
-        engine.precompile_compatibility_hash().hash(&mut h);
-        std::env::consts::ARCH.hash(&mut h);
-        std::env::consts::OS.hash(&mut h);
-        let digest = h.0.finalize();
+    pub(crate) fn new(dir: PathBuf, engine: &Engine, compiler: Compiler) -> Self {
         CompileCache {
             dir,
-            engine_fingerprint: hex(&digest[..12]),
+            engine_fingerprint: engine_fingerprint(engine),
+            compiler,
         }
     }
 
@@ -103,31 +185,68 @@ impl CompileCache {
         ))
     }
 
-    /// Loads the compiled form of `wasm`, compiling (and caching) it when needed.
+    /// The usable entry at `path`, if any (counted as a hit); an unusable one is counted and
+    /// left to be replaced.
+    fn cached(&self, engine: &Engine, path: &Path, stats: &CacheStats) -> Option<Component> {
+        if !path.is_file() {
+            return None;
+        }
+        // SAFETY: the entry was written by this host (see the module's trust note) and its name
+        // binds it to this exact input and engine configuration; wasmtime still checks the
+        // artifact's header and version before using it.
+        match unsafe { Component::deserialize_file(engine, path) } {
+            Ok(c) => {
+                stats.hits.fetch_add(1, Ordering::Relaxed);
+                Some(c)
+            }
+            Err(e) => {
+                stats.corrupt.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(entry = %path.display(), error = %e,
+                    "compile cache entry unusable; recompiling");
+                None
+            }
+        }
+    }
+
+    /// Loads the compiled form of `wasm`, compiling (and caching) it when needed: in a child
+    /// process with [`Compiler::Child`], else (or when no child can be started, or it could not
+    /// write the cache) in this one.
     pub(crate) fn load(
         &self,
         engine: &Engine,
         wasm: &[u8],
         stats: &CacheStats,
-    ) -> wasmtime::Result<Component> {
+    ) -> Result<(Component, Origin), ComponentError> {
         let path = self.entry_path(wasm);
-        if path.is_file() {
-            // SAFETY: the entry was written by this host (see the module's trust note) and its
-            // name binds it to this exact input and engine configuration; wasmtime still checks
-            // the artifact's header and version before using it.
-            match unsafe { Component::deserialize_file(engine, &path) } {
-                Ok(c) => {
-                    stats.hits.fetch_add(1, Ordering::Relaxed);
-                    return Ok(c);
+        if let Some(c) = self.cached(engine, &path, stats) {
+            return Ok((c, Origin::Cache));
+        }
+        if let Compiler::Child { exe, timeout } = &self.compiler {
+            match compiler::compile_in_child(exe, *timeout, &self.dir, wasm) {
+                Ok(report) => {
+                    // SAFETY: as in `cached`: the child is this host's own binary.
+                    match unsafe { Component::deserialize_file(engine, &path) } {
+                        Ok(c) => {
+                            stats.child_compiles.fetch_add(1, Ordering::Relaxed);
+                            tracing::info!(entry = %path.display(),
+                                elapsed_ms = report.elapsed.as_millis() as u64,
+                                child = %report.said, "component compiled in a child process");
+                            return Ok((c, Origin::Child));
+                        }
+                        Err(e) => tracing::warn!(entry = %path.display(), error = %e,
+                            "the compiler process left no usable cache entry; compiling in this process"),
+                    }
                 }
-                Err(e) => {
-                    stats.corrupt.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(entry = %path.display(), error = %e,
-                        "compile cache entry unusable; recompiling");
+                Err(ChildError::Spawn(e)) => tracing::warn!(exe = %exe.display(), error = %e,
+                    "cannot start the compiler process; compiling in this process"),
+                Err(ChildError::CacheNotWritten(e)) => tracing::warn!(error = %e,
+                    "the compiler process could not write the compile cache; compiling in this process"),
+                Err(ChildError::Failed(e)) => {
+                    return Err(ComponentError::Child(e));
                 }
             }
         }
-        let component = compile(engine, wasm, stats)?;
+        let component = compile(engine, wasm, stats).map_err(ComponentError::Compile)?;
         if let Err(e) = component
             .serialize()
             .map_err(std::io::Error::other)
@@ -136,7 +255,32 @@ impl CompileCache {
             stats.write_errors.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(entry = %path.display(), error = %e, "could not write compile cache entry");
         }
-        Ok(component)
+        Ok((component, Origin::InProcess))
+    }
+
+    /// Compiles `wasm` in this process into the cache unless a usable entry is there already;
+    /// the component is not loaded.
+    pub(crate) fn precompile(
+        &self,
+        engine: &Engine,
+        wasm: &[u8],
+        stats: &CacheStats,
+    ) -> Result<Precompiled, PrecompileError> {
+        let path = self.entry_path(wasm);
+        if self.cached(engine, &path, stats).is_some() {
+            return Ok(Precompiled::AlreadyCached(path));
+        }
+        stats.compiles.fetch_add(1, Ordering::Relaxed);
+        let bytes = engine
+            .precompile_component(wasm)
+            .map_err(|e| PrecompileError::Compile(format!("{e:#}")))?;
+        match write_atomically(&path, &bytes) {
+            Ok(()) => Ok(Precompiled::Compiled(path)),
+            Err(error) => {
+                stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                Err(PrecompileError::Write { path, error })
+            }
+        }
     }
 }
 
@@ -201,7 +345,12 @@ mod tests {
     }
 
     fn entry(config: &wasmtime::Config, wasm: &[u8]) -> PathBuf {
-        CompileCache::new(PathBuf::from("/cache"), &engine(config)).entry_path(wasm)
+        CompileCache::new(
+            PathBuf::from("/cache"),
+            &engine(config),
+            Compiler::InProcess,
+        )
+        .entry_path(wasm)
     }
 
     #[test]

@@ -12,10 +12,11 @@ use std::time::Duration;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use super::ticker::{Busy, Ticker};
-
-use super::cache::{self, CacheStats, CompileCache};
+use super::cache::{self, CacheStats, CompileCache, ComponentError, Origin};
+use super::cache::{PrecompileError, Precompiled};
+use super::compiler::Compiler;
 use super::instance::HostState;
+use super::ticker::{Busy, Ticker};
 
 /// Engine-wide settings.
 #[derive(Debug, Clone)]
@@ -30,6 +31,13 @@ pub struct EngineConfig {
     pub max_instances: u32,
     /// Largest linear memory any instance may have; per-plugin caps may only be lower.
     pub max_memory_bytes: usize,
+    /// Where a component missing from the cache is compiled: in this process (the default) or
+    /// in a child process (only with a cache directory; see [`crate::compiler`]).
+    pub compiler: Compiler,
+    /// Whether Cranelift compiles a component's functions on all cores (rayon's global pool)
+    /// or on one: one is slower, and holds less memory at its peak. Code generation is the same
+    /// either way, so the cache key does not depend on it.
+    pub parallel_compilation: bool,
 }
 
 /// Default per-instance memory cap: generous for a controller holding a few objects, small
@@ -44,6 +52,8 @@ impl Default for EngineConfig {
             pooling: true,
             max_instances: 256,
             max_memory_bytes: DEFAULT_MAX_MEMORY,
+            compiler: Compiler::InProcess,
+            parallel_compilation: true,
         }
     }
 }
@@ -68,7 +78,8 @@ pub(crate) struct EngineInner {
     pub(crate) linker: Linker<HostState>,
     pub(crate) config: EngineConfig,
     cache: Option<CompileCache>,
-    pub(crate) stats: CacheStats,
+    /// Shared with the `/metrics` collector.
+    pub(crate) stats: Arc<CacheStats>,
     ticker: &'static Ticker,
 }
 
@@ -90,13 +101,13 @@ impl PluginEngine {
         let cache = config
             .cache_dir
             .clone()
-            .map(|dir| CompileCache::new(dir, &engine));
+            .map(|dir| CompileCache::new(dir, &engine, config.compiler.clone()));
         Ok(PluginEngine(Arc::new(EngineInner {
             engine,
             linker,
             config,
             cache,
-            stats: CacheStats::default(),
+            stats: Arc::default(),
             ticker,
         })))
     }
@@ -121,17 +132,30 @@ impl PluginEngine {
         &self.0.stats
     }
 
-    /// How many components this engine compiled (the rest came from the cache).
+    /// How many components this engine compiled in this process (the rest came from the
+    /// cache, or were compiled in a child process: [`CacheStats::child_compiles`]).
     pub fn compiles(&self) -> u64 {
         self.0.stats.compiles.load(Ordering::Relaxed)
     }
 
     /// Compiles `wasm`, or loads it from the disk cache.
-    pub(crate) fn component(&self, wasm: &[u8]) -> wasmtime::Result<Component> {
+    pub(crate) fn component(&self, wasm: &[u8]) -> Result<(Component, Origin), ComponentError> {
         match &self.0.cache {
             Some(c) => c.load(&self.0.engine, wasm, &self.0.stats),
-            None => cache::compile(&self.0.engine, wasm, &self.0.stats),
+            None => cache::compile(&self.0.engine, wasm, &self.0.stats)
+                .map(|c| (c, Origin::InProcess))
+                .map_err(ComponentError::Compile),
         }
+    }
+
+    /// Ahead-of-time compilation (`host compile`): compiles the component `wasm` in this
+    /// process and writes it to the cache, unless the cache holds a usable entry for it already.
+    /// The entry is the one a later load of the same bytes by an engine with the same
+    /// code-generation settings finds. Nothing is instantiated, and the world is not checked.
+    pub fn precompile(&self, wasm: &[u8]) -> Result<Precompiled, PrecompileError> {
+        super::loader::check_header(wasm).map_err(PrecompileError::NotComponent)?;
+        let cache = self.0.cache.as_ref().ok_or(PrecompileError::NoCache)?;
+        cache.precompile(&self.0.engine, wasm, &self.0.stats)
     }
 }
 
@@ -178,7 +202,7 @@ fn build_engine(config: &EngineConfig, pooling: bool) -> wasmtime::Result<Engine
     let mut c = Config::new();
     c.wasm_component_model(true)
         .epoch_interruption(true)
-        .parallel_compilation(true)
+        .parallel_compilation(config.parallel_compilation)
         // Guests get a bounded native stack; deep recursion traps instead of overflowing ours.
         .max_wasm_stack(1 << 20);
     if pooling {
@@ -204,6 +228,149 @@ fn build_engine(config: &EngineConfig, pooling: bool) -> wasmtime::Result<Engine
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::{engine_fingerprint, PrecompileError, Precompiled};
+
+    /// The smallest valid component: the preamble of a component binary, no sections.
+    const EMPTY_COMPONENT: &[u8] = b"\0asm\x0d\0\x01\0";
+
+    fn temp_dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("engine-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    fn engine_with(cache_dir: &std::path::Path, compiler: Compiler) -> PluginEngine {
+        PluginEngine::new(EngineConfig {
+            cache_dir: Some(cache_dir.to_path_buf()),
+            pooling: false,
+            compiler,
+            ..EngineConfig::default()
+        })
+        .expect("engine")
+    }
+
+    #[test]
+    fn a_compile_engine_and_a_run_engine_share_cache_keys() {
+        // The run's engine: pooling, sized for its plugins, compiling on all cores. The child's
+        // (`host compile`): on-demand allocation, default sizes, one core. Neither setting
+        // changes the generated code, so both find each other's entries; if wasmtime ever
+        // folded one of them into the compatibility hash, this is where it would show.
+        let run = EngineConfig {
+            max_memory_bytes: 512 << 20,
+            max_instances: 1000,
+            ..EngineConfig::default()
+        };
+        let compile = EngineConfig {
+            pooling: false,
+            parallel_compilation: false,
+            ..EngineConfig::default()
+        };
+        let run = build_engine(&run, true).expect("run engine");
+        let compile = build_engine(&compile, false).expect("compile engine");
+        assert_eq!(engine_fingerprint(&run), engine_fingerprint(&compile));
+    }
+
+    #[test]
+    fn precompiling_fills_the_cache_that_a_load_then_finds() {
+        let dir = temp_dir("precompile");
+        let e = engine_with(&dir, Compiler::InProcess);
+        let path = match e.precompile(EMPTY_COMPONENT).expect("compiles") {
+            Precompiled::Compiled(p) => p,
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            path.is_file() && path.starts_with(&dir),
+            "{}",
+            path.display()
+        );
+        assert_eq!(
+            e.precompile(EMPTY_COMPONENT).expect("cached"),
+            Precompiled::AlreadyCached(path)
+        );
+        assert_eq!(e.compiles(), 1);
+        // Another engine, as a later run: a hit, nothing compiled.
+        let later = engine_with(&dir, Compiler::InProcess);
+        let (_, origin) = later.component(EMPTY_COMPONENT).expect("loads");
+        assert_eq!(origin, Origin::Cache);
+        assert_eq!(later.compiles(), 0);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn precompiling_refuses_what_is_not_a_component_and_needs_a_cache() {
+        let dir = temp_dir("precompile-refused");
+        let e = engine_with(&dir, Compiler::InProcess);
+        let err = e.precompile(b"not wasm at all").expect_err("garbage");
+        assert!(matches!(err, PrecompileError::NotComponent(_)), "{err}");
+        let err = e.precompile(b"\0asm\x01\0\0\0").expect_err("a core module");
+        assert!(
+            err.to_string().contains("a core WebAssembly module"),
+            "{err}"
+        );
+        // A component preamble followed by a section that does not parse.
+        let broken = [EMPTY_COMPONENT, b"\x07\x05garbage"].concat();
+        let err = e.precompile(&broken).expect_err("broken");
+        assert!(
+            matches!(err, PrecompileError::Compile(_))
+                && err.to_string().starts_with("invalid component: "),
+            "{err}"
+        );
+        assert!(!err.to_string().contains('\n'), "one line: {err}");
+        let no_cache = PluginEngine::new(EngineConfig {
+            cache_dir: None,
+            pooling: false,
+            ..EngineConfig::default()
+        })
+        .expect("engine");
+        let err = no_cache.precompile(EMPTY_COMPONENT).expect_err("no cache");
+        assert!(matches!(err, PrecompileError::NoCache), "{err}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_compiler_process_that_cannot_start_or_leaves_nothing_falls_back_to_this_process() {
+        for (tag, exe) in [
+            ("spawn", "/nonexistent/kube-wasm-host/host"),
+            ("nothing", "true"),
+        ] {
+            let dir = temp_dir(&format!("fallback-{tag}"));
+            let e = engine_with(&dir, Compiler::child(exe));
+            let (_, origin) = e.component(EMPTY_COMPONENT).expect("compiles here");
+            assert_eq!(origin, Origin::InProcess, "{exe}");
+            assert_eq!(e.compiles(), 1, "{exe}");
+            assert_eq!(e.cache_stats().child_compiles.load(Ordering::Relaxed), 0);
+            // The entry was written here as before: the next load is a hit.
+            let (_, origin) = e.component(EMPTY_COMPONENT).expect("cached");
+            assert_eq!(origin, Origin::Cache, "{exe}");
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+
+    #[test]
+    fn a_compiler_process_that_fails_fails_the_load_in_one_line() {
+        let dir = temp_dir("child-fails");
+        let e = engine_with(&dir, Compiler::child("false"));
+        let err = e.component(EMPTY_COMPONENT).expect_err("the child failed");
+        assert!(
+            matches!(&err, ComponentError::Child(m) if m == "exit status 1"),
+            "{err}"
+        );
+        assert_eq!(e.compiles(), 0, "not compiled here as well");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn without_a_cache_directory_a_child_compiler_is_not_used() {
+        let e = PluginEngine::new(EngineConfig {
+            cache_dir: None,
+            pooling: false,
+            compiler: Compiler::child("false"),
+            ..EngineConfig::default()
+        })
+        .expect("engine");
+        let (_, origin) = e.component(EMPTY_COMPONENT).expect("compiles here");
+        assert_eq!(origin, Origin::InProcess);
+    }
 
     #[test]
     fn the_pool_holds_max_instances_instances_at_every_per_component_ceiling() {

@@ -4,7 +4,8 @@
 //!
 //! The Wasm plugin runtime: controllers as WebAssembly components of the `kube:controller` world.
 //!
-//! [`engine`] owns the one wasmtime engine and the on-disk compile cache; [`loader`] turns a
+//! [`engine`] owns the one wasmtime engine and the on-disk compile cache (its misses compile
+//! where [`compiler`] says: in this process, or in a child process); [`loader`] turns a
 //! `.wasm` file into a [`loader::LoadedPlugin`] (validated manifest, pre-linked instance);
 //! [`instance`] runs guest calls in a sandboxed store with deadlines and memory caps and replaces
 //! an instance that failed. Everything the guest can reach in the host goes through the
@@ -18,6 +19,7 @@ pub mod backends;
 mod bindings;
 pub mod cache;
 pub mod cache_sync;
+pub mod compiler;
 pub mod dispatch;
 pub mod engine;
 pub mod health;
@@ -42,6 +44,8 @@ pub mod watch_counters;
 pub use backend::{
     ApiError, Backends, ClientBackend, EventBackend, ListerBackend, QueueBackend, WriteRequest,
 };
+pub use cache::{Origin, PrecompileError, Precompiled};
+pub use compiler::Compiler;
 pub use dispatch::RetryPolicy;
 pub use engine::{EngineConfig, PluginEngine};
 pub use health::{Health, HealthSnapshot, Phase, QuarantinePolicy};

@@ -15,6 +15,7 @@ use wasmtime::Engine;
 
 use super::backend::Backends;
 use super::bindings::{v0_1, v0_2};
+use super::cache::ComponentError;
 use super::engine::PluginEngine;
 use super::instance::{
     instantiate, GuestError, HostState, Limits, PluginCtx, PluginInstance, PluginStats,
@@ -49,6 +50,10 @@ pub enum LoadCause {
     /// wasmtime refused to compile it.
     #[error("invalid component: {0}")]
     Compile(String),
+    /// The child process compiling it failed (the component is invalid, or the process was
+    /// killed or ran past its time; see [`crate::compiler`]).
+    #[error("compiling in a child process failed: {0}")]
+    ChildCompile(String),
     /// A component, but not of a `kube:controller` world this host serves.
     #[error("not a kube:controller controller component (this host serves 0.1.0 and 0.2.0): {0}")]
     World(String),
@@ -221,9 +226,12 @@ impl PluginEngine {
             limits.memory_bytes = engine_cap;
         }
         check_header(bytes).map_err(fail)?;
-        let component = self
-            .component(bytes)
-            .map_err(|e| fail(LoadCause::Compile(format!("{e:#}"))))?;
+        let (component, origin) = self.component(bytes).map_err(|e| {
+            fail(match e {
+                ComponentError::Compile(e) => LoadCause::Compile(format!("{e:#}")),
+                ComponentError::Child(e) => LoadCause::ChildCompile(e),
+            })
+        })?;
         let instance_pre = self
             .0
             .linker
@@ -316,6 +324,7 @@ impl PluginEngine {
             plugin = %manifest.name,
             file = %path.display(),
             contract = contract.version(),
+            component = origin.as_str(),
             watches = manifest.watches.len(),
             writes = manifest.writes.len(),
             elapsed_us = started.elapsed().as_micros() as u64,
@@ -349,7 +358,7 @@ fn imports_events(component: &Component, engine: &Engine) -> bool {
 
 /// Distinguishes garbage, core modules and components by the 8-byte preamble, so the common
 /// mistake (a `wasm32-unknown-unknown` or wasip1 core module) gets an actionable message.
-fn check_header(bytes: &[u8]) -> Result<(), LoadCause> {
+pub(crate) fn check_header(bytes: &[u8]) -> Result<(), LoadCause> {
     if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
         return Err(LoadCause::NotWasm);
     }

@@ -243,6 +243,14 @@ impl PluginRuntime {
         let event_writer = tokio::spawn(writer.run(async move {
             let _ = stopped.await;
         }));
+        let metrics = metrics_registry(
+            &engine,
+            &registry,
+            &slots,
+            &lw_counters,
+            &events,
+            &opts.ownership,
+        );
         PluginRuntime {
             engine,
             event_writer,
@@ -263,13 +271,7 @@ impl PluginRuntime {
                     handler_panics: PanicPolicy::Skip,
                     ..InformerOptions::default()
                 }),
-                metrics: metrics_registry(
-                    &registry,
-                    &slots,
-                    &lw_counters,
-                    &events,
-                    &opts.ownership,
-                ),
+                metrics,
                 registry,
                 lw_counters,
                 opts,

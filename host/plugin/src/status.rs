@@ -18,8 +18,10 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 
+use super::cache::CacheStats;
 use super::cache_sync::CacheSync;
 use super::dispatch::Dispatcher;
+use super::engine::PluginEngine;
 use super::health::{Health, HealthSnapshot, Phase};
 use super::instance::Limits;
 use super::loader::Plugin;
@@ -359,6 +361,7 @@ pub enum ScrapeError {
 
 /// The registry `/metrics` encodes: the workqueues' collector, then the runtime's own.
 pub(crate) fn metrics_registry(
+    engine: &PluginEngine,
     queues: &Registry,
     slots: &Slots,
     lw_counters: &CounterMap,
@@ -373,7 +376,43 @@ pub(crate) fn metrics_registry(
     }));
     registry.register_collector(Box::new(EventMetrics(events.clone())));
     registry.register_collector(Box::new(ReplicaMetrics(ownership.clone())));
+    registry.register_collector(Box::new(CompileMetrics(engine.0.stats.clone())));
     Arc::new(registry)
+}
+
+/// What the compile cache did: components compiled (in this process or in a child process)
+/// and loaded from the cache.
+#[derive(Debug)]
+struct CompileMetrics(Arc<CacheStats>);
+
+impl Collector for CompileMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let s = &self.0;
+        encode_family(
+            &mut encoder,
+            "component_compiles",
+            "Components compiled with Cranelift, by where: in this process, or in a child process (`host compile`).",
+            None,
+            [
+                (
+                    [("compiler", "in_process")],
+                    ConstCounter::new(s.compiles.load(Ordering::Relaxed)),
+                ),
+                (
+                    [("compiler", "child")],
+                    ConstCounter::new(s.child_compiles.load(Ordering::Relaxed)),
+                ),
+            ],
+        )?;
+        let none: [(&str, &str); 0] = [];
+        encode_family(
+            &mut encoder,
+            "component_cache_hits",
+            "Components loaded from the compile cache without compiling.",
+            None,
+            [(none, ConstCounter::new(s.hits.load(Ordering::Relaxed)))],
+        )
+    }
 }
 
 /// The Event recorder's counters, read at scrape time. Events never block a reconcile, so a

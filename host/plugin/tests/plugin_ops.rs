@@ -851,10 +851,12 @@ async fn the_metrics_endpoint_serves_valid_openmetrics_with_every_family() {
         ("events_created", "counter"),
         ("events_series_patched", "counter"),
         ("events_dropped", "counter"),
+        ("component_compiles", "counter"),
+        ("component_cache_hits", "counter"),
     ] {
         assert_eq!(family(name), Some(kind), "{name} in\n{body}");
     }
-    assert_eq!(families.len(), 31, "no family beyond those: {families:?}");
+    assert_eq!(families.len(), 33, "no family beyond those: {families:?}");
     assert!(
         body.contains("events_dropped_total{reason=\"queue_full\"} 0\n"),
         "{body}"
@@ -866,6 +868,8 @@ async fn the_metrics_endpoint_serves_valid_openmetrics_with_every_family() {
     assert!(body.contains("plugin_reconcile_duration_seconds_count{plugin=\"copier\"} "));
     assert!(body.contains("plugin_workers_started{plugin=\"copier\"} 1\n"));
     assert!(body.contains("informer_relists_total{informer=\"v1/configmaps|||\"} 0\n"));
+    // The copier was compiled in process (the library's default compiler) or found cached.
+    assert!(body.contains("component_compiles_total{compiler=\"child\"} 0\n"));
     task.abort();
     assert!(
         rt.shutdown(Duration::from_secs(5)).await,
