@@ -3,33 +3,24 @@
 //! retries, and the body the API server receives. API writes are counted with the emulator's
 //! request counters; stored Events are read from its store directly (no request counted).
 
+mod support;
+
 use std::time::{Duration, Instant};
+
+use support::emulator;
 
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use kwh_client::config::KubeconfigOptions;
 use kwh_client::events::{
     EventRecorder, EventStats, EventType, EventWriter, NewEvent, ObjectRef, RecorderConfig,
 };
-use kwh_client::{Client, Config};
-use kwh_emulator::{Emulator, EmulatorHandle};
+use kwh_emulator::EmulatorHandle;
 
 /// Bound on every wait; the tests finish far sooner.
 const LIMIT: Duration = Duration::from_secs(20);
 const CONTROLLER: &str = "janitor";
-
-async fn emulator() -> (EmulatorHandle, Client) {
-    let h = Emulator::builder().start().await.unwrap();
-    let cfg = Config::from_kubeconfig_str(
-        &h.kubeconfig(),
-        &std::env::temp_dir(),
-        &KubeconfigOptions::default(),
-    )
-    .unwrap();
-    (h, Client::new(cfg).unwrap())
-}
 
 fn cm(name: &str) -> ObjectRef {
     ObjectRef {

@@ -4,13 +4,15 @@
 //! closes its own fence before its lease can expire and writes nothing afterwards. The
 //! semantics are client-go's `tools/leaderelection` with a `LeaseLock`.
 
+mod support;
+
 use std::time::{Duration, Instant};
 
-use kwh_client::config::KubeconfigOptions;
+use support::emulator;
+
 use kwh_client::leader_election::{ElectionConfig, Ended, LeaderElection, Role, Timings};
 use kwh_client::leases::LeaseClient;
-use kwh_client::{Client, Config};
-use kwh_emulator::{Emulator, EmulatorHandle};
+use kwh_client::Client;
 
 /// Bound on every wait; the tests finish far sooner.
 const LIMIT: Duration = Duration::from_secs(20);
@@ -21,17 +23,6 @@ fn timings() -> Timings {
         renew_deadline: Duration::from_millis(1500),
         retry_period: Duration::from_millis(300),
     }
-}
-
-async fn emulator() -> (EmulatorHandle, Client) {
-    let h = Emulator::builder().start().await.unwrap();
-    let cfg = Config::from_kubeconfig_str(
-        &h.kubeconfig(),
-        &std::env::temp_dir(),
-        &KubeconfigOptions::default(),
-    )
-    .unwrap();
-    (h, Client::new(cfg).unwrap())
 }
 
 fn candidate(client: &Client, identity: &str) -> LeaderElection {
