@@ -213,6 +213,23 @@ async fn components_built_against_0_1_0_load_and_run_unchanged() {
         .await,
         "the 0.1.0 reloader records the baseline hash"
     );
+    // The reloader compares against the hash in its cache: change the ConfigMap only once the
+    // cache holds the baseline, or a reconcile reading the Deployment from before its own write
+    // would take the new hash as the baseline (under load, the watch can lag the write).
+    let deployments =
+        kwh_informer::factory::InformerKey::new("apps/v1/deployments", None, None, None);
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            rt.factory()
+                .informer(&deployments)
+                .and_then(|i| i.indexer().get_by_key("default/web"))
+                .is_some_and(|o| {
+                    String::from_utf8_lossy(o.raw()).contains("config-reloader/observed-hash")
+                })
+        })
+        .await,
+        "the cache holds the baseline"
+    );
     let mut cm = em
         .get("v1", "ConfigMap", Some("default"), "settings")
         .expect("cm");
