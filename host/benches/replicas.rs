@@ -32,13 +32,6 @@ use support::replicas::*;
 
 const NS: &str = "bench";
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn wanted(section: &str) -> bool {
     match std::env::var("BENCH_ONLY") {
         Ok(v) => v.split(',').any(|s| s.trim() == section),
@@ -268,9 +261,9 @@ fn main() {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let runs = env_usize("BENCH_RUNS", 5);
-        let objects = env_usize("BENCH_OBJECTS", 30_000);
-        let steady_secs = env_usize("BENCH_STEADY_SECS", 20) as u64;
+        let runs = bench_common::env_or("BENCH_RUNS", 5);
+        let objects = bench_common::env_or("BENCH_OBJECTS", 30_000);
+        let steady_secs = bench_common::env_or("BENCH_STEADY_SECS", 20) as u64;
         println!("replicas benchmark: runs {runs}, load {}", bench_common::load());
         println!();
         println!("| measure | runs | median | worst | floor | met |");

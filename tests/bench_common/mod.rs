@@ -253,6 +253,14 @@ impl Raw {
     }
 }
 
+/// A count from the environment (`BENCH_RUNS=3`), else `default`.
+pub fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
 /// The median of some measurements.
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));

@@ -49,13 +49,6 @@ static ALLOC: Counting = Counting;
 
 const DEADLINE: Duration = Duration::from_secs(300);
 
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -628,6 +628,18 @@ mod tests {
             .collect()
     }
 
+    /// Each document's (kind, namespace), in order.
+    fn placed(d: &[serde_json::Value]) -> Vec<(&str, &str)> {
+        d.iter()
+            .map(|v| {
+                (
+                    v["kind"].as_str().unwrap_or(""),
+                    v["metadata"]["namespace"].as_str().unwrap_or(""),
+                )
+            })
+            .collect()
+    }
+
     fn in_ns(mut m: Manifest, ns: Option<&str>) -> Manifest {
         for w in &mut m.watches {
             w.namespace = ns.map(str::to_string);
@@ -682,15 +694,7 @@ mod tests {
         )
         .expect("yaml");
         let d = docs(&yaml);
-        let placed: Vec<_> = d
-            .iter()
-            .map(|v| {
-                (
-                    v["kind"].as_str().unwrap_or(""),
-                    v["metadata"]["namespace"].as_str().unwrap_or(""),
-                )
-            })
-            .collect();
+        let placed = placed(&d);
         assert_eq!(
             placed,
             [
@@ -870,15 +874,7 @@ spec:
         let l = leases("ops", true, false);
         let yaml = rbac_yaml([(&m, None)], resolve, &SUBJECT, Some(&l)).expect("yaml");
         let d = docs(&yaml);
-        let placed: Vec<_> = d
-            .iter()
-            .map(|v| {
-                (
-                    v["kind"].as_str().unwrap_or(""),
-                    v["metadata"]["namespace"].as_str().unwrap_or(""),
-                )
-            })
-            .collect();
+        let placed = placed(&d);
         assert_eq!(
             placed,
             [
