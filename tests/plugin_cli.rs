@@ -1088,3 +1088,76 @@ async fn an_api_server_that_comes_up_after_the_host_is_waited_for() {
     em.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `--worker-threads` and `workerThreads` size the runtime (one by default: the main thread
+/// alone runs it), as `/statusz` says; out of range is one line naming the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_threads_from_the_flag_or_the_config_file_size_the_runtime() {
+    let noop = guest("noop");
+    let dir = support::temp_dir("worker-threads");
+    let cfg = dir.join("host.yaml");
+    std::fs::write(&cfg, "workerThreads: 2\n").expect("write");
+    for (extra, want) in [
+        (
+            vec![],
+            serde_json::json!({"flavor": "current_thread", "threads": 1}),
+        ),
+        (
+            vec![os("--config"), cfg.as_os_str()],
+            serde_json::json!({"flavor": "multi_thread", "threads": 2}),
+        ),
+        (
+            vec![
+                os("--config"),
+                cfg.as_os_str(),
+                os("--worker-threads"),
+                os("3"),
+            ],
+            serde_json::json!({"flavor": "multi_thread", "threads": 3}),
+        ),
+    ] {
+        let mut args = vec![
+            os("--emulator"),
+            os("--plugin"),
+            noop.as_os_str(),
+            os("--metrics-addr"),
+            os("127.0.0.1:0"),
+        ];
+        args.extend(extra.iter().copied());
+        let mut host = HostProcess::spawn(args, "info");
+        let addr = host.ops_addr().await;
+        host.line("running; SIGINT or SIGTERM stops").await;
+        let (code, body) = support::cluster::http_get(&addr, "/statusz").await;
+        assert_eq!(code, 200, "{body}");
+        let status: serde_json::Value = serde_json::from_str(&body).expect("statusz is JSON");
+        assert_eq!(status["runtime"], want, "{extra:?}");
+        host.sigterm();
+        host.exit(WAIT).await;
+    }
+
+    std::fs::write(&cfg, "workerThreads: 0\n").expect("write");
+    let out = host(&[
+        os("--config"),
+        cfg.as_os_str(),
+        os("--plugin"),
+        noop.as_os_str(),
+    ])
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("config {}", cfg.display())) && stderr.contains("workerThreads"),
+        "{stderr}"
+    );
+    let out = host(&[
+        os("--worker-threads"),
+        os("257"),
+        os("--plugin"),
+        noop.as_os_str(),
+    ])
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--worker-threads"), "{stderr}");
+    let _ = std::fs::remove_dir_all(dir);
+}

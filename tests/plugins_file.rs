@@ -84,12 +84,7 @@ async fn each_plugin_runs_under_its_own_memory_cap_and_carries_its_config() {
         ],
         "info",
     );
-    let metrics = host.line("metrics on http://").await;
-    let addr = metrics
-        .split_once("metrics on http://")
-        .and_then(|(_, u)| u.strip_suffix("/metrics"))
-        .expect("metrics address")
-        .to_string();
+    let addr = host.ops_addr().await;
     host.line("running; SIGINT or SIGTERM stops").await;
     let capped = format!("error=memory limit of {} bytes exceeded", 16 << 20);
     let (mut small_stopped, mut large_done) = (false, false);

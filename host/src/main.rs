@@ -22,7 +22,7 @@ use kwh_plugin::{
     Compiler, EngineConfig, Limits, Manifest, PluginEngine, PluginRuntime, PluginSpec,
     PrecompileError, Precompiled, QuarantinePolicy, RetryPolicy, RuntimeOptions,
 };
-use plugins_file::{check, ranged, DEADLINE_MS, MAX_INSTANCES, MEMORY_MB};
+use plugins_file::{check, ranged, DEADLINE_MS, MAX_INSTANCES, MEMORY_MB, WORKER_THREADS};
 
 #[derive(Parser)]
 #[command(
@@ -135,8 +135,14 @@ struct RunArgs {
     /// (at most 1 s) apart.
     #[arg(long, value_name = "N")]
     handler_attempts: Option<u32>,
+    /// Threads that run the informers, the guests and the API calls (default 1; 1 to 256).
+    /// One thread handles each event where it arrives, with no hand-over between threads:
+    /// the least CPU per event at the rates clusters deliver. More threads run guests in
+    /// parallel, for plugins whose reconciles need more than one core.
+    #[arg(long, value_name = "N", value_parser = ranged(WORKER_THREADS))]
+    worker_threads: Option<u64>,
     /// YAML file with any of: handlerDeadlineMs, reconcileDeadlineMs, memoryMb, maxInstances,
-    /// gracePeriodSeconds, quarantineFailures, quarantineWindowSeconds, quarantineCooldownMs,
+    /// workerThreads, gracePeriodSeconds, quarantineFailures, quarantineWindowSeconds, quarantineCooldownMs,
     /// quarantineMaxCooldownMs, handlerAttempts, cacheDir, metricsAddr, namespace, failFast,
     /// plugins (a list as in `--plugins`, relative to this file).
     #[arg(long, value_name = "FILE")]
@@ -269,6 +275,7 @@ struct FileConfig {
     reconcile_deadline_ms: Option<u64>,
     memory_mb: Option<u64>,
     max_instances: Option<u64>,
+    worker_threads: Option<u64>,
     grace_period_seconds: Option<u64>,
     quarantine_failures: Option<u32>,
     quarantine_window_seconds: Option<u64>,
@@ -313,24 +320,22 @@ fn main() -> std::process::ExitCode {
         _ => "info",
     };
     init_logs(cli.run.log_format, default_level);
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
     let format = cli.run.log_format;
     let r = match cli.command {
-        Some(Command::Emulator(args)) => rt.block_on(emulator_cmd::run(args)),
-        Some(Command::Inspect(args)) => rt.block_on(inspect(args)),
-        Some(Command::Rbac(args)) => rt.block_on(rbac(args)),
-        Some(Command::Test(args)) => return rt.block_on(test(args)),
         Some(Command::Compile(args)) => return compile(args),
-        None => rt.block_on(run(cli.run)),
+        Some(Command::Test(args)) => match runtime(None) {
+            Ok(rt) => return rt.block_on(test(args)),
+            Err(e) => Err(e),
+        },
+        Some(Command::Emulator(args)) => {
+            runtime(None).and_then(|rt| rt.block_on(emulator_cmd::run(args)))
+        }
+        Some(Command::Inspect(args)) => runtime(None).and_then(|rt| rt.block_on(inspect(args))),
+        Some(Command::Rbac(args)) => runtime(None).and_then(|rt| rt.block_on(rbac(args))),
+        None => read_config(&cli.run).and_then(|file| {
+            let threads = worker_threads(&cli.run, &file)?;
+            runtime(Some(threads))?.block_on(run(cli.run, file))
+        }),
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -796,7 +801,51 @@ async fn start_emulator(seed: Option<&Path>) -> anyhow::Result<(EmulatorHandle, 
     Ok((handle, kubeconfig))
 }
 
-async fn run(args: RunArgs) -> anyhow::Result<()> {
+/// The async runtime: the run's `threads` (one: a current-thread runtime, so an event is read,
+/// cached and handed to the guests on the thread that woke for it; more: tokio's work-stealing
+/// runtime), or tokio's default for the other commands (the emulator serves many clients).
+fn runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut b = match threads {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(n) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n);
+            b
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
+    b.enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// The `--config` file, read before the runtime starts (it may set the runtime's threads).
+fn read_config(args: &RunArgs) -> anyhow::Result<FileConfig> {
+    Ok(match &args.config {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read config {}", p.display()))?;
+            serde_yaml::from_str(&text).with_context(|| format!("config {}", p.display()))?
+        }
+        None => FileConfig::default(),
+    })
+}
+
+/// `--worker-threads`, else the config's `workerThreads`, else one.
+fn worker_threads(args: &RunArgs, file: &FileConfig) -> anyhow::Result<usize> {
+    let from_file = file
+        .worker_threads
+        .map(|v| check("workerThreads", v, &WORKER_THREADS))
+        .transpose()
+        .map_err(|e| match &args.config {
+            Some(p) => anyhow::anyhow!("config {}: {e}", p.display()),
+            None => anyhow::anyhow!("{e}"),
+        })?;
+    let n = args.worker_threads.or(from_file).unwrap_or(1);
+    Ok(usize::try_from(n).unwrap_or(1))
+}
+
+async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
     if args.plugins.is_empty() && args.plugins_file.is_none() && args.config.is_none() {
         bail!(
             "no plugin given: use `--plugin FILE.wasm` or `--plugins FILE` (see `host --help`), \
@@ -806,14 +855,6 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     // Listen before anything is announced, so an early signal stops the host cleanly.
     let mut stop =
         shutdown::ShutdownSignal::install().context("cannot listen for SIGINT/SIGTERM")?;
-    let file: FileConfig = match &args.config {
-        Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("cannot read config {}", p.display()))?;
-            serde_yaml::from_str(&text).with_context(|| format!("config {}", p.display()))?
-        }
-        None => FileConfig::default(),
-    };
     let file_check = |key: &str, v: Option<u64>, range| {
         v.map(|v| check(key, v, range))
             .transpose()

@@ -23,6 +23,8 @@ pub const DEADLINE_MS: RangeInclusive<u64> = 1..=3_600_000;
 pub const MEMORY_MB: RangeInclusive<u64> = 1..=4096;
 /// Instances per plugin (its workers and its dispatcher).
 pub const MAX_INSTANCES: RangeInclusive<u64> = 1..=1024;
+/// `--worker-threads` and `workerThreads`.
+pub const WORKER_THREADS: RangeInclusive<u64> = 1..=256;
 /// Reconcile workers per plugin.
 pub const WORKERS: RangeInclusive<u64> = 1..=256;
 

@@ -206,6 +206,15 @@ impl HostProcess {
             .expect("path");
         (url, kubeconfig)
     }
+
+    /// After `--metrics-addr` (text logs): the `host:port` the operations endpoints are on.
+    pub async fn ops_addr(&mut self) -> String {
+        let line = self.line("metrics on http://").await;
+        line.split_once("metrics on http://")
+            .and_then(|(_, u)| u.strip_suffix("/metrics"))
+            .expect("metrics address")
+            .to_string()
+    }
 }
 
 /// A client for the cluster of the kubeconfig at `path`.

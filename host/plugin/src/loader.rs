@@ -226,12 +226,26 @@ impl PluginEngine {
             limits.memory_bytes = engine_cap;
         }
         check_header(bytes).map_err(fail)?;
-        let (component, origin) = self.component(bytes).map_err(|e| {
-            fail(match e {
-                ComponentError::Compile(e) => LoadCause::Compile(format!("{e:#}")),
-                ComponentError::Child(e) => LoadCause::ChildCompile(e),
-            })
-        })?;
+        // On the blocking pool: a cache miss compiles for seconds (in a child process or here),
+        // and on a one-thread runtime that would stall every informer, Lease renewal and probe.
+        let compiled = {
+            let engine = self.clone();
+            let bytes = bytes.to_vec();
+            tokio::task::spawn_blocking(move || engine.component(&bytes)).await
+        };
+        let (component, origin) = match compiled {
+            Ok(r) => r.map_err(|e| {
+                fail(match e {
+                    ComponentError::Compile(e) => LoadCause::Compile(format!("{e:#}")),
+                    ComponentError::Child(e) => LoadCause::ChildCompile(e),
+                })
+            })?,
+            Err(e) => {
+                return Err(fail(LoadCause::Compile(format!(
+                    "the compile task failed: {e}"
+                ))))
+            }
+        };
         let instance_pre = self
             .0
             .linker

@@ -235,6 +235,7 @@ impl RuntimeStatus {
         let doc = serde_json::json!({
             "ready": ready,
             "replica": replica_json(&self.ownership),
+            "runtime": runtime_json(),
             "plugins": plugins,
         });
         let mut s = doc.to_string();
@@ -253,6 +254,20 @@ impl RuntimeStatus {
 }
 
 /// This replica's place among its peers: its role in the election, its shard membership.
+/// The async runtime serving this call: how many threads run the informers and the guests.
+fn runtime_json() -> serde_json::Value {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let Ok(h) = Handle::try_current() else {
+        return serde_json::Value::Null;
+    };
+    let flavor = match h.runtime_flavor() {
+        RuntimeFlavor::CurrentThread => "current_thread",
+        RuntimeFlavor::MultiThread => "multi_thread",
+        _ => "other",
+    };
+    serde_json::json!({ "flavor": flavor, "threads": h.metrics().num_workers() })
+}
+
 fn replica_json(own: &Ownership) -> serde_json::Value {
     let mut v = serde_json::json!({ "leader": own.is_leader() });
     if let Some(e) = own.election() {
