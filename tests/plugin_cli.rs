@@ -1090,7 +1090,7 @@ async fn an_api_server_that_comes_up_after_the_host_is_waited_for() {
 }
 
 /// `--worker-threads` and `workerThreads` size the runtime (one by default: the main thread
-/// alone runs it), as `/statusz` says; out of range is one line naming the key.
+/// alone runs it), as `/statusz` says; out of range (or a bad `--wakeup-batching`) is one line naming the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_threads_from_the_flag_or_the_config_file_size_the_runtime() {
     let noop = guest("noop");
@@ -1159,5 +1159,35 @@ async fn worker_threads_from_the_flag_or_the_config_file_size_the_runtime() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--worker-threads"), "{stderr}");
+
+    // The wake-up batching window: a duration, at most 100 ms.
+    let out = host(&[
+        os("--wakeup-batching"),
+        os("1s"),
+        os("--plugin"),
+        noop.as_os_str(),
+    ])
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--wakeup-batching: 1s is longer than 100ms"),
+        "{stderr}"
+    );
+    std::fs::write(&cfg, "wakeupBatching: soon\n").expect("write");
+    let out = host(&[
+        os("--config"),
+        cfg.as_os_str(),
+        os("--plugin"),
+        noop.as_os_str(),
+    ])
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("config {}: wakeupBatching", cfg.display()))
+            && stderr.contains("invalid duration \"soon\""),
+        "{stderr}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

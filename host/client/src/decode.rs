@@ -380,13 +380,7 @@ impl ListDecoder {
     /// The complete item `buf[..end]`: taken in now, or kept raw until `kind` is known.
     fn item(&mut self, end: usize) -> Result<(), Error> {
         let raw = &self.buf[..end];
-        if let Err(e) = std::str::from_utf8(raw) {
-            return Err(self.error(format!(
-                "item {} is not UTF-8 at byte {}",
-                self.list.items.len(),
-                e.valid_up_to()
-            )));
-        }
+        // Not checked as UTF-8 here: the scan that takes it in checks it on the way.
         if self.kind.is_none() {
             self.deferred.push(Bytes::copy_from_slice(raw));
             return Ok(());

@@ -502,14 +502,14 @@ impl Object {
 
     /// Take an object in from the wire: parse its metadata, drop `managedFields` unless
     /// `opts` keep it, and copy the result into an allocation of its own.
+    /// The scan checks the text as UTF-8 on the way (see `json::Scanner`).
     pub fn ingest(raw: &[u8], opts: &IngestOptions) -> Result<Self, ObjectError> {
-        check_utf8(raw)?;
-        Self::ingest_valid_utf8(raw, opts, None)
+        Self::ingest_typed(raw, opts, None)
     }
 
-    /// `ingest` for text already checked as UTF-8; `type_meta` (`kind`, `apiVersion`) is
-    /// added when the object lacks both, as list items do (spec 6.2).
-    pub(crate) fn ingest_valid_utf8(
+    /// `ingest`, with `type_meta` (`kind`, `apiVersion`) added when the object lacks both, as
+    /// list items do (spec 6.2).
+    pub(crate) fn ingest_typed(
         raw: &[u8],
         opts: &IngestOptions,
         type_meta: Option<(&str, &str)>,
@@ -524,7 +524,7 @@ impl Object {
     }
 
     /// Ingest the object value at the scanner's position (a watch event's `object`, a list
-    /// item) without scanning it twice. The text must be valid UTF-8.
+    /// item) without scanning it twice.
     pub(crate) fn ingest_from(
         sc: &mut Scanner<'_>,
         opts: &IngestOptions,
@@ -1206,9 +1206,8 @@ mod tests {
     #[test]
     fn type_meta_is_added_to_list_items_and_spans_follow() {
         let item = br#"{ "metadata":{"name":"a","managedFields":[],"labels":{"k":"v"}},"data":{}}"#;
-        let o =
-            Object::ingest_valid_utf8(item, &IngestOptions::default(), Some(("ConfigMap", "v1")))
-                .unwrap();
+        let o = Object::ingest_typed(item, &IngestOptions::default(), Some(("ConfigMap", "v1")))
+            .unwrap();
         assert_eq!(
             o.as_str(),
             r#"{"kind":"ConfigMap","apiVersion":"v1", "metadata":{"name":"a","labels":{"k":"v"}},"data":{}}"#
@@ -1216,7 +1215,7 @@ mod tests {
         assert_eq!(o.name(), "a");
         assert_eq!(o.meta().label("k"), Some("v"));
         let empty =
-            Object::ingest_valid_utf8(b"{}", &IngestOptions::default(), Some(("A", "v1"))).unwrap();
+            Object::ingest_typed(b"{}", &IngestOptions::default(), Some(("A", "v1"))).unwrap();
         assert_eq!(empty.as_str(), r#"{"kind":"A","apiVersion":"v1"}"#);
     }
 

@@ -240,9 +240,8 @@ fn find_newline(b: &[u8]) -> Option<usize> {
     b[i..].iter().position(|&c| c == b'\n').map(|p| i + p)
 }
 
-/// Decode one complete event value.
+/// Decode one complete event value. The scan checks it as UTF-8 on the way.
 fn decode_event(value: &[u8], opts: &IngestOptions) -> Result<WatchEvent, String> {
-    std::str::from_utf8(value).map_err(|e| format!("not UTF-8 at byte {}", e.valid_up_to()))?;
     let mut sc = Scanner::new(value);
     let mut kind: Option<EventType> = None;
     let mut object: Option<Result<Object, String>> = None;
@@ -439,6 +438,25 @@ mod tests {
         }
         d.finish()?;
         Ok(out)
+    }
+
+    /// Text that is not UTF-8 is refused wherever it is, in a line or split across chunks,
+    /// naming the event; the same event with its character intact decodes.
+    #[test]
+    fn an_event_that_is_not_utf8_is_an_error_naming_it() {
+        let ok = "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"caf\u{e9}\",\"resourceVersion\":\"1\"}}}\n";
+        assert_eq!(decode_all(&[ok.as_bytes()]).unwrap().len(), 1);
+        let mut bad = ok.as_bytes().to_vec();
+        let at = bad.iter().position(|&c| c == 0xc3).unwrap();
+        bad[at + 1] = b'x';
+        let two = [ok.as_bytes(), &bad].concat();
+        for chunks in [vec![&two[..]], two.chunks(7).collect::<Vec<_>>()] {
+            let e = decode_all(&chunks).unwrap_err().to_string();
+            assert!(
+                e.contains("watch event #2") && e.contains("invalid UTF-8 in string"),
+                "{e}"
+            );
+        }
     }
 
     /// What serde says each line is: (type, name, rv, initial-events-end).

@@ -228,10 +228,18 @@ impl PluginEngine {
         check_header(bytes).map_err(fail)?;
         // On the blocking pool: a cache miss compiles for seconds (in a child process or here),
         // and on a one-thread runtime that would stall every informer, Lease renewal and probe.
+        // Its log lines keep this task's subscriber and span (the plugin it is for).
         let compiled = {
             let engine = self.clone();
             let bytes = bytes.to_vec();
-            tokio::task::spawn_blocking(move || engine.component(&bytes)).await
+            let span = tracing::Span::current();
+            let logs = tracing::dispatcher::get_default(|d| d.clone());
+            tokio::task::spawn_blocking(move || {
+                tracing::dispatcher::with_default(&logs, || {
+                    span.in_scope(|| engine.component(&bytes))
+                })
+            })
+            .await
         };
         let (component, origin) = match compiled {
             Ok(r) => r.map_err(|e| {
