@@ -4,7 +4,9 @@
 //! change of a key in order when it gets to it, yet each key is queued once, and relists turn
 //! vanished keys into tombstones (spec 2.5) so handlers always learn about deletions.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
+
+use foldhash::HashMap as FastMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -226,7 +228,7 @@ pub struct DeltaFifoOptions {
 /// Keys are shared between the item map and the queue (one allocation per queued key).
 #[derive(Default)]
 struct State {
-    items: HashMap<Arc<str>, Deltas>,
+    items: FastMap<Arc<str>, Deltas>,
     queue: VecDeque<Arc<str>>,
     /// Some Add/Update/Delete/Replace has happened.
     populated: bool,

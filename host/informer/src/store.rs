@@ -5,6 +5,8 @@
 //! values) and never span an `.await`, so readers wait at most one small update.
 
 use std::collections::{HashMap, HashSet};
+
+use foldhash::{HashMap as FastMap, HashSet as FastSet};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -38,13 +40,13 @@ pub enum StoreError {
 
 /// Index value → keys. Keys are the same `Arc<str>` as the item map's, so a key costs one
 /// allocation however many indexes hold it.
-type Index = HashMap<String, HashSet<Arc<str>>>;
+type Index = FastMap<String, FastSet<Arc<str>>>;
 
 #[derive(Default)]
 struct Inner {
-    items: HashMap<Arc<str>, Object>,
+    items: FastMap<Arc<str>, Object>,
     indexers: Indexers,
-    indices: HashMap<String, Index>,
+    indices: FastMap<String, Index>,
 }
 
 /// A thread-safe keyed store of objects with secondary indexes (client-go's `Indexer`).
@@ -67,10 +69,13 @@ impl Store {
 
     /// An empty store with the given indexes.
     pub fn with_indexers(indexers: Indexers) -> Self {
-        let indices = indexers.keys().map(|k| (k.clone(), Index::new())).collect();
+        let indices = indexers
+            .keys()
+            .map(|k| (k.clone(), Index::default()))
+            .collect();
         Store {
             inner: RwLock::new(Inner {
-                items: HashMap::new(),
+                items: FastMap::default(),
                 indexers,
                 indices,
             }),
@@ -114,7 +119,7 @@ impl Store {
 
     /// Replace the whole content and rebuild every index (spec 3.3).
     pub fn replace(&self, list: Vec<Object>) {
-        let items: HashMap<Arc<str>, Object> =
+        let items: FastMap<Arc<str>, Object> =
             list.into_iter().map(|o| (Arc::from(o.key()), o)).collect();
         let mut g = self.inner.write();
         g.items = items;
@@ -273,7 +278,7 @@ impl Store {
         }
         let g = &mut *g;
         for (name, f) in new {
-            let mut ix = Index::new();
+            let mut ix = Index::default();
             for (key, obj) in &g.items {
                 for v in f(obj) {
                     ix.entry(v).or_default().insert(key.clone());
@@ -317,7 +322,7 @@ impl Inner {
             indices,
         } = self;
         for (name, f) in indexers.iter() {
-            let mut ix = Index::new();
+            let mut ix = Index::default();
             for (key, obj) in items.iter() {
                 for v in f(obj) {
                     ix.entry(v).or_default().insert(key.clone());

@@ -5,7 +5,9 @@
 //! worker holds) and the FIFO `queue` (dirty items no worker holds). An item added while a worker
 //! holds it only becomes dirty; `done` re-queues it, so the next worker sees the latest state once.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::HashMap as FastMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -67,9 +69,9 @@ struct Shared<T> {
 struct State<T> {
     queue: VecDeque<T>,
     /// Value: when the item became dirty, recorded only for a queue with metrics.
-    dirty: HashMap<T, Option<Instant>>,
+    dirty: FastMap<T, Option<Instant>>,
     /// Value: when a worker took the item, recorded only for a queue with metrics.
-    processing: HashMap<T, Option<Instant>>,
+    processing: FastMap<T, Option<Instant>>,
     shutting_down: bool,
     /// Set by `shutdown_with_drain`, cleared by `shutdown` to release drain waiters (k/k#119554).
     drain: bool,
@@ -105,8 +107,8 @@ impl<T: Key> Queue<T> {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
                     queue: VecDeque::new(),
-                    dirty: HashMap::new(),
-                    processing: HashMap::new(),
+                    dirty: FastMap::default(),
+                    processing: FastMap::default(),
                     shutting_down: false,
                     drain: false,
                 }),
