@@ -183,22 +183,22 @@ impl ValueEnd {
                     i += 1;
                     continue;
                 }
-                // Fast path: jump to the next quote or backslash.
-                match b[i..].iter().position(|&c| c == b'"' || c == b'\\') {
-                    None => i = b.len(),
-                    Some(p) => {
-                        i += p;
-                        if b[i] == b'\\' {
-                            self.escape = true;
-                        } else {
-                            self.in_string = false;
-                            if self.depth == 0 {
-                                return Ok(i + 1);
-                            }
+                // Fast path: jump to the next quote or backslash (the search also stops at
+                // control and non-ASCII bytes, which are stepped over here; the scan of the
+                // complete value checks them).
+                i = plain_until(b, i);
+                match b.get(i) {
+                    None => break,
+                    Some(b'\\') => self.escape = true,
+                    Some(b'"') => {
+                        self.in_string = false;
+                        if self.depth == 0 {
+                            return Ok(i + 1);
                         }
-                        i += 1;
                     }
+                    Some(_) => {}
                 }
+                i += 1;
                 continue;
             }
             match b[i] {
@@ -637,6 +637,43 @@ mod tests {
         ] {
             let mut sc = Scanner::new(bad.as_bytes());
             assert!(sc.skip_value().and_then(|_| sc.end()).is_err(), "{bad}");
+        }
+    }
+
+    /// The resumable end search finds the same end whatever the chunks: long strings (the
+    /// sixteen-byte steps), escaped quotes and backslashes at chunk edges, brackets inside
+    /// strings, non-ASCII text.
+    #[test]
+    fn value_end_is_the_same_for_every_chunking() {
+        let long = "x".repeat(40);
+        let values = [
+            format!(r#"{{"a":"{long}\"}}{long}\\","b":[1,{{"c":"]"}}]}}"#),
+            format!(r#"["{long}","caf\u{{e9}} {long}",{{}}]"#),
+            format!(r#""{long}\\\"{long}""#),
+            format!("[\"caf\u{e9}{long}\u{20ac}\",\"\u{1f600}\"]"),
+        ];
+        for v in &values {
+            let text = format!("{v} ,");
+            let b = text.as_bytes();
+            let whole = ValueEnd::begin(b[0]).resume(b, 1).unwrap();
+            assert_eq!(whole, v.len(), "{v}");
+            for chunk in 1..=b.len() {
+                let mut end = ValueEnd::begin(b[0]);
+                let (mut scanned, mut got) = (1, None);
+                let mut avail = chunk.min(b.len());
+                while got.is_none() {
+                    match end.resume(&b[..avail], scanned) {
+                        Ok(e) => got = Some(e),
+                        Err(s) => {
+                            assert!(s <= avail, "resumes past its input");
+                            assert!(avail < b.len(), "no end found in {v}");
+                            scanned = s;
+                            avail = (avail + chunk).min(b.len());
+                        }
+                    }
+                }
+                assert_eq!(got, Some(whole), "chunks of {chunk}: {v}");
+            }
         }
     }
 
