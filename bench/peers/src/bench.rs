@@ -67,6 +67,7 @@ pub async fn measure_set(
     seq: &AtomicU64,
 ) -> anyhow::Result<ObjectSet> {
     let mut samples = Vec::new();
+    let mut notes = Vec::new();
     let variants: Vec<Variant> = plan
         .variants
         .iter()
@@ -84,19 +85,32 @@ pub async fn measure_set(
             )
             .to_lowercase();
             eprintln!("[peers] {run}");
-            let sample = measure_one(
-                plan,
-                setup,
-                api,
-                targets,
-                objects_seen,
-                seq,
-                variant,
-                round,
-                &run,
-            )
-            .await
-            .with_context(|| format!("run {run}"))?;
+            let attempt = || {
+                measure_one(
+                    plan,
+                    setup,
+                    api,
+                    targets,
+                    objects_seen,
+                    seq,
+                    variant,
+                    round,
+                    &run,
+                )
+            };
+            // One retry, said in the output: on a shared machine a process can die of causes
+            // that are not the client's; twice in a row is not chance.
+            let sample = match attempt().await {
+                Ok(s) => s,
+                Err(e) => {
+                    let note = format!("{run} failed and was run again: {e:#}");
+                    eprintln!("[peers] {note}");
+                    notes.push(note);
+                    attempt()
+                        .await
+                        .with_context(|| format!("run {run}, twice"))?
+                }
+            };
             eprintln!("[peers]   {}", sample.summary());
             samples.push(sample);
         }
@@ -109,6 +123,7 @@ pub async fn measure_set(
         phases: plan.paces.iter().map(|&p| pace_label(p)).collect(),
         variants,
         samples,
+        notes,
     })
 }
 
@@ -125,6 +140,39 @@ async fn measure_one(
     run: &str,
 ) -> anyhow::Result<Sample> {
     let mut client = Client::start(setup, variant, plan.kind, run).await?;
+    match measure_started(
+        plan,
+        setup,
+        api,
+        targets,
+        objects,
+        seq,
+        &mut client,
+        variant,
+        round,
+    )
+    .await
+    {
+        Ok(s) => Ok(s),
+        Err(e) => {
+            let status = client.exit_note().await;
+            Err(e.context(status))
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn measure_started(
+    plan: &Plan,
+    setup: &Setup,
+    api: &kube::Client,
+    targets: &Targets,
+    objects: u64,
+    seq: &AtomicU64,
+    client: &mut Client,
+    variant: Variant,
+    round: usize,
+) -> anyhow::Result<Sample> {
     let pid = client.pid;
     let synced_at = client
         .wait_synced(objects, plan.polls.sync, plan.deadlines.sync)

@@ -116,7 +116,7 @@ pub struct Client {
     pub spawned: Instant,
     pub log: PathBuf,
     probe: Probe,
-    _child: Child,
+    child: Child,
 }
 
 enum Probe {
@@ -161,7 +161,7 @@ impl Client {
                 spawned,
                 log,
                 probe: Probe::Host(Scraper::new(addr)),
-                _child: child,
+                child,
             });
         }
         args.extend(["--kind".into(), kind_arg(kind).into(), "--mode".into()]);
@@ -194,7 +194,7 @@ impl Client {
             spawned,
             log,
             probe: Probe::Kube { stdin, lines },
-            _child: child,
+            child,
         })
     }
 
@@ -213,6 +213,9 @@ impl Client {
         match &mut self.probe {
             Probe::Host(scraper) => {
                 loop {
+                    if let Some(status) = self.child.try_wait()? {
+                        bail!("the host exited ({status}) before it synced (log: {log})");
+                    }
                     if let Ok(n) = scraper.notifications().await {
                         if n >= objects {
                             if n > objects {
@@ -294,6 +297,15 @@ impl Client {
                     _ => bail!("kube-peer said {line:?} while events were due (log: {log})"),
                 }
             }
+        }
+    }
+
+    /// Whether and how the process ended, for an error message.
+    pub async fn exit_note(&mut self) -> String {
+        match tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await {
+            Ok(Ok(status)) => format!("the process had exited: {status}"),
+            Ok(Err(e)) => format!("its exit status is unknown: {e}"),
+            Err(_) => "the process was still running".to_owned(),
         }
     }
 

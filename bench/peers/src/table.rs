@@ -86,6 +86,8 @@ pub struct ObjectSet {
     pub phases: Vec<String>,
     pub variants: Vec<Variant>,
     pub samples: Vec<Sample>,
+    /// Runs that failed once and were run again.
+    pub notes: Vec<String>,
 }
 
 /// The pairs whose ratios are printed, when both were run: host / kube-rs, and the SDK guest
@@ -275,6 +277,9 @@ impl ObjectSet {
                 "\nOne /metrics scrape cost the host {c:.0} µs of CPU (median over its runs, measured idle after the sync); the host's CPU figures above have its scrapes taken out ({} during the sync, median).",
                 median(sync_scrapes).map_or("-".into(), |x| format!("{x:.0}"))
             );
+        }
+        for note in &self.notes {
+            let _ = writeln!(out, "\nNote: {note}");
         }
         out
     }
