@@ -274,7 +274,7 @@ impl ObjectSet {
         if let Some(c) = median(costs) {
             let _ = writeln!(
                 out,
-                "\nOne /metrics scrape cost the host {c:.0} µs of CPU (median over its runs, measured idle after the sync); the host's CPU figures above have its scrapes taken out ({} during the sync, median).",
+                "\nOne /metrics scrape cost the host {c:.0} µs of CPU (median over its runs; each run's is the cheapest of three batches of 10, idle after the sync); the host's CPU figures above have its scrapes taken out ({} during the sync, median).",
                 median(sync_scrapes).map_or("-".into(), |x| format!("{x:.0}"))
             );
         }
