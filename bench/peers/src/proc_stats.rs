@@ -1,0 +1,86 @@
+//! A child's CPU time and memory, read from outside without disturbing it.
+//!
+//! CPU comes from the process's CPU-time clock (`clock_getcpuclockid`): the same user + system
+//! time `getrusage` reports, but in nanoseconds, where `/proc/PID/stat` counts 10 ms ticks (a
+//! 10,000-object sync takes a few of those), and including threads that have exited, which a sum
+//! over `/proc/PID/task/*` would lose.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+/// User + system CPU time of process `pid` so far.
+pub fn cpu(pid: u32) -> anyhow::Result<Duration> {
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: `clock` is a valid out-pointer for the call's duration.
+    let rc = unsafe { libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock) };
+    if rc != 0 {
+        bail!(
+            "the CPU clock of process {pid}: {}",
+            std::io::Error::from_raw_os_error(rc)
+        );
+    }
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer for the call's duration.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        bail!(
+            "reading the CPU clock of process {pid}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+}
+
+/// Resident memory now and at its peak, in bytes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Mem {
+    pub rss: u64,
+    pub hwm: u64,
+}
+
+pub fn mem(pid: u32) -> anyhow::Result<Mem> {
+    let path = format!("/proc/{pid}/status");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    let field = |name: &str| -> anyhow::Result<u64> {
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .with_context(|| format!("{path} has no {name}"))?;
+        let kb = line
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse::<u64>()
+            .with_context(|| format!("{path}: {name}{line} is not a size in kB"))?;
+        Ok(kb * 1024)
+    };
+    Ok(Mem {
+        rss: field("VmRSS:")?,
+        hwm: field("VmHWM:")?,
+    })
+}
+
+/// Waits until the process has been (almost) idle for one `window` (under 1 % of a core), so
+/// that work still queued when its last event was seen (a reconcile, a store update) is inside
+/// the phase's CPU; returns its CPU time then.
+pub async fn settle(pid: u32, window: Duration, deadline: Duration) -> anyhow::Result<Duration> {
+    let until = Instant::now() + deadline;
+    let mut before = cpu(pid)?;
+    loop {
+        tokio::time::sleep(window).await;
+        let now = cpu(pid)?;
+        if now.saturating_sub(before) < window / 100 {
+            return Ok(now);
+        }
+        if Instant::now() > until {
+            bail!(
+                "process {pid} did not go idle within {deadline:?} (it used {:?} in the last {window:?})",
+                now - before
+            );
+        }
+        before = now;
+    }
+}
