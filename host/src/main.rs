@@ -144,7 +144,7 @@ struct RunArgs {
     worker_threads: Option<u64>,
     /// While events arrive faster than this window, an idle runtime thread waits out the
     /// window before it sleeps, so that what arrives meanwhile is read with one wake-up
-    /// instead of one each (default 5ms, at most 100ms; 0 turns it off). An event waits at
+    /// instead of one each (default 10ms, at most 100ms; 0 turns it off). An event waits at
     /// most this much longer; below one event per window nothing changes.
     #[arg(long, value_name = "DURATION", value_parser = kwh_client::duration::parse_duration)]
     wakeup_batching: Option<Duration>,
@@ -865,7 +865,9 @@ fn worker_threads(args: &RunArgs, file: &FileConfig) -> anyhow::Result<usize> {
 /// The longest `--wakeup-batching` window: beyond it the wait would be noticeable.
 const MAX_WAKEUP_BATCHING: Duration = Duration::from_millis(100);
 
-/// `--wakeup-batching`, else the config's `wakeupBatching`, else 5 ms.
+/// `--wakeup-batching`, else the config's `wakeupBatching`, else 10 ms: a delay no controller
+/// notices (kube-controller-manager trades latency for fewer wake-ups the same way with
+/// `--endpointslice-updates-batch-period`).
 fn wakeup_batching(args: &RunArgs, file: &FileConfig) -> anyhow::Result<Duration> {
     let in_config = |e: String| match &args.config {
         Some(p) => anyhow::anyhow!("config {}: wakeupBatching: {e}", p.display()),
@@ -886,7 +888,7 @@ fn wakeup_batching(args: &RunArgs, file: &FileConfig) -> anyhow::Result<Duration
     match (args.wakeup_batching, from_file) {
         (Some(w), _) => too_long(w).map_err(|e| anyhow::anyhow!("--wakeup-batching: {e}")),
         (None, Some(w)) => too_long(w).map_err(in_config),
-        (None, None) => Ok(Duration::from_millis(5)),
+        (None, None) => Ok(Duration::from_millis(10)),
     }
 }
 
