@@ -24,6 +24,13 @@ async fn host(args: &[&std::ffi::OsStr]) -> Output {
         .expect("host runs")
 }
 
+/// Runs the host with `args`, expects it to fail, and gives its stderr.
+async fn refused(args: &[&std::ffi::OsStr]) -> String {
+    let out = host(args).await;
+    assert!(!out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 fn os(s: &str) -> &std::ffi::OsStr {
     std::ffi::OsStr::new(s)
 }
@@ -338,15 +345,13 @@ async fn rbac_resolves_custom_kinds_from_crd_files_and_warns_when_it_must_guess(
     assert!(out.status.success(), "{out:?}");
     let from_cluster = rules_of(&out.stdout);
     assert_eq!(from_cluster, rules, "the same rules as offline");
-    let out = host(&[
+    let stderr = refused(&[
         os("rbac"),
         os("--kubeconfig"),
         kubeconfig.as_os_str(),
         plugin.as_os_str(),
     ])
     .await;
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("kind NamespaceDefaults (defaults.kube-wasm.dev/v1alpha1)")
             && stderr.contains("404"),
@@ -358,9 +363,7 @@ async fn rbac_resolves_custom_kinds_from_crd_files_and_warns_when_it_must_guess(
     let dir = support::temp_dir("rbac");
     let bad = dir.join("bad.yaml");
     std::fs::write(&bad, "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: x}\nspec: {group: g}\n").expect("write");
-    let out = host(&[os("rbac"), os("--crd"), bad.as_os_str(), plugin.as_os_str()]).await;
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused(&[os("rbac"), os("--crd"), bad.as_os_str(), plugin.as_os_str()]).await;
     assert!(
         stderr.contains(&format!("CRD file {}", bad.display()))
             && stderr.contains("spec.names: Required value"),
@@ -418,15 +421,13 @@ async fn no_plugin_or_only_broken_plugins_exit_non_zero_with_one_clear_line() {
     // A config file with an unknown key is refused, naming the file.
     let cfg = dir.join("host.yaml");
     std::fs::write(&cfg, "reconcileDeadlineMs: 500\nbogus: 1\n").expect("write");
-    let out = host(&[
+    let stderr = refused(&[
         os("--config"),
         cfg.as_os_str(),
         os("--plugin"),
         junk.as_os_str(),
     ])
     .await;
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(&format!("config {}", cfg.display())),
         "{stderr}"
@@ -439,15 +440,13 @@ async fn no_plugin_or_only_broken_plugins_exit_non_zero_with_one_clear_line() {
         "quarantineFailures: 3\nquarantineWindowSeconds: 30\nquarantineCooldownMs: 5000\nquarantineMaxCooldownMs: 1000\nhandlerAttempts: 2\n",
     )
     .expect("write");
-    let out = host(&[
+    let stderr = refused(&[
         os("--config"),
         cfg.as_os_str(),
         os("--plugin"),
         junk.as_os_str(),
     ])
     .await;
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("maximum cool-down (1s) is shorter than its first one (5s)"),
         "{stderr}"
@@ -478,7 +477,7 @@ async fn no_plugin_or_only_broken_plugins_exit_non_zero_with_one_clear_line() {
 async fn election_settings_are_checked_up_front_with_one_clear_line() {
     let dir = support::temp_dir("cli-election");
     let noop = support::guests::guest("noop");
-    let out = host(&[
+    let stderr = refused(&[
         os("--emulator"),
         os("--plugin"),
         noop.as_os_str(),
@@ -489,21 +488,17 @@ async fn election_settings_are_checked_up_front_with_one_clear_line() {
         os("10s"),
     ])
     .await;
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("leader election: the lease duration (10s) must be longer than the renew deadline (10s)"),
         "{stderr}"
     );
-    let out = host(&[
+    let stderr = refused(&[
         os("--plugin"),
         noop.as_os_str(),
         os("--leader-elect-retry-period"),
         os("2 seconds"),
     ])
     .await;
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("--leader-elect-retry-period") && stderr.contains("invalid duration"),
         "{stderr}"
@@ -511,15 +506,13 @@ async fn election_settings_are_checked_up_front_with_one_clear_line() {
 
     let cfg = dir.join("host.yaml");
     std::fs::write(&cfg, "leaderElect: true\nleaderElectRenewDeadline: soon\n").expect("write");
-    let out = host(&[
+    let stderr = refused(&[
         os("--config"),
         cfg.as_os_str(),
         os("--plugin"),
         noop.as_os_str(),
     ])
     .await;
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(&format!("config {}", cfg.display()))
             && stderr.contains("leaderElectRenewDeadline")
@@ -530,15 +523,13 @@ async fn election_settings_are_checked_up_front_with_one_clear_line() {
     let plugins = dir.join("plugins.yaml");
     let entry = serde_json::json!([{"module": noop, "leaderOnly": true}]);
     std::fs::write(&plugins, entry.to_string()).expect("write");
-    let out = host(&[
+    let stderr = refused(&[
         os("--emulator"),
         os("--plugins"),
         plugins.as_os_str(),
         os("--shards"),
     ])
     .await;
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("is leaderOnly: with --shards it needs --leader-elect"),
         "{stderr}"
@@ -1136,54 +1127,46 @@ async fn worker_threads_from_the_flag_or_the_config_file_size_the_runtime() {
     }
 
     std::fs::write(&cfg, "workerThreads: 0\n").expect("write");
-    let out = host(&[
+    let stderr = refused(&[
         os("--config"),
         cfg.as_os_str(),
         os("--plugin"),
         noop.as_os_str(),
     ])
     .await;
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(&format!("config {}", cfg.display())) && stderr.contains("workerThreads"),
         "{stderr}"
     );
-    let out = host(&[
+    let stderr = refused(&[
         os("--worker-threads"),
         os("257"),
         os("--plugin"),
         noop.as_os_str(),
     ])
     .await;
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--worker-threads"), "{stderr}");
 
     // The wake-up batching window: a duration, at most 100 ms.
-    let out = host(&[
+    let stderr = refused(&[
         os("--wakeup-batching"),
         os("1s"),
         os("--plugin"),
         noop.as_os_str(),
     ])
     .await;
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("--wakeup-batching: 1s is longer than 100ms"),
         "{stderr}"
     );
     std::fs::write(&cfg, "wakeupBatching: soon\n").expect("write");
-    let out = host(&[
+    let stderr = refused(&[
         os("--config"),
         cfg.as_os_str(),
         os("--plugin"),
         noop.as_os_str(),
     ])
     .await;
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(&format!("config {}: wakeupBatching", cfg.display()))
             && stderr.contains("invalid duration \"soon\""),
