@@ -69,12 +69,7 @@ async fn run_once(plugin: &Path, cache: &Path) -> (String, String, HostProcess) 
         "info",
     );
     let loaded = host.line("plugin loaded").await;
-    let metrics = host.line("metrics on http://").await;
-    let addr = metrics
-        .split_once("metrics on http://")
-        .and_then(|(_, u)| u.strip_suffix("/metrics"))
-        .expect("metrics address")
-        .to_string();
+    let addr = host.ops_addr().await;
     let (code, body) = support::cluster::http_get(&addr, "/metrics").await;
     assert_eq!(code, 200, "{body}");
     host.sigterm();

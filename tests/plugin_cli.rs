@@ -1031,12 +1031,7 @@ async fn an_api_server_that_comes_up_after_the_host_is_waited_for() {
         "{}",
         host.log()
     );
-    let metrics = host.line("metrics on http://").await;
-    let addr = metrics
-        .split_once("metrics on http://")
-        .and_then(|(_, u)| u.strip_suffix("/metrics"))
-        .expect("metrics address")
-        .to_string();
+    let addr = host.ops_addr().await;
     let (code, body) = support::cluster::http_get(&addr, "/readyz").await;
     assert_eq!(code, 503, "{body}");
     assert!(
