@@ -182,20 +182,8 @@ async fn measure_started(
     let cpu_synced = proc_stats::settle(pid, plan.polls.settle, plan.deadlines.settle).await?;
     let rss_sync = proc_stats::mem(pid)?.rss;
 
-    // What one scrape costs the host: batches of scrapes back to back on the idle process; the
-    // cheapest batch, since anything else the process does meanwhile only adds to a batch.
     let scrape_cost = if variant.is_host() {
-        let mut best: Option<Duration> = None;
-        for _ in 0..3 {
-            let before = proc_stats::cpu(pid)?;
-            client.scrape_n(plan.polls.cost_scrapes).await?;
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            let per = proc_stats::cpu(pid)?.saturating_sub(before)
-                / plan.polls.cost_scrapes.max(1) as u32;
-            best = Some(best.map_or(per, |b| b.min(per)));
-        }
-        proc_stats::settle(pid, plan.polls.settle, plan.deadlines.settle).await?;
-        best
+        Some(scrape_cost(client, &plan.polls, &plan.deadlines).await?)
     } else {
         None
     };
@@ -262,4 +250,25 @@ async fn measure_started(
         scrape_cost,
         phases,
     })
+}
+
+/// What one /metrics scrape costs the idle host `client`: batches of scrapes back to back; the
+/// cheapest batch, since anything else the process does meanwhile only adds to a batch. Waits
+/// for the process to settle again after.
+pub async fn scrape_cost(
+    client: &mut Client,
+    polls: &Polls,
+    deadlines: &Deadlines,
+) -> anyhow::Result<Duration> {
+    let pid = client.pid;
+    let mut best: Option<Duration> = None;
+    for _ in 0..3 {
+        let before = proc_stats::cpu(pid)?;
+        client.scrape_n(polls.cost_scrapes).await?;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let per = proc_stats::cpu(pid)?.saturating_sub(before) / polls.cost_scrapes.max(1) as u32;
+        best = Some(best.map_or(per, |b| b.min(per)));
+    }
+    proc_stats::settle(pid, polls.settle, deadlines.settle).await?;
+    Ok(best.unwrap_or_default())
 }

@@ -134,35 +134,58 @@ impl Client {
         kind: Kind,
         run: &str,
     ) -> anyhow::Result<Client> {
+        if variant.is_host() {
+            let wasm = setup.guests.for_variant(variant, kind)?;
+            let mut args = vec!["--plugin".to_owned(), wasm.display().to_string()];
+            if let Some(ns) = &setup.namespace {
+                args.extend(["--namespace".into(), ns.clone()]);
+            }
+            return Client::host(setup, &args, run);
+        }
+        Client::kube(setup, variant, kind, setup.namespace.as_deref(), run)
+    }
+
+    /// The host with `plugin_args` (`--plugin x.wasm`, `--plugins FILE`, …), its /metrics on a
+    /// free port and the run's compile cache.
+    pub fn host(setup: &Setup, plugin_args: &[String], run: &str) -> anyhow::Result<Client> {
+        let log = setup.dir.join(format!("{run}.log"));
+        let addr = free_port()?;
+        let mut args: Vec<String> = vec![
+            "--kubeconfig".into(),
+            setup.kubeconfig.display().to_string(),
+            "--metrics-addr".into(),
+            addr.to_string(),
+            "--cache-dir".into(),
+            setup.cache_dir.display().to_string(),
+        ];
+        args.extend(plugin_args.iter().cloned());
+        let spawned = Instant::now();
+        let child = spawn::child(&setup.host, &args, &log, false)?;
+        let pid = child.id().context("the host exited at once")?;
+        Ok(Client {
+            pid,
+            spawned,
+            log,
+            probe: Probe::Host(Scraper::new(addr)),
+            child,
+        })
+    }
+
+    /// `kube-peer` as `variant` (a kube-rs one) over `kind`, in `namespace` (`None`: all).
+    pub fn kube(
+        setup: &Setup,
+        variant: Variant,
+        kind: Kind,
+        namespace: Option<&str>,
+        run: &str,
+    ) -> anyhow::Result<Client> {
         let log = setup.dir.join(format!("{run}.log"));
         let mut args: Vec<String> = vec![
             "--kubeconfig".into(),
             setup.kubeconfig.display().to_string(),
         ];
-        if let Some(ns) = &setup.namespace {
-            args.extend(["--namespace".into(), ns.clone()]);
-        }
-        if variant.is_host() {
-            let addr = free_port()?;
-            let wasm = setup.guests.for_variant(variant, kind)?;
-            args.extend([
-                "--plugin".into(),
-                wasm.display().to_string(),
-                "--metrics-addr".into(),
-                addr.to_string(),
-                "--cache-dir".into(),
-                setup.cache_dir.display().to_string(),
-            ]);
-            let spawned = Instant::now();
-            let child = spawn::child(&setup.host, &args, &log, false)?;
-            let pid = child.id().context("the host exited at once")?;
-            return Ok(Client {
-                pid,
-                spawned,
-                log,
-                probe: Probe::Host(Scraper::new(addr)),
-                child,
-            });
+        if let Some(ns) = namespace {
+            args.extend(["--namespace".into(), ns.to_owned()]);
         }
         args.extend(["--kind".into(), kind_arg(kind).into(), "--mode".into()]);
         args.push(

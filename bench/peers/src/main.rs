@@ -9,6 +9,7 @@ mod bench;
 mod clients;
 mod emulator;
 mod load;
+mod many;
 mod objects;
 mod proc_stats;
 mod seed;
@@ -44,6 +45,40 @@ enum Command {
     Seed(SeedArgs),
     /// Patch the objects of one kind in a namespace at a fixed rate, or as a burst.
     Load(LoadArgs),
+    /// Many idle SDK plugins in one host against as many kube-rs processes: memory and CPU.
+    Many(Box<ManyArgs>),
+}
+
+#[derive(Debug, Args)]
+struct ManyArgs {
+    /// Plugin counts (N): N namespaces, N plugins, N kube-rs processes.
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100,500")]
+    plugins: Vec<usize>,
+    /// ConfigMaps (1 KB) in each namespace.
+    #[arg(long, default_value_t = 10)]
+    per_namespace: usize,
+    /// How the plugins watch: each its own namespace, or all of them all namespaces.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "own,shared")]
+    watches: Vec<many::Watches>,
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "host,kube")]
+    clients: Vec<many::Side>,
+    /// Run kube-rs only up to this many processes.
+    #[arg(long, default_value_t = 500)]
+    kube_up_to: usize,
+    /// Patches in the update phase (rounded up to a multiple of N).
+    #[arg(long, default_value_t = 1000)]
+    updates: u64,
+    /// Their rate, patches per second.
+    #[arg(long, default_value_t = 1000.0)]
+    rate: f64,
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+    #[arg(long, default_value_t = 8)]
+    seed_concurrency: usize,
+    #[command(flatten)]
+    bins: Bins,
+    #[arg(long)]
+    keep_logs: bool,
 }
 
 #[derive(Debug, Args)]
@@ -221,6 +256,7 @@ fn main() {
 async fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => run(*args).await,
+        Command::Many(args) => run_many(*args).await,
         Command::Seed(args) => {
             let client = api::connect(&args.kubeconfig).await?;
             let size = args.size.unwrap_or(args.kind.default_size());
@@ -309,6 +345,88 @@ async fn own_objects(
     Ok(names)
 }
 
+async fn run_many(args: ManyArgs) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("peers-many-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let kube_peer = kube_peer_path(&args.bins)?;
+    let setup = Setup {
+        host: args.bins.host.clone(),
+        kube_peer,
+        guests: guests(&args.bins),
+        cache_dir: dir.join("compile-cache"),
+        // Each measurement starts its own emulator and sets these.
+        kubeconfig: PathBuf::new(),
+        namespace: None,
+        dir: dir.clone(),
+        server_pid: None,
+    };
+    let plan = many::Plan {
+        counts: args.plugins.clone(),
+        per_namespace: args.per_namespace,
+        watches: args.watches.clone(),
+        sides: args.clients.clone(),
+        kube_up_to: args.kube_up_to,
+        updates: args.updates,
+        rate: args.rate,
+        rounds: args.rounds,
+        polls: Polls {
+            sync: Duration::from_millis(20),
+            coarse: Duration::from_millis(150),
+            fine: Duration::from_millis(5),
+            settle: Duration::from_millis(250),
+            cost_scrapes: 10,
+        },
+        deadlines: Deadlines {
+            sync: Duration::from_secs(900),
+            settle: Duration::from_secs(300),
+            load_slack: Duration::from_secs(600),
+        },
+        seed_concurrency: args.seed_concurrency,
+    };
+    let load_before = loadavg();
+    let result = many::run(&plan, &setup, &args.bins.sdk_wasm).await;
+    match &result {
+        Ok(table) => {
+            println!("## peers many: idle SDK plugins in one host against kube-rs processes\n");
+            println!(
+                "Command: `peers many {}`",
+                std::env::args().skip(2).collect::<Vec<_>>().join(" ")
+            );
+            println!("{table}");
+            println!(
+                "Load average: {load_before} at the start, {} at the end.",
+                loadavg()
+            );
+            if !args.keep_logs {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+        }
+        Err(_) => eprintln!("[peers] logs kept in {}", dir.display()),
+    }
+    result.map(drop)
+}
+
+/// `--kube-peer`, else `kube-peer` beside this binary.
+fn kube_peer_path(bins: &Bins) -> anyhow::Result<PathBuf> {
+    match &bins.kube_peer {
+        Some(p) => Ok(p.clone()),
+        None => Ok(std::env::current_exe()?
+            .parent()
+            .context("the driver's directory")?
+            .join("kube-peer")),
+    }
+}
+
+fn guests(bins: &Bins) -> Guests {
+    Guests {
+        noop: bins.noop_wasm.clone(),
+        sdk: bins.sdk_wasm.clone(),
+        noop_pod: Some(bins.noop_pod_wasm.clone()),
+        sdk_pod: Some(bins.sdk_pod_wasm.clone()),
+        reloader: bins.reloader_wasm.clone(),
+    }
+}
+
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("peers-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -323,20 +441,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 async fn run_in(args: &RunArgs, dir: &Path) -> anyhow::Result<()> {
-    let kube_peer = match &args.bins.kube_peer {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?
-            .parent()
-            .context("the driver's directory")?
-            .join("kube-peer"),
-    };
-    let guests = Guests {
-        noop: args.bins.noop_wasm.clone(),
-        sdk: args.bins.sdk_wasm.clone(),
-        noop_pod: Some(args.bins.noop_pod_wasm.clone()),
-        sdk_pod: Some(args.bins.sdk_pod_wasm.clone()),
-        reloader: args.bins.reloader_wasm.clone(),
-    };
+    let kube_peer = kube_peer_path(&args.bins)?;
+    let guests = guests(&args.bins);
     let mut needed: Vec<PathBuf> = vec![args.bins.host.clone(), kube_peer.clone()];
     for &kind in &args.kinds {
         for &v in args
