@@ -77,6 +77,26 @@ struct State<T> {
     drain: bool,
 }
 
+/// Room each structure keeps once it has drained; more is given back to the allocator.
+const SPARE_CAPACITY: usize = 1024;
+
+impl<T: Key> State<T> {
+    /// Give back the room a burst grew (the initial list queues one key per object): a drained
+    /// queue would otherwise hold its largest backlog's slots for the life of the process, once
+    /// per plugin, which for many plugins on one large informer outweighs the cache itself.
+    fn release_spare(&mut self) {
+        if self.queue.is_empty() && self.queue.capacity() > SPARE_CAPACITY {
+            self.queue.shrink_to(SPARE_CAPACITY);
+        }
+        if self.dirty.is_empty() && self.dirty.capacity() > SPARE_CAPACITY {
+            self.dirty.shrink_to(SPARE_CAPACITY);
+        }
+        if self.processing.is_empty() && self.processing.capacity() > SPARE_CAPACITY {
+            self.processing.shrink_to(SPARE_CAPACITY);
+        }
+    }
+}
+
 impl<T: Key> Default for Queue<T> {
     fn default() -> Self {
         Self::new()
@@ -187,6 +207,9 @@ impl<T: Key> Queue<T> {
             None => (item.clone(), None),
         };
         st.processing.insert(key, now);
+        if st.queue.is_empty() {
+            st.release_spare();
+        }
         drop(st);
         if let (Some(m), Some(now), Some(added)) = (&self.shared.metrics, now, added) {
             m.queue_duration
@@ -206,6 +229,9 @@ impl<T: Key> Queue<T> {
         let requeued = st.dirty.contains_key(item);
         if requeued {
             st.queue.push_back(item.clone());
+        }
+        if st.processing.is_empty() {
+            st.release_spare();
         }
         // Only drain waiters listen for idleness, and they set `drain` under this lock before
         // checking `processing`, so skipping the broadcast when it is unset loses nothing.

@@ -400,3 +400,40 @@ async fn no_wakeup_is_lost_between_producers_and_waiting_workers() {
         within("worker", w).await.expect("worker");
     }
 }
+
+/// An initial list queues one key per object; once the workers have drained it, the queue's
+/// three structures keep at most their spare room, not the backlog's (many plugins on one large
+/// informer would otherwise each hold it for good).
+#[tokio::test]
+async fn drained_queue_gives_back_the_room_a_backlog_grew() {
+    let q: Queue<String> = Queue::new();
+    for i in 0..5000 {
+        q.add(format!("ns/o{i}"));
+    }
+    {
+        let st = q.shared.state.lock();
+        assert!(st.queue.capacity() >= 5000 && st.dirty.capacity() >= 5000);
+    }
+    // Hold half of them at once, so `processing` grows as large too.
+    let mut held = Vec::new();
+    for _ in 0..2500 {
+        held.push(within("get", q.get()).await.expect("an item"));
+    }
+    assert!(q.shared.state.lock().processing.capacity() >= 2500);
+    for k in held.drain(..) {
+        q.done(&k);
+    }
+    while !q.is_empty() {
+        let k = within("get", q.get()).await.expect("an item");
+        q.done(&k);
+    }
+    let st = q.shared.state.lock();
+    assert!(st.queue.is_empty() && st.dirty.is_empty() && st.processing.is_empty());
+    for (what, cap) in [
+        ("queue", st.queue.capacity()),
+        ("dirty", st.dirty.capacity()),
+        ("processing", st.processing.capacity()),
+    ] {
+        assert!(cap <= 2 * SPARE_CAPACITY, "{what} kept {cap} slots");
+    }
+}
