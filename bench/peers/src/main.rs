@@ -11,8 +11,10 @@ mod emulator;
 mod load;
 mod objects;
 mod proc_stats;
+mod scale;
 mod seed;
 mod spawn;
+mod svg;
 mod table;
 
 use std::path::{Path, PathBuf};
@@ -44,6 +46,9 @@ enum Command {
     Seed(SeedArgs),
     /// Patch the objects of one kind in a namespace at a fixed rate, or as a burst.
     Load(LoadArgs),
+    /// The scaling curve: each client's sync of 1k to 1M ConfigMaps (time, CPU, memory), a
+    /// Markdown table, growth rates and an SVG chart.
+    Scale(Box<scale::ScaleArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -220,7 +225,19 @@ fn main() {
 
 async fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Run(args) => run(*args).await,
+        Command::Run(args) => {
+            in_temp_dir(
+                args.keep_logs,
+                |dir| async move { run_in(&args, &dir).await },
+            )
+            .await
+        }
+        Command::Scale(args) => {
+            in_temp_dir(args.keep_logs, |dir| async move {
+                scale::run(&args, &dir).await
+            })
+            .await
+        }
         Command::Seed(args) => {
             let client = api::connect(&args.kubeconfig).await?;
             let size = args.size.unwrap_or(args.kind.default_size());
@@ -309,12 +326,17 @@ async fn own_objects(
     Ok(names)
 }
 
-async fn run(args: RunArgs) -> anyhow::Result<()> {
+/// Runs `f` with a temporary directory for the children's logs, removed afterwards unless
+/// `keep_logs` or `f` failed.
+async fn in_temp_dir<F: std::future::Future<Output = anyhow::Result<()>>>(
+    keep_logs: bool,
+    f: impl FnOnce(PathBuf) -> F,
+) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("peers-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let result = run_in(&args, &dir).await;
+    let result = f(dir.clone()).await;
     match &result {
-        Ok(()) if !args.keep_logs => {
+        Ok(()) if !keep_logs => {
             let _ = std::fs::remove_dir_all(&dir);
         }
         _ => eprintln!("[peers] logs kept in {}", dir.display()),
@@ -322,8 +344,23 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     result
 }
 
-async fn run_in(args: &RunArgs, dir: &Path) -> anyhow::Result<()> {
-    let kube_peer = match &args.bins.kube_peer {
+/// The client binaries and guests of a run, checked to exist, and a compile cache filled with
+/// the guests.
+struct Prepared {
+    kube_peer: PathBuf,
+    guests: Guests,
+    cache_dir: PathBuf,
+}
+
+/// Finds what `variants` on `kinds` need, fails early (before any seeding) when a file is
+/// missing, and compiles the guests into a cache of the run's own in `dir`.
+async fn prepare(
+    bins: &Bins,
+    kinds: &[Kind],
+    variants: &[Variant],
+    dir: &Path,
+) -> anyhow::Result<Prepared> {
+    let kube_peer = match &bins.kube_peer {
         Some(p) => p.clone(),
         None => std::env::current_exe()?
             .parent()
@@ -331,19 +368,15 @@ async fn run_in(args: &RunArgs, dir: &Path) -> anyhow::Result<()> {
             .join("kube-peer"),
     };
     let guests = Guests {
-        noop: args.bins.noop_wasm.clone(),
-        sdk: args.bins.sdk_wasm.clone(),
-        noop_pod: Some(args.bins.noop_pod_wasm.clone()),
-        sdk_pod: Some(args.bins.sdk_pod_wasm.clone()),
-        reloader: args.bins.reloader_wasm.clone(),
+        noop: bins.noop_wasm.clone(),
+        sdk: bins.sdk_wasm.clone(),
+        noop_pod: Some(bins.noop_pod_wasm.clone()),
+        sdk_pod: Some(bins.sdk_pod_wasm.clone()),
+        reloader: bins.reloader_wasm.clone(),
     };
-    let mut needed: Vec<PathBuf> = vec![args.bins.host.clone(), kube_peer.clone()];
-    for &kind in &args.kinds {
-        for &v in args
-            .variants
-            .iter()
-            .filter(|v| v.is_host() && v.supports(kind))
-        {
+    let mut needed: Vec<PathBuf> = vec![bins.host.clone(), kube_peer.clone()];
+    for &kind in kinds {
+        for &v in variants.iter().filter(|v| v.is_host() && v.supports(kind)) {
             needed.push(guests.for_variant(v, kind)?.to_path_buf());
         }
     }
@@ -358,7 +391,20 @@ async fn run_in(args: &RunArgs, dir: &Path) -> anyhow::Result<()> {
         }
     }
     let cache_dir = dir.join("compile-cache");
-    warm_cache(&args.bins.host, &cache_dir, &needed[..], dir).await?;
+    warm_cache(&bins.host, &cache_dir, &needed[..], dir).await?;
+    Ok(Prepared {
+        kube_peer,
+        guests,
+        cache_dir,
+    })
+}
+
+async fn run_in(args: &RunArgs, dir: &Path) -> anyhow::Result<()> {
+    let Prepared {
+        kube_peer,
+        guests,
+        cache_dir,
+    } = prepare(&args.bins, &args.kinds, &args.variants, dir).await?;
 
     let mut paces: Vec<Pace> = args.rates.iter().map(|&r| Pace::Rate(r)).collect();
     if !args.no_burst {
@@ -536,6 +582,7 @@ async fn warm_cache(
     Ok(())
 }
 
+/// The 1-minute load average, as `/proc/loadavg` gives it.
 fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
