@@ -53,6 +53,10 @@ pub struct ScaleArgs {
     svg: PathBuf,
     #[command(flatten)]
     bins: Bins,
+    /// The `host` binary whose `host emulator` serves the objects (default: `--host`), e.g. a
+    /// build with an emulator change while the clients stay the same.
+    #[arg(long)]
+    emulator_host: Option<PathBuf>,
     /// How often the host's /metrics is read while it syncs (its sync time is late by up to this).
     #[arg(long, default_value_t = 10)]
     sync_poll_ms: u64,
@@ -187,7 +191,8 @@ async fn one_count(
     seq: &AtomicU64,
 ) -> anyhow::Result<Point> {
     let kind = Kind::Configmap;
-    let emulator = Emulator::start(&args.bins.host, dir, 10_000).await?;
+    let server = args.emulator_host.as_ref().unwrap_or(&args.bins.host);
+    let emulator = Emulator::start(server, dir, 10_000).await?;
     let client = api::connect(&emulator.kubeconfig).await?;
     eprintln!("[peers] seeding {} configmaps", thousands(n as u64));
     let seeded = seed::seed(
