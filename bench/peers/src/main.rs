@@ -1,6 +1,7 @@
 //! `peers`: the host against kube-rs, each client a separate process against one API server.
 //!
-//! `peers run` is the benchmark (see README.md beside this crate); `peers seed` and `peers load`
+//! `peers run` is the benchmark (see README.md beside this crate), `peers scale` its sync alone
+//! from 1,000 to 1,000,000 objects (the scaling curve); `peers seed` and `peers load`
 //! are its seeding and its load generator on their own, for profiling a client at a steady rate
 //! against an API server someone else started.
 

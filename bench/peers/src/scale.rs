@@ -425,7 +425,7 @@ fn render(points: &[Point], variants: &[Variant]) -> String {
         .collect();
     let _ = writeln!(
         o,
-        "\nThe emulator's CPU for a paged LIST of everything grows as {} (least-squares fit); the clients' syncs page the same way.\n",
+        "\nThe emulator's CPU for the driver's paged LIST of everything grows as {} (least-squares fit). kube-rs's default watcher lists the same way (the most recent state, pages of 500); the host's reflector asks for resourceVersion=0 first, which the emulator serves in one piece, as kube-apiserver's watch cache does.\n",
         power(fit_slope(&list))
     );
     let _ = writeln!(
@@ -494,6 +494,18 @@ fn growth(points: &[Point], variants: &[Variant]) -> String {
     o
 }
 
+/// `2.7–3.9` from load averages as `/proc/loadavg` gives them (`?` when none could be read).
+fn load_range(loads: &[&str]) -> String {
+    let xs: Vec<f64> = loads.iter().filter_map(|l| l.parse().ok()).collect();
+    let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = xs.iter().copied().fold(0.0, f64::max);
+    if xs.is_empty() {
+        "?".into()
+    } else {
+        format!("{lo:.1}–{hi:.1}")
+    }
+}
+
 /// The line colour of a client, fixed so that figures of different runs compare.
 fn color(v: Variant) -> &'static str {
     match v {
@@ -507,18 +519,27 @@ fn color(v: Variant) -> &'static str {
 }
 
 fn write_svg(path: &Path, points: &[Point], variants: &[Variant]) -> anyhow::Result<()> {
-    // `label`: the legend's entry, the client's name when none.
+    // `label`: the legend's entry, the client's name when none. Solid lines are labelled with
+    // their last decade's slope.
     let series = |m: Metric, dashed: bool, label: Option<&str>| -> Vec<Series> {
         variants
             .iter()
-            .map(|&v| Series {
-                label: label.unwrap_or(v.label()).to_owned(),
-                color: color(v),
-                dashed,
-                points: points
+            .map(|&v| {
+                let points: Vec<(f64, f64)> = points
                     .iter()
                     .filter_map(|p| Some((p.objects as f64, p.median(v, m)?)))
-                    .collect(),
+                    .collect();
+                let end_slope = match points.as_slice() {
+                    [.., a, b] if !dashed => slope(*a, *b),
+                    _ => None,
+                };
+                Series {
+                    label: label.unwrap_or(v.label()).to_owned(),
+                    color: color(v),
+                    dashed,
+                    points,
+                    end_slope,
+                }
             })
             .collect()
     };
@@ -549,9 +570,14 @@ fn write_svg(path: &Path, points: &[Point], variants: &[Variant]) -> anyhow::Res
         .iter()
         .map(|p| format!("{}: {}", short(p.objects), p.rounds()))
         .collect();
+    let loads: Vec<&str> = points
+        .iter()
+        .flat_map(|p| [p.loads.0.as_str(), p.loads.1.as_str()])
+        .collect();
     let note = format!(
-        "Medians over rounds ({}); each client a fresh process against one `host emulator`; 2 cores, shared. Log-log axes.",
-        rounds.join(", ")
+        "Log-log. Medians over rounds ({}); each client a fresh process against one `host emulator`. n^k: the slope of the last segment. 2 cores, shared (load average {}).",
+        rounds.join(", "),
+        load_range(&loads)
     );
     let text = svg::render(
         "The host against kube-rs: syncing 1 KB ConfigMaps",

@@ -4,12 +4,14 @@
 
 use std::fmt::Write;
 
-/// One line of a panel: `(x, y)` points, drawn in `color`, dashed or not.
+/// One line of a panel: `(x, y)` points, drawn in `color`, dashed or not; `end_slope`, when
+/// given, is written beside the last point as `n^slope` (the growth rate where it matters most).
 pub struct Series {
     pub label: String,
     pub color: &'static str,
     pub dashed: bool,
     pub points: Vec<(f64, f64)>,
+    pub end_slope: Option<f64>,
 }
 
 /// One chart: a title, the y axis's unit, its lines.
@@ -212,10 +214,19 @@ pub fn render(title: &str, x_label: &str, panels: &[Panel], note: &str) -> Strin
                 path.join(" "),
                 s.color
             );
-            for (x, y) in pts {
+            for &(x, y) in &pts {
                 let _ = writeln!(
                     o,
                     r#"<circle cx="{x:.1}" cy="{y:.1}" r="3" fill="{}"/>"#,
+                    s.color
+                );
+            }
+            if let (Some(k), Some(&(x, y))) = (s.end_slope, pts.last()) {
+                let _ = writeln!(
+                    o,
+                    r#"<text x="{:.1}" y="{:.1}" fill="{}">n<tspan dy="-5" font-size="9">{k:.2}</tspan></text>"#,
+                    x + 7.0,
+                    y + 4.0,
                     s.color
                 );
             }
@@ -291,18 +302,25 @@ mod tests {
                     color: "red",
                     dashed: false,
                     points: vec![(1e3, 0.1), (1e4, 1.0)],
+                    end_slope: Some(1.0),
                 },
                 Series {
                     label: "c".into(),
                     color: "blue",
                     dashed: true,
                     points: vec![(1e3, 0.2), (1e4, 3.0)],
+                    end_slope: None,
                 },
             ],
         };
         let svg = render("T", "objects", &[panel("p1"), panel("p2")], "note");
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
         assert_eq!(svg.matches("<polyline").count(), 4);
+        assert_eq!(
+            svg.matches(r#"font-size="9">1.00<"#).count(),
+            2,
+            "a slope per panel"
+        );
         assert_eq!(svg.matches("a &lt;b&gt;").count(), 1, "one legend entry");
         assert!(svg.contains(r##"stroke="#555" stroke-width="2" stroke-dasharray"##));
         assert_eq!(svg.matches("stroke-dasharray").count(), 3);
