@@ -575,7 +575,7 @@ fn write_svg(path: &Path, points: &[Point], variants: &[Variant]) -> anyhow::Res
         .flat_map(|p| [p.loads.0.as_str(), p.loads.1.as_str()])
         .collect();
     let note = format!(
-        "Log-log. Medians over rounds ({}); each client a fresh process against one `host emulator`. n^k: the slope of the last segment. 2 cores, shared (load average {}).",
+        "Log-log axes; n^k beside a line: its slope over the last segment. Medians over rounds ({}); each client a fresh process per round\nagainst one `host emulator` process per object count, seeded once. 2 cores, shared with the emulator and other work (load average {}).",
         rounds.join(", "),
         load_range(&loads)
     );

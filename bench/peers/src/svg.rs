@@ -114,7 +114,7 @@ fn esc(s: &str) -> String {
 
 /// The whole figure: `title` above, the panels left to right, `x_label` under each x axis, the
 /// legend (every distinct label of the panels' series; series may share one) and a `note` at
-/// the bottom.
+/// the bottom (one line of text per line of `note`).
 pub fn render(title: &str, x_label: &str, panels: &[Panel], note: &str) -> String {
     let xs = panels
         .iter()
@@ -132,7 +132,9 @@ pub fn render(title: &str, x_label: &str, panels: &[Panel], note: &str) -> Strin
     }
     let width = MARGIN_L + panels.len() as f64 * (PANEL_W + GAP);
     let legend_top = MARGIN_T + PANEL_H + 50.0;
-    let height = legend_top + LEGEND_H * legend.len().div_ceil(2) as f64 + 34.0;
+    let note_lines: Vec<&str> = note.lines().collect();
+    let notes_top = legend_top + LEGEND_H * legend.len().div_ceil(2) as f64 + 12.0;
+    let height = notes_top + 16.0 * note_lines.len() as f64 + 8.0;
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -249,12 +251,14 @@ pub fn render(title: &str, x_label: &str, panels: &[Panel], note: &str) -> Strin
             esc(label)
         );
     }
-    let _ = writeln!(
-        o,
-        r##"<text x="{MARGIN_L}" y="{:.1}" fill="#555">{}</text>"##,
-        height - 12.0,
-        esc(note)
-    );
+    for (i, line) in note_lines.iter().enumerate() {
+        let _ = writeln!(
+            o,
+            r##"<text x="{MARGIN_L}" y="{:.1}" fill="#555">{}</text>"##,
+            notes_top + 16.0 * i as f64 + 4.0,
+            esc(line)
+        );
+    }
     o.push_str("</svg>\n");
     o
 }
@@ -313,8 +317,14 @@ mod tests {
                 },
             ],
         };
-        let svg = render("T", "objects", &[panel("p1"), panel("p2")], "note");
+        let svg = render(
+            "T",
+            "objects",
+            &[panel("p1"), panel("p2")],
+            "note 1\nnote 2",
+        );
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
+        assert!(svg.contains(">note 1</text>") && svg.contains(">note 2</text>"));
         assert_eq!(svg.matches("<polyline").count(), 4);
         assert_eq!(
             svg.matches(r#"font-size="9">1.00<"#).count(),
