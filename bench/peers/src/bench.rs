@@ -174,9 +174,13 @@ async fn measure_started(
     round: usize,
 ) -> anyhow::Result<Sample> {
     let pid = client.pid;
+    let server_at_spawn = setup.server_pid.map(proc_stats::cpu).transpose()?;
     let synced_at = client
         .wait_synced(objects, plan.polls.sync, plan.deadlines.sync)
         .await?;
+    let server_sync_cpu = server_at_spawn
+        .zip(setup.server_pid.map(proc_stats::cpu).transpose()?)
+        .map(|(b, a)| a.saturating_sub(b));
     let sync_time = synced_at.duration_since(client.spawned);
     let sync_scrapes = client.scrapes();
     let cpu_synced = proc_stats::settle(pid, plan.polls.settle, plan.deadlines.settle).await?;
@@ -244,6 +248,7 @@ async fn measure_started(
         sync_time,
         sync_cpu,
         sync_scrapes,
+        server_sync_cpu,
         rss_sync,
         rss_end: mem.rss,
         hwm: mem.hwm,

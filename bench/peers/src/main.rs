@@ -1,6 +1,7 @@
 //! `peers`: the host against kube-rs, each client a separate process against one API server.
 //!
-//! `peers run` is the benchmark (see README.md beside this crate); `peers seed` and `peers load`
+//! `peers run` is the benchmark (see README.md beside this crate), `peers scale` its sync alone
+//! from 1,000 to 1,000,000 objects (the scaling curve); `peers seed` and `peers load`
 //! are its seeding and its load generator on their own, for profiling a client at a steady rate
 //! against an API server someone else started.
 
@@ -12,8 +13,10 @@ mod load;
 mod many;
 mod objects;
 mod proc_stats;
+mod scale;
 mod seed;
 mod spawn;
+mod svg;
 mod table;
 
 use std::path::{Path, PathBuf};
@@ -45,6 +48,9 @@ enum Command {
     Seed(SeedArgs),
     /// Patch the objects of one kind in a namespace at a fixed rate, or as a burst.
     Load(LoadArgs),
+    /// The scaling curve: each client's sync of 1k to 1M ConfigMaps (time, CPU, memory), a
+    /// Markdown table, growth rates and an SVG chart.
+    Scale(Box<scale::ScaleArgs>),
     /// Many idle SDK plugins in one host against as many kube-rs processes: memory and CPU.
     Many(Box<ManyArgs>),
 }
@@ -255,8 +261,26 @@ fn main() {
 
 async fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Run(args) => run(*args).await,
-        Command::Many(args) => run_many(*args).await,
+        Command::Run(args) => {
+            in_temp_dir(
+                args.keep_logs,
+                |dir| async move { run_in(&args, &dir).await },
+            )
+            .await
+        }
+        Command::Many(args) => {
+            in_temp_dir(
+                args.keep_logs,
+                |dir| async move { run_many(&args, &dir).await },
+            )
+            .await
+        }
+        Command::Scale(args) => {
+            in_temp_dir(args.keep_logs, |dir| async move {
+                scale::run(&args, &dir).await
+            })
+            .await
+        }
         Command::Seed(args) => {
             let client = api::connect(&args.kubeconfig).await?;
             let size = args.size.unwrap_or(args.kind.default_size());
@@ -345,19 +369,100 @@ async fn own_objects(
     Ok(names)
 }
 
-async fn run_many(args: ManyArgs) -> anyhow::Result<()> {
-    let dir = std::env::temp_dir().join(format!("peers-many-{}", std::process::id()));
+/// Runs `f` with a temporary directory for the children's logs, removed afterwards unless
+/// `keep_logs` or `f` failed.
+async fn in_temp_dir<F: std::future::Future<Output = anyhow::Result<()>>>(
+    keep_logs: bool,
+    f: impl FnOnce(PathBuf) -> F,
+) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("peers-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let kube_peer = kube_peer_path(&args.bins)?;
+    let result = f(dir.clone()).await;
+    match &result {
+        Ok(()) if !keep_logs => {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        _ => eprintln!("[peers] logs kept in {}", dir.display()),
+    }
+    result
+}
+
+/// The client binaries and guests of a run, checked to exist, and a compile cache filled with
+/// the guests.
+struct Prepared {
+    kube_peer: PathBuf,
+    guests: Guests,
+    cache_dir: PathBuf,
+}
+
+/// Finds what `variants` on `kinds` need, fails early (before any seeding) when a file is
+/// missing, and compiles the guests into a cache of the run's own in `dir`.
+async fn prepare(
+    bins: &Bins,
+    kinds: &[Kind],
+    variants: &[Variant],
+    dir: &Path,
+) -> anyhow::Result<Prepared> {
+    let kube_peer = match &bins.kube_peer {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .context("the driver's directory")?
+            .join("kube-peer"),
+    };
+    let guests = Guests {
+        noop: bins.noop_wasm.clone(),
+        sdk: bins.sdk_wasm.clone(),
+        noop_pod: Some(bins.noop_pod_wasm.clone()),
+        sdk_pod: Some(bins.sdk_pod_wasm.clone()),
+        reloader: bins.reloader_wasm.clone(),
+    };
+    let mut needed: Vec<PathBuf> = vec![bins.host.clone(), kube_peer.clone()];
+    for &kind in kinds {
+        for &v in variants.iter().filter(|v| v.is_host() && v.supports(kind)) {
+            needed.push(guests.for_variant(v, kind)?.to_path_buf());
+        }
+    }
+    needed.sort();
+    needed.dedup();
+    for p in &needed {
+        if !p.exists() {
+            bail!(
+                "{} is missing: build it first (scripts/bench-peers does)",
+                p.display()
+            );
+        }
+    }
+    let cache_dir = dir.join("compile-cache");
+    warm_cache(&bins.host, &cache_dir, &needed[..], dir).await?;
+    Ok(Prepared {
+        kube_peer,
+        guests,
+        cache_dir,
+    })
+}
+
+async fn run_many(args: &ManyArgs, dir: &Path) -> anyhow::Result<()> {
+    let Prepared {
+        kube_peer,
+        guests,
+        cache_dir,
+    } = prepare(
+        &args.bins,
+        &[Kind::Configmap],
+        &[Variant::HostSdk, Variant::KubeReflector],
+        dir,
+    )
+    .await?;
     let setup = Setup {
         host: args.bins.host.clone(),
         kube_peer,
-        guests: guests(&args.bins),
-        cache_dir: dir.join("compile-cache"),
-        // Each measurement starts its own emulator and sets these.
+        guests,
+        cache_dir,
+        // Each plugin count starts its own emulator and sets these.
         kubeconfig: PathBuf::new(),
         namespace: None,
-        dir: dir.clone(),
+        dir: dir.to_path_buf(),
         server_pid: None,
     };
     let plan = many::Plan {
@@ -384,87 +489,26 @@ async fn run_many(args: ManyArgs) -> anyhow::Result<()> {
         seed_concurrency: args.seed_concurrency,
     };
     let load_before = loadavg();
-    let result = many::run(&plan, &setup, &args.bins.sdk_wasm).await;
-    match &result {
-        Ok(table) => {
-            println!("## peers many: idle SDK plugins in one host against kube-rs processes\n");
-            println!(
-                "Command: `peers many {}`",
-                std::env::args().skip(2).collect::<Vec<_>>().join(" ")
-            );
-            println!("{table}");
-            println!(
-                "Load average: {load_before} at the start, {} at the end.",
-                loadavg()
-            );
-            if !args.keep_logs {
-                let _ = std::fs::remove_dir_all(&dir);
-            }
-        }
-        Err(_) => eprintln!("[peers] logs kept in {}", dir.display()),
-    }
-    result.map(drop)
-}
-
-/// `--kube-peer`, else `kube-peer` beside this binary.
-fn kube_peer_path(bins: &Bins) -> anyhow::Result<PathBuf> {
-    match &bins.kube_peer {
-        Some(p) => Ok(p.clone()),
-        None => Ok(std::env::current_exe()?
-            .parent()
-            .context("the driver's directory")?
-            .join("kube-peer")),
-    }
-}
-
-fn guests(bins: &Bins) -> Guests {
-    Guests {
-        noop: bins.noop_wasm.clone(),
-        sdk: bins.sdk_wasm.clone(),
-        noop_pod: Some(bins.noop_pod_wasm.clone()),
-        sdk_pod: Some(bins.sdk_pod_wasm.clone()),
-        reloader: bins.reloader_wasm.clone(),
-    }
-}
-
-async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let dir = std::env::temp_dir().join(format!("peers-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let result = run_in(&args, &dir).await;
-    match &result {
-        Ok(()) if !args.keep_logs => {
-            let _ = std::fs::remove_dir_all(&dir);
-        }
-        _ => eprintln!("[peers] logs kept in {}", dir.display()),
-    }
-    result
+    let table = many::run(&plan, &setup, &args.bins.sdk_wasm).await?;
+    println!("## peers many: idle SDK plugins in one host against kube-rs processes\n");
+    println!(
+        "Command: `peers many {}`",
+        std::env::args().skip(2).collect::<Vec<_>>().join(" ")
+    );
+    println!("{table}");
+    println!(
+        "Load average: {load_before} at the start, {} at the end.",
+        loadavg()
+    );
+    Ok(())
 }
 
 async fn run_in(args: &RunArgs, dir: &Path) -> anyhow::Result<()> {
-    let kube_peer = kube_peer_path(&args.bins)?;
-    let guests = guests(&args.bins);
-    let mut needed: Vec<PathBuf> = vec![args.bins.host.clone(), kube_peer.clone()];
-    for &kind in &args.kinds {
-        for &v in args
-            .variants
-            .iter()
-            .filter(|v| v.is_host() && v.supports(kind))
-        {
-            needed.push(guests.for_variant(v, kind)?.to_path_buf());
-        }
-    }
-    needed.sort();
-    needed.dedup();
-    for p in &needed {
-        if !p.exists() {
-            bail!(
-                "{} is missing: build it first (scripts/bench-peers does)",
-                p.display()
-            );
-        }
-    }
-    let cache_dir = dir.join("compile-cache");
-    warm_cache(&args.bins.host, &cache_dir, &needed[..], dir).await?;
+    let Prepared {
+        kube_peer,
+        guests,
+        cache_dir,
+    } = prepare(&args.bins, &args.kinds, &args.variants, dir).await?;
 
     let mut paces: Vec<Pace> = args.rates.iter().map(|&r| Pace::Rate(r)).collect();
     if !args.no_burst {
@@ -642,6 +686,7 @@ async fn warm_cache(
     Ok(())
 }
 
+/// The 1-minute load average, as `/proc/loadavg` gives it.
 fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()

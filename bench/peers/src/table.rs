@@ -44,6 +44,9 @@ pub struct Sample {
     /// CPU from spawn until idle after the sync, less the driver's scrapes.
     pub sync_cpu: Duration,
     pub sync_scrapes: u64,
+    /// The emulator's CPU from (just after) the spawn to the sync: what serving the client's
+    /// initial list cost the server (none on a real cluster).
+    pub server_sync_cpu: Option<Duration>,
     pub rss_sync: u64,
     pub rss_end: u64,
     pub hwm: u64,
@@ -92,7 +95,7 @@ pub struct ObjectSet {
 
 /// The pairs whose ratios are printed, when both were run: host / kube-rs, and the SDK guest
 /// against the host alone (issue 17's "within 1.3×").
-const PAIRS: [(Variant, Variant); 5] = [
+pub const PAIRS: [(Variant, Variant); 5] = [
     (Variant::HostNoop, Variant::KubeReflector),
     (Variant::HostSdk, Variant::KubeReflector),
     (Variant::HostNoop, Variant::KubeMetadata),
@@ -185,21 +188,8 @@ impl ObjectSet {
             for &&(a, b) in &pairs {
                 let _ = write!(out, "| {} / {} |", a.label(), b.label());
                 for (_, f) in &metrics {
-                    let ratios: Vec<f64> = (0..rounds)
-                        .filter_map(|r| {
-                            let x = self
-                                .samples
-                                .iter()
-                                .find(|s| s.variant == a && s.round == r)?;
-                            let y = self
-                                .samples
-                                .iter()
-                                .find(|s| s.variant == b && s.round == r)?;
-                            let (x, y) = (f(x)?, f(y)?);
-                            (y > 0.0).then_some(x / y)
-                        })
-                        .collect();
-                    let _ = write!(out, " {} |", fmt_ratio(median(ratios)));
+                    let r = pair_ratio(&self.samples, rounds, (a, b), f);
+                    let _ = write!(out, " {} |", fmt_ratio(r));
                 }
                 out.push('\n');
             }
@@ -283,6 +273,24 @@ impl ObjectSet {
         }
         out
     }
+}
+
+/// The median over rounds of `a`'s figure over `b`'s, each ratio taken within one round.
+pub fn pair_ratio(
+    samples: &[Sample],
+    rounds: usize,
+    (a, b): (Variant, Variant),
+    f: impl Fn(&Sample) -> Option<f64>,
+) -> Option<f64> {
+    let ratios: Vec<f64> = (0..rounds)
+        .filter_map(|r| {
+            let x = samples.iter().find(|s| s.variant == a && s.round == r)?;
+            let y = samples.iter().find(|s| s.variant == b && s.round == r)?;
+            let (x, y) = (f(x)?, f(y)?);
+            (y > 0.0).then_some(x / y)
+        })
+        .collect();
+    median(ratios)
 }
 
 fn fmt_metric(name: &str, v: Option<f64>) -> String {

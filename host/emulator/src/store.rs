@@ -154,7 +154,25 @@ impl Inner {
 pub struct Store {
     inner: Mutex<Inner>,
     window: AtomicUsize,
+    /// `remainingItemCount`s of recent pages, so that the next page of a paginated LIST need
+    /// not count the rest of the collection again (which made a paged LIST quadratic: 2.7 s of
+    /// CPU for 100,000 objects in pages of 500).
+    remaining: Mutex<VecDeque<Remaining>>,
 }
+
+/// How many keys of a snapshot follow a page: `count` keys of resource `res` under `prefix`,
+/// as of RV `at`, from key `from` on (the next page's `start`). A snapshot at an RV never
+/// changes, so the count stays true for as long as that RV can be listed at all.
+struct Remaining {
+    res: Box<str>,
+    prefix: Box<str>,
+    at: u64,
+    from: String,
+    count: usize,
+}
+
+/// Paginated LISTs in progress whose counts are remembered (the oldest is dropped).
+const REMAINING_MEMO: usize = 32;
 
 /// Errors of the mutation path that are not the caller's own.
 #[derive(Debug, thiserror::Error)]
@@ -171,6 +189,7 @@ impl Store {
         Store {
             inner: Mutex::new(Inner::default()),
             window: AtomicUsize::new(window.max(1)),
+            remaining: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -376,7 +395,11 @@ impl Store {
             ..Default::default()
         };
         let mut last = None;
+        // Keys passed over, accepted or not: what a remembered count of the keys from `start`
+        // on is reduced by.
+        let mut walked = 0usize;
         for (k, o) in merged.by_ref() {
+            walked += 1;
             if filter(o) {
                 page.items.push(o.clone());
                 last = Some(k);
@@ -387,16 +410,47 @@ impl Store {
         }
         if page.items.len() >= limit {
             if count_remaining {
-                let n = merged.count();
+                // The previous page of this LIST counted the keys from `start` on; else count.
+                let n = match self.take_remaining(res, prefix, at, start) {
+                    Some(from_start) => from_start.saturating_sub(walked),
+                    None => merged.count(),
+                };
                 if n > 0 {
                     page.remaining = Some(n);
                     page.next_after = last.map(str::to_owned);
+                    if let Some(last) = last {
+                        self.remember_remaining(Remaining {
+                            res: res.into(),
+                            prefix: prefix.into(),
+                            at,
+                            from: format!("{last}\u{0}"),
+                            count: n,
+                        });
+                    }
                 }
             } else if merged.next().is_some() {
                 page.next_after = last.map(str::to_owned);
             }
         }
         Ok(page)
+    }
+
+    /// The remembered count of the keys from `from` on (see [`Remaining`]), forgotten as it is
+    /// read: the page that reads it remembers the next one.
+    fn take_remaining(&self, res: &str, prefix: &str, at: u64, from: &str) -> Option<usize> {
+        let mut memo = self.remaining.lock();
+        let i = memo
+            .iter()
+            .position(|r| r.at == at && *r.res == *res && *r.prefix == *prefix && r.from == from)?;
+        memo.remove(i).map(|r| r.count)
+    }
+
+    fn remember_remaining(&self, r: Remaining) {
+        let mut memo = self.remaining.lock();
+        if memo.len() >= REMAINING_MEMO {
+            memo.pop_front();
+        }
+        memo.push_back(r);
     }
 
     /// The current objects under `prefix` and the RV they are consistent with.
@@ -617,6 +671,42 @@ mod tests {
             .list("/configmaps", None, "other/", "", None, &all, true)
             .unwrap();
         assert!(p.items.is_empty());
+    }
+
+    #[test]
+    fn paged_counts_are_carried_from_page_to_page() {
+        let s = Store::new(1000);
+        let a: Arc<str> = "/configmaps".into();
+        for i in 0..100 {
+            put(&s, &a, &format!("k{i:03}"), "1");
+        }
+        let all = |_: &Object| true;
+        let at = s.current_rv();
+        let (mut start, mut seen) = (String::new(), 0);
+        loop {
+            let p = s
+                .list("/configmaps", Some(at), "ns/", &start, Some(7), &all, true)
+                .unwrap();
+            seen += p.items.len();
+            // Writes after the snapshot change the collection, not the pages at `at`.
+            put(&s, &a, &format!("k{seen:03}a"), "2");
+            del(&s, &a, &format!("k{:03}", 100 - seen.min(100)));
+            match p.next_after {
+                Some(k) => {
+                    assert_eq!(p.remaining, Some(100 - seen), "after {seen}");
+                    start = format!("{k}\0");
+                }
+                None => break,
+            }
+        }
+        assert_eq!(seen, 100);
+        // A count nothing remembers (another start, or the state now) is counted.
+        let p = s
+            .list("/configmaps", None, "ns/", "ns/k050", Some(7), &all, true)
+            .unwrap();
+        let now = s.keys("/configmaps", "ns/");
+        let after = now.iter().filter(|k| k.as_str() >= "ns/k050").count();
+        assert_eq!(p.remaining, Some(after - 7));
     }
 
     #[test]
