@@ -300,6 +300,11 @@ impl ListDecoder {
                     if c != b'{' {
                         return self.expect(c, "an object in items");
                     }
+                    if let Some(end) = self.item_in_place() {
+                        self.advance(end);
+                        self.state = State::AfterItem;
+                        continue;
+                    }
                     self.value = ValueEnd::begin(c);
                     self.state = State::InItem;
                 }
@@ -375,6 +380,25 @@ impl ListDecoder {
             }
         }
         Ok(())
+    }
+
+    /// The item at the start of `buf` taken in with one scan, when `buf` already holds all of
+    /// it (the usual case: a read brings many items); its end. `None` when it does not, when
+    /// the kind is not known yet, or when the scan fails: then the end search runs first and the
+    /// item is scanned once it is complete ([`item`](Self::item)), so a malformed item is
+    /// reported as before. Why: the end search walks every byte of the item a second time (a
+    /// third of a 1 KB item's decoding), and an item the buffer holds needs no search.
+    fn item_in_place(&mut self) -> Option<usize> {
+        let type_meta = item_type(self.kind.as_deref(), self.api_version.as_deref());
+        self.kind.as_ref()?;
+        let mut sc = Scanner::new(&self.buf);
+        let (pool, key) = (self.pool.as_deref(), &mut self.key);
+        let o = Object::ingest_from_reusing(&mut sc, &self.opts, type_meta, &mut |m| {
+            held(pool, key, m)
+        })
+        .ok()?;
+        self.list.items.push(o);
+        Some(sc.pos())
     }
 
     /// The complete item `buf[..end]`: taken in now, or kept raw until `kind` is known.
