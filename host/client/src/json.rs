@@ -451,6 +451,23 @@ impl<'a> Scanner<'a> {
         Ok((start, self.pos))
     }
 
+    /// Skips the value at the cursor by its brackets and strings alone, its grammar and text
+    /// unchecked: for a value that is cut out of what is stored (`managedFields`), so that
+    /// nothing unchecked is ever kept. The value must end inside the text.
+    pub(crate) fn skip_dropped_value(&mut self) -> Result<(usize, usize), SyntaxError> {
+        let start = skip_ws(self.b, self.pos);
+        let Some(&first) = self.b.get(start) else {
+            return Err(self.error_at(start, "expected a value"));
+        };
+        match ValueEnd::begin(first).resume(self.b, start + 1) {
+            Ok(end) => {
+                self.pos = end;
+                Ok((start, end))
+            }
+            Err(_) => Err(self.error_at(start, "unterminated value")),
+        }
+    }
+
     fn digits(&mut self) -> usize {
         let s = self.pos;
         while self.b.get(self.pos).is_some_and(u8::is_ascii_digit) {

@@ -493,7 +493,7 @@ impl Object {
         }
         check_utf8(&raw)?;
         let mut sc = Scanner::new(&raw);
-        let (meta, _) = scan_object(&mut sc)?;
+        let (meta, _) = scan_object(&mut sc, ManagedFields::Kept)?;
         sc.end()?;
         ThinArc::new(meta, raw.len(), |b| b.copy_from_slice(&raw))
             .map(Object)
@@ -518,7 +518,7 @@ impl Object {
             return Err(ObjectError::TooLarge);
         }
         let mut sc = Scanner::new(raw);
-        let (meta, info) = scan_object(&mut sc)?;
+        let (meta, info) = scan_object(&mut sc, ManagedFields::of(opts))?;
         sc.end()?;
         Self::build(raw, meta, info, opts, type_meta)
     }
@@ -543,7 +543,7 @@ impl Object {
         reuse: &mut dyn FnMut(&Meta<'_>) -> Option<Object>,
     ) -> Result<Self, ObjectError> {
         let start = json::skip_ws(sc.bytes(), sc.pos());
-        let (mut meta, mut info) = scan_object(sc)?;
+        let (mut meta, mut info) = scan_object(sc, ManagedFields::of(opts))?;
         let end = sc.pos();
         if end - start > (u32::MAX >> 1) as usize {
             return Err(ObjectError::TooLarge);
@@ -934,13 +934,37 @@ impl Builder {
 }
 
 /// Scan one JSON object: parse `metadata`, validate and skip everything else.
-pub(crate) fn scan_object(sc: &mut Scanner<'_>) -> Result<(ParsedMeta, ScanInfo), ObjectError> {
+/// What becomes of `metadata.managedFields`, which decides how closely it is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ManagedFields {
+    /// Kept in the stored bytes: checked like the rest of the object.
+    Kept,
+    /// Cut out: only its end is found (brackets and strings), its grammar and text unchecked,
+    /// since none of its bytes is stored. It is often a third to a half of an object and as
+    /// dense in structure as JSON gets, so checking it costs more than the rest of the scan.
+    Dropped,
+}
+
+impl ManagedFields {
+    fn of(opts: &IngestOptions) -> Self {
+        if opts.keep_managed_fields {
+            ManagedFields::Kept
+        } else {
+            ManagedFields::Dropped
+        }
+    }
+}
+
+pub(crate) fn scan_object(
+    sc: &mut Scanner<'_>,
+    managed_fields: ManagedFields,
+) -> Result<(ParsedMeta, ScanInfo), ObjectError> {
     let mut meta = ParsedMeta::default();
     let mut info = ScanInfo::default();
     sc.object(|sc, key, _| {
         match key {
             b"metadata" if !sc.peek_null() => {
-                let (m, cut) = scan_metadata(sc)?;
+                let (m, cut) = scan_metadata(sc, managed_fields)?;
                 meta = m;
                 info.managed_fields_cut = cut;
             }
@@ -963,7 +987,10 @@ pub(crate) fn scan_object(sc: &mut Scanner<'_>) -> Result<(ParsedMeta, ScanInfo)
 
 type MetaScan = (ParsedMeta, Option<(usize, usize)>);
 
-fn scan_metadata(sc: &mut Scanner<'_>) -> Result<MetaScan, json::SyntaxError> {
+fn scan_metadata(
+    sc: &mut Scanner<'_>,
+    managed_fields: ManagedFields,
+) -> Result<MetaScan, json::SyntaxError> {
     let mut b = Builder {
         text: String::new(),
     };
@@ -1027,7 +1054,10 @@ fn scan_metadata(sc: &mut Scanner<'_>) -> Result<MetaScan, json::SyntaxError> {
                 extra.owner_references = out.into();
             }
             b"managedFields" => {
-                sc.skip_value()?;
+                match managed_fields {
+                    ManagedFields::Kept => sc.skip_value()?,
+                    ManagedFields::Dropped => sc.skip_dropped_value()?,
+                };
                 let end = sc.pos();
                 cut = Some(match prev_end {
                     // Not the first member: drop `, "managedFields": [...]`.
@@ -1201,6 +1231,46 @@ mod tests {
             .unwrap();
             assert_eq!(kept.as_str(), input);
         }
+    }
+
+    /// Dropped `managedFields` are found by their brackets and strings only (none of their bytes
+    /// is stored); kept ones are checked like the rest. Either way the stored text is valid.
+    #[test]
+    fn dropped_managed_fields_are_skipped_unchecked_and_kept_ones_checked() {
+        let kept = IngestOptions {
+            keep_managed_fields: true,
+        };
+        // Brackets and quotes inside strings, escapes, and text no scan of the rest accepts.
+        let odd = [
+            br#"[{"f:]}":"\"]\\","x":[{}]}]"#.to_vec(),
+            b"[{\"m\":\"\xff\xfe\",\"t\":01}]".to_vec(),
+            br#"[{"m" "no colon"}]"#.to_vec(),
+        ];
+        for mf in &odd {
+            let mut input = br#"{"metadata":{"name":"a","managedFields":"#.to_vec();
+            input.extend_from_slice(mf);
+            input.extend_from_slice(br#","resourceVersion":"7"},"x":[1]}"#);
+            let o = Object::ingest(&input, &IngestOptions::default()).unwrap();
+            assert_eq!(
+                o.as_str(),
+                r#"{"metadata":{"name":"a","resourceVersion":"7"},"x":[1]}"#
+            );
+            assert_eq!(o.resource_version(), "7");
+            let checked = Object::ingest(&input, &kept);
+            assert_eq!(
+                checked.is_ok(),
+                mf == &odd[0],
+                "{:?}",
+                String::from_utf8_lossy(mf)
+            );
+        }
+        // Unterminated: an error whether dropped or kept.
+        let cut = br#"{"metadata":{"name":"a","managedFields":[{"m":"x"}"#;
+        assert!(Object::ingest(cut, &IngestOptions::default()).is_err());
+        assert!(Object::ingest(cut, &kept).is_err());
+        // What follows the skipped value is checked as before.
+        let after = br#"{"metadata":{"managedFields":[],"name":"a" "x"}}"#;
+        assert!(Object::ingest(after, &IngestOptions::default()).is_err());
     }
 
     #[test]
