@@ -209,11 +209,13 @@ async fn measure_started(
         let scrapes_before = client.scrapes();
         let cpu_before = proc_stats::cpu(pid)?;
         let server_before = setup.server_pid.map(proc_stats::cpu).transpose()?;
-        let load = async {
-            let r = load::run(api, targets, seq, plan.updates, pace, deadline).await;
-            let _ = load_done.send(true);
-            r
-        };
+        let load = load::run_then_signal(
+            api,
+            targets,
+            seq,
+            (plan.updates, pace, deadline),
+            &load_done,
+        );
         let watch = client.wait_events(
             objects,
             seen + plan.updates,

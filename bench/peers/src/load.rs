@@ -94,6 +94,20 @@ pub async fn run(
         })?
 }
 
+/// [`run`], then `done` is told the load has been sent, whatever came of it: a waiter for the
+/// last events polls finely from then on.
+pub async fn run_then_signal(
+    client: &Client,
+    targets: &Targets,
+    seq: &AtomicU64,
+    (count, pace, deadline): (u64, Pace, Duration),
+    done: &tokio::sync::watch::Sender<bool>,
+) -> anyhow::Result<LoadReport> {
+    let r = run(client, targets, seq, count, pace, deadline).await;
+    let _ = done.send(true);
+    r
+}
+
 async fn send_all(
     client: &Client,
     targets: &Targets,

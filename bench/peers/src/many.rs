@@ -280,11 +280,8 @@ async fn measure_host(
         let (load_done, load_done_rx) = watch::channel(false);
         let scrapes_before = client.scrapes();
         let cpu_before = proc_stats::cpu(client.pid)?;
-        let load = async {
-            let r = load::run(api, targets, seq, updates, Pace::Rate(plan.rate), deadline).await;
-            let _ = load_done.send(true);
-            r
-        };
+        let pace = (updates, Pace::Rate(plan.rate), deadline);
+        let load = load::run_then_signal(api, targets, seq, pace, &load_done);
         let seen = client.wait_events(
             synced_objects,
             events,
@@ -378,11 +375,8 @@ async fn measure_kube(
     let deadline = Duration::from_secs_f64(updates as f64 / plan.rate) + plan.deadlines.load_slack;
     let (load_done, load_done_rx) = watch::channel(false);
     let cpu_before = proc_stats::cpu_sum(&pids)?;
-    let load = async {
-        let r = load::run(api, targets, seq, updates, Pace::Rate(plan.rate), deadline).await;
-        let _ = load_done.send(true);
-        r
-    };
+    let pace = (updates, Pace::Rate(plan.rate), deadline);
+    let load = load::run_then_signal(api, targets, seq, pace, &load_done);
     let seen = try_join_all(clients.iter_mut().map(|c| {
         c.wait_events(
             each_objects,
