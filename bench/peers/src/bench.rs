@@ -140,7 +140,7 @@ async fn measure_one(
     run: &str,
 ) -> anyhow::Result<Sample> {
     let mut client = Client::start(setup, variant, plan.kind, run).await?;
-    match measure_started(
+    let r = measure_started(
         plan,
         setup,
         api,
@@ -151,14 +151,8 @@ async fn measure_one(
         variant,
         round,
     )
-    .await
-    {
-        Ok(s) => Ok(s),
-        Err(e) => {
-            let status = client.exit_note().await;
-            Err(e.context(status))
-        }
-    }
+    .await;
+    client.explain(r).await
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -323,8 +323,19 @@ impl Client {
         }
     }
 
+    /// `r`, an error in it told whether and how the process had ended by then.
+    pub async fn explain<T>(&mut self, r: anyhow::Result<T>) -> anyhow::Result<T> {
+        match r {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                let status = self.exit_note().await;
+                Err(e.context(status))
+            }
+        }
+    }
+
     /// Whether and how the process ended, for an error message.
-    pub async fn exit_note(&mut self) -> String {
+    async fn exit_note(&mut self) -> String {
         match tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await {
             Ok(Ok(status)) => format!("the process had exited: {status}"),
             Ok(Err(e)) => format!("its exit status is unknown: {e}"),

@@ -311,13 +311,7 @@ async fn measure_host(
         })
     }
     .await;
-    match result {
-        Ok(r) => Ok(r),
-        Err(e) => {
-            let status = client.exit_note().await;
-            Err(e.context(status))
-        }
-    }
+    client.explain(result).await
 }
 
 #[allow(clippy::too_many_arguments)]
