@@ -7,6 +7,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::Result;
 use crate::object::Object;
+use crate::queue::Changes;
 use crate::{Manifest, Outcome};
 
 /// What to do with a key after a successful reconcile.
@@ -101,22 +102,28 @@ pub trait Controller {
     }
 
     /// An object appeared in watch `watch`'s cache. Default: enqueue its key.
+    ///
+    /// The default handlers also tell the host, on their first call, that they do nothing
+    /// else; the host then enqueues those keys itself and stops calling them (a guest call
+    /// fewer per notification). A controller that overrides a handler keeps every call of it.
     fn on_add(watch: u32, obj: Object) {
-        let _ = watch;
         crate::enqueue(&obj.key());
+        hand_over(watch, Changes::ADD);
     }
 
     /// An object changed (on a resync, `old` equals `new`). Default: enqueue the new key.
     fn on_update(watch: u32, old: Object, new: Object) {
-        let _ = (watch, old);
+        let _ = old;
         crate::enqueue(&new.key());
+        hand_over(watch, Changes::UPDATE);
     }
 
     /// An object was deleted; `tombstone` means the host missed the delete and `obj` is the
     /// last state it knew. Default: enqueue its key (reconcile then finds it gone).
     fn on_delete(watch: u32, obj: Object, tombstone: bool) {
-        let _ = (watch, tombstone);
+        let _ = tombstone;
         crate::enqueue(&obj.key());
+        hand_over(watch, Changes::DELETE);
     }
 
     /// Brings the object named by `key` to its desired state. An error is logged by the host
@@ -128,6 +135,13 @@ pub trait Controller {
     /// [`Api::get`](crate::Api::get) does not find is absent, not merely not listed yet; the
     /// event handlers, by contrast, run while the caches fill.
     fn reconcile(key: &str) -> Result<Action>;
+}
+
+/// Tells the host that the default handler for `changes` of `watch` only enqueues the object's
+/// own key (`queue.enqueue-own-keys`): from then on the host does it without calling the guest.
+/// Called only from the default handlers, whose whole behaviour that is.
+fn hand_over(watch: u32, changes: Changes) {
+    crate::queue::enqueue_own_keys(watch, changes);
 }
 
 /// The glue [`export_controller!`](crate::export_controller) expands to: bytes in, [`Object`]s

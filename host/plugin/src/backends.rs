@@ -105,11 +105,16 @@ impl ListerBackend for InformerLister {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<Object>, ApiError> {
+        // Every reconcile's read passes here: the scopes are searched in place (no list of them
+        // collected, no store handle cloned), under their read lock, which only a new watch
+        // ever takes for writing.
         let key = object_key(namespace, name);
         Ok(self
-            .stores(api_version, kind)
+            .scopes
+            .read()
             .iter()
-            .find_map(|(_, s)| s.get_by_key(&key)))
+            .filter(|s| s.api_version == api_version && s.kind == kind)
+            .find_map(|s| s.store.get_by_key(&key)))
     }
 
     fn list(

@@ -15,6 +15,8 @@ use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use tracing::Instrument;
 
+use super::backend::QueueBackend;
+use super::handover::{Change, HandedOver};
 use super::health::Health;
 use super::instance::{GuestError, PluginInstance};
 use super::loader::Plugin;
@@ -72,12 +74,18 @@ pub struct Dispatcher {
     instance: tokio::sync::Mutex<PluginInstance>,
     health: Arc<Health>,
     retry: RetryPolicy,
+    /// The handlers the guest handed over, and the queue the host then enqueues keys into.
+    handed_over: Arc<HandedOver>,
+    queue: Arc<dyn QueueBackend>,
     /// Whether this replica may call the guest now (a standby or a fenced leader may not).
     own: PluginOwnership,
     /// Notifications not delivered because this replica was not active (a standby's).
     pub skipped: AtomicU64,
-    /// Notifications handled (delivered, dropped after failing, or abandoned at shutdown).
+    /// Notifications handled (delivered, enqueued by the host, dropped after failing, or
+    /// abandoned at shutdown).
     pub delivered: AtomicU64,
+    /// Of those, the ones whose handler the guest had handed over: the host enqueued the key.
+    pub enqueued_by_host: AtomicU64,
     /// Handler calls that failed in the sandbox (each attempt counts).
     pub failures: AtomicU64,
     /// Handler calls that were retries of a failed one.
@@ -102,6 +110,14 @@ impl Call<'_> {
             Call::Delete(..) => "on-delete",
         }
     }
+
+    fn change(self) -> Change {
+        match self {
+            Call::Add(_) => Change::Add,
+            Call::Update(..) => Change::Update,
+            Call::Delete(..) => Change::Delete,
+        }
+    }
 }
 
 impl Dispatcher {
@@ -118,9 +134,12 @@ impl Dispatcher {
             instance: tokio::sync::Mutex::new(plugin.instance()?),
             health,
             retry,
+            handed_over: plugin.ctx().handed_over.clone(),
+            queue: plugin.ctx().backends.queue.clone(),
             own,
             skipped: AtomicU64::new(0),
             delivered: AtomicU64::new(0),
+            enqueued_by_host: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
@@ -139,7 +158,21 @@ impl Dispatcher {
     /// failure on a fresh instance with backoff, and drops it (logged and counted) when every
     /// attempt failed. The instance lock is held throughout, so the plugin's notifications
     /// reach the guest one at a time and in order, retries included.
+    ///
+    /// A notification whose handler the guest handed over is not delivered: the host enqueues
+    /// the key the handler would have (no lock: the queue orders nothing by arrival that
+    /// matters, it deduplicates keys).
     async fn deliver(&self, watch: u32, call: Call<'_>, key: &(dyn Fn() -> String + Sync)) {
+        if self.handed_over.handed_over(watch, call.change()) {
+            if !self.own.active() {
+                self.skipped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            self.queue.add(key());
+            self.enqueued_by_host.fetch_add(1, Ordering::Relaxed);
+            self.delivered.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let mut inst = self.instance.lock().await;
         let mut attempt = 1;
         loop {

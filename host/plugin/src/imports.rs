@@ -18,6 +18,7 @@ use super::bindings::v0_2::kube::controller::{
     client, config, events, lister, log, queue, types as wit,
 };
 use super::bindings::v0_2::ControllerBase;
+use super::handover::Change;
 use super::instance::HostState;
 use super::manifest::Verb;
 use kwh_client::events::{EventType, NewEvent, ObjectRef};
@@ -222,7 +223,7 @@ impl HostState {
             namespace,
             name,
             body,
-            reconciling: self.reconciling.clone(),
+            reconciling: self.reconciling().map(Arc::from),
         };
         let fut = self.ctx.backends.client.write(req);
         Box::pin(async move {
@@ -522,6 +523,19 @@ impl queue::Host for HostState {
             .backends
             .queue
             .add_after(key, Duration::from_millis(delay_ms));
+    }
+
+    fn enqueue_own_keys(&mut self, watch: u32, changes: queue::Changes) {
+        let bits = [
+            (queue::Changes::ADD, Change::Add),
+            (queue::Changes::UPDATE, Change::Update),
+            (queue::Changes::DELETE, Change::Delete),
+        ]
+        .into_iter()
+        .filter(|(wit, _)| changes.contains(*wit))
+        .fold(0, |bits, (_, c)| bits | c as u8);
+        self.ctx.handed_over.hand_over(watch, bits);
+        tracing::debug!(plugin = %self.ctx.name, watch, ?changes, "handlers handed over: the host enqueues their keys");
     }
 }
 

@@ -21,6 +21,7 @@ use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, Was
 use super::backend::Backends;
 use super::bindings::v0_2::kube::controller::types as wit;
 use super::engine::DEFAULT_MAX_MEMORY;
+use super::handover::HandedOver;
 use super::loader::{Contract, PluginInner};
 use super::manifest::Manifest;
 use super::stdio::{LogStream, Stream};
@@ -136,6 +137,8 @@ pub(crate) struct PluginCtx {
     pub(crate) config: Arc<serde_json::Value>,
     /// `config` serialized once, as `config.get` and `validate-config` hand it to the guest.
     pub(crate) config_json: Bytes,
+    /// The handlers the guest has handed over to the host (`queue.enqueue-own-keys`).
+    pub(crate) handed_over: Arc<HandedOver>,
 }
 
 /// The data of a guest's store.
@@ -146,8 +149,17 @@ pub struct HostState {
     deadline: Instant,
     deadline_hit: bool,
     pub(crate) ctx: Arc<PluginCtx>,
+    /// The key of the reconcile running in this store, when `reconciling`: a buffer reused
+    /// call to call (every reconcile sets it; only a write reads it).
+    reconcile_key: String,
+    reconciling: bool,
+}
+
+impl HostState {
     /// The key of the reconcile running in this store, if one is.
-    pub(crate) reconciling: Option<Arc<str>>,
+    pub(crate) fn reconciling(&self) -> Option<&str> {
+        self.reconciling.then_some(self.reconcile_key.as_str())
+    }
 }
 
 impl WasiView for HostState {
@@ -325,7 +337,8 @@ async fn instantiate_with_clock(
         },
         deadline: Instant::now() + limits.handler_deadline,
         deadline_hit: false,
-        reconciling: None,
+        reconcile_key: String::new(),
+        reconciling: false,
         ctx: ctx.clone(),
     };
     let mut store = Store::new(inner.engine.engine(), state);
@@ -629,9 +642,12 @@ impl PluginInstance {
             let live = self.live_mut(d).await?;
             // SAFETY: the signature was checked by `typed` in `instantiate`.
             let f: Reconcile<'_> = unsafe { TypedFunc::new_unchecked(live.reconcile) };
-            live.store.data_mut().reconciling = Some(Arc::from(key));
+            let data = live.store.data_mut();
+            data.reconcile_key.clear();
+            data.reconcile_key.push_str(key);
+            data.reconciling = true;
             let res = tokio::time::timeout(backstop, f.call_async(&mut live.store, (key,))).await;
-            live.store.data_mut().reconciling = None;
+            live.store.data_mut().reconciling = false;
             res.unwrap_or_else(|_| {
                 live.store.data_mut().deadline_hit = true;
                 Err(wasmtime::Error::new(DeadlineExceeded))

@@ -17,6 +17,7 @@ use super::backend::Backends;
 use super::bindings::{v0_1, v0_2};
 use super::cache::ComponentError;
 use super::engine::PluginEngine;
+use super::handover::HandedOver;
 use super::instance::{
     instantiate, GuestError, HostState, Limits, PluginCtx, PluginInstance, PluginStats,
 };
@@ -310,6 +311,7 @@ impl PluginEngine {
             backends: Backends::unavailable(),
             config: config.clone(),
             config_json: config_json.clone(),
+            handed_over: Arc::new(HandedOver::default()),
         });
         let mut inner = PluginInner {
             path: path.to_path_buf(),
@@ -354,6 +356,7 @@ impl PluginEngine {
         );
         inner.ctx = Arc::new(PluginCtx {
             name: Arc::from(manifest.name.as_str()),
+            handed_over: Arc::new(HandedOver::new(manifest.watches.len())),
             manifest: Arc::new(manifest),
             backends: Backends::unavailable(),
             config,
@@ -417,6 +420,7 @@ impl LoadedPlugin {
             backends,
             config: ctx.config.clone(),
             config_json: ctx.config_json.clone(),
+            handed_over: ctx.handed_over.clone(),
         });
         Plugin(Arc::new(self.inner))
     }
@@ -434,6 +438,7 @@ impl LoadedPlugin {
             backends: ctx.backends.clone(),
             config: ctx.config.clone(),
             config_json: ctx.config_json.clone(),
+            handed_over: ctx.handed_over.clone(),
         });
         self
     }
@@ -450,6 +455,11 @@ impl LoadedPlugin {
 }
 
 impl Plugin {
+    /// What the imports see of the plugin: backends, configuration, handed-over handlers.
+    pub(crate) fn ctx(&self) -> &Arc<PluginCtx> {
+        &self.0.ctx
+    }
+
     /// The validated manifest.
     pub fn manifest(&self) -> &Manifest {
         &self.0.ctx.manifest
