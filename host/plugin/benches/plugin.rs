@@ -105,6 +105,7 @@ async fn run() {
             "## Dispatch into a guest (ns per event, median of {runs} runs of {})\n",
             thousands(f64::from(dispatch_n))
         );
+        println!("Through the dispatcher, the SDK guest's default handlers have handed over after the warm-up call (`queue.enqueue-own-keys`): the host enqueues the key and calls no guest; the bare columns always call the guest.\n");
         println!("| guest | object | through the dispatcher (handler → health gate → on-add): wall / CPU | bare `PluginInstance::on_add`: wall / CPU | bare `on_update` (old and new): CPU |");
         println!("|---|---|---|---|---|");
         for (guest, size, d) in &dispatch_rows {

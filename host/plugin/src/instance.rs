@@ -425,9 +425,12 @@ async fn instantiate_with_clock(
 }
 
 impl Live {
-    fn arm(&mut self, deadline: Duration) {
-        self.store.data_mut().deadline = Instant::now() + deadline;
+    /// Sets the call's deadline `deadline` from now, and returns now (one clock read per call).
+    fn arm(&mut self, deadline: Duration) -> Instant {
+        let now = Instant::now();
+        self.store.data_mut().deadline = now + deadline;
         self.store.set_epoch_deadline(1);
+        now
     }
 
     /// Calls `manifest` (load time only).
@@ -530,6 +533,11 @@ impl PluginInstance {
     }
 
     async fn live_mut(&mut self, deadline: Duration) -> Result<&mut Live, GuestError> {
+        self.live_armed(deadline).await.map(|(live, _)| live)
+    }
+
+    /// [`Self::live_mut`], and when its deadline was armed.
+    async fn live_armed(&mut self, deadline: Duration) -> Result<(&mut Live, Instant), GuestError> {
         if self.live.is_none() {
             let started = Instant::now();
             let live =
@@ -541,8 +549,8 @@ impl PluginInstance {
             .live
             .as_mut()
             .ok_or_else(|| GuestError::Instantiate("no instance".into()))?;
-        live.arm(deadline);
-        Ok(live)
+        let armed = live.arm(deadline);
+        Ok((live, armed))
     }
 
     /// Delivers an add notification for watch number `watch`.
@@ -639,14 +647,16 @@ impl PluginInstance {
         // API request) is caught by this wall-clock backstop one tick later.
         let backstop = d + self.inner.engine.config().epoch_tick;
         let r = {
-            let live = self.live_mut(d).await?;
+            let (live, armed) = self.live_armed(d).await?;
+            let backstop = tokio::time::Instant::from_std(armed + backstop);
             // SAFETY: the signature was checked by `typed` in `instantiate`.
             let f: Reconcile<'_> = unsafe { TypedFunc::new_unchecked(live.reconcile) };
             let data = live.store.data_mut();
             data.reconcile_key.clear();
             data.reconcile_key.push_str(key);
             data.reconciling = true;
-            let res = tokio::time::timeout(backstop, f.call_async(&mut live.store, (key,))).await;
+            let res =
+                tokio::time::timeout_at(backstop, f.call_async(&mut live.store, (key,))).await;
             live.store.data_mut().reconciling = false;
             res.unwrap_or_else(|_| {
                 live.store.data_mut().deadline_hit = true;

@@ -4,7 +4,7 @@
 //! rate so a mass failure (an API server outage) cannot turn into a retry storm. Controllers use
 //! both via [`default_controller_rate_limiter`].
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -50,7 +50,7 @@ impl<T: Key> ItemExponential<T> {
         Self {
             base,
             max,
-            failures: Mutex::new(HashMap::new()),
+            failures: Mutex::new(HashMap::default()),
         }
     }
 
@@ -95,7 +95,12 @@ impl<T: Key> RateLimiter<T> for ItemExponential<T> {
     }
 
     fn forget(&self, item: &T) {
-        self.failures.lock().remove(item);
+        // Every successful reconcile forgets its key; almost none has failed, so the common
+        // case costs no hashing.
+        let mut failures = self.failures.lock();
+        if !failures.is_empty() {
+            failures.remove(item);
+        }
     }
 
     fn num_requeues(&self, item: &T) -> u32 {
@@ -119,7 +124,7 @@ impl<T: Key> ItemFastSlow<T> {
             fast,
             slow,
             max_fast_attempts,
-            failures: Mutex::new(HashMap::new()),
+            failures: Mutex::new(HashMap::default()),
         }
     }
 }
@@ -145,7 +150,12 @@ impl<T: Key> RateLimiter<T> for ItemFastSlow<T> {
     }
 
     fn forget(&self, item: &T) {
-        self.failures.lock().remove(item);
+        // Every successful reconcile forgets its key; almost none has failed, so the common
+        // case costs no hashing.
+        let mut failures = self.failures.lock();
+        if !failures.is_empty() {
+            failures.remove(item);
+        }
     }
 
     fn num_requeues(&self, item: &T) -> u32 {
