@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::{HasSelf, Linker, WasmStr};
 use wasmtime::{Engine, StoreContextMut};
 
 use super::backend::{
@@ -53,13 +53,21 @@ fn add_zero_copy_lister(linker: &mut Linker<HostState>, version: &str) -> wasmti
     }
     linker.allow_shadowing(true);
     let mut lister = linker.instance(&format!("kube:controller/lister@{version}"))?;
+    // Every reconcile's read: its four strings are read in place in guest memory (validated,
+    // not copied into host `String`s, which cost more than the lookup itself).
     lister.func_wrap(
         "get",
-        |mut store: StoreContextMut<'_, HostState>,
-         (api_version, kind, namespace, name): (String, String, Option<String>, String)| {
+        |store: StoreContextMut<'_, HostState>,
+         (api_version, kind, namespace, name): (WasmStr, WasmStr, Option<WasmStr>, WasmStr)| {
+            let namespace = namespace.as_ref().map(|n| n.to_str(&store)).transpose()?;
             let found: Found = store
-                .data_mut()
-                .lister_get(&api_version, &kind, namespace.as_deref(), &name)
+                .data()
+                .lister_get(
+                    &api_version.to_str(&store)?,
+                    &kind.to_str(&store)?,
+                    namespace.as_deref(),
+                    &name.to_str(&store)?,
+                )
                 .map(|o| o.map(|o| o.raw_bytes()));
             Ok((found,))
         },
