@@ -527,7 +527,7 @@ impl Collector for PluginMetrics {
             .collect();
         type Get = fn(&RunningStatus) -> u64;
         // Counter families are named without `_total`: the OpenMetrics encoder appends it.
-        let counters: [(&str, &str, Get); 11] = [
+        let counters: [(&str, &str, Get); 12] = [
             ("plugin_reconcile", "Reconcile calls.", |p| {
                 p.stats.total.load(Ordering::Relaxed)
             }),
@@ -561,8 +561,13 @@ impl Collector for PluginMetrics {
             ),
             (
                 "plugin_notifications",
-                "Informer notifications delivered to the guest's handlers.",
+                "Informer notifications handled: delivered to the guest's handlers, or enqueued by the host for a handler the guest handed over.",
                 |p| p.dispatcher.delivered.load(Ordering::Relaxed),
+            ),
+            (
+                "plugin_notifications_enqueued_by_host",
+                "Of those, notifications whose handler the guest handed over (it only enqueues the object's key): the host enqueued the key without a guest call.",
+                |p| p.dispatcher.enqueued_by_host.load(Ordering::Relaxed),
             ),
             (
                 "plugin_notification_retries",
