@@ -8,11 +8,13 @@
 //! store is thrown away (its state may be inconsistent) and the next call starts from a fresh
 //! instance.
 
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures_util::future::Either;
 use kwh_client::object::Object;
 use wasmtime::component::{ComponentType, Func, Lower, ResourceTable, TypedFunc};
 use wasmtime::{ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
@@ -493,6 +495,10 @@ pub struct PluginInstance {
     clock: Option<Arc<dyn GuestClock>>,
     /// The `meta` blocks of one notification's objects (old and new), reused call to call.
     meta: [Vec<u32>; 2],
+    /// The reconcile backstop's timer, reused call to call: moving a registered timer's
+    /// deadline later is an atomic store in tokio, where a new timer per call is an insertion
+    /// into and a removal from the timer wheel under the driver's lock.
+    backstop: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Drop for PluginInstance {
@@ -508,6 +514,7 @@ impl PluginInstance {
             live: None,
             clock: None,
             meta: Default::default(),
+            backstop: None,
         }
     }
 
@@ -646,23 +653,41 @@ impl PluginInstance {
         // Epoch checks only run while guest code runs; a host call that never returns (a stalled
         // API request) is caught by this wall-clock backstop one tick later.
         let backstop = d + self.inner.engine.config().epoch_tick;
-        let r = {
+        let mut timer = self.backstop.take();
+        let r = async {
             let (live, armed) = self.live_armed(d).await?;
-            let backstop = tokio::time::Instant::from_std(armed + backstop);
+            let at = tokio::time::Instant::from_std(armed + backstop);
+            let timer = match &mut timer {
+                Some(t) => {
+                    t.as_mut().reset(at);
+                    t
+                }
+                None => timer.insert(Box::pin(tokio::time::sleep_until(at))),
+            };
             // SAFETY: the signature was checked by `typed` in `instantiate`.
             let f: Reconcile<'_> = unsafe { TypedFunc::new_unchecked(live.reconcile) };
             let data = live.store.data_mut();
             data.reconcile_key.clear();
             data.reconcile_key.push_str(key);
             data.reconciling = true;
-            let res =
-                tokio::time::timeout_at(backstop, f.call_async(&mut live.store, (key,))).await;
-            live.store.data_mut().reconciling = false;
-            res.unwrap_or_else(|_| {
-                live.store.data_mut().deadline_hit = true;
+            let res = {
+                let call = std::pin::pin!(f.call_async(&mut live.store, (key,)));
+                match futures_util::future::select(call, timer.as_mut()).await {
+                    Either::Left((res, _)) => Some(res),
+                    Either::Right(_) => None,
+                }
+            };
+            let data = live.store.data_mut();
+            data.reconciling = false;
+            let res = res.unwrap_or_else(|| {
+                data.deadline_hit = true;
                 Err(wasmtime::Error::new(DeadlineExceeded))
-            })
-        };
+            });
+            Ok::<_, GuestError>(res)
+        }
+        .await;
+        self.backstop = timer;
+        let r = r?;
         let (res,) = self.settle(r, d)?;
         Ok(res.map(|o| match o {
             wit::Outcome::Done => Outcome::Done,

@@ -118,34 +118,56 @@ async fn a_looping_guest_does_not_block_other_tasks() {
     assert!(matches!(r, Err(GuestError::DeadlineExceeded(_))));
 }
 
+/// A reconcile whose write hangs: it must end at the deadline with the write issued and the
+/// instance discarded.
+async fn hits_the_deadline(inst: &mut kwh_plugin::PluginInstance, fakes: &Fakes, timer: &str) {
+    fakes.client.hang.store(true, Ordering::Relaxed);
+    let writes = fakes.client.writes.lock().len();
+    let started = Instant::now();
+    let err = tokio::time::timeout(T, inst.reconcile("create-configmap"))
+        .await
+        .unwrap_or_else(|_| panic!("{timer}: the backstop fires long before the test timeout"))
+        .expect_err("must not finish");
+    fakes.client.hang.store(false, Ordering::Relaxed);
+    assert_eq!(
+        err,
+        GuestError::DeadlineExceeded(Duration::from_millis(200)),
+        "{timer}"
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(200),
+        "{timer}: cut before the deadline, after {took:?}"
+    );
+    assert!(took < Duration::from_secs(10), "{timer}");
+    assert_eq!(
+        fakes.client.writes.lock().len(),
+        writes + 1,
+        "{timer}: the write was issued"
+    );
+    assert!(!inst.is_live(), "{timer}");
+}
+
 #[tokio::test]
 async fn a_host_call_that_never_returns_still_hits_the_reconcile_deadline() {
     let fakes = Fakes::new();
-    fakes.client.hang.store(true, Ordering::Relaxed);
     let limits = Limits {
         reconcile_deadline: Duration::from_millis(200),
         ..Limits::default()
     };
     let plugin = start("rogue", limits, &fakes).await;
     let mut inst = plugin.instance().expect("instance");
-    let started = Instant::now();
-    let err = tokio::time::timeout(T, inst.reconcile("create-configmap"))
-        .await
-        .expect("the backstop fires long before the test timeout")
-        .expect_err("must not finish");
-    assert_eq!(
-        err,
-        GuestError::DeadlineExceeded(Duration::from_millis(200))
-    );
-    assert!(started.elapsed() < Duration::from_secs(10));
-    assert_eq!(fakes.client.writes.lock().len(), 1, "the write was issued");
-    assert!(!inst.is_live());
-    fakes.client.hang.store(false, Ordering::Relaxed);
+    // The backstop's timer is kept from call to call: a hung call leaves it fired, a finished
+    // one pending (the next call moves it later). A fresh, a fired and a pending timer must
+    // each stop a call that hangs.
+    hits_the_deadline(&mut inst, &fakes, "a fresh timer").await;
+    hits_the_deadline(&mut inst, &fakes, "a fired timer").await;
     let out = inst
         .reconcile("create-configmap")
         .await
         .expect("fresh instance");
     assert_eq!(out, Ok(Outcome::Done));
+    hits_the_deadline(&mut inst, &fakes, "a pending timer").await;
 }
 
 #[tokio::test]
