@@ -429,7 +429,11 @@ async fn instantiate_with_clock(
 impl Live {
     /// Sets the call's deadline `deadline` from now, and returns now (one clock read per call).
     fn arm(&mut self, deadline: Duration) -> Instant {
-        let now = Instant::now();
+        self.arm_at(deadline, Instant::now())
+    }
+
+    /// [`Self::arm`] from `now`, a clock read the caller just made.
+    fn arm_at(&mut self, deadline: Duration, now: Instant) -> Instant {
         self.store.data_mut().deadline = now + deadline;
         self.store.set_epoch_deadline(1);
         now
@@ -540,12 +544,18 @@ impl PluginInstance {
     }
 
     async fn live_mut(&mut self, deadline: Duration) -> Result<&mut Live, GuestError> {
-        self.live_armed(deadline).await.map(|(live, _)| live)
+        self.live_armed(deadline, None).await.map(|(live, _)| live)
     }
 
-    /// [`Self::live_mut`], and when its deadline was armed.
-    async fn live_armed(&mut self, deadline: Duration) -> Result<(&mut Live, Instant), GuestError> {
+    /// [`Self::live_mut`], armed from `now` if given (a clock read the caller just made) unless
+    /// an instance had to be made first, and when its deadline was armed.
+    async fn live_armed(
+        &mut self,
+        deadline: Duration,
+        mut now: Option<Instant>,
+    ) -> Result<(&mut Live, Instant), GuestError> {
         if self.live.is_none() {
+            now = None;
             let started = Instant::now();
             let live =
                 instantiate_with_clock(&self.inner, &self.inner.ctx, self.clock.as_ref()).await?;
@@ -556,7 +566,10 @@ impl PluginInstance {
             .live
             .as_mut()
             .ok_or_else(|| GuestError::Instantiate("no instance".into()))?;
-        let armed = live.arm(deadline);
+        let armed = match now {
+            Some(now) => live.arm_at(deadline, now),
+            None => live.arm(deadline),
+        };
         Ok((live, armed))
     }
 
@@ -648,6 +661,24 @@ impl PluginInstance {
     /// Reconciles `key`. The outer error is a sandbox failure (instance discarded); the inner
     /// result is the guest's own answer.
     pub async fn reconcile(&mut self, key: &str) -> Result<ReconcileResult, GuestError> {
+        self.reconcile_from(key, None).await
+    }
+
+    /// [`Self::reconcile`], its deadline counted from `started` (the caller's clock read just
+    /// before, which it times the reconcile with anyway).
+    pub async fn reconcile_started(
+        &mut self,
+        key: &str,
+        started: Instant,
+    ) -> Result<ReconcileResult, GuestError> {
+        self.reconcile_from(key, Some(started)).await
+    }
+
+    async fn reconcile_from(
+        &mut self,
+        key: &str,
+        started: Option<Instant>,
+    ) -> Result<ReconcileResult, GuestError> {
         let _busy = self.inner.engine.busy();
         let d = self.inner.limits.reconcile_deadline;
         // Epoch checks only run while guest code runs; a host call that never returns (a stalled
@@ -655,7 +686,7 @@ impl PluginInstance {
         let backstop = d + self.inner.engine.config().epoch_tick;
         let mut timer = self.backstop.take();
         let r = async {
-            let (live, armed) = self.live_armed(d).await?;
+            let (live, armed) = self.live_armed(d, started).await?;
             let at = tokio::time::Instant::from_std(armed + backstop);
             let timer = match &mut timer {
                 Some(t) => {

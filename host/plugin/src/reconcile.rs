@@ -148,23 +148,25 @@ async fn worker(
             queue.done(&key);
             break;
         };
+        // Two clock reads time the reconcile, its deadline and the queue's work duration.
         let started = Instant::now();
         // The per-key span only when someone reads debug spans: wrapping the call's future
         // (kilobytes: it holds the guest call's) moves it once more per reconcile.
         let r = if tracing::enabled!(tracing::Level::DEBUG) {
-            inst.reconcile(&key)
+            inst.reconcile_started(&key, started)
                 .instrument(tracing::debug_span!("reconcile", %key))
                 .await
         } else {
-            inst.reconcile(&key).await
+            inst.reconcile_started(&key, started).await
         };
+        let ended = Instant::now();
         // Only sandbox failures count against the plugin's health; a guest's own error is a
         // healthy instance reporting a problem with the key.
         match &r {
             Err(e) => permit.failed(e),
             Ok(_) => permit.succeeded(),
         }
-        stats.observe(started.elapsed());
+        stats.observe(ended.saturating_duration_since(started));
         stats.total.fetch_add(1, Ordering::Relaxed);
         match (next(&r), &r) {
             (Next::Forget, _) => queue.forget(&key),
@@ -187,7 +189,7 @@ async fn worker(
                 queue.add_rate_limited(key.clone());
             }
         }
-        queue.done(&key);
+        queue.done_at(&key, tokio::time::Instant::from_std(ended));
     }
     tracing::debug!("worker stopped: queue shut down");
 }

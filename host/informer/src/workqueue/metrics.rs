@@ -575,10 +575,12 @@ mod tests {
                 value(&s, "workqueue_longest_running_processor_seconds", &a),
                 3.0
             );
-            q.done(&y);
+            // `done_at` takes the end of the work as the caller read it: y's 3.5 s.
+            q.done_at(&y, tokio::time::Instant::now() + Duration::from_millis(500));
             let s = samples(&exposition(&registry));
             assert_eq!(value(&s, "workqueue_unfinished_work_seconds", &a), 0.0);
             assert_eq!(value(&s, "workqueue_work_duration_seconds_count", &a), 2.0);
+            assert_eq!(value(&s, "workqueue_work_duration_seconds_sum", &a), 5.5);
         }
 
         #[tokio::test]

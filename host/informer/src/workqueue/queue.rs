@@ -222,6 +222,16 @@ impl<T: Key> Queue<T> {
     /// back on the queue (spec 5.3). A `done` for an item no worker holds is ignored, so a
     /// stray call can never queue an item twice (k/k#141079).
     pub fn done(&self, item: &T) {
+        self.done_timed(item, None);
+    }
+
+    /// [`Self::done`] at `now`, a clock read the caller made as its work ended (a worker that
+    /// times its work anyway), so the work-duration metric needs no second one.
+    pub fn done_at(&self, item: &T, now: Instant) {
+        self.done_timed(item, Some(now));
+    }
+
+    fn done_timed(&self, item: &T, now: Option<Instant>) {
         let mut st = self.shared.state.lock();
         let Some(started) = st.processing.remove(item) else {
             return;
@@ -238,7 +248,9 @@ impl<T: Key> Queue<T> {
         let idle = st.drain && st.processing.is_empty();
         drop(st);
         if let (Some(m), Some(started)) = (&self.shared.metrics, started) {
-            m.work_duration.observe(started.elapsed().as_secs_f64());
+            let now = now.unwrap_or_else(Instant::now);
+            m.work_duration
+                .observe(now.saturating_duration_since(started).as_secs_f64());
         }
         if requeued {
             self.shared.item_ready.notify_one();
