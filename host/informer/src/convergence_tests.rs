@@ -238,8 +238,18 @@ async fn pipeline_converges_under_faults_7_1_7_2() {
     for i in 0..3000 {
         let name = format!("o{}", rng.gen_range(0..200));
         server.apply(&name, rng.gen_bool(0.3));
-        // Faults hit a healthy informer (one with an open watch), as outages do.
-        if i % 10 == 0 && server.kill.receiver_count() > 0 {
+        // Faults hit a healthy informer (one with an open watch), as outages do. After the
+        // last fault it may still be backing off (jittered, so for a different time each run):
+        // wait, bounded, until it watches again, so every run arms the same number of faults.
+        let healthy = i % 10 == 0
+            && tokio::time::timeout(Duration::from_secs(300), async {
+                while server.kill.receiver_count() == 0 {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            })
+            .await
+            .is_ok();
+        if healthy {
             match rng.gen_range(0..4) {
                 0 => {
                     server.close_watches();
