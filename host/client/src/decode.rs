@@ -6,7 +6,6 @@
 //! as its last byte arrives, copying it into its own allocation with `managedFields` cut, and
 //! drops the consumed bytes, so only the unfinished tail of the body is buffered.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -426,12 +425,11 @@ impl ListDecoder {
 fn held(pool: Option<&dyn ObjectPool>, key: &mut String, m: &Meta<'_>) -> Option<Object> {
     let pool = pool?;
     key.clear();
-    match m.namespace {
-        Some(ns) => {
-            let _ = write!(key, "{ns}/{}", m.name);
-        }
-        None => key.push_str(m.name),
+    if let Some(ns) = m.namespace {
+        key.push_str(ns);
+        key.push('/');
     }
+    key.push_str(m.name);
     pool.get(key).filter(|o| o.is_version(m))
 }
 

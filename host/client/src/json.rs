@@ -6,6 +6,8 @@
 
 use std::fmt;
 
+mod blocks;
+
 /// Malformed or truncated JSON, with the byte offset where it was noticed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyntaxError {
@@ -48,6 +50,11 @@ static SPECIAL_IN_STRING: [bool; 256] = {
 fn plain_until(b: &[u8], i: usize) -> usize {
     #[cfg(target_arch = "x86_64")]
     let i = plain_until_sse2(b, i);
+    // The vector steps stop at a special byte, or short of the end: only the tail takes the
+    // word steps (most strings are short, and their end is found in the first vector step).
+    if b.get(i).is_some_and(|&c| SPECIAL_IN_STRING[c as usize]) {
+        return i;
+    }
     plain_until_swar(b, i)
 }
 
@@ -255,8 +262,13 @@ impl<'a> Scanner<'a> {
         };
         self.error_at(self.pos, message)
     }
+    /// Inlined for its common case: API servers write compact JSON, so the next byte is
+    /// rarely whitespace.
+    #[inline(always)]
     fn ws(&mut self) {
-        self.pos = skip_ws(self.b, self.pos);
+        if matches!(self.b.get(self.pos), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+            self.pos = skip_ws(self.b, self.pos);
+        }
     }
     fn peek(&mut self) -> Option<u8> {
         self.ws();
@@ -306,7 +318,13 @@ impl<'a> Scanner<'a> {
     /// A string; returns the byte range of its contents (without quotes) and whether it
     /// contains escapes.
     pub(crate) fn string(&mut self) -> Result<(usize, usize, bool), SyntaxError> {
-        self.eat(b'"', "expected a string")?;
+        // Keys and values follow their `{`, `,` or `:` directly in what API servers write:
+        // the whitespace skip is for the rest.
+        if self.b.get(self.pos) == Some(&b'"') {
+            self.pos += 1;
+        } else {
+            self.eat(b'"', "expected a string")?;
+        }
         let start = self.pos;
         let mut escaped = false;
         let b = self.b;
@@ -459,12 +477,16 @@ impl<'a> Scanner<'a> {
         let Some(&first) = self.b.get(start) else {
             return Err(self.error_at(start, "expected a value"));
         };
-        match ValueEnd::begin(first).resume(self.b, start + 1) {
-            Ok(end) => {
+        let end = match first {
+            b'{' | b'[' => blocks::container_end(self.b, start),
+            _ => ValueEnd::begin(first).resume(self.b, start + 1).ok(),
+        };
+        match end {
+            Some(end) => {
                 self.pos = end;
                 Ok((start, end))
             }
-            Err(_) => Err(self.error_at(start, "unterminated value")),
+            None => Err(self.error_at(start, "unterminated value")),
         }
     }
 

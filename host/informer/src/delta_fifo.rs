@@ -58,6 +58,16 @@ impl Delta {
         }
     }
 
+    /// [`key`](Self::key) lent to `f` without allocating ([`Object::with_key`]).
+    pub fn with_key<R>(&self, f: impl FnOnce(&str) -> R) -> R {
+        match self {
+            Delta::Added(o) | Delta::Updated(o) | Delta::Replaced(o) | Delta::Sync(o) => {
+                o.with_key(f)
+            }
+            Delta::Deleted(d) => d.with_key(f),
+        }
+    }
+
     /// The object, or the tombstone's last known state.
     pub fn object(&self) -> Option<&Object> {
         match self {
@@ -426,24 +436,27 @@ impl DeltaFifo {
             Some(t) if may_transform => transform_delta(t, delta),
             _ => delta,
         };
-        let key = delta.key();
-        let key = if let Some(deltas) = s.items.get_mut(key.as_str()) {
-            deltas.push(delta);
-            dedup_deltas(deltas);
-            match s.items.get_key_value(key.as_str()) {
-                Some((k, _)) => k.clone(),
-                None => Arc::from(key),
+        // The key is looked up on the stack; only a key new to the queue is allocated.
+        let (key, queued) = delta.with_key(|key| match s.items.get_key_value(key) {
+            Some((k, _)) => (k.clone(), true),
+            None => {
+                let shared = match &self.known {
+                    Some(known) if share_known_key => known.shared_key(key),
+                    _ => None,
+                };
+                (shared.unwrap_or_else(|| Arc::from(key)), false)
             }
-        } else {
-            let shared = match &self.known {
-                Some(known) if share_known_key => known.shared_key(&key),
-                _ => None,
-            };
-            let k: Arc<str> = shared.unwrap_or_else(|| Arc::from(key));
-            s.items.insert(k.clone(), Deltas::one(delta));
-            s.queue.push_back(k.clone());
-            k
-        };
+        });
+        match s.items.get_mut(&*key).filter(|_| queued) {
+            Some(deltas) => {
+                deltas.push(delta);
+                dedup_deltas(deltas);
+            }
+            None => {
+                s.items.insert(key.clone(), Deltas::one(delta));
+                s.queue.push_back(key.clone());
+            }
+        }
         self.notify.notify_waiters();
         key
     }
@@ -463,6 +476,16 @@ impl DeltaFifo {
     where
         F: FnOnce(Deltas, bool) -> Result<(), E>,
     {
+        self.pop_keyed(|_, deltas, initial| process(deltas, initial))
+            .await
+    }
+
+    /// [`pop`](Self::pop), with the deltas' key (the queue's own allocation, shared by every
+    /// delta of the entry), so that the consumer's store need not compute and allocate it again.
+    pub async fn pop_keyed<F, E>(&self, process: F) -> Result<(), PopError<E>>
+    where
+        F: FnOnce(Arc<str>, Deltas, bool) -> Result<(), E>,
+    {
         loop {
             let notified = self.notify.notified();
             tokio::pin!(notified);
@@ -481,7 +504,7 @@ impl DeltaFifo {
                     if s.queue.is_empty() {
                         s.release_spare();
                     }
-                    return process(deltas, is_in_initial_list).map_err(PopError::Process);
+                    return process(key, deltas, is_in_initial_list).map_err(PopError::Process);
                 }
                 if s.closed {
                     return Err(FifoClosed.into());
@@ -574,6 +597,34 @@ mod tests {
             emit_delta_type_replaced: true,
             transform: None,
         })
+    }
+
+    #[tokio::test]
+    async fn pop_keyed_hands_over_the_queued_key() {
+        // spec 2.2: deltas are keyed by the object's key, tombstones by their own.
+        let f = fifo_with(None);
+        f.add(obj("ns", "a", "1"));
+        f.add(obj("", "node1", "1"));
+        let mut keys = Vec::new();
+        for _ in 0..2 {
+            tokio::time::timeout(
+                Duration::from_secs(5),
+                f.pop_keyed(|key, deltas, _| {
+                    keys.push((key.to_string(), deltas.iter().next().map(Delta::key)));
+                    Ok::<(), ()>(())
+                }),
+            )
+            .await
+            .expect("pop timed out")
+            .expect("pop failed");
+        }
+        assert_eq!(
+            keys,
+            vec![
+                ("ns/a".to_owned(), Some("ns/a".to_owned())),
+                ("node1".to_owned(), Some("node1".to_owned())),
+            ]
+        );
     }
 
     /// Pop one key without blocking the test forever.

@@ -334,8 +334,8 @@ impl<L: ListerWatcher> SharedIndexInformer<L> {
         async {
             while !stop.is_stopped() {
                 match fifo
-                    .pop(|deltas, initial| {
-                        self.process_deltas(deltas, initial);
+                    .pop_keyed(|key, deltas, initial| {
+                        self.process_deltas(&key, deltas, initial);
                         Ok::<(), std::convert::Infallible>(())
                     })
                     .await
@@ -359,13 +359,13 @@ impl<L: ListerWatcher> SharedIndexInformer<L> {
     }
 
     /// Apply one key's deltas, oldest first, to the store and distribute them (spec 4.1).
-    fn process_deltas(&self, deltas: Deltas, is_in_initial_list: bool) {
+    fn process_deltas(&self, key: &Arc<str>, deltas: Deltas, is_in_initial_list: bool) {
         let s = &*self.inner;
         let _g = s.block_deltas.lock();
         for d in deltas {
             match d {
                 Delta::Sync(o) | Delta::Replaced(o) | Delta::Added(o) | Delta::Updated(o) => {
-                    match s.indexer.upsert(o.clone()) {
+                    match s.indexer.upsert_keyed(key, o.clone()) {
                         Some(old) => {
                             // Unchanged RV: a resync or relist echo, only for syncing
                             // listeners (spec 4.2).
@@ -383,7 +383,7 @@ impl<L: ListerWatcher> SharedIndexInformer<L> {
                     }
                 }
                 Delta::Deleted(o) => {
-                    s.indexer.delete(&o);
+                    s.indexer.delete_key(key);
                     s.processor.distribute(Notification::Delete(o), false);
                 }
             }

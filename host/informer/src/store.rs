@@ -102,6 +102,13 @@ impl Store {
         self.inner.write().upsert(&key, obj)
     }
 
+    /// [`upsert`](Self::upsert) under `key`, which must be `obj`'s key: the informer passes
+    /// the DeltaFIFO's allocation of it, which a new item keeps.
+    pub fn upsert_keyed(&self, key: &Arc<str>, obj: Object) -> Option<Object> {
+        debug_assert_eq!(**key, obj.key());
+        self.inner.write().upsert_keyed(key, obj)
+    }
+
     /// Same as [`Store::add`] (spec 3.3).
     pub fn update(&self, obj: Object) {
         self.add(obj)
@@ -304,7 +311,19 @@ impl Inner {
             Some((k, _)) => k.clone(),
             None => Arc::from(key),
         };
-        let old = self.items.insert(key.clone(), obj.clone());
+        self.upsert_keyed(&key, obj)
+    }
+
+    fn upsert_keyed(&mut self, key: &Arc<str>, obj: Object) -> Option<Object> {
+        use std::collections::hash_map::Entry;
+        let (key, old) = match self.items.entry(key.clone()) {
+            // An update keeps the key allocation the item already has.
+            Entry::Occupied(mut e) => (e.key().clone(), Some(e.insert(obj.clone()))),
+            Entry::Vacant(e) => {
+                e.insert(obj.clone());
+                (key.clone(), None)
+            }
+        };
         self.update_indices(old.as_ref(), Some(&obj), &key);
         old
     }
@@ -341,7 +360,10 @@ impl Inner {
             if old_vals.len() == 1 && new_vals.len() == 1 && old_vals[0] == new_vals[0] {
                 continue;
             }
-            let ix = self.indices.entry(name.clone()).or_default();
+            let ix = match self.indices.get_mut(name) {
+                Some(ix) => ix,
+                None => self.indices.entry(name.clone()).or_default(),
+            };
             for v in &old_vals {
                 if let Some(set) = ix.get_mut(v) {
                     set.remove(key);
@@ -352,7 +374,10 @@ impl Inner {
                 }
             }
             for v in new_vals {
-                ix.entry(v).or_default().insert(key.clone());
+                match ix.get_mut(v.as_str()) {
+                    Some(keys) => keys.insert(key.clone()),
+                    None => ix.entry(v).or_default().insert(key.clone()),
+                };
             }
         }
     }

@@ -33,6 +33,14 @@ impl ObjOrTombstone {
         }
     }
 
+    /// [`key`](Self::key) lent to `f` without allocating ([`Object::with_key`]).
+    pub fn with_key<R>(&self, f: impl FnOnce(&str) -> R) -> R {
+        match self {
+            ObjOrTombstone::Object(o) => o.with_key(f),
+            ObjOrTombstone::Tombstone(t) => f(&t.key),
+        }
+    }
+
     /// The object, or the last known state inside a tombstone.
     pub fn object(&self) -> Option<&Object> {
         match self {
