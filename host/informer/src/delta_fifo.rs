@@ -182,6 +182,9 @@ pub trait KnownObjects: Send + Sync {
     fn shared_key(&self, _key: &str) -> Option<Arc<str>> {
         None
     }
+    /// A relist of `listed` items is being queued: room for them downstream, so the store
+    /// takes them in without growing its table step by step.
+    fn reserve(&self, _listed: usize) {}
 }
 
 impl KnownObjects for Store {
@@ -196,6 +199,9 @@ impl KnownObjects for Store {
     }
     fn shared_key(&self, key: &str) -> Option<Arc<str>> {
         Store::shared_key(self, key)
+    }
+    fn reserve(&self, listed: usize) {
+        Store::reserve(self, listed)
     }
 }
 
@@ -301,12 +307,14 @@ impl DeltaFifo {
         let mut s = self.state.lock();
         s.populated = true;
         self.queue_action(&mut s, Delta::Added(obj), true, false);
+        self.notify.notify_waiters();
     }
 
     pub fn update(&self, obj: Object) {
         let mut s = self.state.lock();
         s.populated = true;
         self.queue_action(&mut s, Delta::Updated(obj), true, false);
+        self.notify.notify_waiters();
     }
 
     /// Queue a deletion, unless the key is unknown both here and downstream (spec 2.4).
@@ -323,6 +331,7 @@ impl DeltaFifo {
             return;
         }
         self.queue_action(&mut s, Delta::Deleted(obj), true, false);
+        self.notify.notify_waiters();
     }
 
     /// Take in a full relist (spec 2.5): every item as Replaced (or Sync), and a tombstone
@@ -340,6 +349,9 @@ impl DeltaFifo {
         // new table at once, at the moment the relist's memory peaks.
         s.items.reserve(list.len());
         s.queue.reserve(list.len());
+        if let Some(known) = &self.known {
+            known.reserve(list.len());
+        }
         // Keys queued before the list that the list lacks get a tombstone below. Few keys are
         // queued when a relist ends, so these are remembered rather than every listed key.
         let mut unlisted: HashSet<Arc<str>> = s.items.keys().cloned().collect();
@@ -400,6 +412,8 @@ impl DeltaFifo {
             s.populated = true;
             s.initial_population_count = listed + queued_deletions;
         }
+        // Once for the whole list: the lock held throughout kept any consumer out anyway.
+        self.notify.notify_waiters();
     }
 
     /// Queue `Sync(known)` for every known key with nothing queued (spec 2.6, k/k#32125):
@@ -420,9 +434,11 @@ impl DeltaFifo {
             // Known objects were transformed on their way in; never again (k/k#124337).
             self.queue_action(&mut s, Delta::Sync(obj), false, true);
         }
+        self.notify.notify_waiters();
     }
 
-    /// Append `delta` to its key's deltas (queueing the key if new); returns the key. A key
+    /// Append `delta` to its key's deltas (queueing the key if new); returns the key. The
+    /// caller wakes the consumer (once per call of its own, however many keys it queued). A key
     /// new to the queue takes the known store's allocation when `share_known_key` says the
     /// key is likely known (relist, resync): ~40 B less per queued key at a relist's peak.
     fn queue_action(
@@ -457,7 +473,6 @@ impl DeltaFifo {
                 s.queue.push_back(key.clone());
             }
         }
-        self.notify.notify_waiters();
         key
     }
 

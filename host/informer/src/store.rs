@@ -176,6 +176,14 @@ impl Store {
             .map(|(k, _)| k.clone())
     }
 
+    /// Room for `total` items in all: a sync's list size, known before its items arrive one
+    /// by one. Growing the table step by step rehashes every key at each doubling.
+    pub fn reserve(&self, total: usize) {
+        let mut g = self.inner.write();
+        let more = total.saturating_sub(g.items.len());
+        g.items.reserve(more);
+    }
+
     pub fn len(&self) -> usize {
         self.inner.read().items.len()
     }
