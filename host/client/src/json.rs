@@ -89,6 +89,32 @@ fn plain_until_sse2(b: &[u8], mut i: usize) -> usize {
     i
 }
 
+/// The closing quote of a string starting at `i`, if it is within the sixteen bytes from `i`
+/// and nothing before it needs a closer look (an escape, a control or non-ASCII byte).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn short_plain_string(b: &[u8], i: usize) -> Option<usize> {
+    use std::arch::x86_64::{
+        _mm_cmpeq_epi8, _mm_cmpgt_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8,
+    };
+    let chunk = b.get(i..i + 16)?;
+    // SAFETY: SSE2 is part of the x86_64 baseline; the unaligned load reads the sixteen bytes
+    // of `chunk`, which the bounds check above guarantees exist.
+    let (quotes, special) = unsafe {
+        let v = _mm_loadu_si128(chunk.as_ptr().cast());
+        let quotes = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
+        let special = _mm_or_si128(
+            _mm_or_si128(quotes, _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8))),
+            _mm_cmpgt_epi8(_mm_set1_epi8(0x20), v),
+        );
+        (_mm_movemask_epi8(quotes), _mm_movemask_epi8(special))
+    };
+    // The first special byte is a quote.
+    let first = special.trailing_zeros();
+    (special != 0 && quotes.trailing_zeros() == first).then_some(i + first as usize)
+}
+
 /// Eight bytes per step in a general-purpose register (the tail, and other architectures).
 fn plain_until_swar(b: &[u8], mut i: usize) -> usize {
     const ONES: u64 = 0x0101_0101_0101_0101;
@@ -317,6 +343,7 @@ impl<'a> Scanner<'a> {
 
     /// A string; returns the byte range of its contents (without quotes) and whether it
     /// contains escapes.
+    #[inline]
     pub(crate) fn string(&mut self) -> Result<(usize, usize, bool), SyntaxError> {
         // Keys and values follow their `{`, `,` or `:` directly in what API servers write:
         // the whitespace skip is for the rest.
@@ -325,6 +352,19 @@ impl<'a> Scanner<'a> {
         } else {
             self.eat(b'"', "expected a string")?;
         }
+        // Most strings (keys, names, label values) end within sixteen bytes of plain ASCII:
+        // found here, inline in the caller, without the general loop's set-up.
+        #[cfg(target_arch = "x86_64")]
+        if let Some(end) = short_plain_string(self.b, self.pos) {
+            let start = self.pos;
+            self.pos = end + 1;
+            return Ok((start, end, false));
+        }
+        self.string_rest()
+    }
+
+    /// [`string`](Self::string) after its opening quote, in general.
+    fn string_rest(&mut self) -> Result<(usize, usize, bool), SyntaxError> {
         let start = self.pos;
         let mut escaped = false;
         let b = self.b;
@@ -713,6 +753,28 @@ mod tests {
                 }
                 assert_eq!(got, Some(whole), "chunks of {chunk}: {v}");
             }
+        }
+    }
+
+    /// The short-string shortcut answers exactly as the general loop, whatever comes first
+    /// in the sixteen bytes it looks at: the quote, an escape, a control or non-ASCII byte.
+    #[test]
+    fn short_strings_take_the_shortcut_only_when_the_general_loop_agrees() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let pieces: [&[u8]; 7] = [b"a", b"\"", b"\\n", b"\x01", "é".as_bytes(), b"\xff", b" "];
+        for _ in 0..20_000 {
+            let mut text = b"\"".to_vec();
+            for _ in 0..rng.gen_range(0..12) {
+                text.extend_from_slice(pieces[rng.gen_range(0..pieces.len())]);
+            }
+            text.extend_from_slice(b"\",\"padding to sixteen bytes\"");
+            let mut fast = Scanner::new(&text);
+            let mut general = Scanner::new(&text);
+            general.pos = 1;
+            let want = general.string_rest().map(|r| (r, general.pos));
+            let got = fast.string().map(|r| (r, fast.pos));
+            assert_eq!(got, want, "{}", String::from_utf8_lossy(&text));
         }
     }
 
