@@ -26,7 +26,17 @@ pub const NAMESPACE_INDEX: &str = "namespace";
 
 /// The namespace index: one value, the namespace, or `""` for cluster-scoped objects (spec 3.2).
 pub fn namespace_index_func() -> IndexFunc {
-    Arc::new(|o: &Object| vec![o.namespace().unwrap_or("").to_owned()])
+    NAMESPACE_FN.clone()
+}
+
+/// The function [`namespace_index_func`] hands out, one for all stores: a store recognises it
+/// by identity and reads the namespace in place, where calling it would allocate a `Vec` and a
+/// `String` for the old and the new object on every write (every informer has this index).
+static NAMESPACE_FN: std::sync::LazyLock<IndexFunc> =
+    std::sync::LazyLock::new(|| Arc::new(|o: &Object| vec![namespace_of(o).to_owned()]));
+
+fn namespace_of(o: &Object) -> &str {
+    o.namespace().unwrap_or("")
 }
 
 /// Errors of index queries and indexer registration.
@@ -362,31 +372,64 @@ impl Inner {
     /// Move `key` from the old object's index values to the new one's (spec 3.3).
     fn update_indices(&mut self, old: Option<&Object>, new: Option<&Object>, key: &Arc<str>) {
         for (name, f) in &self.indexers {
+            if Arc::ptr_eq(f, &NAMESPACE_FN) {
+                let old_ns = old.map(namespace_of);
+                let new_ns = new.map(namespace_of);
+                // An update keeps its namespace: nothing to move.
+                if old_ns.is_some() && old_ns == new_ns {
+                    continue;
+                }
+                let Some(ix) = index_named(&mut self.indices, name) else {
+                    continue;
+                };
+                if let Some(v) = old_ns {
+                    unindex(ix, v, key);
+                }
+                if let Some(v) = new_ns {
+                    index(ix, v, key);
+                }
+                continue;
+            }
             let old_vals = old.map(|o| f(o)).unwrap_or_default();
             let new_vals = new.map(|o| f(o)).unwrap_or_default();
-            // The common case (one unchanged value, e.g. the namespace) touches nothing.
+            // The common case (one unchanged value) touches nothing.
             if old_vals.len() == 1 && new_vals.len() == 1 && old_vals[0] == new_vals[0] {
                 continue;
             }
-            let ix = match self.indices.get_mut(name) {
-                Some(ix) => ix,
-                None => self.indices.entry(name.clone()).or_default(),
+            let Some(ix) = index_named(&mut self.indices, name) else {
+                continue;
             };
             for v in &old_vals {
-                if let Some(set) = ix.get_mut(v) {
-                    set.remove(key);
-                    // Leaving empty sets behind leaks memory for churning values (k/k#84959).
-                    if set.is_empty() {
-                        ix.remove(v);
-                    }
-                }
+                unindex(ix, v, key);
             }
-            for v in new_vals {
-                match ix.get_mut(v.as_str()) {
-                    Some(keys) => keys.insert(key.clone()),
-                    None => ix.entry(v).or_default().insert(key.clone()),
-                };
+            for v in &new_vals {
+                index(ix, v, key);
             }
+        }
+    }
+}
+
+/// The index `name`, created empty if it has no entry yet (always `Some`).
+fn index_named<'a>(indices: &'a mut FastMap<String, Index>, name: &str) -> Option<&'a mut Index> {
+    if !indices.contains_key(name) {
+        indices.insert(name.to_owned(), Index::default());
+    }
+    indices.get_mut(name)
+}
+
+fn index(ix: &mut Index, value: &str, key: &Arc<str>) {
+    match ix.get_mut(value) {
+        Some(keys) => keys.insert(key.clone()),
+        None => ix.entry(value.to_owned()).or_default().insert(key.clone()),
+    };
+}
+
+fn unindex(ix: &mut Index, value: &str, key: &Arc<str>) {
+    if let Some(set) = ix.get_mut(value) {
+        set.remove(key);
+        // Leaving empty sets behind leaks memory for churning values (k/k#84959).
+        if set.is_empty() {
+            ix.remove(value);
         }
     }
 }
