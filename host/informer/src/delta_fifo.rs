@@ -463,7 +463,8 @@ impl DeltaFifo {
                 (shared.unwrap_or_else(|| Arc::from(key)), false)
             }
         });
-        match s.items.get_mut(&*key).filter(|_| queued) {
+        let queued_deltas = if queued { s.items.get_mut(&*key) } else { None };
+        match queued_deltas {
             Some(deltas) => {
                 deltas.push(delta);
                 dedup_deltas(deltas);
