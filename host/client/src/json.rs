@@ -61,28 +61,10 @@ fn plain_until(b: &[u8], i: usize) -> usize {
 /// Sixteen bytes per step with SSE2, which every x86_64 processor has.
 #[cfg(target_arch = "x86_64")]
 fn plain_until_sse2(b: &[u8], mut i: usize) -> usize {
-    use std::arch::x86_64::{
-        _mm_cmpeq_epi8, _mm_cmpgt_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
-        _mm_set1_epi8,
-    };
-    while let Some(chunk) = b.get(i..i + 16) {
-        // SAFETY: SSE2 is part of the x86_64 baseline; the load is unaligned and reads the
-        // sixteen bytes of `chunk`, which the slice bounds check above guarantees exist.
-        let mask = unsafe {
-            let v = _mm_loadu_si128(chunk.as_ptr().cast());
-            // A signed compare: bytes from 0x80 up are negative, so `0x20 > v` flags control
-            // characters and non-ASCII bytes alike.
-            let special = _mm_or_si128(
-                _mm_or_si128(
-                    _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8)),
-                    _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8)),
-                ),
-                _mm_cmpgt_epi8(_mm_set1_epi8(0x20), v),
-            );
-            _mm_movemask_epi8(special)
-        };
-        if mask != 0 {
-            return i + mask.trailing_zeros() as usize;
+    while let Some(chunk) = b.get(i..).and_then(<[u8]>::first_chunk::<16>) {
+        let (_, special) = quotes_and_specials(chunk);
+        if special != 0 {
+            return i + special.trailing_zeros() as usize;
         }
         i += 16;
     }
@@ -94,25 +76,34 @@ fn plain_until_sse2(b: &[u8], mut i: usize) -> usize {
 #[cfg(target_arch = "x86_64")]
 #[inline]
 fn short_plain_string(b: &[u8], i: usize) -> Option<usize> {
+    let (quotes, special) = quotes_and_specials(b.get(i..)?.first_chunk::<16>()?);
+    // The first special byte is a quote.
+    let first = special.trailing_zeros();
+    (special != 0 && quotes.trailing_zeros() == first).then_some(i + first as usize)
+}
+
+/// Bit masks of sixteen bytes: the quotes, and every byte that ends the fast path inside a
+/// string (quote, backslash, control character, non-ASCII byte).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn quotes_and_specials(chunk: &[u8; 16]) -> (i32, i32) {
     use std::arch::x86_64::{
         _mm_cmpeq_epi8, _mm_cmpgt_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
         _mm_set1_epi8,
     };
-    let chunk = b.get(i..i + 16)?;
     // SAFETY: SSE2 is part of the x86_64 baseline; the unaligned load reads the sixteen bytes
-    // of `chunk`, which the bounds check above guarantees exist.
-    let (quotes, special) = unsafe {
+    // of `chunk`.
+    unsafe {
         let v = _mm_loadu_si128(chunk.as_ptr().cast());
         let quotes = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
+        // A signed compare: bytes from 0x80 up are negative, so `0x20 > v` flags control
+        // characters and non-ASCII bytes alike.
         let special = _mm_or_si128(
             _mm_or_si128(quotes, _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8))),
             _mm_cmpgt_epi8(_mm_set1_epi8(0x20), v),
         );
         (_mm_movemask_epi8(quotes), _mm_movemask_epi8(special))
-    };
-    // The first special byte is a quote.
-    let first = special.trailing_zeros();
-    (special != 0 && quotes.trailing_zeros() == first).then_some(i + first as usize)
+    }
 }
 
 /// Eight bytes per step in a general-purpose register (the tail, and other architectures).

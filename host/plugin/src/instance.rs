@@ -661,23 +661,15 @@ impl PluginInstance {
     /// Reconciles `key`. The outer error is a sandbox failure (instance discarded); the inner
     /// result is the guest's own answer.
     pub async fn reconcile(&mut self, key: &str) -> Result<ReconcileResult, GuestError> {
-        self.reconcile_from(key, None).await
+        self.reconcile_started(key, Instant::now()).await
     }
 
     /// [`Self::reconcile`], its deadline counted from `started` (the caller's clock read just
-    /// before, which it times the reconcile with anyway).
+    /// before, which it times the reconcile with anyway; an instance made first re-reads it).
     pub async fn reconcile_started(
         &mut self,
         key: &str,
         started: Instant,
-    ) -> Result<ReconcileResult, GuestError> {
-        self.reconcile_from(key, Some(started)).await
-    }
-
-    async fn reconcile_from(
-        &mut self,
-        key: &str,
-        started: Option<Instant>,
     ) -> Result<ReconcileResult, GuestError> {
         let _busy = self.inner.engine.busy();
         let d = self.inner.limits.reconcile_deadline;
@@ -686,7 +678,7 @@ impl PluginInstance {
         let backstop = d + self.inner.engine.config().epoch_tick;
         let mut timer = self.backstop.take();
         let r = async {
-            let (live, armed) = self.live_armed(d, started).await?;
+            let (live, armed) = self.live_armed(d, Some(started)).await?;
             let at = tokio::time::Instant::from_std(armed + backstop);
             let timer = match &mut timer {
                 Some(t) => {
