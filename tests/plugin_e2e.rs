@@ -166,7 +166,9 @@ async fn two_plugins_share_one_watch_a_looping_guest_hits_its_deadline_and_undec
         .await
     );
     assert!(
-        eventually(WAIT, || looper_queue.processing() == ["spin".to_string()]).await,
+        eventually(WAIT, || looper_queue.processing()
+            == [std::sync::Arc::<str>::from("spin")])
+        .await,
         "the looper's next attempt starts"
     );
     assert!(
@@ -201,7 +203,7 @@ async fn requeue_after_is_honoured_and_errors_back_off() {
 
     em.create(cm("f", json!({"fail": "yes"}))).expect("create");
     let queue = rt.plugins()[0].queue().clone();
-    let key = "default/f".to_string();
+    let key: std::sync::Arc<str> = "default/f".into();
     assert!(
         eventually(WAIT, || queue.num_requeues(&key) >= 4).await,
         "a failing key is retried with backoff"

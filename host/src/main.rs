@@ -1124,10 +1124,7 @@ fn plugin_specs(
 
 /// One warning line for a grace period that ended with work left: how many reconciles were
 /// abandoned mid-call, as `plugin key` pairs, and how many queued keys never started.
-fn warn_abandoned(
-    grace: Duration,
-    queues: &[(String, kwh_informer::workqueue::RateLimitingQueue<String>)],
-) {
+fn warn_abandoned(grace: Duration, queues: &[(String, kwh_plugin::reconcile::PluginQueue)]) {
     let mut in_flight = Vec::new();
     let mut queued = 0;
     for (plugin, q) in queues {

@@ -90,11 +90,11 @@ pub struct FakeQueue {
 }
 
 impl QueueBackend for FakeQueue {
-    fn add(&self, key: String) {
-        self.added.lock().push((key, Duration::ZERO));
+    fn add(&self, key: &str) {
+        self.added.lock().push((key.to_owned(), Duration::ZERO));
     }
-    fn add_after(&self, key: String, delay: Duration) {
-        self.added.lock().push((key, delay));
+    fn add_after(&self, key: &str, delay: Duration) {
+        self.added.lock().push((key.to_owned(), delay));
     }
 }
 

@@ -779,22 +779,7 @@ impl Object {
     /// for cluster-scoped objects): for maps that look a key up on every event and allocate
     /// only to insert a new one.
     pub fn with_key<R>(&self, f: impl FnOnce(&str) -> R) -> R {
-        let name = self.name();
-        let Some(ns) = self.namespace() else {
-            return f(name);
-        };
-        // A namespace is at most 63 bytes and most names at most 253: every key of objects
-        // an API server validated fits.
-        let mut buf = [0u8; 320];
-        let n = ns.len() + 1 + name.len();
-        let Some(out) = buf.get_mut(..n) else {
-            return f(&object_key(Some(ns), name));
-        };
-        out[..ns.len()].copy_from_slice(ns.as_bytes());
-        out[ns.len()] = b'/';
-        out[ns.len() + 1..].copy_from_slice(name.as_bytes());
-        // SAFETY: two `str`s joined by an ASCII byte are UTF-8.
-        f(unsafe { std::str::from_utf8_unchecked(out) })
+        with_object_key(self.namespace(), self.name(), f)
     }
 
     /// Decode the whole object (off the hot path only).
@@ -885,6 +870,26 @@ pub fn object_key(namespace: Option<&str>, name: &str) -> String {
         }
         _ => name.to_owned(),
     }
+}
+
+/// [`object_key`] lent to `f` without allocating: on the stack, or the name itself when there
+/// is no namespace. For lookups by a key that is asked for often and kept rarely.
+pub fn with_object_key<R>(namespace: Option<&str>, name: &str, f: impl FnOnce(&str) -> R) -> R {
+    let Some(ns) = namespace.filter(|ns| !ns.is_empty()) else {
+        return f(name);
+    };
+    // A namespace is at most 63 bytes and most names at most 253: every key of objects an API
+    // server validated fits.
+    let mut buf = [0u8; 320];
+    let n = ns.len() + 1 + name.len();
+    let Some(out) = buf.get_mut(..n) else {
+        return f(&object_key(Some(ns), name));
+    };
+    out[..ns.len()].copy_from_slice(ns.as_bytes());
+    out[ns.len()] = b'/';
+    out[ns.len() + 1..].copy_from_slice(name.as_bytes());
+    // SAFETY: two `str`s joined by an ASCII byte are UTF-8.
+    f(unsafe { std::str::from_utf8_unchecked(out) })
 }
 
 /// Split a key into (namespace, name); one or two parts, anything else is an error (spec 3.1).
@@ -1246,7 +1251,9 @@ mod tests {
             let lent = o.with_key(str::to_owned);
             assert_eq!(lent, o.key());
             assert_eq!(lent, object_key(Some(ns), name));
+            assert_eq!(with_object_key(Some(ns), name, str::to_owned), lent);
         }
+        assert_eq!(with_object_key(None, "node-1", str::to_owned), "node-1");
     }
 
     #[test]

@@ -263,7 +263,7 @@ struct DispatchCost {
 /// Backends for a guest that enqueues (the SDK's default handlers): a real workqueue and an
 /// empty cache; no client.
 fn queueing_backends() -> Backends {
-    let queue = RateLimitingQueue::new(default_controller_rate_limiter::<String>());
+    let queue = RateLimitingQueue::new(default_controller_rate_limiter::<Arc<str>>());
     Backends {
         lister: Arc::new(InformerLister::new()),
         queue: Arc::new(WorkqueueBackend::new(queue)),
@@ -611,7 +611,7 @@ async fn reconcile(n: usize, runs: usize) -> (f64, f64) {
         let t = Instant::now();
         perf_window(true);
         for k in &keys {
-            p.queue().add(k.clone());
+            p.queue().add_borrowed(k.as_str());
         }
         until("reconciles", DEADLINE, || total() - before >= n as u64).await;
         perf_window(false);

@@ -208,10 +208,10 @@ pub trait ClientBackend: Send + Sync {
 
 /// The plugin's workqueue.
 pub trait QueueBackend: Send + Sync {
-    /// Adds `key` now.
-    fn add(&self, key: String);
+    /// Adds `key` now. Borrowed: a key already queued costs no copy.
+    fn add(&self, key: &str);
     /// Adds `key` after `delay`.
-    fn add_after(&self, key: String, delay: Duration);
+    fn add_after(&self, key: &str, delay: Duration);
 }
 
 /// Where the Kubernetes Events a plugin records go.
@@ -291,10 +291,10 @@ impl EventBackend for Unavailable {
 }
 
 impl QueueBackend for Unavailable {
-    fn add(&self, key: String) {
+    fn add(&self, key: &str) {
         tracing::debug!(%key, "queue add ignored: {UNAVAILABLE}");
     }
-    fn add_after(&self, key: String, _: Duration) {
+    fn add_after(&self, key: &str, _: Duration) {
         tracing::debug!(%key, "queue add-after ignored: {UNAVAILABLE}");
     }
 }

@@ -17,12 +17,12 @@ use super::backend::{
 };
 use super::index::IndexNames;
 use super::ownership::{Admit, Ownership, PluginOwnership};
+use super::reconcile::PluginQueue;
 use kwh_client::client::{Deleted, Patch, WriteParams};
-use kwh_client::object::{object_key, Object};
+use kwh_client::object::{with_object_key, Object};
 use kwh_client::selector::LabelSelector;
 use kwh_client::{ApiResource, Client};
 use kwh_informer::store::{Store, NAMESPACE_INDEX};
-use kwh_informer::workqueue::RateLimitingQueue;
 
 /// One watched scope's cache: the informer's indexer, the namespace it is limited to, and the
 /// custom indexes the plugin declared on that watch (its index name → the store's).
@@ -108,13 +108,13 @@ impl ListerBackend for InformerLister {
         // Every reconcile's read passes here: the scopes are searched in place (no list of them
         // collected, no store handle cloned), under their read lock, which only a new watch
         // ever takes for writing.
-        let key = object_key(namespace, name);
-        Ok(self
-            .scopes
-            .read()
-            .iter()
-            .filter(|s| s.api_version == api_version && s.kind == kind)
-            .find_map(|s| s.store.get_by_key(&key)))
+        Ok(with_object_key(namespace, name, |key| {
+            self.scopes
+                .read()
+                .iter()
+                .filter(|s| s.api_version == api_version && s.kind == kind)
+                .find_map(|s| s.store.get_by_key(key))
+        }))
     }
 
     fn list(
@@ -427,13 +427,13 @@ impl ClientBackend for KubeClientBackend {
 
 /// The guest's `queue` import over the plugin's workqueue.
 pub struct WorkqueueBackend {
-    queue: RateLimitingQueue<String>,
+    queue: PluginQueue,
     own: PluginOwnership,
 }
 
 impl WorkqueueBackend {
     /// Adds go to `queue`.
-    pub fn new(queue: RateLimitingQueue<String>) -> Self {
+    pub fn new(queue: PluginQueue) -> Self {
         WorkqueueBackend {
             queue,
             own: Ownership::single().for_plugin("", false),
@@ -448,17 +448,17 @@ impl WorkqueueBackend {
 }
 
 impl QueueBackend for WorkqueueBackend {
-    fn add(&self, key: String) {
-        match self.own.admit(&key) {
-            Admit::Now => self.queue.add(key),
-            Admit::After(wait) => self.queue.add_after(key, wait),
+    fn add(&self, key: &str) {
+        match self.own.admit(key) {
+            Admit::Now => self.queue.add_borrowed(key),
+            Admit::After(wait) => self.queue.add_after(key.into(), wait),
             Admit::No => {}
         }
     }
-    fn add_after(&self, key: String, delay: Duration) {
-        match self.own.admit(&key) {
-            Admit::Now => self.queue.add_after(key, delay),
-            Admit::After(wait) => self.queue.add_after(key, delay.max(wait)),
+    fn add_after(&self, key: &str, delay: Duration) {
+        match self.own.admit(key) {
+            Admit::Now => self.queue.add_after(key.into(), delay),
+            Admit::After(wait) => self.queue.add_after(key.into(), delay.max(wait)),
             Admit::No => {}
         }
     }

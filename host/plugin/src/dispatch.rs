@@ -102,12 +102,20 @@ enum Call<'a> {
     Delete(&'a Object, bool),
 }
 
-impl Call<'_> {
+impl<'a> Call<'a> {
     fn handler(self) -> &'static str {
         match self {
             Call::Add(_) => "on-add",
             Call::Update(..) => "on-update",
             Call::Delete(..) => "on-delete",
+        }
+    }
+
+    /// The object whose key the handler enqueues: the new state of an update, the last known
+    /// state (or the tombstone's stub) of a delete.
+    fn object(self) -> &'a Object {
+        match self {
+            Call::Add(o) | Call::Update(_, o) | Call::Delete(o, _) => o,
         }
     }
 
@@ -162,13 +170,13 @@ impl Dispatcher {
     /// A notification whose handler the guest handed over is not delivered: the host enqueues
     /// the key the handler would have (no lock: the queue orders nothing by arrival that
     /// matters, it deduplicates keys).
-    async fn deliver(&self, watch: u32, call: Call<'_>, key: &(dyn Fn() -> String + Sync)) {
+    async fn deliver(&self, watch: u32, call: Call<'_>) {
         if self.handed_over.handed_over(watch, call.change()) {
             if !self.own.active() {
                 self.skipped.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            self.queue.add(key());
+            call.object().with_key(|k| self.queue.add(k));
             self.enqueued_by_host.fetch_add(1, Ordering::Relaxed);
             self.delivered.fetch_add(1, Ordering::Relaxed);
             return;
@@ -182,7 +190,7 @@ impl Dispatcher {
                 return;
             }
             let Some(permit) = self.health.admit().await else {
-                tracing::debug!(plugin = %self.name, key = %key(), "shutting down; notification not delivered");
+                tracing::debug!(plugin = %self.name, key = %call.object().key(), "shutting down; notification not delivered");
                 break;
             };
             let r = match call {
@@ -196,12 +204,12 @@ impl Dispatcher {
             self.failures.fetch_add(1, Ordering::Relaxed);
             if attempt >= self.retry.attempts.max(1) {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(plugin = %self.name, handler = call.handler(), key = %key(),
+                tracing::warn!(plugin = %self.name, handler = call.handler(), key = %call.object().key(),
                     attempts = attempt, error = %e, "handler failed on every attempt; notification dropped");
                 break;
             }
             let wait = self.retry.backoff_after(attempt);
-            tracing::info!(plugin = %self.name, handler = call.handler(), key = %key(), attempt,
+            tracing::info!(plugin = %self.name, handler = call.handler(), key = %call.object().key(), attempt,
                 error = %e, "handler failed; retrying on a fresh instance in {wait:?}");
             tokio::time::sleep(wait).await;
             self.retries.fetch_add(1, Ordering::Relaxed);
@@ -217,7 +225,7 @@ impl Dispatcher {
     /// does, so the keys it now owns are queued without a relist.
     pub async fn replay(&self, watch: u32, objects: Vec<Object>) {
         for obj in &objects {
-            self.deliver(watch, Call::Add(obj), &|| obj.key()).await;
+            self.deliver(watch, Call::Add(obj)).await;
         }
     }
 }
@@ -245,15 +253,14 @@ impl EventHandler for WatchHandler {
     fn added(&self, obj: Object, _is_in_initial_list: bool) -> impl Future<Output = ()> + Send {
         let d = &self.dispatcher;
         async move {
-            d.deliver(self.watch, Call::Add(&obj), &|| obj.key()).await;
+            d.deliver(self.watch, Call::Add(&obj)).await;
         }
     }
 
     fn updated(&self, old: Object, new: Object) -> impl Future<Output = ()> + Send {
         let d = &self.dispatcher;
         async move {
-            d.deliver(self.watch, Call::Update(&old, &new), &|| new.key())
-                .await;
+            d.deliver(self.watch, Call::Update(&old, &new)).await;
         }
     }
 
@@ -276,8 +283,7 @@ impl EventHandler for WatchHandler {
                     }
                 },
             };
-            d.deliver(self.watch, Call::Delete(last, tombstone), &|| obj.key())
-                .await;
+            d.deliver(self.watch, Call::Delete(last, tombstone)).await;
         }
     }
 }

@@ -523,14 +523,14 @@ impl client::Host for HostState {
 
 impl queue::Host for HostState {
     fn add(&mut self, key: String) {
-        self.ctx.backends.queue.add(key);
+        self.ctx.backends.queue.add(&key);
     }
 
     fn add_after(&mut self, key: String, delay_ms: u64) {
         self.ctx
             .backends
             .queue
-            .add_after(key, Duration::from_millis(delay_ms));
+            .add_after(&key, Duration::from_millis(delay_ms));
     }
 
     fn enqueue_own_keys(&mut self, watch: u32, changes: queue::Changes) {

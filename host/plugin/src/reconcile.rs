@@ -19,6 +19,12 @@ use super::ownership::{Admit, PluginOwnership};
 use kwh_informer::workqueue::metrics::HistogramSnapshot;
 use kwh_informer::workqueue::RateLimitingQueue;
 
+/// A plugin's workqueue. Keys are shared, not copied, between its dirty set, its FIFO and
+/// the worker holding one; the host's enqueues hand it borrowed keys
+/// ([`add_borrowed`](kwh_informer::workqueue::Queue::add_borrowed)), so a key already queued
+/// costs no allocation.
+pub type PluginQueue = RateLimitingQueue<Arc<str>>;
+
 /// Upper bounds (seconds) of the reconcile duration histogram: controller-runtime's buckets, so
 /// dashboards written for Go controllers apply.
 pub const RECONCILE_BUCKETS: [f64; 11] = [
@@ -66,7 +72,7 @@ impl ReconcileStats {
 /// plugin's start, not a worker. Each key is checked against `own` before its reconcile.
 pub fn spawn_workers(
     plugin: &Plugin,
-    queue: &RateLimitingQueue<String>,
+    queue: &PluginQueue,
     stats: &Arc<ReconcileStats>,
     health: &Arc<Health>,
     synced: &CacheSync,
@@ -114,7 +120,7 @@ fn next(r: &Result<Result<Outcome, String>, GuestError>) -> Next {
 
 async fn worker(
     mut inst: PluginInstance,
-    queue: RateLimitingQueue<String>,
+    queue: PluginQueue,
     stats: Arc<ReconcileStats>,
     health: Arc<Health>,
     synced: CacheSync,

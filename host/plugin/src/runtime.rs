@@ -31,7 +31,7 @@ use super::instance::{GuestError, Limits};
 use super::loader::{LoadError, LoadedPlugin, Plugin};
 use super::ownership::{Ownership, PluginOwnership};
 use super::rbac::namespace_scope;
-use super::reconcile::{spawn_workers, ReconcileStats};
+use super::reconcile::{spawn_workers, PluginQueue, ReconcileStats};
 use super::spec::PluginSpec;
 pub use super::status::RuntimeStatus;
 use super::status::{metrics_registry, RunningStatus, Slot, Slots, WaitingStatus, WatchStatus};
@@ -160,7 +160,7 @@ struct Teardown {
 /// One running plugin.
 pub struct RunningPlugin {
     status: Arc<RunningStatus>,
-    queue: RateLimitingQueue<String>,
+    queue: PluginQueue,
     teardown: Mutex<Option<Teardown>>,
 }
 
@@ -170,7 +170,7 @@ impl RunningPlugin {
         &self.status.plugin
     }
     /// Its workqueue.
-    pub fn queue(&self) -> &RateLimitingQueue<String> {
+    pub fn queue(&self) -> &PluginQueue {
         &self.queue
     }
     /// Its reconcile counters.
@@ -644,7 +644,7 @@ impl Wiring {
         let queue = RateLimitingQueue::named(
             &name,
             &self.registry,
-            default_controller_rate_limiter::<String>(),
+            default_controller_rate_limiter::<Arc<str>>(),
         )
         .map_err(|source| StartError::Queue {
             path: path.clone(),

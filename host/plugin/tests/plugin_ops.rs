@@ -147,7 +147,7 @@ async fn spec_5_6_a_failing_reconcile_is_retried_after_the_rate_limiters_growing
         "{ATTEMPTS} attempts took {total:?}, the limiter's delays add up to {want_total:?}"
     );
     let queue = rt.plugins()[0].queue().clone();
-    assert!(queue.num_requeues(&"default/backoff".to_string()) >= ATTEMPTS as u32);
+    assert!(queue.num_requeues(&"default/backoff".into()) >= ATTEMPTS as u32);
     assert!(get_cm(&em, "backoff-done").is_none());
     assert!(
         rt.shutdown(Duration::from_secs(5)).await,
@@ -372,7 +372,7 @@ async fn spec_6_11_patches_replace_and_apply_reach_the_emulator_under_the_plugin
         "sm-patch/default/smp",
         "replace/default/rep",
     ] {
-        ttl.queue().add(key.to_string());
+        ttl.queue().add(key.into());
     }
     let field = |name: &str, f: fn(&Value) -> Value| get_cm(&em, name).map(|o| f(&o));
     assert!(
@@ -451,7 +451,7 @@ async fn memory_exhaustion_in_reconcile_replaces_the_instance_and_rate_limits_th
     let running = &rt.plugins()[0];
     let plugin = running.plugin().clone();
     let queue = running.queue().clone();
-    let key = "default/greedy".to_string();
+    let key: std::sync::Arc<str> = "default/greedy".into();
     let instances = || plugin.stats().instantiations.load(Ordering::Relaxed);
     let exhaustions = || plugin.stats().memory_exhaustions.load(Ordering::Relaxed);
     let first = instances();

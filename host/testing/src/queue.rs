@@ -196,12 +196,12 @@ fn make_ready(st: &mut State, key: String) {
 }
 
 impl QueueBackend for FakeQueue {
-    fn add(&self, key: String) {
-        self.push(key, None, Origin::Guest);
+    fn add(&self, key: &str) {
+        self.push(key.to_owned(), None, Origin::Guest);
     }
 
-    fn add_after(&self, key: String, delay: Duration) {
-        self.push(key, Some(delay), Origin::Guest);
+    fn add_after(&self, key: &str, delay: Duration) {
+        self.push(key.to_owned(), Some(delay), Origin::Guest);
     }
 }
 
@@ -213,11 +213,11 @@ mod tests {
     fn ready_keys_fold_and_delayed_keys_wait_for_the_virtual_clock() {
         let clock = VirtualClock::default();
         let q = FakeQueue::new(clock.clone());
-        q.add("a".into());
-        q.add("a".into());
-        q.add_after("b".into(), Duration::from_secs(10));
-        q.add_after("b".into(), Duration::from_secs(5));
-        q.add_after("c".into(), Duration::ZERO);
+        q.add("a");
+        q.add("a");
+        q.add_after("b", Duration::from_secs(10));
+        q.add_after("b", Duration::from_secs(5));
+        q.add_after("c", Duration::ZERO);
         assert_eq!(q.ready(), ["a", "c"]);
         assert_eq!(q.waiting(), [("b".to_string(), Duration::from_secs(5))]);
         clock.advance(Duration::from_secs(4));

@@ -5,12 +5,14 @@
 //! worker holds) and the FIFO `queue` (dirty items no worker holds). An item added while a worker
 //! holds it only becomes dirty; `done` re-queues it, so the next worker sees the latest state once.
 
+use std::borrow::Borrow;
 use std::collections::VecDeque;
+use std::hash::Hash;
 
 use foldhash::HashMap as FastMap;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -154,14 +156,52 @@ impl<T: Key> Queue<T> {
     /// [`done`](Self::done).
     pub fn add(&self, item: T) {
         let stamp = self.stamp();
-        let mut st = self.shared.state.lock();
-        if st.shutting_down || st.dirty.contains_key(&item) {
-            return;
+        let st = self.shared.state.lock();
+        if let Some(held) = self.admits(&st, &item) {
+            self.insert(st, item, held, stamp);
+        }
+    }
+
+    /// [`add`](Self::add) by a borrowed key (a `&str` for a queue of `Arc<str>`): the item is
+    /// made only when it is not dirty already. Every notification of an informer enqueues a
+    /// key, and in a busy queue most are already waiting.
+    pub fn add_borrowed<Q>(&self, key: &Q)
+    where
+        T: Borrow<Q> + for<'a> From<&'a Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let stamp = self.stamp();
+        let st = self.shared.state.lock();
+        if let Some(held) = self.admits(&st, key) {
+            self.insert(st, T::from(key), held, stamp);
+        }
+    }
+
+    /// Whether an add of `key` changes anything (not shutting down, not dirty already), and if
+    /// so whether a worker holds the key.
+    fn admits<Q>(&self, st: &State<T>, key: &Q) -> Option<bool>
+    where
+        T: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if st.shutting_down || st.dirty.contains_key(key) {
+            return None;
         }
         if let Some(m) = &self.shared.metrics {
             m.adds.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        if st.processing.contains_key(&item) {
+        Some(st.processing.contains_key(key))
+    }
+
+    /// Marks an admitted `item` dirty; one no worker holds is queued too.
+    fn insert(
+        &self,
+        mut st: MutexGuard<'_, State<T>>,
+        item: T,
+        held: bool,
+        stamp: Option<Instant>,
+    ) {
+        if held {
             st.dirty.insert(item, stamp);
             return;
         }

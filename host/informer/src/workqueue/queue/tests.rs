@@ -87,6 +87,40 @@ async fn spec_5_1_add_while_processing_marks_dirty_without_queueing() {
     assert!(q.is_empty());
 }
 
+/// `add_borrowed` keeps `add`'s rules (spec 5.1, 5.3) and makes one item per admitted add: the
+/// dirty entry and the queued one are the same allocation, and an add of a dirty key makes none.
+#[tokio::test]
+async fn spec_5_1_add_borrowed_dedups_and_shares_one_item() {
+    let q: Queue<Arc<str>> = Queue::new();
+    q.add_borrowed("a");
+    q.add_borrowed("b");
+    q.add_borrowed("a");
+    assert_eq!(q.len(), 2, "a dirty key is not queued twice");
+    {
+        let st = q.shared.state.lock();
+        let (dirty, _) = st.dirty.get_key_value("a").expect("a is dirty");
+        let queued = st.queue.iter().find(|k| &***k == "a").expect("a is queued");
+        assert!(Arc::ptr_eq(dirty, queued), "one allocation for both");
+        assert_eq!(Arc::strong_count(dirty), 2, "and no other copy made");
+    }
+    let a = q.get().await.expect("queued");
+    assert_eq!(&*a, "a");
+    // Held by a worker: only marked dirty, queued again by done (spec 5.3).
+    q.add_borrowed("a");
+    assert_eq!(q.len(), 1, "b only");
+    q.done(&a);
+    assert_eq!(q.len(), 2, "done re-queues the dirty key once");
+    q.shutdown();
+    q.add_borrowed("c");
+    assert_eq!(q.len(), 2, "ignored while shutting down");
+    let mut rest = Vec::new();
+    while let Some(k) = within("drain", q.get()).await {
+        q.done(&k);
+        rest.push(k.to_string());
+    }
+    assert_eq!(rest, ["b", "a"]);
+}
+
 #[tokio::test]
 async fn spec_5_2_get_waits_for_an_add() {
     let q: Queue<String> = Queue::new();
