@@ -9,6 +9,7 @@ use crate::bindings::kube::controller::{client, lister};
 use crate::conditions::{self, Condition};
 use crate::error::Result;
 use crate::object::{split_key, Object};
+use crate::short_str::ShortStr;
 use crate::{DeleteOptions, ObjectMeta, PatchType, Preconditions, PropagationPolicy};
 
 /// A patch body and how the API server is to read it.
@@ -100,17 +101,17 @@ impl DeleteOptions {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Api {
-    api_version: String,
-    kind: String,
-    namespace: Option<String>,
+    api_version: ShortStr,
+    kind: ShortStr,
+    namespace: Option<ShortStr>,
 }
 
 impl Api {
     /// Every namespace (for reads), or a cluster-scoped kind.
     pub fn all(api_version: &str, kind: &str) -> Self {
         Api {
-            api_version: api_version.to_string(),
-            kind: kind.to_string(),
+            api_version: api_version.into(),
+            kind: kind.into(),
             namespace: None,
         }
     }
@@ -123,7 +124,7 @@ impl Api {
     /// The same kind in `namespace` (none: all namespaces, or cluster-scoped).
     pub fn within(&self, namespace: Option<&str>) -> Self {
         Api {
-            namespace: namespace.filter(|n| !n.is_empty()).map(str::to_string),
+            namespace: namespace.filter(|n| !n.is_empty()).map(ShortStr::from),
             ..self.clone()
         }
     }
@@ -440,7 +441,7 @@ impl Api {
         if let Some(m) = o.as_object_mut() {
             for (k, v) in [("apiVersion", &self.api_version), ("kind", &self.kind)] {
                 if !m.get(k).is_some_and(Value::is_string) {
-                    m.insert(k.into(), json!(v));
+                    m.insert(k.into(), json!(&**v));
                 }
             }
         }

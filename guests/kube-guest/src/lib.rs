@@ -80,6 +80,7 @@ pub mod events;
 pub mod finalizer;
 mod manifest;
 mod object;
+mod short_str;
 pub mod time;
 #[cfg(feature = "k8s-openapi")]
 pub mod typed;

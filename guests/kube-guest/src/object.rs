@@ -40,8 +40,10 @@ use crate::CachedObject;
 pub struct Object {
     /// The JSON, parsed on first use when the object came from the host.
     value: OnceCell<Value>,
-    /// The host's bytes and metadata, while the object is unmodified.
-    host: Option<Box<HostObject>>,
+    /// The host's bytes and metadata, while the object is unmodified. Held in place, not
+    /// boxed: a reconcile's lister read makes one `Object`, and a box was one more allocation
+    /// and free in the guest per read.
+    host: Option<HostObject>,
 }
 
 /// What the host handed over with a notification: the JSON and, unless the host could not give
@@ -176,7 +178,7 @@ impl Object {
         });
         Object {
             value: OnceCell::new(),
-            host: Some(Box::new(HostObject { json: o.json, meta })),
+            host: Some(HostObject { json: o.json, meta }),
         }
     }
 
@@ -186,13 +188,13 @@ impl Object {
     pub fn from_host_json(json: Vec<u8>) -> Self {
         Object {
             value: OnceCell::new(),
-            host: Some(Box::new(HostObject { json, meta: None })),
+            host: Some(HostObject { json, meta: None }),
         }
     }
 
     /// The host-parsed metadata, while the object is unmodified.
     fn host_meta(&self) -> Option<MetaView<'_>> {
-        let h = self.host.as_deref()?;
+        let h = self.host.as_ref()?;
         Some(MetaView {
             json: &h.json,
             meta: h.meta.as_ref()?,
@@ -202,7 +204,7 @@ impl Object {
     /// The JSON value, parsed now if it was not yet.
     fn v(&self) -> &Value {
         self.value.get_or_init(|| {
-            let json = self.host.as_deref().map_or(&b"{}"[..], |h| &h.json[..]);
+            let json = self.host.as_ref().map_or(&b"{}"[..], |h| &h.json[..]);
             // The host only sends JSON objects; should one ever not parse, the object reads as
             // empty (and its metadata accessors still answer from the host's metadata).
             serde_json::from_slice(json).unwrap_or_else(|_| Value::Object(Map::new()))
@@ -258,7 +260,7 @@ impl Object {
 
     /// The JSON bytes, as the host's imports take them.
     pub fn to_vec(&self) -> Vec<u8> {
-        if let Some(h) = self.host.as_deref() {
+        if let Some(h) = self.host.as_ref() {
             // Unmodified: the host's bytes are the object.
             return h.json.clone();
         }
@@ -292,7 +294,7 @@ impl Object {
     /// assert_eq!(d.get_as::<Spec>("/spec").unwrap().replicas, Some(3));
     /// ```
     pub fn get_as<T: DeserializeOwned>(&self, pointer: &str) -> Result<T> {
-        if let (true, None, Some(h)) = (pointer.is_empty(), self.value.get(), self.host.as_deref())
+        if let (true, None, Some(h)) = (pointer.is_empty(), self.value.get(), self.host.as_ref())
         {
             // The whole object, not parsed yet: straight from the host's bytes into `T`.
             return Ok(serde_json::from_slice(&h.json)?);
