@@ -39,6 +39,18 @@ pub trait ResourceEventHandler: Send + Sync + 'static {
     fn listen(self: Arc<Self>, notifications: Notifications) -> BoxFuture<'static, ()> {
         listen_with(Boxed(self), notifications).boxed()
     }
+
+    /// Handles `n` at once, on the distributing thread, when this handler's whole work for it
+    /// is a short step that never waits (enqueueing a key): returns whether it did, and
+    /// `false` sends it through the listener's queue as usual. The processor asks only while
+    /// the listener has nothing queued or running, so the handler still sees its
+    /// notifications one at a time and in order; what it saves is the hand-over to the
+    /// listener's task (a queue push, a task wake-up and a poll per notification), which for
+    /// an enqueue is most of the cost. Must not block, and must not call into the informer.
+    fn handle_inline(&self, n: &Notification) -> bool {
+        let _ = n;
+        false
+    }
 }
 
 /// A handler with named future types, driven by [`listen_with`] without a box per
@@ -198,6 +210,9 @@ struct Listener {
     handler: Arc<dyn ResourceEventHandler>,
     tracker: Arc<SyncTracker>,
     pending: Arc<AtomicUsize>,
+    /// Notifications sent to the task and not yet handled by it (queued or running): while
+    /// non-zero, nothing may be handled inline, or it would overtake them.
+    unfinished: Arc<AtomicUsize>,
     removed: Arc<AtomicBool>,
     requested_resync_period: Duration,
     resync_period: Duration,
@@ -218,10 +233,40 @@ impl Listener {
             self.tracker.start();
         }
         self.pending.fetch_add(1, Ordering::Relaxed);
+        self.unfinished.fetch_add(1, Ordering::Relaxed);
         if self.tx.send(n).is_err() {
             // The listener task is gone (removed or stopped); keep the counters honest.
             self.pending.fetch_sub(1, Ordering::Relaxed);
+            self.unfinished.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+
+    /// Hands `n` to the listener: inline when its handler takes it so and the listener is
+    /// idle, else through its queue.
+    fn deliver(&self, n: &Notification, panics: PanicPolicy) {
+        // Only `distribute` and `add_listener` send to a listener, never both at once (the
+        // processor's lock), so an idle listener stays idle until this call sends. Acquire:
+        // whatever the task's last handler did happens before this one.
+        let idle = self.rx.is_none()
+            && self.unfinished.load(Ordering::Acquire) == 0
+            && !self.removed.load(Ordering::Relaxed);
+        if idle {
+            match std::panic::catch_unwind(AssertUnwindSafe(|| self.handler.handle_inline(n))) {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(_) => match panics {
+                    PanicPolicy::Crash => {
+                        tracing::error!("event handler panicked; aborting the process (spec 4.4)");
+                        std::process::abort();
+                    }
+                    PanicPolicy::Skip => {
+                        tracing::error!("event handler panicked; notification skipped");
+                        return;
+                    }
+                },
+            }
+        }
+        self.add(n.clone());
     }
 
     fn spawn(&mut self, rt: &tokio::runtime::Handle, id: ListenerId, panics: PanicPolicy) {
@@ -231,6 +276,7 @@ impl Listener {
             rx,
             tracker: self.tracker.clone(),
             pending: self.pending.clone(),
+            unfinished: self.unfinished.clone(),
             removed: self.removed.clone(),
             panics,
         };
@@ -244,6 +290,7 @@ pub struct Notifications {
     rx: mpsc::UnboundedReceiver<Notification>,
     tracker: Arc<SyncTracker>,
     pending: Arc<AtomicUsize>,
+    unfinished: Arc<AtomicUsize>,
     removed: Arc<AtomicBool>,
     panics: PanicPolicy,
 }
@@ -301,6 +348,8 @@ pub async fn listen_with<H: EventHandler>(handler: H, mut n: Notifications) {
         if initial {
             n.tracker.finished();
         }
+        // Release: pairs with the Acquire of `Listener::deliver`'s idle check.
+        n.unfinished.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -380,6 +429,7 @@ impl SharedProcessor {
             handler,
             tracker: tracker.clone(),
             pending: pending.clone(),
+            unfinished: Arc::new(AtomicUsize::new(0)),
             removed: Arc::new(AtomicBool::new(false)),
             requested_resync_period,
             resync_period,
@@ -425,7 +475,7 @@ impl SharedProcessor {
         let g = self.inner.read();
         for (_, l) in &g.listeners {
             if !is_sync || l.syncing {
-                l.add(n.clone());
+                l.deliver(&n, g.panics);
             }
         }
     }
@@ -621,6 +671,105 @@ mod tests {
         assert!(!p.should_resync());
         tokio::time::advance(Duration::from_secs(1)).await;
         assert!(never_rx.try_recv().is_err());
+    }
+
+    /// Updates are handled inline; adds go through the task and wait for `gate`. Records
+    /// `inline N` / `task N` (N the new resourceVersion) in the order they were handled.
+    struct Inliner {
+        seen: Arc<parking_lot::Mutex<Vec<String>>>,
+        gate: Arc<tokio::sync::Semaphore>,
+    }
+
+    impl ResourceEventHandler for Inliner {
+        fn on_add(&self, obj: Object, _: bool) -> BoxFuture<'_, ()> {
+            async move {
+                self.gate.acquire().await.expect("gate open").forget();
+                self.seen
+                    .lock()
+                    .push(format!("task {}", obj.resource_version()));
+            }
+            .boxed()
+        }
+        fn on_update(&self, _: Object, new: Object) -> BoxFuture<'_, ()> {
+            self.seen
+                .lock()
+                .push(format!("task {}", new.resource_version()));
+            futures_util::future::ready(()).boxed()
+        }
+        fn on_delete(&self, _: ObjOrTombstone) -> BoxFuture<'_, ()> {
+            futures_util::future::ready(()).boxed()
+        }
+        fn handle_inline(&self, n: &Notification) -> bool {
+            let Notification::Update { new, .. } = n else {
+                return false;
+            };
+            if new.resource_version() == "boom" {
+                panic!("inline handler failure on purpose");
+            }
+            self.seen
+                .lock()
+                .push(format!("inline {}", new.resource_version()));
+            true
+        }
+    }
+
+    /// spec 4.4: a handler that takes notifications inline still sees them one at a time and
+    /// in order: only while its listener has nothing queued or running; a panic inline is
+    /// dealt with as the processor's policy says.
+    #[tokio::test]
+    async fn spec_4_4_inline_handling_never_overtakes_queued_notifications() {
+        let p = SharedProcessor::with_panic_policy(PanicPolicy::Skip);
+        p.run();
+        let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let h = Inliner {
+            seen: seen.clone(),
+            gate: gate.clone(),
+        };
+        let l = p
+            .add_listener(Arc::new(h), Duration::ZERO, Duration::ZERO, always(), [])
+            .unwrap();
+        // Idle: an update is handled before `distribute` returns.
+        p.distribute(upd("1", "2"), false);
+        assert_eq!(*seen.lock(), ["inline 2"]);
+        // An add held at the gate: the updates after it queue behind it, not inline.
+        p.distribute(
+            Notification::Add {
+                obj: obj("ns", "a", "3"),
+                is_in_initial_list: false,
+            },
+            false,
+        );
+        p.distribute(upd("3", "4"), false);
+        p.distribute(upd("4", "5"), false);
+        assert_eq!(*seen.lock(), ["inline 2"], "nothing overtook the held add");
+        gate.add_permits(1);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while seen.lock().len() < 4 {
+            assert!(tokio::time::Instant::now() < deadline, "{:?}", seen.lock());
+            tokio::task::yield_now().await;
+        }
+        // Drained: inline again, at once.
+        while l.pending() > 0
+            || p.inner.read().listeners[0]
+                .1
+                .unfinished
+                .load(Ordering::Acquire)
+                > 0
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the listener drains"
+            );
+            tokio::task::yield_now().await;
+        }
+        p.distribute(upd("5", "boom"), false);
+        p.distribute(upd("5", "6"), false);
+        assert_eq!(
+            *seen.lock(),
+            ["inline 2", "task 3", "task 4", "task 5", "inline 6"],
+            "in order; the panicking update skipped (PanicPolicy::Skip)"
+        );
     }
 
     #[test]

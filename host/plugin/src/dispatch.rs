@@ -22,7 +22,9 @@ use super::instance::{GuestError, PluginInstance};
 use super::loader::Plugin;
 use super::ownership::PluginOwnership;
 use kwh_client::object::Object;
-use kwh_informer::processor::{listen_with, EventHandler, Notifications, ResourceEventHandler};
+use kwh_informer::processor::{
+    listen_with, EventHandler, Notification, Notifications, ResourceEventHandler,
+};
 use kwh_informer::tombstone::ObjOrTombstone;
 
 /// How a notification whose handler call failed in the sandbox is retried.
@@ -172,13 +174,7 @@ impl Dispatcher {
     /// matters, it deduplicates keys).
     async fn deliver(&self, watch: u32, call: Call<'_>) {
         if self.handed_over.handed_over(watch, call.change()) {
-            if !self.own.active() {
-                self.skipped.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            call.object().with_key(|k| self.queue.add(k));
-            self.enqueued_by_host.fetch_add(1, Ordering::Relaxed);
-            self.delivered.fetch_add(1, Ordering::Relaxed);
+            call.object().with_key(|k| self.enqueue(k));
             return;
         }
         let mut inst = self.instance.lock().await;
@@ -220,6 +216,18 @@ impl Dispatcher {
 }
 
 impl Dispatcher {
+    /// What a handed-over handler does: enqueue the object's own key (when this replica is
+    /// active), counted.
+    fn enqueue(&self, key: &str) {
+        if !self.own.active() {
+            self.skipped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.queue.add(key);
+        self.enqueued_by_host.fetch_add(1, Ordering::Relaxed);
+        self.delivered.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Delivers the objects of a cache as `on-add` notifications of watch `watch`, as a
     /// controller that starts sees its informer's contents: what a replica that gained work
     /// does, so the keys it now owns are queued without a relist.
@@ -308,6 +316,26 @@ impl ResourceEventHandler for WatchHandler {
         let span =
             tracing::debug_span!("dispatch", plugin = %self.dispatcher.name, watch = self.watch);
         listen_with(self, notifications).instrument(span).boxed()
+    }
+
+    /// A handed-over handler's enqueue runs as the informer distributes the notification:
+    /// no trip through the listener's queue and task, once per plugin per event.
+    fn handle_inline(&self, n: &Notification) -> bool {
+        let d = &self.dispatcher;
+        let change = match n {
+            Notification::Add { .. } => Change::Add,
+            Notification::Update { .. } => Change::Update,
+            Notification::Delete(_) => Change::Delete,
+        };
+        if !d.handed_over.handed_over(self.watch, change) {
+            return false;
+        }
+        match n {
+            Notification::Add { obj, .. } => obj.with_key(|k| d.enqueue(k)),
+            Notification::Update { new, .. } => new.with_key(|k| d.enqueue(k)),
+            Notification::Delete(o) => o.with_key(|k| d.enqueue(k)),
+        }
+        true
     }
 }
 
