@@ -294,8 +294,7 @@ impl Object {
     /// assert_eq!(d.get_as::<Spec>("/spec").unwrap().replicas, Some(3));
     /// ```
     pub fn get_as<T: DeserializeOwned>(&self, pointer: &str) -> Result<T> {
-        if let (true, None, Some(h)) = (pointer.is_empty(), self.value.get(), self.host.as_ref())
-        {
+        if let (true, None, Some(h)) = (pointer.is_empty(), self.value.get(), self.host.as_ref()) {
             // The whole object, not parsed yet: straight from the host's bytes into `T`.
             return Ok(serde_json::from_slice(&h.json)?);
         }

@@ -67,11 +67,23 @@ mod tests {
     #[test]
     fn reads_back_what_it_was_made_of_inline_or_not() {
         let long = "x".repeat(INLINE + 1);
-        for s in ["", "v1", "ConfigMap", "rbac.authorization.k8s.io/v1", "ü/ß", &long[1..], &long] {
+        for s in [
+            "",
+            "v1",
+            "ConfigMap",
+            "rbac.authorization.k8s.io/v1",
+            "ü/ß",
+            &long[1..],
+            &long,
+        ] {
             let t = ShortStr::from(s);
             assert_eq!(&*t, s);
             assert_eq!(format!("{t:?}"), format!("{s:?}"));
-            assert_eq!(matches!(t, ShortStr::Inline { .. }), s.len() <= INLINE, "{s}");
+            assert_eq!(
+                matches!(t, ShortStr::Inline { .. }),
+                s.len() <= INLINE,
+                "{s}"
+            );
         }
         assert_eq!(ShortStr::from("a"), ShortStr::from("a"));
         assert_ne!(ShortStr::from("a"), ShortStr::from("b"));
