@@ -221,23 +221,10 @@ impl WatchDecoder {
     }
 }
 
-/// Position of the first `\n`, eight bytes at a time.
+/// Position of the first `\n`: every event's bytes pass here once, so a vector search
+/// (memchr's, 16 or 32 bytes a step) rather than a word at a time.
 fn find_newline(b: &[u8]) -> Option<usize> {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    const NL: u64 = LO * b'\n' as u64;
-    let mut i = 0;
-    while i + 8 <= b.len() {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&b[i..i + 8]);
-        let x = u64::from_le_bytes(w) ^ NL;
-        // Some byte of `x` is zero, i.e. some byte of the word is a newline.
-        if x.wrapping_sub(LO) & !x & HI != 0 {
-            break;
-        }
-        i += 8;
-    }
-    b[i..].iter().position(|&c| c == b'\n').map(|p| i + p)
+    memchr::memchr(b'\n', b)
 }
 
 /// Decode one complete event value. The scan checks it as UTF-8 on the way.

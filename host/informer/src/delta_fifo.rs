@@ -502,10 +502,17 @@ impl DeltaFifo {
     where
         F: FnOnce(Arc<str>, Deltas, bool) -> Result<(), E>,
     {
+        // First without registering as a waiter: under load a key is usually queued, and
+        // registering costs the `Notify`'s lock twice (in and out of its waiter list).
+        let mut registered = false;
         loop {
             let notified = self.notify.notified();
             tokio::pin!(notified);
-            notified.as_mut().enable();
+            if registered {
+                // Before the state check, so a push between the check and the await still
+                // wakes this pop.
+                notified.as_mut().enable();
+            }
             {
                 let mut s = self.state.lock();
                 if let Some(key) = s.queue.pop_front() {
@@ -526,7 +533,10 @@ impl DeltaFifo {
                     return Err(FifoClosed.into());
                 }
             }
-            notified.await;
+            if registered {
+                notified.await;
+            }
+            registered = true;
         }
     }
 

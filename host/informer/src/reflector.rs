@@ -552,9 +552,13 @@ impl<L: ListerWatcher, S: ReflectorStore> Reflector<L, S> {
         let mut count = 0usize;
         // Synthetic ADDEDs of a watch from ""/"0" come out of RV order (k/k#136583).
         let mut hold_rv = start_rv.is_empty() || start_rv == "0";
+        // One wait for the stop signal for the whole watch: a new one per event would enter
+        // and leave the signal's waiter list (two locks) for every event.
+        let stopped = stop.stopped();
+        tokio::pin!(stopped);
         loop {
             let ev = tokio::select! {
-                _ = stop.stopped() => return WatchEnd::Stopped,
+                _ = &mut stopped => return WatchEnd::Stopped,
                 _ = tick(resync) => {
                     self.maybe_resync();
                     continue;
@@ -699,9 +703,11 @@ impl<L: ListerWatcher, S: ReflectorStore> Reflector<L, S> {
             None
         };
         let mut count = 0usize;
+        let stopped = stop.stopped();
+        tokio::pin!(stopped);
         loop {
             let ev = tokio::select! {
-                _ = stop.stopped() => return ListWatchEnd::Stopped,
+                _ = &mut stopped => return ListWatchEnd::Stopped,
                 _ = warn.tick() => {
                     tracing::warn!(
                         objects = temp.len(),
