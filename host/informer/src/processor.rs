@@ -197,6 +197,22 @@ pub enum PanicPolicy {
     Skip,
 }
 
+impl PanicPolicy {
+    /// Deals with a handler call that panicked: aborts under `Crash`; under `Skip`, logs it
+    /// and returns, the notification skipped.
+    fn handler_panicked(self) {
+        match self {
+            PanicPolicy::Crash => {
+                tracing::error!("event handler panicked; aborting the process (spec 4.4)");
+                std::process::abort();
+            }
+            PanicPolicy::Skip => {
+                tracing::error!("event handler panicked; notification skipped");
+            }
+        }
+    }
+}
+
 /// How long a listener pauses after a skipped panic (client-go's listener loop restarts after
 /// a second).
 const PANIC_PAUSE: Duration = Duration::from_secs(1);
@@ -254,16 +270,11 @@ impl Listener {
             match std::panic::catch_unwind(AssertUnwindSafe(|| self.handler.handle_inline(n))) {
                 Ok(true) => return,
                 Ok(false) => {}
-                Err(_) => match panics {
-                    PanicPolicy::Crash => {
-                        tracing::error!("event handler panicked; aborting the process (spec 4.4)");
-                        std::process::abort();
-                    }
-                    PanicPolicy::Skip => {
-                        tracing::error!("event handler panicked; notification skipped");
-                        return;
-                    }
-                },
+                Err(_) => {
+                    // Skipped (no pause: this is the informer's thread, not the listener's).
+                    panics.handler_panicked();
+                    return;
+                }
             }
         }
         self.add(n.clone());
@@ -334,16 +345,8 @@ pub async fn listen_with<H: EventHandler>(handler: H, mut n: Notifications) {
             }
         });
         if !caught.await {
-            match n.panics {
-                PanicPolicy::Crash => {
-                    tracing::error!("event handler panicked; aborting the process (spec 4.4)");
-                    std::process::abort();
-                }
-                PanicPolicy::Skip => {
-                    tracing::error!("event handler panicked; notification skipped");
-                    tokio::time::sleep(PANIC_PAUSE).await;
-                }
-            }
+            n.panics.handler_panicked();
+            tokio::time::sleep(PANIC_PAUSE).await;
         }
         if initial {
             n.tracker.finished();
