@@ -404,8 +404,11 @@ fn init_logs(format: LogFormat, default_level: &str) {
     }
 }
 
-/// The engine, with pool slots for at least `instances` instances (never fewer than the
-/// default): a run needs every plugin's worker and dispatch instances at once.
+/// The engine, with pool slots for `instances` instances (at least one plugin's default
+/// limit, for the commands that load plugins one at a time): a run needs every plugin's worker
+/// and dispatch instances at once, and the loader holds each plugin to its own limit, so the
+/// sum is enough. Why not more: every slot is set up when the process starts (a fiber stack
+/// and its guard page each), which was a tenth of a start's CPU at the default 256 slots.
 fn engine(
     cache_dir: Option<PathBuf>,
     max_memory: usize,
@@ -416,7 +419,7 @@ fn engine(
     Ok(PluginEngine::new(EngineConfig {
         cache_dir: cache_dir.or(defaults.cache_dir),
         max_memory_bytes: max_memory.max(DEFAULT_MAX_MEMORY),
-        max_instances: instances.max(defaults.max_instances),
+        max_instances: instances.max(Limits::default().max_instances),
         compiler,
         ..EngineConfig::default()
     })?)
