@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use foldhash::{HashMap as FastMap, HashSet as FastSet};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::tombstone::ObjOrTombstone;
 use kwh_client::Object;
@@ -57,6 +57,12 @@ struct Inner {
     items: FastMap<Arc<str>, Object>,
     indexers: Indexers,
     indices: FastMap<String, Index>,
+    /// The namespace index (under its own name, with [`namespace_index_func`]) is registered
+    /// but not built yet: it is built from the items on its first read and kept from then on.
+    /// Why: every informer's store has it and most are never read by namespace, while keeping
+    /// it cost each write a hash-set insert (a tenth of a sync's per-object work at 100,000
+    /// objects, and a set of every key).
+    namespace_pending: bool,
 }
 
 /// A thread-safe keyed store of objects with secondary indexes (client-go's `Indexer`).
@@ -83,11 +89,15 @@ impl Store {
             .keys()
             .map(|k| (k.clone(), Index::default()))
             .collect();
+        let namespace_pending = indexers
+            .get(NAMESPACE_INDEX)
+            .is_some_and(|f| Arc::ptr_eq(f, &NAMESPACE_FN));
         Store {
             inner: RwLock::new(Inner {
                 items: FastMap::default(),
                 indexers,
                 indices,
+                namespace_pending,
             }),
         }
     }
@@ -209,7 +219,10 @@ impl Store {
         namespace: Option<&str>,
         pred: &dyn Fn(&Object) -> bool,
     ) -> Vec<Object> {
-        let g = self.inner.read();
+        let g = match namespace {
+            Some(_) => self.read_index(NAMESPACE_INDEX),
+            None => self.inner.read(),
+        };
         match namespace {
             Some(ns) => {
                 if let Some(ix) = g.indices.get(NAMESPACE_INDEX) {
@@ -234,7 +247,7 @@ impl Store {
 
     /// Objects whose `index_name` values include `value`, unordered (spec 3.4).
     pub fn by_index(&self, index_name: &str, value: &str) -> Result<Vec<Object>, StoreError> {
-        let g = self.inner.read();
+        let g = self.read_index(index_name);
         let ix = g.index(index_name)?;
         Ok(ix
             .get(value)
@@ -246,7 +259,7 @@ impl Store {
 
     /// Keys whose `index_name` values include `value`, sorted (spec 3.4).
     pub fn index_keys(&self, index_name: &str, value: &str) -> Result<Vec<String>, StoreError> {
-        let g = self.inner.read();
+        let g = self.read_index(index_name);
         let ix = g.index(index_name)?;
         let mut keys: Vec<String> = ix
             .get(value)
@@ -260,7 +273,7 @@ impl Store {
 
     /// Objects sharing any of `obj`'s values of `index_name` (the union, spec 3.4).
     pub fn index(&self, index_name: &str, obj: &Object) -> Result<Vec<Object>, StoreError> {
-        let g = self.inner.read();
+        let g = self.read_index(index_name);
         let f = g
             .indexers
             .get(index_name)
@@ -279,13 +292,26 @@ impl Store {
 
     /// Index values that still have keys (spec 3.4; empty sets are removed, spec 3.3).
     pub fn list_index_func_values(&self, index_name: &str) -> Result<Vec<String>, StoreError> {
-        let g = self.inner.read();
+        let g = self.read_index(index_name);
         Ok(g.index(index_name)?.keys().cloned().collect())
     }
 
     /// Names of the registered indexes.
     pub fn index_names(&self) -> Vec<String> {
         self.inner.read().indexers.keys().cloned().collect()
+    }
+
+    /// A read lock under which the index `index_name` is complete: the namespace index is
+    /// built here on its first read (see `Inner::namespace_pending`).
+    fn read_index(&self, index_name: &str) -> RwLockReadGuard<'_, Inner> {
+        let g = self.inner.read();
+        if !(g.namespace_pending && index_name == NAMESPACE_INDEX) {
+            return g;
+        }
+        drop(g);
+        let mut w = self.inner.write();
+        w.build_namespace_index();
+        RwLockWriteGuard::downgrade(w)
     }
 
     /// Register more indexes; a name already registered is an error and nothing is added.
@@ -352,13 +378,30 @@ impl Inner {
         }
     }
 
+    /// Builds the pending namespace index from the items (nothing when it is built already).
+    fn build_namespace_index(&mut self) {
+        if !self.namespace_pending {
+            return;
+        }
+        let mut ix = Index::default();
+        for (key, obj) in &self.items {
+            index(&mut ix, namespace_of(obj), key);
+        }
+        self.indices.insert(NAMESPACE_INDEX.to_owned(), ix);
+        self.namespace_pending = false;
+    }
+
     fn rebuild_indices(&mut self) {
         let Inner {
             items,
             indexers,
             indices,
+            namespace_pending,
         } = self;
         for (name, f) in indexers.iter() {
+            if *namespace_pending && name == NAMESPACE_INDEX {
+                continue;
+            }
             let mut ix = Index::default();
             for (key, obj) in items.iter() {
                 for v in f(obj) {
@@ -373,6 +416,9 @@ impl Inner {
     fn update_indices(&mut self, old: Option<&Object>, new: Option<&Object>, key: &Arc<str>) {
         for (name, f) in &self.indexers {
             if Arc::ptr_eq(f, &NAMESPACE_FN) {
+                if self.namespace_pending && name == NAMESPACE_INDEX {
+                    continue;
+                }
                 let old_ns = old.map(namespace_of);
                 let new_ns = new.map(namespace_of);
                 // An update keeps its namespace: nothing to move.
@@ -624,6 +670,64 @@ mod tests {
         assert_eq!(s.index_keys("app", "x").unwrap(), vec!["ns/a"]);
         s.add(obj_labels("ns", "b", "1", &[("app", "x")]));
         assert_eq!(s.index_keys("app", "x").unwrap(), vec!["ns/a", "ns/b"]);
+    }
+
+    /// The namespace index is built on its first read and kept from then on; its answers are
+    /// those of the same index kept on every write (here a copy of its function under another
+    /// name, which the store cannot recognise and so keeps eagerly), before and after that
+    /// read, through updates, deletes and a replace (spec 3.2, 3.3).
+    #[test]
+    fn spec_3_2_namespace_index_built_on_first_read_answers_like_one_kept_on_every_write() {
+        let mut ix = Indexers::new();
+        ix.insert(NAMESPACE_INDEX.to_owned(), namespace_index_func());
+        ix.insert(
+            "eager".to_owned(),
+            Arc::new(|o: &Object| vec![o.namespace().unwrap_or("").to_owned()]) as IndexFunc,
+        );
+        let s = Store::with_indexers(ix);
+        let same = |s: &Store| {
+            let mut vals = s.list_index_func_values(NAMESPACE_INDEX).unwrap();
+            let mut eager = s.list_index_func_values("eager").unwrap();
+            vals.sort();
+            eager.sort();
+            assert_eq!(vals, eager);
+            for v in &vals {
+                assert_eq!(
+                    s.index_keys(NAMESPACE_INDEX, v).unwrap(),
+                    s.index_keys("eager", v).unwrap(),
+                    "{v}"
+                );
+            }
+            vals
+        };
+        s.add(obj("a", "x", "1"));
+        s.add(obj("a", "y", "1"));
+        s.add(obj("b", "x", "1"));
+        s.add(obj("", "node", "1"));
+        s.delete(&obj("a", "y", "1").into());
+        // Writes so far left it alone.
+        assert!(s.inner.read().namespace_pending);
+        assert!(s.inner.read().indices[NAMESPACE_INDEX].is_empty());
+        assert_eq!(same(&s), vec!["", "a", "b"]);
+        assert!(!s.inner.read().namespace_pending);
+        // From here on every write keeps it.
+        s.add(obj("c", "z", "1"));
+        s.update(obj("a", "x", "2"));
+        s.delete(&obj("b", "x", "1").into());
+        assert_eq!(same(&s), vec!["", "a", "c"]);
+        s.replace(vec![obj("d", "w", "1"), obj("a", "x", "3")]);
+        assert_eq!(same(&s), vec!["a", "d"]);
+        assert_eq!(s.by_index(NAMESPACE_INDEX, "d").unwrap().len(), 1);
+        // A store read by namespace first (a lister's list) builds it the same way.
+        let t = Store::with_namespace_index();
+        t.add(obj("a", "x", "1"));
+        t.add(obj("b", "x", "1"));
+        assert_eq!(t.list_filtered(Some("a"), &|_| true).len(), 1);
+        t.add(obj("a", "y", "1"));
+        assert_eq!(
+            t.index_keys(NAMESPACE_INDEX, "a").unwrap(),
+            vec!["a/x", "a/y"]
+        );
     }
 
     #[test]
