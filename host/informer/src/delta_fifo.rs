@@ -185,6 +185,10 @@ pub trait KnownObjects: Send + Sync {
     /// A relist of `listed` items is being queued: room for them downstream, so the store
     /// takes them in without growing its table step by step.
     fn reserve(&self, _listed: usize) {}
+    /// Nothing is known (an informer's first list is coming).
+    fn is_empty(&self) -> bool {
+        self.list_keys().is_empty()
+    }
 }
 
 impl KnownObjects for Store {
@@ -202,6 +206,9 @@ impl KnownObjects for Store {
     }
     fn reserve(&self, listed: usize) {
         Store::reserve(self, listed)
+    }
+    fn is_empty(&self) -> bool {
+        Store::is_empty(self)
     }
 }
 
@@ -246,6 +253,13 @@ pub struct DeltaFifoOptions {
 struct State {
     items: FastMap<Arc<str>, Deltas>,
     queue: VecDeque<Arc<str>>,
+    /// The items of a list taken in while nothing was queued or known (an informer's first
+    /// list), in the list's order, each one Replaced (or Sync) delta: popped before `queue`,
+    /// without entering `items`. Why: the first list is most of a sync's deltas, and each
+    /// would otherwise be inserted into `items` and removed again, two probes of a table as
+    /// large as the list. The per-key order holds: anything queued for one of these keys
+    /// meanwhile is in `queue`, behind them all.
+    listed: VecDeque<Object>,
     /// Some Add/Update/Delete/Replace has happened.
     populated: bool,
     /// Items of the first Replace not yet popped.
@@ -264,6 +278,9 @@ impl State {
     /// Give back the room a relist grew: a drained queue would otherwise keep one slot per
     /// object of the largest list it ever held, as much as a sixth of a small object's size.
     fn release_spare(&mut self) {
+        if self.listed.is_empty() && self.listed.capacity() > 0 {
+            self.listed = VecDeque::new();
+        }
         if self.items.capacity() > SPARE_CAPACITY {
             self.items.shrink_to(SPARE_CAPACITY);
         }
@@ -286,7 +303,7 @@ impl std::fmt::Debug for DeltaFifo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let s = self.state.lock();
         f.debug_struct("DeltaFifo")
-            .field("queued", &s.queue.len())
+            .field("queued", &(s.listed.len() + s.queue.len()))
             .field("closed", &s.closed)
             .finish()
     }
@@ -322,7 +339,10 @@ impl DeltaFifo {
         let key = obj.key();
         let mut s = self.state.lock();
         s.populated = true;
-        let queued = s.items.contains_key(key.as_str());
+        // A key of a first list still being taken in counts as queued (finding it would take
+        // a search); its deletion goes behind it. A watch that starts from that list's
+        // version deletes only what the list had, or what it added since.
+        let queued = !s.listed.is_empty() || s.items.contains_key(key.as_str());
         let known = match &self.known {
             Some(k) => k.get_by_key(&key).is_some(),
             None => false,
@@ -345,6 +365,23 @@ impl DeltaFifo {
         // it by (up to a third) before the queue grows.
         list.shrink_to_fit();
         let mut s = self.state.lock();
+        let nothing_known = self.known.as_ref().is_none_or(|k| k.is_empty());
+        if s.items.is_empty() && s.listed.is_empty() && nothing_known {
+            // A first list: nothing to merge with and nothing to tombstone (see `listed`).
+            if let Some(known) = &self.known {
+                known.reserve(list.len());
+            }
+            if let Some(t) = &self.transform {
+                list = list.into_iter().map(|o| t(o)).collect();
+            }
+            if !s.populated {
+                s.populated = true;
+                s.initial_population_count = list.len();
+            }
+            s.listed = VecDeque::from(list);
+            self.notify.notify_waiters();
+            return;
+        }
         // Room for the whole list up front: growing step by step would hold the old and the
         // new table at once, at the moment the relist's memory peaks.
         s.items.reserve(list.len());
@@ -355,21 +392,23 @@ impl DeltaFifo {
         // Keys queued before the list that the list lacks get a tombstone below. Few keys are
         // queued when a relist ends, so these are remembered rather than every listed key.
         let mut unlisted: HashSet<Arc<str>> = s.items.keys().cloned().collect();
-        let queued_before = s.items.len();
+        // A first list not yet taken in whole (a relist came quickly): its keys are queued too.
+        let first_list: FastMap<Arc<str>, Object> = s
+            .listed
+            .iter()
+            .map(|o| (Arc::from(o.key()), o.clone()))
+            .collect();
+        unlisted.extend(first_list.keys().cloned());
         for obj in list {
-            let d = if self.emit_replaced {
-                Delta::Replaced(obj)
-            } else {
-                Delta::Sync(obj)
-            };
             // Relisted items are new objects: the transform applies even to the Sync form.
-            let key = self.queue_action(&mut s, d, true, true);
+            let key = self.queue_action(&mut s, self.list_delta(obj), true, true);
             if !unlisted.is_empty() {
                 unlisted.remove(&key);
             }
         }
-        // Distinct listed keys: the ones new to the queue plus the queued ones listed again.
-        let listed = s.items.len() - queued_before + (queued_before - unlisted.len());
+        // Distinct listed keys: every key in `items` now but the ones queued before that the
+        // list lacks (the loop added none of those).
+        let listed = s.items.len() - unlisted.iter().filter(|k| s.items.contains_key(*k)).count();
 
         // Keys only in the queue vanished too (k/k#115620): tombstone with the newest state.
         let deletions: Vec<DeletedFinalStateUnknown> = unlisted
@@ -380,7 +419,8 @@ impl DeltaFifo {
                     .items
                     .get(k)
                     .and_then(|d| d.last())
-                    .and_then(|d| d.object().cloned()),
+                    .and_then(|d| d.object().cloned())
+                    .or_else(|| first_list.get(k).cloned()),
             })
             .collect();
         drop(unlisted);
@@ -414,6 +454,15 @@ impl DeltaFifo {
         }
         // Once for the whole list: the lock held throughout kept any consumer out anyway.
         self.notify.notify_waiters();
+    }
+
+    /// The delta of a listed item: Replaced, or Sync when the informer did not ask for Replaced.
+    fn list_delta(&self, obj: Object) -> Delta {
+        if self.emit_replaced {
+            Delta::Replaced(obj)
+        } else {
+            Delta::Sync(obj)
+        }
     }
 
     /// Queue `Sync(known)` for every known key with nothing queued (spec 2.6, k/k#32125):
@@ -515,6 +564,19 @@ impl DeltaFifo {
             }
             {
                 let mut s = self.state.lock();
+                if let Some(obj) = s.listed.pop_front() {
+                    let is_in_initial_list = !s.has_synced();
+                    if s.initial_population_count > 0 {
+                        s.initial_population_count -= 1;
+                    }
+                    let delta = self.list_delta(obj);
+                    let key: Arc<str> = delta.with_key(|k| Arc::from(k));
+                    if s.listed.is_empty() && s.queue.is_empty() {
+                        s.release_spare();
+                    }
+                    return process(key, Deltas::one(delta), is_in_initial_list)
+                        .map_err(PopError::Process);
+                }
                 if let Some(key) = s.queue.pop_front() {
                     let is_in_initial_list = !s.has_synced();
                     if s.initial_population_count > 0 {
@@ -556,23 +618,39 @@ impl DeltaFifo {
         self.state.lock().closed
     }
 
-    /// Queued keys, head first.
+    /// Queued keys, head first (a key of a first list still being taken in that was queued
+    /// again since is listed twice: it is popped twice).
     pub fn list_keys(&self) -> Vec<String> {
-        self.state
-            .lock()
-            .queue
+        let s = self.state.lock();
+        s.listed
             .iter()
-            .map(|k| k.to_string())
+            .map(Object::key)
+            .chain(s.queue.iter().map(|k| k.to_string()))
             .collect()
     }
 
-    /// The queued deltas of a key.
+    /// The queued deltas of a key, oldest first.
     pub fn get_by_key(&self, key: &str) -> Option<Deltas> {
-        self.state.lock().items.get(key).cloned()
+        let s = self.state.lock();
+        let listed = s
+            .listed
+            .iter()
+            .filter(|o| o.with_key(|k| k == key))
+            .map(|o| self.list_delta(o.clone()));
+        let queued = s.items.get(key).into_iter().flat_map(|d| d.iter().cloned());
+        let mut all = listed.chain(queued);
+        let mut deltas = Deltas::one(all.next()?);
+        for d in all {
+            deltas.push(d);
+        }
+        Some(deltas)
     }
 
+    /// Queued entries (a key of a first list still being taken in that was queued again since
+    /// counts twice).
     pub fn len(&self) -> usize {
-        self.state.lock().queue.len()
+        let s = self.state.lock();
+        s.listed.len() + s.queue.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -1064,29 +1142,156 @@ mod tests {
         assert!(Object::ptr_eq(&got.unwrap(), &cached));
     }
 
+    /// Pops everything queued, applying each entry to `known` as the informer does; each
+    /// entry as (key, delta kinds, is_in_initial_list).
+    async fn drain(f: &DeltaFifo, known: &Store) -> Vec<(String, Vec<DeltaType>, bool)> {
+        let mut out = Vec::new();
+        while !f.is_empty() {
+            let (deltas, init) = pop1(f).await;
+            for d in deltas.iter() {
+                match d {
+                    Delta::Deleted(_) => known.delete_key(&d.key()),
+                    d => known.add(d.object().cloned().expect("an object")),
+                }
+            }
+            out.push((
+                deltas[0].key(),
+                deltas.iter().map(Delta::kind).collect(),
+                init,
+            ));
+        }
+        out
+    }
+
+    /// An informer's first list is popped before what the watch queued meanwhile, each key's
+    /// changes in order: an update and a deletion of listed keys come after their list items
+    /// (the deletion is queued although its key was neither queued in `items` nor known when it
+    /// came), and only the list's items are in the initial list (spec 2.5, 2.7).
+    #[tokio::test]
+    async fn spec_2_7_a_first_list_pops_before_later_changes_in_each_keys_order() {
+        use DeltaType::*;
+        let known = Arc::new(Store::new());
+        let f = fifo_with(Some(known.clone()));
+        f.replace(vec![
+            obj("ns", "a", "1"),
+            obj("ns", "b", "1"),
+            obj("ns", "c", "1"),
+        ]);
+        f.update(obj("ns", "b", "2"));
+        f.delete(obj("ns", "c", "1").into());
+        f.add(obj("ns", "d", "1"));
+        assert_eq!(f.len(), 6);
+        assert_eq!(
+            f.list_keys(),
+            ["ns/a", "ns/b", "ns/c", "ns/b", "ns/c", "ns/d"]
+        );
+        assert_eq!(
+            f.get_by_key("ns/b")
+                .map(|d| d.iter().map(Delta::kind).collect::<Vec<_>>()),
+            Some(vec![Replaced, Updated])
+        );
+        assert!(!f.has_synced());
+        let popped = drain(&f, &known).await;
+        let want: Vec<(String, Vec<DeltaType>, bool)> = vec![
+            ("ns/a".into(), vec![Replaced], true),
+            ("ns/b".into(), vec![Replaced], true),
+            ("ns/c".into(), vec![Replaced], true),
+            ("ns/b".into(), vec![Updated], false),
+            ("ns/c".into(), vec![Deleted], false),
+            ("ns/d".into(), vec![Added], false),
+        ];
+        assert_eq!(popped, want);
+        assert!(f.has_synced());
+        assert_eq!(known.list_keys().len(), 3);
+        assert_eq!(known.get_by_key("ns/b").unwrap().resource_version(), "2");
+        assert!(known.get_by_key("ns/c").is_none());
+    }
+
+    /// A relist that comes while a first list is still being popped: keys of the first list
+    /// the relist has again get their new state after the old, the ones it lacks (queued or
+    /// already known) a tombstone with their last state; the initial count still ends with
+    /// the first list (spec 2.5).
+    #[tokio::test]
+    async fn spec_2_5_a_relist_during_a_first_list_tombstones_what_it_lacks() {
+        use DeltaType::*;
+        let known = Arc::new(Store::new());
+        let f = fifo_with(Some(known.clone()));
+        f.replace(vec![
+            obj("ns", "a", "1"),
+            obj("ns", "b", "1"),
+            obj("ns", "c", "1"),
+        ]);
+        let (first, init) = pop1(&f).await;
+        assert!(init);
+        known.add(first[0].object().cloned().unwrap());
+        f.replace(vec![obj("ns", "b", "2"), obj("ns", "d", "1")]);
+        let c_tombstone = f
+            .get_by_key("ns/c")
+            .and_then(|d| d.last().cloned())
+            .expect("c queued");
+        match c_tombstone {
+            Delta::Deleted(ObjOrTombstone::Tombstone(t)) => {
+                assert_eq!(
+                    t.obj.map(|o| o.resource_version().to_owned()),
+                    Some("1".into())
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        let popped = drain(&f, &known).await;
+        let want: Vec<(String, Vec<DeltaType>, bool)> = vec![
+            ("ns/b".into(), vec![Replaced], true),
+            ("ns/c".into(), vec![Replaced], true),
+            ("ns/b".into(), vec![Replaced], false),
+            ("ns/d".into(), vec![Replaced], false),
+            ("ns/c".into(), vec![Deleted], false),
+            ("ns/a".into(), vec![Deleted], false),
+        ];
+        assert_eq!(popped, want);
+        let mut keys = known.list_keys();
+        keys.sort();
+        assert_eq!(keys, ["ns/b", "ns/d"]);
+        assert_eq!(known.get_by_key("ns/b").unwrap().resource_version(), "2");
+    }
+
     #[tokio::test]
     async fn drained_queue_gives_back_the_room_a_large_relist_grew() {
-        let f = fifo_with(None);
-        f.replace(
-            (0..5000)
-                .map(|i| obj("ns", &format!("o{i}"), "1"))
-                .collect(),
-        );
-        assert!(f.state.lock().items.capacity() >= 5000);
-        for _ in 0..5000 {
-            pop1(&f).await;
+        // A first list waits in `listed`; a relist (here: something was queued before it) is
+        // merged into `items` and `queue`. Either gives its room back once drained.
+        for first in [true, false] {
+            let f = fifo_with(None);
+            if !first {
+                f.add(obj("ns", "queued", "1"));
+            }
+            f.replace(
+                (0..5000)
+                    .map(|i| obj("ns", &format!("o{i}"), "1"))
+                    .collect(),
+            );
+            {
+                let s = f.state.lock();
+                if first {
+                    assert!(s.listed.len() == 5000 && s.items.is_empty());
+                } else {
+                    assert!(s.listed.is_empty() && s.items.capacity() >= 5000);
+                }
+            }
+            for _ in 0..f.len() {
+                pop1(&f).await;
+            }
+            let s = f.state.lock();
+            assert!(s.items.is_empty() && s.queue.is_empty() && s.listed.is_empty());
+            assert_eq!(s.listed.capacity(), 0);
+            assert!(
+                s.items.capacity() <= 2 * SPARE_CAPACITY,
+                "{}",
+                s.items.capacity()
+            );
+            assert!(
+                s.queue.capacity() <= 2 * SPARE_CAPACITY,
+                "{}",
+                s.queue.capacity()
+            );
         }
-        let s = f.state.lock();
-        assert!(s.items.is_empty() && s.queue.is_empty());
-        assert!(
-            s.items.capacity() <= 2 * SPARE_CAPACITY,
-            "{}",
-            s.items.capacity()
-        );
-        assert!(
-            s.queue.capacity() <= 2 * SPARE_CAPACITY,
-            "{}",
-            s.queue.capacity()
-        );
     }
 }
