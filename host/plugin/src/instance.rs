@@ -499,9 +499,9 @@ pub struct PluginInstance {
     clock: Option<Arc<dyn GuestClock>>,
     /// The `meta` blocks of one notification's objects (old and new), reused call to call.
     meta: [Vec<u32>; 2],
-    /// The reconcile backstop's timer, reused call to call: moving a registered timer's
-    /// deadline later is an atomic store in tokio, where a new timer per call is an insertion
-    /// into and a removal from the timer wheel under the driver's lock.
+    /// The reconcile backstop's timer, reused call to call (a new timer per call is an
+    /// insertion into and a removal from the timer wheel under the driver's lock) and moved
+    /// only when it fires before the running call's backstop.
     backstop: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
@@ -681,11 +681,20 @@ impl PluginInstance {
             let (live, armed) = self.live_armed(d, Some(started)).await?;
             let at = tokio::time::Instant::from_std(armed + backstop);
             let timer = match &mut timer {
-                Some(t) => {
-                    t.as_mut().reset(at);
-                    t
-                }
+                Some(t) => t,
                 None => timer.insert(Box::pin(tokio::time::sleep_until(at))),
+            };
+            // The timer is re-armed only when it fires before this call's backstop. It is never
+            // set later than that (each call's backstop is later than the last one's), and
+            // resetting it for every call cost a timer-wheel removal and insertion each.
+            let backstop_passed = async {
+                loop {
+                    timer.as_mut().await;
+                    if tokio::time::Instant::now() >= at {
+                        return;
+                    }
+                    timer.as_mut().reset(at);
+                }
             };
             // SAFETY: the signature was checked by `typed` in `instantiate`.
             let f: Reconcile<'_> = unsafe { TypedFunc::new_unchecked(live.reconcile) };
@@ -695,7 +704,8 @@ impl PluginInstance {
             data.reconciling = true;
             let res = {
                 let call = std::pin::pin!(f.call_async(&mut live.store, (key,)));
-                match futures_util::future::select(call, timer.as_mut()).await {
+                let backstop_passed = std::pin::pin!(backstop_passed);
+                match futures_util::future::select(call, backstop_passed).await {
                     Either::Left((res, _)) => Some(res),
                     Either::Right(_) => None,
                 }
