@@ -1163,6 +1163,13 @@ mod tests {
         out
     }
 
+    /// What [`drain`] returns, written as (key, delta kinds, is_in_initial_list).
+    fn entries(want: &[(&str, &[DeltaType], bool)]) -> Vec<(String, Vec<DeltaType>, bool)> {
+        want.iter()
+            .map(|(k, kinds, init)| (k.to_string(), kinds.to_vec(), *init))
+            .collect()
+    }
+
     /// An informer's first list is popped before what the watch queued meanwhile, each key's
     /// changes in order: an update and a deletion of listed keys come after their list items
     /// (the deletion is queued although its key was neither queued in `items` nor known when it
@@ -1192,14 +1199,14 @@ mod tests {
         );
         assert!(!f.has_synced());
         let popped = drain(&f, &known).await;
-        let want: Vec<(String, Vec<DeltaType>, bool)> = vec![
-            ("ns/a".into(), vec![Replaced], true),
-            ("ns/b".into(), vec![Replaced], true),
-            ("ns/c".into(), vec![Replaced], true),
-            ("ns/b".into(), vec![Updated], false),
-            ("ns/c".into(), vec![Deleted], false),
-            ("ns/d".into(), vec![Added], false),
-        ];
+        let want = entries(&[
+            ("ns/a", &[Replaced], true),
+            ("ns/b", &[Replaced], true),
+            ("ns/c", &[Replaced], true),
+            ("ns/b", &[Updated], false),
+            ("ns/c", &[Deleted], false),
+            ("ns/d", &[Added], false),
+        ]);
         assert_eq!(popped, want);
         assert!(f.has_synced());
         assert_eq!(known.list_keys().len(), 3);
@@ -1239,14 +1246,14 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let popped = drain(&f, &known).await;
-        let want: Vec<(String, Vec<DeltaType>, bool)> = vec![
-            ("ns/b".into(), vec![Replaced], true),
-            ("ns/c".into(), vec![Replaced], true),
-            ("ns/b".into(), vec![Replaced], false),
-            ("ns/d".into(), vec![Replaced], false),
-            ("ns/c".into(), vec![Deleted], false),
-            ("ns/a".into(), vec![Deleted], false),
-        ];
+        let want = entries(&[
+            ("ns/b", &[Replaced], true),
+            ("ns/c", &[Replaced], true),
+            ("ns/b", &[Replaced], false),
+            ("ns/d", &[Replaced], false),
+            ("ns/c", &[Deleted], false),
+            ("ns/a", &[Deleted], false),
+        ]);
         assert_eq!(popped, want);
         let mut keys = known.list_keys();
         keys.sort();
