@@ -1152,20 +1152,6 @@ fn warn_abandoned(grace: Duration, queues: &[(String, kwh_plugin::reconcile::Plu
 }
 
 /// Serves metrics (if asked) until SIGINT/SIGTERM.
-/// Turns the wake-up batching on ([`wakeups::arm`]) once every plugin has synced, checking at
-/// growing intervals (2 ms to 1 s: a plugin waiting for its CRD may take long, and an idle host
-/// must stay asleep); then waits forever.
-async fn arm_batching_when_ready(status: kwh_plugin::RuntimeStatus) {
-    let mut every = Duration::from_millis(2);
-    while !status.is_ready() {
-        tokio::time::sleep(every).await;
-        every = (every * 2).min(Duration::from_secs(1));
-    }
-    wakeups::arm();
-    tracing::info!("every plugin synced; wake-up batching on");
-    std::future::pending::<()>().await
-}
-
 async fn serve(
     runtime: &PluginRuntime,
     replica: &replica::Replica,
@@ -1197,8 +1183,6 @@ async fn serve(
     let lost = tokio::select! {
         _ = stop.recv() => None,
         why = replica.lost() => Some(why),
-        // Never ends: it arms the wake-up batching once the host is first ready, then waits.
-        _ = arm_batching_when_ready(runtime.status()) => None,
     };
     if let Some(t) = ops {
         t.abort();

@@ -11,23 +11,9 @@
 //! arrived meanwhile is read at once, with one wake-up for the lot. An event then waits at most
 //! the window longer; below one event per window, and while the runtime has work (a burst,
 //! a relist), nothing changes. Interrupt moderation on network cards makes the same trade.
-//!
-//! Not before the host is ready ([`arm`]): a start is a chain of round trips (discovery, the
-//! first lists, the watches), each of which looks like a busy thread, and waiting out the
-//! window at each link more than doubled the time from spawn to synced (28–70 ms → 10–18 ms
-//! against an empty cluster, 84–115 ms → 43–56 ms with 10,000 objects).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-/// Whether batching applies yet: off until the host is first ready.
-static ARMED: AtomicBool = AtomicBool::new(false);
-
-/// Turns batching on for the rest of the process: called once every plugin has synced.
-pub fn arm() {
-    ARMED.store(true, Ordering::Relaxed);
-}
 
 thread_local! {
     /// When this thread last parked (after any batching sleep).
@@ -58,7 +44,7 @@ impl Batching {
     }
 
     fn before_park(self) {
-        if BUSY.get() && ARMED.load(Ordering::Relaxed) {
+        if BUSY.get() {
             std::thread::sleep(self.window);
         }
         PARKED_AT.set(Some(Instant::now()));
@@ -80,15 +66,6 @@ mod tests {
     #[test]
     fn only_a_short_idle_spell_batches_the_next_park() {
         let b = Batching::new(Duration::from_millis(20));
-        // Before the host is ready nothing waits, however busy the thread.
-        BUSY.set(true);
-        let t = Instant::now();
-        b.before_park();
-        assert!(
-            t.elapsed() < Duration::from_millis(20),
-            "not armed: no wait"
-        );
-        arm();
         BUSY.set(false);
         let t = Instant::now();
         b.before_park();
