@@ -275,6 +275,16 @@ impl State {
         self.populated && self.initial_population_count == 0
     }
 
+    /// Counts a pop against the first list's items: whether the popped entry is in the
+    /// initial list.
+    fn count_pop(&mut self) -> bool {
+        let is_in_initial_list = !self.has_synced();
+        if self.initial_population_count > 0 {
+            self.initial_population_count -= 1;
+        }
+        is_in_initial_list
+    }
+
     /// Give back the room a relist grew: a drained queue would otherwise keep one slot per
     /// object of the largest list it ever held, as much as a sixth of a small object's size.
     fn release_spare(&mut self) {
@@ -565,10 +575,7 @@ impl DeltaFifo {
             {
                 let mut s = self.state.lock();
                 if let Some(obj) = s.listed.pop_front() {
-                    let is_in_initial_list = !s.has_synced();
-                    if s.initial_population_count > 0 {
-                        s.initial_population_count -= 1;
-                    }
+                    let is_in_initial_list = s.count_pop();
                     let delta = self.list_delta(obj);
                     let key: Arc<str> = delta.with_key(|k| Arc::from(k));
                     if s.listed.is_empty() && s.queue.is_empty() {
@@ -578,10 +585,7 @@ impl DeltaFifo {
                         .map_err(PopError::Process);
                 }
                 if let Some(key) = s.queue.pop_front() {
-                    let is_in_initial_list = !s.has_synced();
-                    if s.initial_population_count > 0 {
-                        s.initial_population_count -= 1;
-                    }
+                    let is_in_initial_list = s.count_pop();
                     let Some(deltas) = s.items.remove(&*key) else {
                         // Unreachable by the queue/items invariant (spec 2.2); skip the key.
                         continue;

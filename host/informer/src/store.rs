@@ -305,7 +305,7 @@ impl Store {
     /// built here on its first read (see `Inner::namespace_pending`).
     fn read_index(&self, index_name: &str) -> RwLockReadGuard<'_, Inner> {
         let g = self.inner.read();
-        if !(g.namespace_pending && index_name == NAMESPACE_INDEX) {
+        if !g.pending(index_name) {
             return g;
         }
         drop(g);
@@ -343,6 +343,11 @@ impl Store {
 }
 
 impl Inner {
+    /// Whether `name` is the namespace index waiting for its first read (writes skip it).
+    fn pending(&self, name: &str) -> bool {
+        self.namespace_pending && name == NAMESPACE_INDEX
+    }
+
     fn index(&self, name: &str) -> Result<&Index, StoreError> {
         self.indices
             .get(name)
@@ -392,23 +397,17 @@ impl Inner {
     }
 
     fn rebuild_indices(&mut self) {
-        let Inner {
-            items,
-            indexers,
-            indices,
-            namespace_pending,
-        } = self;
-        for (name, f) in indexers.iter() {
-            if *namespace_pending && name == NAMESPACE_INDEX {
+        for (name, f) in self.indexers.iter() {
+            if self.pending(name) {
                 continue;
             }
             let mut ix = Index::default();
-            for (key, obj) in items.iter() {
+            for (key, obj) in self.items.iter() {
                 for v in f(obj) {
                     ix.entry(v).or_default().insert(key.clone());
                 }
             }
-            indices.insert(name.clone(), ix);
+            self.indices.insert(name.clone(), ix);
         }
     }
 
@@ -416,7 +415,7 @@ impl Inner {
     fn update_indices(&mut self, old: Option<&Object>, new: Option<&Object>, key: &Arc<str>) {
         for (name, f) in &self.indexers {
             if Arc::ptr_eq(f, &NAMESPACE_FN) {
-                if self.namespace_pending && name == NAMESPACE_INDEX {
+                if self.pending(name) {
                     continue;
                 }
                 let old_ns = old.map(namespace_of);
