@@ -154,7 +154,16 @@ impl Api {
     }
 
     /// One object by key (`namespace/name`, or `name`), whatever this `Api`'s namespace.
+    ///
+    /// In a [`Controller`](crate::Controller) whose manifest watches this kind once, the read
+    /// names the watch and passes the key as it is (`lister.get-by-key`): the cheapest read
+    /// there is, and what a reconcile usually does first. Otherwise (several watches of the
+    /// kind, or the raw bindings) it is `get` with the key split.
     pub fn get_by_key(&self, key: &str) -> Result<Option<Object>> {
+        if let Some(watch) = crate::watches::only_watch_of(&self.api_version, &self.kind) {
+            let found = lister::get_by_key(watch, key)?;
+            return Ok(found.map(Object::from_host_json));
+        }
         let (ns, name) = split_key(key);
         self.get_in(ns, name)
     }

@@ -84,7 +84,9 @@ pub trait Controller {
     /// refuses, stops the plugin from starting, with the message in the host's log.
     type Config: DeserializeOwned + Default + Send + Sync + 'static;
 
-    /// What the plugin watches and writes; called once, at load.
+    /// What the plugin watches and writes; called by the host once, at load, and by the SDK
+    /// once per instance at its first read by key ([`Api::get_by_key`](crate::Api::get_by_key)
+    /// needs the watches' numbers), so it should only build the manifest.
     fn manifest() -> Manifest;
 
     /// Checks settings that parsed (ranges, combinations) at load. Default: accept.
@@ -157,14 +159,17 @@ pub mod glue {
     }
 
     pub fn on_add<C: Controller>(watch: u32, obj: CachedObject) {
+        crate::watches::register(C::manifest);
         C::on_add(watch, object(obj));
     }
 
     pub fn on_update<C: Controller>(watch: u32, old: CachedObject, new: CachedObject) {
+        crate::watches::register(C::manifest);
         C::on_update(watch, object(old), object(new));
     }
 
     pub fn on_delete<C: Controller>(watch: u32, obj: CachedObject, tombstone: bool) {
+        crate::watches::register(C::manifest);
         C::on_delete(watch, object(obj), tombstone);
     }
 
@@ -174,6 +179,7 @@ pub mod glue {
     }
 
     pub fn reconcile<C: Controller>(key: String) -> std::result::Result<Outcome, String> {
+        crate::watches::register(C::manifest);
         C::reconcile(&key)
             .map(Outcome::from)
             .map_err(|e| e.to_string())

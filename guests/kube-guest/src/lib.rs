@@ -84,6 +84,7 @@ mod short_str;
 pub mod time;
 #[cfg(feature = "k8s-openapi")]
 pub mod typed;
+mod watches;
 
 pub use api::{Api, Patch};
 pub use bindings::kube::controller::types::{

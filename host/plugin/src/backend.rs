@@ -70,6 +70,11 @@ pub trait ListerBackend: Send + Sync {
         name: &str,
     ) -> Result<Option<Object>, ApiError>;
 
+    /// One object in the cache of watch number `watch` by its key (`namespace/name`, or `name`).
+    /// The caller has checked `watch` against the manifest; a watch whose cache is not wired
+    /// yet finds nothing, as an unsynced cache answers.
+    fn get_by_key(&self, watch: u32, key: &str) -> Result<Option<Object>, ApiError>;
+
     /// Objects in `namespace` (all when none) matching `label_selector` (all when none).
     /// An unparsable selector is a 400 `BadRequest`.
     fn list(
@@ -262,6 +267,9 @@ const UNAVAILABLE: &str = "not available while the plugin's manifest is being re
 
 impl ListerBackend for Unavailable {
     fn get(&self, _: &str, _: &str, _: Option<&str>, _: &str) -> Result<Option<Object>, ApiError> {
+        Err(ApiError::unavailable(UNAVAILABLE))
+    }
+    fn get_by_key(&self, _: u32, _: &str) -> Result<Option<Object>, ApiError> {
         Err(ApiError::unavailable(UNAVAILABLE))
     }
     fn list(

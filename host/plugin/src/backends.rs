@@ -61,7 +61,8 @@ impl InformerLister {
     }
 
     /// Adds the cache of one watch together with the custom indexes the plugin declared on it
-    /// (already registered on `store`, see [`super::index::register`]). Index queries resolve
+    /// (already registered on `store`, see [`super::index::register`]). Caches are added in the
+    /// manifest's order: the n-th added is watch number n, which `get_by_key` reads. Index queries resolve
     /// the guest's names through `indexes` only, so a plugin reaches the built-in `namespace`
     /// index and its own indexes, never another plugin's on the same shared store.
     pub fn add_indexed_store(
@@ -115,6 +116,14 @@ impl ListerBackend for InformerLister {
                 .filter(|s| s.api_version == api_version && s.kind == kind)
                 .find_map(|s| s.store.get_by_key(key))
         }))
+    }
+
+    fn get_by_key(&self, watch: u32, key: &str) -> Result<Option<Object>, ApiError> {
+        let scopes = self.scopes.read();
+        let Some(scope) = usize::try_from(watch).ok().and_then(|i| scopes.get(i)) else {
+            return Ok(None);
+        };
+        Ok(scope.store.get_by_key(key))
     }
 
     fn list(

@@ -35,6 +35,7 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
     for version in ["0.1.0", "0.2.0"] {
         add_zero_copy_lister(&mut linker, version)?;
     }
+    add_zero_copy_get_by_key(&mut linker)?;
     Ok(linker)
 }
 
@@ -109,6 +110,25 @@ fn add_zero_copy_lister(linker: &mut Linker<HostState>, version: &str) -> wasmti
     Ok(())
 }
 
+/// `get-by-key` (0.2.0 only), registered over the generated one as `add_zero_copy_lister`'s
+/// are: the store's bytes straight into guest memory, the key read in place.
+fn add_zero_copy_get_by_key(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let mut lister = linker.instance("kube:controller/lister@0.2.0")?;
+    lister.func_wrap(
+        "get-by-key",
+        |store: StoreContextMut<'_, HostState>, (watch, key): (u32, WasmStr)| {
+            let found: Result<Option<Bytes>, wit::ApiError> = store
+                .data()
+                .lister_get_by_key(watch, &key.to_str(&store)?)
+                .map(|o| o.map(|o| o.raw_bytes()));
+            Ok((found,))
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
+}
+
 impl From<ApiError> for wit::ApiError {
     fn from(e: ApiError) -> Self {
         wit::ApiError {
@@ -146,6 +166,20 @@ impl HostState {
             .backends
             .lister
             .get(api_version, kind, namespace, name)?)
+    }
+
+    /// The watch number is the whole permission check: every watch of the manifest is
+    /// readable, and the number names one of them or none.
+    fn lister_get_by_key(&self, watch: u32, key: &str) -> Result<Option<Object>, wit::ApiError> {
+        let watches = self.ctx.manifest.watches.len();
+        if usize::try_from(watch).map_or(true, |w| w >= watches) {
+            return Err(ApiError::bad_request(format!(
+                "plugin {:?} has no watch {watch}: its manifest declares {watches}",
+                self.ctx.name
+            ))
+            .into());
+        }
+        Ok(self.ctx.backends.lister.get_by_key(watch, key)?)
     }
 
     fn lister_list(
@@ -287,6 +321,12 @@ impl lister::Host for HostState {
     ) -> Result<Option<Vec<u8>>, wit::ApiError> {
         // Shadowed by the zero-copy registration in `linker`; kept equivalent.
         let found = self.lister_get(&api_version, &kind, namespace.as_deref(), &name)?;
+        Ok(found.map(|o| o.raw().to_vec()))
+    }
+
+    fn get_by_key(&mut self, watch: u32, key: String) -> Result<Option<Vec<u8>>, wit::ApiError> {
+        // Shadowed by the zero-copy registration in `linker`; kept equivalent.
+        let found = self.lister_get_by_key(watch, &key)?;
         Ok(found.map(|o| o.raw().to_vec()))
     }
 

@@ -570,6 +570,47 @@ async fn stdout_stderr_and_log_lines_are_captured_with_source_and_level() {
     .await;
 }
 
+/// `lister.get-by-key` reads the cache of the watch it names, and finds what `get` finds for
+/// the same key; a watch number the manifest lacks is a 400 the guest can read.
+#[tokio::test]
+async fn get_by_key_reads_the_named_watch_like_get() {
+    bounded(async {
+        let mut h = harness("getter").await;
+        h.seed(cm("default", "x", json!({"k": "some value"})))
+            .expect("seed");
+        let by_get = h.reconcile("default/x").await;
+        let ReconcileOutcome::RequeueAfter(len) = by_get else {
+            panic!("get found nothing: {by_get:?}");
+        };
+        assert!(len.as_millis() > 0);
+        assert_eq!(h.reconcile("by-key/0/default/x").await, by_get);
+        assert_eq!(
+            h.reconcile("by-key/0/default/absent").await,
+            ReconcileOutcome::Done
+        );
+        assert_eq!(
+            h.reconcile("by-key/0/other/x").await,
+            ReconcileOutcome::Done
+        );
+        match h.reconcile("by-key/1/default/x").await {
+            ReconcileOutcome::Error(e) => assert_eq!(
+                e,
+                "400 BadRequest: plugin \"getter\" has no watch 1: its manifest declares 1"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // Changes reach it as they reach the cache.
+        h.delete("v1", "ConfigMap", Some("default"), "x")
+            .await
+            .expect("delete");
+        assert_eq!(
+            h.reconcile("by-key/0/default/x").await,
+            ReconcileOutcome::Done
+        );
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn custom_indexes_serve_lister_reads() {
     bounded(async {

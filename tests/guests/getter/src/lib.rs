@@ -1,6 +1,7 @@
 //! Reconcile reads its key from the lister: found → requeue after the object's byte length in ms,
-//! absent → done. Also writes to stdout and stderr, and logs through the host. Keys `ambient`
-//! and `net/<port>` report what the sandbox grants instead.
+//! absent → done; a key `by-key/<watch>/<key>` reads `<key>` through `get-by-key` instead. Also
+//! writes to stdout and stderr, and logs through the host. Keys `ambient` and `net/<port>`
+//! report what the sandbox grants instead.
 use kube_guest::{lister, log, split_key, watch_all, Level, Manifest, Outcome};
 
 struct Getter;
@@ -31,6 +32,18 @@ impl kube_guest::Guest for Getter {
         }
         if let Some(port) = key.strip_prefix("net/") {
             return Err(network(port));
+        }
+        // `by-key/<watch>/<key>`: the same read through `get-by-key` and watch number <watch>.
+        if let Some((watch, key)) = key
+            .strip_prefix("by-key/")
+            .and_then(|rest| rest.split_once('/'))
+        {
+            let watch = watch.parse().map_err(|_| format!("bad watch {watch:?}"))?;
+            return match lister::get_by_key(watch, key) {
+                Ok(Some(obj)) => Ok(Outcome::RequeueAfter(obj.len() as u64)),
+                Ok(None) => Ok(Outcome::Done),
+                Err(e) => Err(format!("{} {}: {}", e.code, e.reason, e.message)),
+            };
         }
         println!("reconciling {key}");
         eprintln!("stderr line for {key}");
