@@ -32,6 +32,9 @@ pub enum Variant {
     KubeReflector,
     /// The host with the SDK guest, default handlers (`tests/guests/bench-sdk`).
     HostSdk,
+    /// The same SDK guest with a reconcile that reads nothing (`tests/guests/bench-sdk-bare`):
+    /// what the SDK's path costs without the read.
+    HostSdkBare,
     /// kube-rs `reflector` over a metadata-only watcher.
     KubeMetadata,
     /// The host with `examples/config-reloader` (ConfigMaps, Deployments, Secrets).
@@ -45,6 +48,7 @@ impl Variant {
         match self {
             Variant::HostNoop => "host, no-op guest",
             Variant::HostSdk => "host, SDK guest",
+            Variant::HostSdkBare => "host, SDK guest, reconcile without a read",
             Variant::HostReloader => "host, config-reloader",
             Variant::KubeReflector => "kube-rs reflector",
             Variant::KubeMetadata => "kube-rs metadata watcher",
@@ -55,7 +59,7 @@ impl Variant {
     pub fn is_host(self) -> bool {
         matches!(
             self,
-            Variant::HostNoop | Variant::HostSdk | Variant::HostReloader
+            Variant::HostNoop | Variant::HostSdk | Variant::HostSdkBare | Variant::HostReloader
         )
     }
 
@@ -63,8 +67,10 @@ impl Variant {
     /// ConfigMaps, the reloader ConfigMaps (and Deployments and Secrets); the Pod variants of
     /// the first two are the `pod` builds of the same crates (see [`Guests`]).
     pub fn supports(self, kind: Kind) -> bool {
-        !matches!(self, Variant::HostReloader | Variant::KubeReloaderKinds)
-            || kind == Kind::Configmap
+        !matches!(
+            self,
+            Variant::HostReloader | Variant::KubeReloaderKinds | Variant::HostSdkBare
+        ) || kind == Kind::Configmap
     }
 }
 
@@ -73,6 +79,7 @@ impl Variant {
 pub struct Guests {
     pub noop: PathBuf,
     pub sdk: PathBuf,
+    pub sdk_bare: PathBuf,
     pub noop_pod: Option<PathBuf>,
     pub sdk_pod: Option<PathBuf>,
     pub reloader: PathBuf,
@@ -84,6 +91,7 @@ impl Guests {
             Variant::HostNoop => (&self.noop, &self.noop_pod, "--noop-pod-wasm"),
             Variant::HostSdk => (&self.sdk, &self.sdk_pod, "--sdk-pod-wasm"),
             Variant::HostReloader => return Ok(&self.reloader),
+            Variant::HostSdkBare => return Ok(&self.sdk_bare),
             _ => bail!("{} runs no guest", variant.label()),
         };
         match kind {

@@ -176,6 +176,11 @@ struct Bins {
     sdk_wasm: PathBuf,
     #[arg(
         long,
+        default_value = "tests/guests/target/wasm32-wasip2/release/guest_bench_sdk_bare.wasm"
+    )]
+    sdk_bare_wasm: PathBuf,
+    #[arg(
+        long,
         default_value = "bench/peers/guests/target/wasm32-wasip2/release/peers_noop_pod.wasm"
     )]
     noop_pod_wasm: PathBuf,
@@ -413,6 +418,7 @@ async fn prepare(
     let guests = Guests {
         noop: bins.noop_wasm.clone(),
         sdk: bins.sdk_wasm.clone(),
+        sdk_bare: bins.sdk_bare_wasm.clone(),
         noop_pod: Some(bins.noop_pod_wasm.clone()),
         sdk_pod: Some(bins.sdk_pod_wasm.clone()),
         reloader: bins.reloader_wasm.clone(),

@@ -512,6 +512,7 @@ fn color(v: Variant) -> &'static str {
         Variant::HostNoop => "#1f77b4",
         Variant::KubeReflector => "#ff7f0e",
         Variant::HostSdk => "#2ca02c",
+        Variant::HostSdkBare => "#17becf",
         Variant::KubeMetadata => "#d62728",
         Variant::HostReloader => "#9467bd",
         Variant::KubeReloaderKinds => "#8c564b",

@@ -95,12 +95,13 @@ pub struct ObjectSet {
 
 /// The pairs whose ratios are printed, when both were run: host / kube-rs, and the SDK guest
 /// against the host alone (issue 17's "within 1.3×").
-pub const PAIRS: [(Variant, Variant); 5] = [
+pub const PAIRS: [(Variant, Variant); 6] = [
     (Variant::HostNoop, Variant::KubeReflector),
     (Variant::HostSdk, Variant::KubeReflector),
     (Variant::HostNoop, Variant::KubeMetadata),
     (Variant::HostReloader, Variant::KubeReloaderKinds),
     (Variant::HostSdk, Variant::HostNoop),
+    (Variant::HostSdkBare, Variant::HostNoop),
 ];
 
 type Metric = (&'static str, fn(&Sample) -> Option<f64>);
