@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use crate::bindings::kube::controller::{client, lister};
 use crate::conditions::{self, Condition};
 use crate::error::Result;
-use crate::object::{split_key, Object};
+use crate::object::{object_key, split_key, Object};
 use crate::short_str::ShortStr;
 use crate::{DeleteOptions, ObjectMeta, PatchType, Preconditions, PropagationPolicy};
 
@@ -83,6 +83,12 @@ impl DeleteOptions {
     }
 }
 
+/// `lister.get-by-key`: one object of watch number `watch`'s cache.
+fn get_by_key(watch: u32, key: &str) -> Result<Option<Object>> {
+    let found = lister::get_by_key(watch, key)?;
+    Ok(found.map(Object::from_host_json))
+}
+
 /// One kind, optionally limited to one namespace: cache reads and API writes.
 ///
 /// Reads come from the host's informer cache of a watched kind (never from the API server);
@@ -148,8 +154,12 @@ impl Api {
         self.namespace.as_deref()
     }
 
-    /// One object by name, in this `Api`'s namespace; none if the cache does not have it.
+    /// One object by name, in this `Api`'s namespace; none if the cache does not have it. For
+    /// a kind the manifest watches once it is a read by key, as [`Api::get_by_key`] describes.
     pub fn get(&self, name: &str) -> Result<Option<Object>> {
+        if let Some(watch) = crate::watches::only_watch_of(&self.api_version, &self.kind) {
+            return get_by_key(watch, &object_key(self.ns(), name));
+        }
         self.get_in(self.ns(), name)
     }
 
@@ -161,8 +171,7 @@ impl Api {
     /// kind, or the raw bindings) it is `get` with the key split.
     pub fn get_by_key(&self, key: &str) -> Result<Option<Object>> {
         if let Some(watch) = crate::watches::only_watch_of(&self.api_version, &self.kind) {
-            let found = lister::get_by_key(watch, key)?;
-            return Ok(found.map(Object::from_host_json));
+            return get_by_key(watch, key);
         }
         let (ns, name) = split_key(key);
         self.get_in(ns, name)
