@@ -62,9 +62,9 @@ impl InformerLister {
 
     /// Adds the cache of one watch together with the custom indexes the plugin declared on it
     /// (already registered on `store`, see [`super::index::register`]). Caches are added in the
-    /// manifest's order: the n-th added is watch number n, which `get_by_key` reads. Index queries resolve
-    /// the guest's names through `indexes` only, so a plugin reaches the built-in `namespace`
-    /// index and its own indexes, never another plugin's on the same shared store.
+    /// manifest's order: the n-th added is watch number n, which `get_by_key` reads. Index
+    /// queries resolve the guest's names through `indexes` only, so a plugin reaches the built-in
+    /// `namespace` index and its own indexes, never another plugin's on the same shared store.
     pub fn add_indexed_store(
         &self,
         api_version: &str,

@@ -35,7 +35,6 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
     for version in ["0.1.0", "0.2.0"] {
         add_zero_copy_lister(&mut linker, version)?;
     }
-    add_zero_copy_get_by_key(&mut linker)?;
     Ok(linker)
 }
 
@@ -106,25 +105,19 @@ fn add_zero_copy_lister(linker: &mut Linker<HostState>, version: &str) -> wasmti
             Ok((objs,))
         },
     )?;
-    linker.allow_shadowing(false);
-    Ok(())
-}
-
-/// `get-by-key` (0.2.0 only), registered over the generated one as `add_zero_copy_lister`'s
-/// are: the store's bytes straight into guest memory, the key read in place.
-fn add_zero_copy_get_by_key(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-    linker.allow_shadowing(true);
-    let mut lister = linker.instance("kube:controller/lister@0.2.0")?;
-    lister.func_wrap(
-        "get-by-key",
-        |store: StoreContextMut<'_, HostState>, (watch, key): (u32, WasmStr)| {
-            let found: Result<Option<Bytes>, wit::ApiError> = store
-                .data()
-                .lister_get_by_key(watch, &key.to_str(&store)?)
-                .map(|o| o.map(|o| o.raw_bytes()));
-            Ok((found,))
-        },
-    )?;
+    // Added in 0.2.0: by watch number and the key as received, one string read in place.
+    if version != "0.1.0" {
+        lister.func_wrap(
+            "get-by-key",
+            |store: StoreContextMut<'_, HostState>, (watch, key): (u32, WasmStr)| {
+                let found: Found = store
+                    .data()
+                    .lister_get_by_key(watch, &key.to_str(&store)?)
+                    .map(|o| o.map(|o| o.raw_bytes()));
+                Ok((found,))
+            },
+        )?;
+    }
     linker.allow_shadowing(false);
     Ok(())
 }
