@@ -33,9 +33,13 @@ impl Batching {
         Batching { window }
     }
 
-    /// Adds the park and unpark hooks to `builder` (none for a zero window).
+    /// Adds the park and unpark hooks to `builder`. Even with a zero window a thread about to
+    /// park disarms its guest-deadline timer ([`kwh_plugin::watchdog::thread_idle`]): an idle
+    /// thread then gets no timer signal, where it would otherwise get one more after its last
+    /// guest call.
     pub fn install(self, builder: &mut tokio::runtime::Builder) {
         if self.window.is_zero() {
+            builder.on_thread_park(kwh_plugin::watchdog::thread_idle);
             return;
         }
         builder
@@ -44,6 +48,7 @@ impl Batching {
     }
 
     fn before_park(self) {
+        kwh_plugin::watchdog::thread_idle();
         if BUSY.get() {
             std::thread::sleep(self.window);
         }

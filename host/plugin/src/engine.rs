@@ -1,4 +1,4 @@
-//! The one wasmtime engine every plugin shares, its epoch ticker, and the compile cache.
+//! The one wasmtime engine every plugin shares, what advances its epoch, and the compile cache.
 //!
 //! One engine means one code cache and one instance pool for the whole host. Epoch interruption
 //! (rather than fuel) bounds guest calls: it costs about 1.25x on guest work against ~1.4x for
@@ -16,7 +16,7 @@ use super::cache::{self, CacheStats, CompileCache, ComponentError, Origin};
 use super::cache::{PrecompileError, Precompiled};
 use super::compiler::Compiler;
 use super::instance::HostState;
-use super::ticker::{Busy, Ticker};
+use super::watchdog::Watchdog;
 
 /// Engine-wide settings.
 #[derive(Debug, Clone)]
@@ -64,7 +64,7 @@ pub enum EngineError {
     /// wasmtime refused the configuration.
     #[error("cannot create the wasmtime engine: {0:#}")]
     Wasmtime(wasmtime::Error),
-    /// The ticker thread could not be started.
+    /// Neither timer signals nor the ticker thread could be set up.
     #[error("cannot start the epoch ticker: {0}")]
     Ticker(std::io::Error),
 }
@@ -80,11 +80,12 @@ pub(crate) struct EngineInner {
     cache: Option<CompileCache>,
     /// Shared with the `/metrics` collector.
     pub(crate) stats: Arc<CacheStats>,
-    ticker: &'static Ticker,
+    watchdog: Watchdog,
 }
 
 impl PluginEngine {
-    /// Builds the engine and starts its epoch ticker (a thread that ends with the engine).
+    /// Builds the engine and sets up what advances its epoch during guest calls
+    /// ([`crate::watchdog`]).
     pub fn new(config: EngineConfig) -> Result<Self, EngineError> {
         let engine = match build_engine(&config, config.pooling) {
             Ok(e) => e,
@@ -96,7 +97,8 @@ impl PluginEngine {
             }
             Err(e) => return Err(EngineError::Wasmtime(e)),
         };
-        let ticker = Ticker::start(&engine, config.epoch_tick).map_err(EngineError::Ticker)?;
+        let watchdog =
+            Watchdog::start(&engine, config.epoch_tick, false).map_err(EngineError::Ticker)?;
         let linker = super::imports::linker(&engine).map_err(EngineError::Wasmtime)?;
         let cache = config
             .cache_dir
@@ -108,13 +110,14 @@ impl PluginEngine {
             config,
             cache,
             stats: Arc::default(),
-            ticker,
+            watchdog,
         })))
     }
 
-    /// Marks a guest call in flight until the guard drops: the epoch ticker runs only then.
-    pub(crate) fn busy(&self) -> Busy {
-        self.0.ticker.busy()
+    /// Runs `fut`, a future that runs this engine's guest code, under its deadlines: the
+    /// epoch advances while it runs.
+    pub(crate) async fn watch<F: std::future::Future>(&self, fut: F) -> F::Output {
+        self.0.watchdog.watch(&self.0.engine, fut).await
     }
 
     /// The wasmtime engine.

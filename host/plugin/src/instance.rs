@@ -22,7 +22,7 @@ use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, Was
 
 use super::backend::Backends;
 use super::bindings::v0_2::kube::controller::types as wit;
-use super::engine::DEFAULT_MAX_MEMORY;
+use super::engine::{PluginEngine, DEFAULT_MAX_MEMORY};
 use super::handover::HandedOver;
 use super::loader::{Contract, PluginInner};
 use super::manifest::Manifest;
@@ -230,6 +230,8 @@ impl ResourceLimiter for Limiter {
 /// A live instance: its store and the exports called on the hot path.
 pub(crate) struct Live {
     pub(crate) store: Store<HostState>,
+    /// Runs the calls into `store` under deadlines.
+    engine: PluginEngine,
     contract: Contract,
     pub(crate) manifest: Func,
     on_add: Func,
@@ -361,8 +363,8 @@ async fn instantiate_with_clock(
     });
     store.set_epoch_deadline(1);
     let instance = inner
-        .pre
-        .instantiate_async(&mut store)
+        .engine
+        .watch(inner.pre.instantiate_async(&mut store))
         .await
         .map_err(|e| GuestError::Instantiate(format!("{e:#}")))?;
     inner.stats.instantiations.fetch_add(1, Ordering::Relaxed);
@@ -416,6 +418,7 @@ async fn instantiate_with_clock(
     }
     Ok(Live {
         store,
+        engine: inner.engine.clone(),
         contract: ex.contract,
         manifest,
         on_add,
@@ -447,7 +450,7 @@ impl Live {
         self.arm(deadline);
         // SAFETY: the signature was checked by `typed` in `instantiate`.
         let f: ManifestFn = unsafe { TypedFunc::new_unchecked(self.manifest) };
-        match f.call_async(&mut self.store, ()).await {
+        match self.engine.watch(f.call_async(&mut self.store, ())).await {
             Ok((m,)) => Ok(m),
             Err(_) if self.store.data().deadline_hit => Err(GuestError::DeadlineExceeded(deadline)),
             Err(_) if self.store.data().limiter.memory_denied => Err(GuestError::MemoryExhausted {
@@ -469,7 +472,11 @@ impl Live {
         self.arm(deadline);
         // SAFETY: the signature was checked by `typed` in `instantiate`.
         let f: ValidateConfig<'_> = unsafe { TypedFunc::new_unchecked(func) };
-        match f.call_async(&mut self.store, (config,)).await {
+        match self
+            .engine
+            .watch(f.call_async(&mut self.store, (config,)))
+            .await
+        {
             Ok((verdict,)) => Ok(verdict),
             Err(_) if self.store.data().deadline_hit => Err(GuestError::DeadlineExceeded(deadline)),
             Err(_) if self.store.data().limiter.memory_denied => Err(GuestError::MemoryExhausted {
@@ -539,7 +546,6 @@ impl PluginInstance {
 
     /// Instantiates now rather than on the first call (e.g. at worker start, to fail early).
     pub async fn warm(&mut self) -> Result<(), GuestError> {
-        let _busy = self.inner.engine.busy();
         self.live_mut(Duration::ZERO).await.map(drop)
     }
 
@@ -575,7 +581,6 @@ impl PluginInstance {
 
     /// Delivers an add notification for watch number `watch`.
     pub async fn on_add(&mut self, watch: u32, obj: &Object) -> Result<(), GuestError> {
-        let _busy = self.inner.engine.busy();
         let d = self.inner.limits.handler_deadline;
         let mut meta = std::mem::take(&mut self.meta);
         let r = {
@@ -584,12 +589,16 @@ impl PluginInstance {
             match live.contract {
                 Contract::V0_1 => {
                     let f: OnAdd<'_> = unsafe { TypedFunc::new_unchecked(live.on_add) };
-                    f.call_async(&mut live.store, (watch, obj.raw())).await
+                    live.engine
+                        .watch(f.call_async(&mut live.store, (watch, obj.raw())))
+                        .await
                 }
                 Contract::V0_2 => {
                     let f: OnAdd2<'_> = unsafe { TypedFunc::new_unchecked(live.on_add) };
                     let arg = ObjectArg::of(obj, &mut meta[0]);
-                    f.call_async(&mut live.store, (watch, arg)).await
+                    live.engine
+                        .watch(f.call_async(&mut live.store, (watch, arg)))
+                        .await
                 }
             }
         };
@@ -604,7 +613,6 @@ impl PluginInstance {
         old: &Object,
         new: &Object,
     ) -> Result<(), GuestError> {
-        let _busy = self.inner.engine.busy();
         let d = self.inner.limits.handler_deadline;
         let mut meta = std::mem::take(&mut self.meta);
         let r = {
@@ -613,14 +621,15 @@ impl PluginInstance {
             match live.contract {
                 Contract::V0_1 => {
                     let f: OnUpdate<'_> = unsafe { TypedFunc::new_unchecked(live.on_update) };
-                    f.call_async(&mut live.store, (watch, old.raw(), new.raw()))
+                    live.engine
+                        .watch(f.call_async(&mut live.store, (watch, old.raw(), new.raw())))
                         .await
                 }
                 Contract::V0_2 => {
                     let f: OnUpdate2<'_> = unsafe { TypedFunc::new_unchecked(live.on_update) };
                     let [a, b] = &mut meta;
                     let args = (watch, ObjectArg::of(old, a), ObjectArg::of(new, b));
-                    f.call_async(&mut live.store, args).await
+                    live.engine.watch(f.call_async(&mut live.store, args)).await
                 }
             }
         };
@@ -635,7 +644,6 @@ impl PluginInstance {
         obj: &Object,
         tombstone: bool,
     ) -> Result<(), GuestError> {
-        let _busy = self.inner.engine.busy();
         let d = self.inner.limits.handler_deadline;
         let mut meta = std::mem::take(&mut self.meta);
         let r = {
@@ -644,13 +652,14 @@ impl PluginInstance {
             match live.contract {
                 Contract::V0_1 => {
                     let f: OnDelete<'_> = unsafe { TypedFunc::new_unchecked(live.on_delete) };
-                    f.call_async(&mut live.store, (watch, obj.raw(), tombstone))
+                    live.engine
+                        .watch(f.call_async(&mut live.store, (watch, obj.raw(), tombstone)))
                         .await
                 }
                 Contract::V0_2 => {
                     let f: OnDelete2<'_> = unsafe { TypedFunc::new_unchecked(live.on_delete) };
                     let args = (watch, ObjectArg::of(obj, &mut meta[0]), tombstone);
-                    f.call_async(&mut live.store, args).await
+                    live.engine.watch(f.call_async(&mut live.store, args)).await
                 }
             }
         };
@@ -671,7 +680,6 @@ impl PluginInstance {
         key: &str,
         started: Instant,
     ) -> Result<ReconcileResult, GuestError> {
-        let _busy = self.inner.engine.busy();
         let d = self.inner.limits.reconcile_deadline;
         // Epoch checks only run while guest code runs; a host call that never returns (a stalled
         // API request) is caught by this wall-clock backstop one tick later.
@@ -703,7 +711,7 @@ impl PluginInstance {
             data.reconcile_key.push_str(key);
             data.reconciling = true;
             let res = {
-                let call = std::pin::pin!(f.call_async(&mut live.store, (key,)));
+                let call = std::pin::pin!(live.engine.watch(f.call_async(&mut live.store, (key,))));
                 let backstop_passed = std::pin::pin!(backstop_passed);
                 match futures_util::future::select(call, backstop_passed).await {
                     Either::Left((res, _)) => Some(res),

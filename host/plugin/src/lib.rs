@@ -8,7 +8,7 @@
 //! where [`compiler`] says: in this process, or in a child process); [`loader`] turns a
 //! `.wasm` file into a [`loader::LoadedPlugin`] (validated manifest, pre-linked instance);
 //! [`instance`] runs guest calls in a sandboxed store with deadlines and memory caps and replaces
-//! an instance that failed. Everything the guest can reach in the host goes through the
+//! an instance that failed; [`watchdog`] advances the epoch the deadlines are checked against. Everything the guest can reach in the host goes through the
 //! [`backend`] traits, checked against the manifest by [`imports`]; [`backends`] implements them
 //! over the shared informer stores, the API client and the plugin's workqueue. [`runtime`] wires
 //! it all, each plugin by its [`spec`] (its own limits, workers, namespace and configuration): [`dispatch`] feeds informer notifications to the guest, [`reconcile`] runs the
@@ -41,6 +41,7 @@ pub mod status;
 mod stdio;
 mod ticker;
 pub mod watch_counters;
+pub mod watchdog;
 
 pub use backend::{
     ApiError, Backends, ClientBackend, EventBackend, ListerBackend, QueueBackend, WriteRequest,

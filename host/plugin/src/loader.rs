@@ -323,8 +323,6 @@ impl PluginEngine {
             stats: PluginStats::default(),
             live_instances: AtomicU32::new(0),
         };
-        // The manifest and validate-config calls run under deadlines: the ticker must tick.
-        let _busy = self.busy();
         let mut live = instantiate(&inner, &load_ctx)
             .await
             .map_err(|e| fail(LoadCause::ManifestCall(e)))?;

@@ -1,5 +1,7 @@
 //! The epoch ticker: the thread whose epoch increments enforce guest deadlines and make long
-//! guest calls yield to tokio, running only while guest calls are in flight or recent.
+//! guest calls yield to tokio, running only while guest calls are in flight or recent. On Linux
+//! the per-thread timer signals of [`crate::watchdog`] do this job, without waking a thread; the
+//! ticker is what other platforms use, and the fallback where no timer can be made.
 //!
 //! Why it sleeps: a ticker that always ticks wakes the process every tick (200 times a second)
 //! even when no event arrives for hours, which is most of a controller's life; it was nearly
