@@ -75,7 +75,10 @@ impl Ticker {
             .name("wasm-epoch".into())
             .spawn(move || {
                 let Ok(ticker) = rx.recv() else { return };
-                let mut seen = ticker.started();
+                // From zero, the counters' start, not from a first read: a call that started
+                // before this thread first ran must be seen as one (it was missed, untimed, when
+                // the engine's first call came before the thread was scheduled).
+                let mut seen = 0;
                 // Starts parked: an engine is made before any call.
                 let mut quiet = LINGER_TICKS;
                 loop {

@@ -30,9 +30,13 @@ use super::ticker::Ticker;
 
 /// How one engine's epoch advances.
 pub(crate) enum Watchdog {
-    /// Per-thread timer signals.
+    /// Per-thread timer signals, and the ticker for calls on a thread that could not get a
+    /// timer (started the first time it is needed).
     #[cfg(target_os = "linux")]
-    Signal { tick: Duration },
+    Signal {
+        tick: Duration,
+        fallback: std::sync::OnceLock<Option<&'static Ticker>>,
+    },
     /// The ticker thread.
     Ticker(&'static Ticker),
 }
@@ -48,7 +52,12 @@ impl Watchdog {
         #[cfg(target_os = "linux")]
         if !force_ticker {
             match signal::install() {
-                Ok(()) => return Ok(Watchdog::Signal { tick }),
+                Ok(()) => {
+                    return Ok(Watchdog::Signal {
+                        tick,
+                        fallback: std::sync::OnceLock::new(),
+                    })
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "guest deadlines fall back to a ticker thread")
                 }
@@ -63,7 +72,7 @@ impl Watchdog {
     pub(crate) async fn watch<F: Future>(&self, engine: &Engine, fut: F) -> F::Output {
         match self {
             #[cfg(target_os = "linux")]
-            Watchdog::Signal { tick } => {
+            Watchdog::Signal { tick, fallback } => {
                 let mut fut = std::pin::pin!(fut);
                 let mut ticker = None;
                 std::future::poll_fn(|cx| {
@@ -71,9 +80,10 @@ impl Watchdog {
                         Ok(running) => Some(running),
                         Err(e) => {
                             // No timer on this thread (a resource limit): this call keeps a
-                            // ticker thread ticking instead, started the first time it is needed.
+                            // ticker thread ticking instead.
                             if ticker.is_none() {
-                                ticker = fallback_ticker(engine, *tick, e).map(|t| t.busy());
+                                let t = fallback.get_or_init(|| fallback_ticker(engine, *tick, e));
+                                ticker = t.map(|t| t.busy());
                             }
                             None
                         }
@@ -90,26 +100,21 @@ impl Watchdog {
     }
 }
 
-/// The ticker for calls on threads that could not get a timer, one per process (started once,
-/// for the first engine that needs it; a process has one engine).
+/// Starts the ticker for an engine whose calls on some thread could not get a timer.
 #[cfg(target_os = "linux")]
 fn fallback_ticker(
     engine: &Engine,
     tick: Duration,
     cause: std::io::Error,
 ) -> Option<&'static Ticker> {
-    use std::sync::OnceLock;
-    static FALLBACK: OnceLock<Option<&'static Ticker>> = OnceLock::new();
-    *FALLBACK.get_or_init(|| {
-        tracing::warn!(error = %cause, "no timer for a thread running guests; a ticker thread advances the epoch");
-        match Ticker::start(engine, tick) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot start the epoch ticker either: guest calls on this thread run without deadlines");
-                None
-            }
+    tracing::warn!(error = %cause, "no timer for a thread running guests; a ticker thread advances the epoch");
+    match Ticker::start(engine, tick) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the epoch ticker either: guest calls on that thread run without deadlines");
+            None
         }
-    })
+    }
 }
 
 /// Disarms this thread's timer if no guest call is being polled on it: for a runtime thread
