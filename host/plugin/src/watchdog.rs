@@ -6,11 +6,11 @@
 //! runs. A ticker thread does that by waking every tick from a call's start until shortly after
 //! the last one, and at the rates clusters deliver (events a few milliseconds apart, each guest
 //! call a few microseconds) it never gets to park: 200 wake-ups a second, each two context
-//! switches, about a fifth of the host's CPU at 1,000 events/s. Measured the same way, a call
-//! that arms a per-thread kernel timer instead costs one system call when the thread starts
-//! running guests and one when it goes idle, and the timer fires only for a call that is still
-//! running a tick later: the rare long call, which the signal then interrupts on its own thread
-//! without waking any other.
+//! switches, about a fifth of the host's CPU at 1,000 events/s. A per-thread kernel timer costs
+//! instead one system call when the thread starts running guests and one when it goes idle,
+//! and it fires only while the thread is still busy a tick later: during a long call, which the
+//! signal interrupts on its own thread without waking any other, or once after a long spell of
+//! other work, when the signal disarms it.
 //!
 //! How: each thread that polls a guest call gets one POSIX timer whose signal goes to that
 //! thread (`SIGEV_THREAD_ID`). Entering a poll marks the thread as running the engine's guests
