@@ -1,5 +1,6 @@
 //! What advances the engine's epoch while guest code runs: a timer signal to the thread running
-//! the guest (Linux), or the epoch ticker thread ([`crate::ticker`]) elsewhere and as a fallback.
+//! the guest (Linux), or the epoch ticker thread (the private `ticker` module) elsewhere and as a
+//! fallback.
 //!
 //! Why not only the ticker: an epoch check is the only thing that can stop a guest looping in its
 //! own code, so something outside the guest must advance the epoch every tick while guest code
