@@ -118,6 +118,49 @@ async fn a_looping_guest_does_not_block_other_tasks() {
     assert!(matches!(r, Err(GuestError::DeadlineExceeded(_))));
 }
 
+/// On tokio's multi-thread runtime a spinning call may resume on either worker after each of its
+/// yields, and two spin at once: whichever thread polls a call must keep the epoch advancing
+/// (each arms its own timer signal), so both end at their deadline. Bounded without the runtime's
+/// timers (both workers spin): the results come back over a channel read with a timeout, and the
+/// runtime is shut down without waiting for its workers.
+#[test]
+fn looping_guests_on_the_multi_thread_runtime_hit_their_deadlines() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let fakes = Fakes::new();
+    let limits = Limits {
+        reconcile_deadline: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let plugin = rt.block_on(start("spin", limits, &fakes));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let started = Instant::now();
+    for _ in 0..2 {
+        let mut inst = plugin.instance().expect("instance");
+        let tx = tx.clone();
+        rt.spawn(async move {
+            let _ = tx.send(inst.reconcile("loop").await);
+        });
+    }
+    let results: Vec<_> = (0..2)
+        .map(|_| rx.recv_timeout(Duration::from_secs(30)))
+        .collect();
+    let elapsed = started.elapsed();
+    rt.shutdown_timeout(Duration::from_millis(100));
+    for r in results {
+        let r = r.expect("a spinning guest was never stopped");
+        assert_eq!(
+            r,
+            Err(GuestError::DeadlineExceeded(Duration::from_millis(300)))
+        );
+    }
+    assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
+    assert_eq!(plugin.stats().deadline_hits.load(Ordering::Relaxed), 2);
+}
+
 /// A reconcile whose write hangs: it must end at the deadline with the write issued and the
 /// instance discarded.
 async fn hits_the_deadline(inst: &mut kwh_plugin::PluginInstance, fakes: &Fakes, timer: &str) {
