@@ -532,6 +532,43 @@ async fn the_printed_lease_rules_allow_leader_election_and_nothing_more() {
         "create",
         "in the namespace \"default\"",
     );
+
+    // The new leader's Event on its Lease ("<identity> became leader", as client-go records
+    // it): created, then its series patched, in the Leases' namespace only.
+    let events = |ns: &str| format!("/apis/events.k8s.io/v1/namespaces/{ns}/events");
+    let event = |ns: &str| {
+        json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": "kube-wasm-host.leader", "namespace": ns},
+            "eventTime": "2026-11-27T14:00:00.000000Z", "reportingController": "kube-wasm-host",
+            "reportingInstance": "host-a_1f2e", "action": "Acquire", "reason": "LeaderElection",
+            "type": "Normal", "note": "host-a_1f2e became leader",
+            "regarding": {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "namespace": ns, "name": "kube-wasm-host"}})
+    };
+    api.call(
+        Method::POST,
+        &events(ns),
+        Some((event(ns), "application/json")),
+    )
+    .await
+    .expect("the leader's Event");
+    let series = json!({"series": {"count": 2, "lastObservedTime": "2026-11-27T14:00:01.000000Z"}});
+    api.call(
+        Method::PATCH,
+        &format!("{}/kube-wasm-host.leader", events(ns)),
+        Some((series, "application/merge-patch+json")),
+    )
+    .await
+    .expect("its series");
+    let elsewhere = api
+        .call(
+            Method::POST,
+            &events("default"),
+            Some((event("default"), "application/json")),
+        )
+        .await
+        .expect_err("no Events in another namespace");
+    assert_eq!(elsewhere.code, 403, "{elsewhere:?}");
     c.shutdown().await;
 }
 

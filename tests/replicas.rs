@@ -304,8 +304,57 @@ async fn membership_rv(rs: &mut Replicas, id: usize) -> Option<String> {
     lease.map(|l| l.resource_version)
 }
 
+/// The notes of the host's `LeaderElection` Events on the leader Lease (`default/kube-wasm-host`),
+/// as the API server lists them.
+async fn leader_event_notes(rs: &Replicas) -> BTreeSet<String> {
+    let body = rs
+        .emulator
+        .client
+        .request_raw(
+            http::Method::GET,
+            "/apis/events.k8s.io/v1/namespaces/default/events",
+            None,
+        )
+        .await
+        .expect("list Events");
+    let list: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| {
+            e["reason"] == "LeaderElection"
+                && e["type"] == "Normal"
+                && e["reportingController"] == "kube-wasm-host"
+                && e["regarding"]["kind"] == "Lease"
+                && e["regarding"]["name"] == "kube-wasm-host"
+        })
+        .filter_map(|e| e["note"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Waits until the leader Lease has `n` distinct "<identity> became leader" Events.
+async fn until_leader_events(rs: &Replicas, n: usize) -> BTreeSet<String> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let notes = leader_event_notes(rs).await;
+        if notes.len() >= n {
+            for note in &notes {
+                assert!(note.ends_with(" became leader"), "{notes:?}");
+            }
+            return notes;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{n} leader Events expected, found {notes:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// (c): SIGTERM of the leader drains it, releases the lease, and a standby leads at once: well
-/// before the lease (10 s here) could have expired.
+/// before the lease (10 s here) could have expired. Each leader records an Event on the Lease
+/// as it starts to lead, as client-go's leader election does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_releases_the_lease_and_a_standby_takes_over_at_once() {
     let mut rs = Replicas::start().await;
@@ -317,6 +366,8 @@ async fn sigterm_releases_the_lease_and_a_standby_takes_over_at_once() {
     }
     let first = leader(&mut rs, &[0, 1, 2], WAIT).await;
     rs.expect_reconciled(&created, WAIT).await;
+    let led = until_leader_events(&rs, 1).await;
+    assert_eq!(led.len(), 1, "one leader so far: {led:?}");
     let others: Vec<usize> = (0..3).filter(|&i| i != first).collect();
     for &id in &others {
         assert!(rs.replicas[id].wait_ready(WAIT).await);
@@ -334,6 +385,8 @@ async fn sigterm_releases_the_lease_and_a_standby_takes_over_at_once() {
     let recs = rs.expect_reconciled(&updated, WAIT).await;
     assert_eq!(reconcilers(&recs, &updated), BTreeSet::from([other]));
     assert_no_overlap(&mut rs);
+    let both = until_leader_events(&rs, 2).await;
+    assert!(both.is_superset(&led), "{both:?} after {led:?}");
 }
 
 /// (d): the leader is cut off from the API server while it has a backlog its cache lets it
@@ -349,6 +402,8 @@ async fn a_partitioned_leader_stops_calling_its_guest_before_its_lease_can_expir
     }
     let first = leader(&mut rs, &[0, 1, 2], WAIT).await;
     rs.expect_reconciled(&created, WAIT).await;
+    let led = until_leader_events(&rs, 1).await;
+    assert_eq!(led.len(), 1, "one leader so far: {led:?}");
     let others: Vec<usize> = (0..3).filter(|&i| i != first).collect();
     // A backlog of 30 × 100 ms on the leader: it would keep reconciling from its cache for
     // three seconds after a partition if nothing stopped it.

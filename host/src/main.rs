@@ -1059,6 +1059,7 @@ async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
             ..RuntimeOptions::default()
         },
     );
+    replica.record_leadership(runtime.events());
     let given = specs.len();
     let started = runtime.start_all_specs(specs).await;
     let result = match started {

@@ -10,6 +10,7 @@ use clap::Args;
 use serde::Deserialize;
 
 use kwh_client::duration::parse_duration;
+use kwh_client::events::{EventRecorder, EventType, NewEvent, ObjectRef};
 use kwh_client::leader_election::{ElectionConfig, Fence, LeaderElection, Role, Timings};
 use kwh_client::Client;
 use kwh_plugin::membership::{LeaderLink, MemberState, Membership};
@@ -130,7 +131,12 @@ pub struct Replica {
     ownership: Ownership,
     election: Option<LeaderElection>,
     membership: Option<Membership>,
+    /// The leader Lease's namespace and name, and this process's identity (with an election).
+    lease: Option<(String, String, String)>,
 }
+
+/// The reporting controller of the host's own Events.
+const EVENTS_CONTROLLER: &str = "kube-wasm-host";
 
 impl Replica {
     /// Alone: owns everything.
@@ -139,6 +145,7 @@ impl Replica {
             ownership: Ownership::single(),
             election: None,
             membership: None,
+            lease: None,
         }
     }
 
@@ -231,11 +238,57 @@ impl Replica {
             shards = settings.shards,
             "replica coordination started"
         );
+        let lease = election
+            .as_ref()
+            .map(|_| (namespace, settings.lease_name.clone(), identity.to_string()));
         Ok(Replica {
             ownership,
             election,
             membership,
+            lease,
         })
+    }
+
+    /// Records an Event on the leader Lease each time this process becomes the leader, as
+    /// client-go's leader election does (`Normal`, reason `LeaderElection`, "<identity> became
+    /// leader"): what `kubectl get events` shows operators of controller-runtime managers. A
+    /// process already leading when this is called records it at once. Nothing without an
+    /// election.
+    pub fn record_leadership(&self, events: EventRecorder) {
+        let (Some(e), Some((namespace, name, identity))) = (&self.election, &self.lease) else {
+            return;
+        };
+        let mut role = e.role();
+        let regarding = ObjectRef {
+            api_version: "coordination.k8s.io/v1".into(),
+            kind: "Lease".into(),
+            namespace: Some(namespace.clone()),
+            name: name.clone(),
+            uid: None,
+        };
+        let note = format!("{identity} became leader");
+        tokio::spawn(async move {
+            let mut leading = false;
+            loop {
+                let now = *role.borrow_and_update() == Role::Leader;
+                if now && !leading {
+                    events.record(
+                        EVENTS_CONTROLLER,
+                        NewEvent {
+                            regarding: regarding.clone(),
+                            event_type: EventType::Normal,
+                            reason: "LeaderElection".into(),
+                            action: "Acquire".into(),
+                            note: Some(note.clone()),
+                        },
+                    );
+                }
+                leading = now;
+                if role.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
     }
 
     /// Which work this process may do.

@@ -207,11 +207,14 @@ const COORDINATION: &str = "coordination.k8s.io";
 /// one). Sharding keeps one membership Lease per replica, named `<lease name>-<identity>` after
 /// the pod, so its names are not known in advance: it needs `get`, `create`, `update` and
 /// `delete` (a replica removes its own at a clean shutdown) on any Lease of the namespace, and
-/// `list` and `watch` (replicas find each other by the shard-group label).
+/// `list` and `watch` (replicas find each other by the shard-group label). A new leader records
+/// an Event on its Lease, as client-go's leader election does: `create` and `patch` (a series)
+/// of `events.k8s.io` Events in the namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leases {
     namespace: String,
     name: String,
+    leader_election: bool,
     shards: bool,
 }
 
@@ -263,6 +266,7 @@ impl Leases {
         Ok(Some(Leases {
             namespace: namespace.to_string(),
             name: name.to_string(),
+            leader_election,
             shards,
         }))
     }
@@ -272,24 +276,33 @@ impl Leases {
         &self.namespace
     }
 
-    /// The rules, as a Role holds them. Sharding's rule covers leader election's as well.
+    /// The rules, as a Role holds them. Sharding's rule covers leader election's Leases as well.
     pub fn rules(&self) -> Vec<Value> {
-        if self.shards {
-            return vec![json!({
+        let mut rules = if self.shards {
+            vec![json!({
                 "apiGroups": [COORDINATION],
                 "resources": ["leases"],
                 "verbs": ["create", "delete", "get", "list", "update", "watch"],
-            })];
+            })]
+        } else {
+            vec![
+                json!({"apiGroups": [COORDINATION], "resources": ["leases"], "verbs": ["create"]}),
+                json!({
+                    "apiGroups": [COORDINATION],
+                    "resources": ["leases"],
+                    "resourceNames": [self.name],
+                    "verbs": ["get", "update", "watch"],
+                }),
+            ]
+        };
+        if self.leader_election {
+            rules.push(json!({
+                "apiGroups": ["events.k8s.io"],
+                "resources": ["events"],
+                "verbs": ["create", "patch"],
+            }));
         }
-        vec![
-            json!({"apiGroups": [COORDINATION], "resources": ["leases"], "verbs": ["create"]}),
-            json!({
-                "apiGroups": [COORDINATION],
-                "resources": ["leases"],
-                "resourceNames": [self.name],
-                "verbs": ["get", "update", "watch"],
-            }),
-        ]
+        rules
     }
 }
 
@@ -835,6 +848,12 @@ spec:
             .collect()
     }
 
+    /// The leader's "became leader" Event on its Lease.
+    fn leader_events() -> Value {
+        json!({"apiGroups": ["events.k8s.io"], "resources": ["events"],
+            "verbs": ["create", "patch"]})
+    }
+
     #[test]
     fn leader_election_may_create_leases_and_get_and_update_its_own_only() {
         assert_eq!(
@@ -843,19 +862,25 @@ spec:
                 {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
                 {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
                  "resourceNames": ["kube-wasm-host"], "verbs": ["get", "update", "watch"]},
+                leader_events(),
             ])
         );
     }
 
     #[test]
     fn sharding_needs_any_lease_of_the_namespace_listed_watched_and_deleted_too() {
-        let want = json!([{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-            "verbs": ["create", "delete", "get", "list", "update", "watch"]}]);
-        // With leader election as well, the one rule covers both.
-        for leader_election in [false, true] {
-            let l = leases("ops", leader_election, true);
-            assert_eq!(Value::Array(l.rules()), want, "{l:?}");
-        }
+        let leases_rule = json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+            "verbs": ["create", "delete", "get", "list", "update", "watch"]});
+        assert_eq!(
+            Value::Array(leases("ops", false, true).rules()),
+            json!([leases_rule])
+        );
+        // With leader election as well, the one rule covers both elections' Leases; the leader
+        // records its Event.
+        assert_eq!(
+            Value::Array(leases("ops", true, true).rules()),
+            json!([leases_rule, leader_events()])
+        );
     }
 
     #[test]
@@ -884,15 +909,17 @@ spec:
                 ("RoleBinding", "ops"),
             ]
         );
-        // Only the Role holds them, and only them.
+        // Only the Role holds them, and only them (with the leader's Event).
         assert_eq!(
             lease_rules(&d),
             l.rules()
                 .into_iter()
+                .filter(|r| r["apiGroups"][0] == COORDINATION)
                 .map(|r| ("Role".to_string(), r))
                 .collect::<Vec<_>>()
         );
         assert_eq!(d[2]["rules"], Value::Array(l.rules()));
+        assert!(l.rules().contains(&leader_events()));
         assert_eq!(
             d[3]["roleRef"],
             json!({"apiGroup": "rbac.authorization.k8s.io",

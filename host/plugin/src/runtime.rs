@@ -380,6 +380,12 @@ impl PluginRuntime {
         }
     }
 
+    /// The runtime's Event recorder, for the host's own Events (leader election): written
+    /// by the same writer as the plugins', behind the same fence, until the runtime shuts down.
+    pub fn events(&self) -> EventRecorder {
+        self.wiring.events.clone()
+    }
+
     /// The running plugins, in the order they started.
     pub fn plugins(&self) -> Vec<Arc<RunningPlugin>> {
         self.wiring.running.lock().clone()
