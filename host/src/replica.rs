@@ -250,10 +250,10 @@ impl Replica {
     }
 
     /// Records an Event on the leader Lease each time this process becomes the leader, as
-    /// client-go's leader election does (`Normal`, reason `LeaderElection`, "<identity> became
-    /// leader"): what `kubectl get events` shows operators of controller-runtime managers. A
-    /// process already leading when this is called records it at once. Nothing without an
-    /// election.
+    /// client-go's leader election does (`Normal`, reason `LeaderElection`, the note
+    /// `<identity> became leader`): what `kubectl get events` shows operators of
+    /// controller-runtime managers. A process already leading when this is called records it
+    /// at once. Nothing without an election.
     pub fn record_leadership(&self, events: EventRecorder) {
         let (Some(e), Some((namespace, name, identity))) = (&self.election, &self.lease) else {
             return;
