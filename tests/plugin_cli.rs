@@ -187,7 +187,8 @@ async fn rbac_grants_leases_only_when_leader_election_or_sharding_is_asked_for()
     );
 
     // Leader election: a Role in the service account's namespace (the pod's, the run's
-    // default lease namespace), with create, and get and update on the one Lease.
+    // default lease namespace), with create, and get and update on the one Lease, and the new
+    // leader's Event on it.
     let out = host(&[
         os("rbac"),
         os("--leader-elect"),
@@ -213,6 +214,8 @@ async fn rbac_grants_leases_only_when_leader_election_or_sharding_is_asked_for()
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
              "resourceNames": ["kube-wasm-host"], "verbs": ["get", "update", "watch"]},
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"],
+             "verbs": ["create", "patch"]},
         ])
     );
     assert!(
