@@ -131,8 +131,8 @@ pub struct Replica {
     ownership: Ownership,
     election: Option<LeaderElection>,
     membership: Option<Membership>,
-    /// The leader Lease's namespace and name, and this process's identity (with an election).
-    lease: Option<(String, String, String)>,
+    /// With an election: the leader Lease, and the note of this process's "became leader".
+    leader_event: Option<(ObjectRef, String)>,
 }
 
 /// The reporting controller of the host's own Events.
@@ -145,7 +145,7 @@ impl Replica {
             ownership: Ownership::single(),
             election: None,
             membership: None,
-            lease: None,
+            leader_event: None,
         }
     }
 
@@ -238,14 +238,21 @@ impl Replica {
             shards = settings.shards,
             "replica coordination started"
         );
-        let lease = election
-            .as_ref()
-            .map(|_| (namespace, settings.lease_name.clone(), identity.to_string()));
+        let leader_event = election.as_ref().map(|_| {
+            let lease = ObjectRef {
+                api_version: "coordination.k8s.io/v1".into(),
+                kind: "Lease".into(),
+                namespace: Some(namespace),
+                name: settings.lease_name.clone(),
+                uid: None,
+            };
+            (lease, format!("{identity} became leader"))
+        });
         Ok(Replica {
             ownership,
             election,
             membership,
-            lease,
+            leader_event,
         })
     }
 
@@ -255,18 +262,10 @@ impl Replica {
     /// controller-runtime managers. A process already leading when this is called records it
     /// at once. Nothing without an election.
     pub fn record_leadership(&self, events: EventRecorder) {
-        let (Some(e), Some((namespace, name, identity))) = (&self.election, &self.lease) else {
+        let (Some(e), Some((regarding, note))) = (&self.election, self.leader_event.clone()) else {
             return;
         };
         let mut role = e.role();
-        let regarding = ObjectRef {
-            api_version: "coordination.k8s.io/v1".into(),
-            kind: "Lease".into(),
-            namespace: Some(namespace.clone()),
-            name: name.clone(),
-            uid: None,
-        };
-        let note = format!("{identity} became leader");
         tokio::spawn(async move {
             let mut leading = false;
             loop {
