@@ -22,6 +22,9 @@
 //!   [`openapi`]); `/openapi/v2` answers 404, so `kubectl explain` does not work;
 //! - requests asked `as=Table` (list, get, watch) get Tables with Name and Age columns and
 //!   PartialObjectMetadata rows (kind-specific and CRD printer columns are not rendered);
+//!   those asked metadata only (`as=PartialObjectMetadataList` for lists,
+//!   `as=PartialObjectMetadata` for gets and watches, as metadata informers ask) get each
+//!   object's whole `metadata` and nothing else ([`accept`]); responses are always JSON;
 //! - kubectl 1.32's typed generators send protobuf bodies: those for namespaces, configmaps,
 //!   secrets, serviceaccounts, TokenRequests and the self reviews are decoded ([`protobuf`]);
 //!   others (`kubectl create deployment …`) are answered 415. `create -f`, `apply` (client-
@@ -65,6 +68,7 @@
 // becomes the response body, so boxing it would only add an allocation.
 #![allow(clippy::result_large_err)]
 
+pub mod accept;
 pub mod admin;
 pub mod authn;
 pub mod authz;

@@ -6,11 +6,12 @@
 
 use base64::engine::general_purpose::{URL_SAFE, URL_SAFE_NO_PAD};
 use base64::Engine;
-use bytes::{BufMut, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use http::{Response, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use super::accept::{self, MetaVersion, Representation};
 use super::registry::ResourceDef;
 use super::response::{self, Body, FieldError};
 use super::router::{Query, ResourceRequest};
@@ -337,8 +338,13 @@ pub(crate) fn list(
         .encode()
     });
     let remaining = if count { page.remaining } else { None };
-    if accept.contains("as=Table") {
-        return Ok(table(&page.items, page.rv, token, remaining));
+    match accept::negotiate(accept, accept::Read::List) {
+        Representation::Table => return Ok(table(&page.items, page.rv, token, remaining)),
+        Representation::Metadata(v) => {
+            let body = metadata_list_json(&page.items, v, page.rv, token, remaining);
+            return Ok(response::json(StatusCode::OK, body));
+        }
+        Representation::Object => {}
     }
     let items = if events::converts(&r.def) {
         page.items
@@ -406,6 +412,56 @@ struct MetaOnly<'a> {
     metadata: Option<&'a RawValue>,
 }
 
+/// The `metadata` of a stored object, verbatim (`{}` should it have none).
+fn raw_metadata(raw: &[u8]) -> &str {
+    serde_json::from_slice::<MetaOnly>(raw)
+        .ok()
+        .and_then(|m| m.metadata)
+        .map(|m| m.get())
+        .unwrap_or("{}")
+}
+
+fn put_partial(b: &mut BytesMut, raw: &[u8], v: MetaVersion) {
+    b.put_slice(b"{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"");
+    b.put_slice(v.api_version().as_bytes());
+    b.put_slice(b"\",\"metadata\":");
+    b.put_slice(raw_metadata(raw).as_bytes());
+    b.put_u8(b'}');
+}
+
+/// One object as `PartialObjectMetadata`: what a metadata-only GET answers and each event of a
+/// metadata-only WATCH carries (bookmarks included), as the server converts them.
+pub(crate) fn metadata_json(raw: &[u8], v: MetaVersion) -> Bytes {
+    let mut b = BytesMut::with_capacity(raw.len().min(4096) + 64);
+    put_partial(&mut b, raw, v);
+    b.freeze()
+}
+
+/// A `PartialObjectMetadataList`: the list's own metadata as for objects, each item's whole
+/// `metadata` (managedFields included) and nothing else.
+fn metadata_list_json(
+    items: &[Object],
+    v: MetaVersion,
+    rv: u64,
+    token: Option<String>,
+    remaining: Option<usize>,
+) -> Bytes {
+    let mut b = BytesMut::with_capacity(256 + items.len() * 512);
+    b.put_slice(b"{\"kind\":\"PartialObjectMetadataList\",\"apiVersion\":\"");
+    b.put_slice(v.api_version().as_bytes());
+    b.put_slice(b"\",\"metadata\":");
+    list_meta(&mut b, rv, token, remaining);
+    b.put_slice(b",\"items\":[");
+    for (i, o) in items.iter().enumerate() {
+        if i > 0 {
+            b.put_u8(b',');
+        }
+        put_partial(&mut b, o.raw(), v);
+    }
+    b.put_slice(b"]}");
+    b.freeze()
+}
+
 /// A `meta.k8s.io/v1` Table with Name and Age columns; rows carry PartialObjectMetadata, as
 /// the server's default table convertor does.
 fn table(
@@ -437,11 +493,7 @@ pub(crate) fn table_json(
         if i > 0 {
             b.put_u8(b',');
         }
-        let meta = serde_json::from_slice::<MetaOnly>(o.raw())
-            .ok()
-            .and_then(|m| m.metadata)
-            .map(|m| m.get())
-            .unwrap_or("{}");
+        let meta = raw_metadata(o.raw());
         let created = serde_json::from_str::<Created>(meta)
             .ok()
             .and_then(|c| c.ts)

@@ -10,6 +10,7 @@ use hyper::body::Incoming;
 use percent_encoding::percent_decode_str;
 use tracing::{debug, Instrument};
 
+use super::accept::{self, Representation};
 use super::authn::UserInfo;
 use super::authz::{self, Attributes};
 use super::registry::ResourceDef;
@@ -382,14 +383,16 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
                     r.namespace.as_deref(),
                     r.name.as_deref().unwrap_or(""),
                 )
-                .map(|o| {
-                    if accept.contains("as=Table") {
+                .map(|o| match accept::negotiate(&accept, accept::Read::Single) {
+                    Representation::Table => {
                         let rv = o.resource_version().parse().unwrap_or(0);
                         let t = list::table_json(std::slice::from_ref(&o), rv, None, None);
                         response::json(StatusCode::OK, t)
-                    } else {
-                        response::json(StatusCode::OK, o.raw_bytes())
                     }
+                    Representation::Metadata(v) => {
+                        response::json(StatusCode::OK, list::metadata_json(o.raw(), v))
+                    }
+                    Representation::Object => response::json(StatusCode::OK, o.raw_bytes()),
                 }),
                 "create" => write::create(&shared, &r, &body, w)
                     .map(|o| response::json(StatusCode::CREATED, o.raw_bytes())),

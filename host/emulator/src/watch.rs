@@ -18,7 +18,8 @@ use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 use tracing::{debug, Instrument};
 
-use super::list::{table_json, Selectors};
+use super::accept::{self, Representation};
+use super::list::{metadata_json, table_json, Selectors};
 use super::registry::ResourceDef;
 use super::response::{self, Body, FieldError};
 use super::router::{Query, ResourceRequest};
@@ -48,8 +49,9 @@ struct Options {
     /// `sendInitialEvents` was given (true or false).
     send_initial_given: bool,
     bookmarks: bool,
-    /// The client asked for `as=Table`: each event's object is a one-row Table.
-    table: bool,
+    /// The client asked for Tables (each event's object is a one-row Table) or metadata only
+    /// (each is `PartialObjectMetadata`, bookmarks too).
+    form: Representation,
     timeout: Duration,
     sel: Selectors,
 }
@@ -107,7 +109,7 @@ fn validate(def: &ResourceDef, q: &Query, accept: &str) -> Result<Options, Statu
         initial_events: q.flag("sendInitialEvents"),
         send_initial_given: send_initial.is_some(),
         bookmarks: q.flag("allowWatchBookmarks"),
-        table: accept.contains("as=Table"),
+        form: accept::negotiate(accept, accept::Read::Single),
         timeout,
         sel: Selectors::from_query(def, q)?,
     })
@@ -323,7 +325,7 @@ impl Watcher {
             if limit > 0 && self.sent >= limit {
                 return Err(End::Done);
             }
-            if plain && !self.opts.table && !self.converts {
+            if plain && self.opts.form == Representation::Object && !self.converts {
                 put_event(&mut self.buf, e.ty.as_str(), e.obj.raw());
             } else if plain {
                 self.put(e.ty.as_str(), e.obj.raw(), e.rv);
@@ -344,18 +346,29 @@ impl Watcher {
         Ok(())
     }
 
-    /// Append one event, as a one-row Table when the client asked for Tables, in the form the
-    /// resource serves.
+    /// Append one event in the form the client asked for: the object as the resource serves
+    /// it, a one-row Table, or its metadata.
     fn put(&mut self, ty: &str, raw: &[u8], rv: u64) {
-        if !self.opts.table {
-            let served = if self.converts {
-                events::serve_raw(&self.def, raw)
-            } else {
-                None
-            };
-            put_event(&mut self.buf, ty, served.as_deref().unwrap_or(raw));
-            return;
-        }
+        let version = match self.opts.form {
+            Representation::Object => {
+                let served = if self.converts {
+                    events::serve_raw(&self.def, raw)
+                } else {
+                    None
+                };
+                put_event(&mut self.buf, ty, served.as_deref().unwrap_or(raw));
+                return;
+            }
+            Representation::Metadata(v) => v,
+            Representation::Table => {
+                self.put_table_row(ty, raw, rv);
+                return;
+            }
+        };
+        put_event(&mut self.buf, ty, &metadata_json(raw, version));
+    }
+
+    fn put_table_row(&mut self, ty: &str, raw: &[u8], rv: u64) {
         match Object::from_bytes(Bytes::copy_from_slice(raw)) {
             Ok(o) => {
                 let t = table_json(std::slice::from_ref(&o), rv, None, None);
@@ -406,7 +419,12 @@ impl Watcher {
             self.def.kind,
             self.def.api_version()
         );
-        event_line("BOOKMARK", obj.as_bytes())
+        match self.opts.form {
+            Representation::Metadata(v) => {
+                event_line("BOOKMARK", &metadata_json(obj.as_bytes(), v))
+            }
+            _ => event_line("BOOKMARK", obj.as_bytes()),
+        }
     }
 
     async fn error_and_close(&mut self, s: &Status) {

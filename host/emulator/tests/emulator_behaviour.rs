@@ -882,6 +882,97 @@ async fn get_as_table_is_a_one_row_table() {
     h.shutdown().await;
 }
 
+/// What client-go's metadata informers and kube-rs's `metadata_watcher` send: protobuf first,
+/// then JSON metadata, then plain JSON.
+const META_LIST: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+const META: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+
+#[tokio::test]
+async fn metadata_only_list_pages_carry_each_objects_whole_metadata_and_nothing_else() {
+    let (h, http) = start().await;
+    for n in ["m1", "m2", "m3"] {
+        h.create(default_cm(n, json!({"app": n}))).unwrap();
+    }
+    let plain = http.get(CMS).await.json();
+    let page = http
+        .get_with_accept(&format!("{CMS}?limit=2"), META_LIST)
+        .await;
+    assert_eq!(page.status, 200);
+    let page = page.json();
+    assert_eq!(
+        (page["kind"].as_str(), page["apiVersion"].as_str()),
+        (Some("PartialObjectMetadataList"), Some("meta.k8s.io/v1"))
+    );
+    // The list's own metadata is the objects' list's: the continue token pages on as usual.
+    let token = page["metadata"]["continue"]
+        .as_str()
+        .expect("a continue token");
+    assert_eq!(page["metadata"]["remainingItemCount"], 1);
+    let items = page["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2);
+    for (got, full) in items.iter().zip(plain["items"].as_array().unwrap()) {
+        assert_eq!(
+            keys(got),
+            ["apiVersion", "kind", "metadata"],
+            "no data: {got}"
+        );
+        assert_eq!(got["kind"], "PartialObjectMetadata");
+        assert_eq!(got["apiVersion"], "meta.k8s.io/v1");
+        assert_eq!(got["metadata"], full["metadata"]);
+    }
+    let rest = http
+        .get_with_accept(&format!("{CMS}?limit=2&continue={token}"), META_LIST)
+        .await
+        .json();
+    assert_eq!(rest["items"][0]["metadata"]["name"], "m3");
+    assert_eq!(rest["items"][0]["kind"], "PartialObjectMetadata");
+    // A plain list is unchanged.
+    assert_eq!(plain["kind"], "ConfigMapList");
+    assert_eq!(plain["items"][0]["data"]["k"], "m1");
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn metadata_only_watch_and_get_send_partial_object_metadata_bookmarks_included() {
+    let (h, http) = start().await;
+    h.create(default_cm("w", json!({}))).unwrap();
+    let full = http.get(&format!("{CMS}/w")).await.json();
+    let got = http.get_with_accept(&format!("{CMS}/w"), META).await.json();
+    assert_eq!(keys(&got), ["apiVersion", "kind", "metadata"]);
+    assert_eq!(got["kind"], "PartialObjectMetadata");
+    assert_eq!(got["metadata"], full["metadata"]);
+
+    let (_, _, mut ev) = http
+        .watch_with_accept(
+            &format!("{CMS}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=5"),
+            META,
+        )
+        .await;
+    let added = ev.next_within(STEP).await.unwrap();
+    assert_eq!(added["type"], "ADDED");
+    assert_eq!(keys(&added["object"]), ["apiVersion", "kind", "metadata"]);
+    assert_eq!(added["object"]["metadata"], full["metadata"]);
+    let end = ev.next_within(STEP).await.unwrap();
+    assert_eq!(end["type"], "BOOKMARK");
+    assert_eq!(end["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(
+        end["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    let mut changed = full.clone();
+    changed["data"]["k"] = "changed".into();
+    assert_eq!(http.put(&format!("{CMS}/w"), &changed).await.status, 200);
+    let modified = ev.next_within(STEP).await.unwrap();
+    assert_eq!(modified["type"], "MODIFIED");
+    assert_eq!(modified["object"]["kind"], "PartialObjectMetadata");
+    assert!(modified["object"].get("data").is_none());
+    assert_ne!(
+        modified["object"]["metadata"]["resourceVersion"],
+        full["metadata"]["resourceVersion"]
+    );
+    h.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_watches_share_one_h2_connection() {
     let (h, _) = start().await;
