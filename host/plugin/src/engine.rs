@@ -64,9 +64,10 @@ pub enum EngineError {
     /// wasmtime refused the configuration.
     #[error("cannot create the wasmtime engine: {0:#}")]
     Wasmtime(wasmtime::Error),
-    /// Neither timer signals nor the ticker thread could be set up.
-    #[error("cannot start the epoch ticker: {0}")]
-    Ticker(std::io::Error),
+    /// Neither timer signals nor the ticker thread could be set up: nothing could stop a
+    /// guest looping in its own code.
+    #[error("cannot start the guest watchdog (timer signals or the epoch ticker thread): {0}")]
+    Watchdog(std::io::Error),
 }
 
 /// The shared engine. Cheap to clone.
@@ -98,7 +99,7 @@ impl PluginEngine {
             Err(e) => return Err(EngineError::Wasmtime(e)),
         };
         let watchdog =
-            Watchdog::start(&engine, config.epoch_tick, false).map_err(EngineError::Ticker)?;
+            Watchdog::start(&engine, config.epoch_tick, false).map_err(EngineError::Watchdog)?;
         let linker = super::imports::linker(&engine).map_err(EngineError::Wasmtime)?;
         let cache = config
             .cache_dir
