@@ -304,9 +304,16 @@ async fn membership_rv(rs: &mut Replicas, id: usize) -> Option<String> {
     lease.map(|l| l.resource_version)
 }
 
-/// The notes of the host's `LeaderElection` Events on the leader Lease (`default/kube-wasm-host`),
-/// as the API server lists them.
+/// The notes of the host's `LeaderElection` Events on the leader Lease (`default/kube-wasm-host`,
+/// named by its uid too, as `kubectl describe` matches them), as the API server lists them.
 async fn leader_event_notes(rs: &Replicas) -> BTreeSet<String> {
+    let lease = kwh_client::leases::LeaseClient::new(rs.emulator.client.clone(), "default", "test")
+        .get("kube-wasm-host")
+        .await
+        .expect("get the leader Lease");
+    let Some(uid) = lease.map(|l| l.uid).filter(|u| !u.is_empty()) else {
+        return BTreeSet::new();
+    };
     let body = rs
         .emulator
         .client
@@ -328,6 +335,7 @@ async fn leader_event_notes(rs: &Replicas) -> BTreeSet<String> {
                 && e["reportingController"] == "kube-wasm-host"
                 && e["regarding"]["kind"] == "Lease"
                 && e["regarding"]["name"] == "kube-wasm-host"
+                && e["regarding"]["uid"] == uid.as_str()
         })
         .filter_map(|e| e["note"].as_str().map(str::to_string))
         .collect()
@@ -387,6 +395,30 @@ async fn sigterm_releases_the_lease_and_a_standby_takes_over_at_once() {
     assert_no_overlap(&mut rs);
     let both = until_leader_events(&rs, 2).await;
     assert!(both.is_superset(&led), "{both:?} after {led:?}");
+    #[cfg(kubectl)]
+    {
+        // What an operator reads: the real kubectl lists both under the Lease's Events.
+        let dir = support::temp_dir("leader-kubectl");
+        std::fs::copy(&rs.emulator.kubeconfig, dir.join("kubeconfig")).expect("kubeconfig");
+        let (ok, out, err) = support::kubectl::kubectl(
+            &dir,
+            &["describe", "lease", "kube-wasm-host", "-n", "default"],
+        )
+        .await;
+        assert!(ok, "kubectl describe lease: {err}");
+        let events = out
+            .split_once("\nEvents:")
+            .map(|(_, rest)| rest)
+            .unwrap_or_else(|| panic!("no Events section:\n{out}"));
+        for note in &both {
+            assert!(
+                events
+                    .lines()
+                    .any(|l| l.contains("LeaderElection") && l.contains(note.as_str())),
+                "{note:?} not under the Lease's Events:\n{out}"
+            );
+        }
+    }
 }
 
 /// (d): the leader is cut off from the API server while it has a backlog its cache lets it

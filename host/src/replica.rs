@@ -266,15 +266,23 @@ impl Replica {
             return;
         };
         let mut role = e.role();
+        let seen = e.leader_seen();
         tokio::spawn(async move {
             let mut leading = false;
             loop {
                 let now = *role.borrow_and_update() == Role::Leader;
                 if now && !leading {
+                    // The election publishes the Lease it wrote before it announces the
+                    // role, so its uid is known here: `kubectl describe lease` matches
+                    // Events on it.
+                    let uid = seen.borrow().as_ref().and_then(|s| s.lease_uid.clone());
                     events.record(
                         EVENTS_CONTROLLER,
                         NewEvent {
-                            regarding: regarding.clone(),
+                            regarding: ObjectRef {
+                                uid,
+                                ..regarding.clone()
+                            },
                             event_type: EventType::Normal,
                             reason: "LeaderElection".into(),
                             action: "Acquire".into(),

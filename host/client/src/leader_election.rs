@@ -214,6 +214,9 @@ pub struct LeaderSeen {
     pub holder: Option<String>,
     /// Observed change plus the lease duration.
     pub valid_until: Instant,
+    /// The Lease's `metadata.uid` (none before it exists): an Event about the Lease carries
+    /// it, as client-go's `LeaseLock.RecordEvent` does with the lease it last read.
+    pub lease_uid: Option<String>,
 }
 
 impl LeaderSeen {
@@ -280,10 +283,12 @@ impl Candidate {
         if changed {
             self.observed_at = now;
         }
+        let lease_uid = Some(lease.uid.clone()).filter(|u| !u.is_empty());
         self.observed = Some(lease);
         let seen = LeaderSeen {
             holder: self.holder(),
             valid_until: self.observed_expiry().unwrap_or(now),
+            lease_uid,
         };
         self.seen.send_replace(Some(seen));
     }

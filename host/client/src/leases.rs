@@ -78,6 +78,9 @@ pub struct Lease {
     pub name: String,
     /// `metadata.resourceVersion`: what the next update must carry.
     pub resource_version: String,
+    /// `metadata.uid` (empty if the server sent none): what an Event about the Lease names, so
+    /// that `kubectl describe lease` finds it.
+    pub uid: String,
     /// `metadata.labels`.
     pub labels: BTreeMap<String, String>,
     /// `spec`.
@@ -102,6 +105,8 @@ struct WireMeta {
     #[serde(default)]
     resource_version: String,
     #[serde(default)]
+    uid: String,
+    #[serde(default)]
     labels: BTreeMap<String, String>,
 }
 
@@ -115,6 +120,7 @@ impl Lease {
         Ok(Lease {
             name: wire.metadata.name,
             resource_version: wire.metadata.resource_version,
+            uid: wire.metadata.uid,
             labels: wire.metadata.labels,
             spec: wire.spec,
             object,
