@@ -442,6 +442,78 @@ async fn harness_first_sight_records_a_baseline_and_a_configmap_change_rolls() {
     .await;
 }
 
+/// The race a cache opens: web's baseline has reached the API server but not yet the
+/// reloader's cache when its ConfigMap changes. The reconcile of that change sees web as never
+/// seen; were it to record the new configuration as web's baseline, the change would never
+/// roll. Its first-sight patch is conditional on the version it read, so it is refused (409),
+/// and once the cache has the baseline the change rolls.
+#[tokio::test]
+async fn harness_a_change_racing_the_baseline_into_the_cache_still_rolls() {
+    bounded(async {
+        let mut h = harness().await;
+        h.add(deployment("web", true, "app-config", true))
+            .await
+            .expect("add web");
+        assert_eq!(keys(&h), ["default/web"]);
+        let mut cm = h
+            .get("v1", "ConfigMap", Some("default"), "app-config")
+            .expect("cm");
+        cm["data"]["level"] = "debug".into();
+        h.update(cm).await.expect("update cm");
+        assert_eq!(keys(&h), ["default/web"], "the change's user");
+        // The baseline an earlier reconcile recorded (for the configuration before the
+        // change), written past the cache: the cluster has it, the lister not yet.
+        let mut web = h
+            .get("apps/v1", "Deployment", Some("default"), "web")
+            .expect("web");
+        web["metadata"]["annotations"]["config-reloader/observed-hash"] =
+            "before-the-change".into();
+        h.cluster().replace(web).expect("baseline past the cache");
+        assert_eq!(
+            h.cached(0, "default/web")
+                .and_then(|d| d.to_value().ok())
+                .and_then(|d| observed_hash(&d)),
+            None,
+            "the cache is behind"
+        );
+
+        let stale = h.reconcile("default/web").await;
+        assert_eq!(
+            stale,
+            ReconcileOutcome::RequeueAfter(Duration::from_secs(1))
+        );
+        let refused = h.take_writes();
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert_eq!(
+            h.get("apps/v1", "Deployment", Some("default"), "web")
+                .and_then(|d| observed_hash(&d))
+                .as_deref(),
+            Some("before-the-change"),
+            "the baseline stands"
+        );
+
+        // The cache catches up; the recheck rolls to the configuration of now.
+        h.deliver_pending().await.expect("deliver");
+        h.advance(Duration::from_secs(1));
+        let ran = h.run_queue().await;
+        assert!(
+            ran.iter().all(|(_, r)| *r == ReconcileOutcome::Done),
+            "{ran:?}"
+        );
+        let d = h
+            .get("apps/v1", "Deployment", Some("default"), "web")
+            .expect("web");
+        let rolled = template_hash(&d).expect("rolled");
+        assert_eq!(observed_hash(&d).as_ref(), Some(&rolled));
+        let note = roll_note(&h);
+        assert!(
+            note.ends_with(&format!("rolling to config hash {}", &rolled[..12])),
+            "{note}"
+        );
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn harness_secrets_and_deletions_count_and_only_users_are_enqueued() {
     bounded(async {

@@ -362,10 +362,21 @@ fn recorded_hash<'a>(deploy: &'a Object, names: &Names) -> Option<&'a str> {
     template_hash.or(deploy.annotation(&names.observed_hash))
 }
 
+/// How soon a reconcile whose first-sight baseline met a newer version looks again: a watch
+/// event takes milliseconds to reach the cache.
+const RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The patch that brings `deploy` to configuration `now`, or none if it is there:
 /// - first sight (no hash recorded): record it (`observed-hash`, `observed-refs`) only, rolling
-///   nothing;
+///   nothing, on the condition that `deploy` is still the version the cache holds (its
+///   `resourceVersion` in the patch: a 409 `Conflict` otherwise);
 /// - a different hash: set the pod template's `config-hash` too, which rolls.
+///
+/// Why the condition on first sight only: a reconcile can read a cache that has not yet seen
+/// this controller's own baseline of a moment ago. Taking the Deployment for unseen then would
+/// record the configuration of now as its baseline over the one recorded, and a change between
+/// the two would never roll. A roll needs no condition: it sets the hash of now, which a
+/// second roll from a stale read sets again, changing nothing.
 pub fn plan(deploy: &Object, now: &Fingerprint, names: &Names) -> Option<Patch> {
     let hash = now.hash.as_str();
     let recorded = json!({
@@ -374,7 +385,10 @@ pub fn plan(deploy: &Object, now: &Fingerprint, names: &Names) -> Option<Patch> 
     });
     match recorded_hash(deploy, names) {
         Some(h) if h == hash => None,
-        None => Some(Patch::Merge(json!({"metadata": {"annotations": recorded}}))),
+        None => Some(Patch::Merge(json!({"metadata": {
+            "annotations": recorded,
+            "resourceVersion": deploy.resource_version().unwrap_or_default(),
+        }}))),
         Some(_) => Some(Patch::Merge(json!({
             "metadata": {"annotations": recorded},
             "spec": {"template": {"metadata": {"annotations": {names.config_hash.as_str(): hash}}}}
@@ -493,7 +507,17 @@ impl Controller for ConfigReloader {
         // Read before the patch: what the last roll (or the baseline) recorded.
         let changes =
             rolls.then(|| describe_changes(deploy.annotation(&names.observed_refs), &now));
-        deployments.patch_object(&deploy, &patch)?;
+        match deployments.patch_object(&deploy, &patch) {
+            Ok(_) => {}
+            // First sight from a cache behind the server (see `plan`): its own baseline
+            // may be on its way; its arrival is a metadata-only update, which does not enqueue
+            // the Deployment (`on_update`), so look again shortly.
+            Err(e) if !rolls && e.is_conflict() => {
+                debug!("{key}: changed since the cache read it; looking again in {RECHECK:?}");
+                return Ok(Action::RequeueAfter(RECHECK));
+            }
+            Err(e) => return Err(e),
+        }
         let short = &now.hash[..12];
         match changes {
             Some(changes) => {
@@ -534,7 +558,8 @@ mod tests {
     fn deploy(template_spec: Value, annotations: Value) -> Object {
         Object::from_value(json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "web", "namespace": "prod", "annotations": annotations},
+            "metadata": {"name": "web", "namespace": "prod", "resourceVersion": "7",
+                "annotations": annotations},
             "spec": {"template": {"spec": template_spec}}
         }))
         .unwrap()
@@ -615,7 +640,8 @@ mod tests {
         assert_eq!(
             first,
             json!({"metadata": {"annotations": {
-                OBSERVED_HASH: "h1", OBSERVED_REFS: "ConfigMap/a=0123456789ab"}}})
+                OBSERVED_HASH: "h1", OBSERVED_REFS: "ConfigMap/a=0123456789ab"},
+                "resourceVersion": "7"}})
         );
 
         let seen = deploy(json!({}), json!({ENABLED: "true", OBSERVED_HASH: "h1"}));
