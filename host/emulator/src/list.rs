@@ -383,21 +383,41 @@ pub fn list_body(
 ) -> Response<Body> {
     let size: usize = items.iter().map(|o| o.raw().len() + 1).sum();
     let mut b = BytesMut::with_capacity(size + 256);
+    let kind = format!("{}List", def.kind);
+    put_list(
+        &mut b,
+        &kind,
+        &def.api_version(),
+        (rv, token, remaining),
+        items,
+        |b, o| b.put_slice(o.raw()),
+    );
+    response::json(StatusCode::OK, b.freeze())
+}
+
+/// `{"kind":…,"apiVersion":…,"metadata":{…},"items":[…]}`, each item written by `put`.
+fn put_list(
+    b: &mut BytesMut,
+    kind: &str,
+    api_version: &str,
+    (rv, token, remaining): (u64, Option<String>, Option<usize>),
+    items: &[Object],
+    put: impl Fn(&mut BytesMut, &Object),
+) {
     b.put_slice(b"{\"kind\":\"");
-    b.put_slice(def.kind.as_bytes());
-    b.put_slice(b"List\",\"apiVersion\":\"");
-    b.put_slice(def.api_version().as_bytes());
+    b.put_slice(kind.as_bytes());
+    b.put_slice(b"\",\"apiVersion\":\"");
+    b.put_slice(api_version.as_bytes());
     b.put_slice(b"\",\"metadata\":");
-    list_meta(&mut b, rv, token, remaining);
+    list_meta(b, rv, token, remaining);
     b.put_slice(b",\"items\":[");
     for (i, o) in items.iter().enumerate() {
         if i > 0 {
             b.put_u8(b',');
         }
-        b.put_slice(o.raw());
+        put(b, o);
     }
     b.put_slice(b"]}");
-    response::json(StatusCode::OK, b.freeze())
 }
 
 #[derive(Deserialize)]
@@ -447,18 +467,14 @@ fn metadata_list_json(
     remaining: Option<usize>,
 ) -> Bytes {
     let mut b = BytesMut::with_capacity(256 + items.len() * 512);
-    b.put_slice(b"{\"kind\":\"PartialObjectMetadataList\",\"apiVersion\":\"");
-    b.put_slice(v.api_version().as_bytes());
-    b.put_slice(b"\",\"metadata\":");
-    list_meta(&mut b, rv, token, remaining);
-    b.put_slice(b",\"items\":[");
-    for (i, o) in items.iter().enumerate() {
-        if i > 0 {
-            b.put_u8(b',');
-        }
-        put_partial(&mut b, o.raw(), v);
-    }
-    b.put_slice(b"]}");
+    put_list(
+        &mut b,
+        "PartialObjectMetadataList",
+        v.api_version(),
+        (rv, token, remaining),
+        items,
+        |b, o| put_partial(b, o.raw(), v),
+    );
     b.freeze()
 }
 
