@@ -349,7 +349,7 @@ impl Watcher {
     /// Append one event in the form the client asked for: the object as the resource serves
     /// it, a one-row Table, or its metadata.
     fn put(&mut self, ty: &str, raw: &[u8], rv: u64) {
-        let version = match self.opts.form {
+        match self.opts.form {
             Representation::Object => {
                 let served = if self.converts {
                     events::serve_raw(&self.def, raw)
@@ -357,15 +357,10 @@ impl Watcher {
                     None
                 };
                 put_event(&mut self.buf, ty, served.as_deref().unwrap_or(raw));
-                return;
             }
-            Representation::Metadata(v) => v,
-            Representation::Table => {
-                self.put_table_row(ty, raw, rv);
-                return;
-            }
-        };
-        put_event(&mut self.buf, ty, &metadata_json(raw, version));
+            Representation::Metadata(v) => put_event(&mut self.buf, ty, &metadata_json(raw, v)),
+            Representation::Table => self.put_table_row(ty, raw, rv),
+        }
     }
 
     fn put_table_row(&mut self, ty: &str, raw: &[u8], rv: u64) {
