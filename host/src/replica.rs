@@ -131,7 +131,8 @@ pub struct Replica {
     ownership: Ownership,
     election: Option<LeaderElection>,
     membership: Option<Membership>,
-    /// With an election: the leader Lease, and the note of this process's "became leader".
+    /// With an election: the leader Lease (its uid filled in as each Event is recorded: the
+    /// Lease may not exist yet at start), and the note of this process's "became leader".
     leader_event: Option<(ObjectRef, String)>,
 }
 
