@@ -237,7 +237,11 @@ fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
-/// What makes events isomorphic (client-go's `eventKey`, plus the type).
+/// What makes events isomorphic: client-go's `tools/events` `getKey` field by field (type,
+/// action, reason, reporting controller, reporting instance, regarding, related), checked
+/// against its source. The note is not in it there either: a series keeps its first note. The
+/// reporting instance is one per recorder (the host's identity) and no recorded Event names a
+/// related object, so neither needs a field here.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct SeriesKey {
     controller: String,
@@ -1253,8 +1257,11 @@ mod tests {
         assert!(!shut.take(0, every, t0 + every * 10));
     }
 
+    /// client-go's `getKey` (`tools/events/event_broadcaster.go`) leaves the note out of an
+    /// Event's identity and puts the type, action, reason and reporting controller in it: two
+    /// Events that differ only in their note are one series, which keeps the first note.
     #[test]
-    fn identity_excludes_the_note_and_includes_type_and_action() {
+    fn identity_is_client_gos_get_key_without_the_note() {
         let mut st = State::default();
         let (wall, now) = (SystemTime::now(), Instant::now());
         let c = config();

@@ -483,6 +483,28 @@ impl SharedProcessor {
         }
     }
 
+    /// Hands `notifications` to listener `id` alone, in order, as [`SharedProcessor::distribute`]
+    /// hands a notification to each: inline while the listener is idle and its handler takes
+    /// it so, else through its queue, behind whatever it already holds. Returns how many were
+    /// handed over (0 when the listener is gone). The caller orders this against the
+    /// informer's other distributions (its delta lock), which is what keeps a replay in order.
+    pub fn deliver_to(
+        &self,
+        id: ListenerId,
+        notifications: impl IntoIterator<Item = Notification>,
+    ) -> usize {
+        let g = self.inner.read();
+        let Some((_, l)) = g.listeners.iter().find(|(i, _)| *i == id) else {
+            return 0;
+        };
+        let mut n = 0;
+        for note in notifications {
+            l.deliver(&note, g.panics);
+            n += 1;
+        }
+        n
+    }
+
     /// Start every listener's task on the current runtime.
     pub fn run(&self) {
         let rt = tokio::runtime::Handle::current();
