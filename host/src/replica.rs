@@ -14,7 +14,7 @@ use kwh_client::events::{EventRecorder, EventType, NewEvent, ObjectRef};
 use kwh_client::leader_election::{ElectionConfig, Fence, LeaderElection, Role, Timings};
 use kwh_client::Client;
 use kwh_plugin::membership::{LeaderLink, MemberState, Membership};
-use kwh_plugin::ownership::{ElectionStatus, Ownership, Shards};
+use kwh_plugin::ownership::{ElectionStatus, Gain, Ownership, Shards};
 
 /// The flags. Durations are written as kube-controller-manager's flags take them (`15s`,
 /// `1500ms`); the defaults are client-go's.
@@ -209,7 +209,7 @@ impl Replica {
             tokio::spawn(async move {
                 while role.changed().await.is_ok() {
                     if *role.borrow_and_update() == Role::Leader {
-                        own.gained_work();
+                        own.gained(Gain::Leadership);
                     }
                 }
             });

@@ -7,7 +7,7 @@
 //! from the reconcile workers' instances, so a slow reconcile never delays notifications.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ use tracing::Instrument;
 
 use super::backend::QueueBackend;
 use super::handover::{Change, HandedOver};
-use super::health::Health;
+use super::health::{Admission, Health};
 use super::instance::{GuestError, PluginInstance};
 use super::loader::Plugin;
 use super::ownership::PluginOwnership;
@@ -94,6 +94,12 @@ pub struct Dispatcher {
     pub retries: AtomicU64,
     /// Notifications given up after every attempt failed.
     pub dropped: AtomicU64,
+    /// Notifications not delivered because the plugin was quarantined; their objects reach
+    /// the guest again by a replay of its caches once it may be called again.
+    pub held_back: AtomicU64,
+    /// Set when a notification was held back and no replay has been asked for since.
+    missed: AtomicBool,
+    missed_notify: tokio::sync::Notify,
 }
 
 /// One notification, borrowed for the duration of its delivery (retries included).
@@ -153,6 +159,9 @@ impl Dispatcher {
             failures: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            held_back: AtomicU64::new(0),
+            missed: AtomicBool::new(false),
+            missed_notify: tokio::sync::Notify::new(),
         }))
     }
 
@@ -164,9 +173,9 @@ impl Dispatcher {
         })
     }
 
-    /// Delivers one notification: waits while the plugin is quarantined, retries a sandbox
-    /// failure on a fresh instance with backoff, and drops it (logged and counted) when every
-    /// attempt failed. The instance lock is held throughout, so the plugin's notifications
+    /// Delivers one notification: holds it back while the plugin is quarantined (see
+    /// [`Dispatcher::missed`]), retries a sandbox failure on a fresh instance with backoff,
+    /// and drops it (logged and counted) when every attempt failed. The instance lock is held throughout, so the plugin's notifications
     /// reach the guest one at a time and in order, retries included.
     ///
     /// A notification whose handler the guest handed over is not delivered: the host enqueues
@@ -185,9 +194,23 @@ impl Dispatcher {
                 self.skipped.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            let Some(permit) = self.health.admit().await else {
-                tracing::debug!(plugin = %self.name, key = %call.object().key(), "shutting down; notification not delivered");
-                break;
+            let permit = match self.health.try_admit() {
+                Admission::Go(permit) => permit,
+                Admission::Held => {
+                    // Quarantined: waiting here would hold every later notification in the
+                    // listener's buffer, each keeping its object version alive, for as long
+                    // as the quarantine lasts. Dropped instead; the caches are replayed, in
+                    // order, once calls are let through again (reconciles are level-based).
+                    self.held_back.fetch_add(1, Ordering::Relaxed);
+                    if !self.missed.swap(true, Ordering::AcqRel) {
+                        self.missed_notify.notify_one();
+                    }
+                    return;
+                }
+                Admission::Closed => {
+                    tracing::debug!(plugin = %self.name, key = %call.object().key(), "shutting down; notification not delivered");
+                    break;
+                }
             };
             let r = match call {
                 Call::Add(obj) => inst.on_add(watch, obj).await,
@@ -228,13 +251,18 @@ impl Dispatcher {
         self.delivered.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Delivers the objects of a cache as `on-add` notifications of watch `watch`, as a
-    /// controller that starts sees its informer's contents: what a replica that gained work
-    /// does, so the keys it now owns are queued without a relist.
-    pub async fn replay(&self, watch: u32, objects: Vec<Object>) {
-        for obj in &objects {
-            self.deliver(watch, Call::Add(obj)).await;
+    /// Resolves once a notification was held back (quarantine) since the last call, and the
+    /// plugin may be called again: the moment to replay its caches.
+    pub async fn missed(&self) {
+        loop {
+            let notified = self.missed_notify.notified();
+            if self.missed.load(Ordering::Acquire) {
+                break;
+            }
+            notified.await;
         }
+        self.health.admittable().await;
+        self.missed.store(false, Ordering::Release);
     }
 }
 

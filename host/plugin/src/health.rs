@@ -119,6 +119,24 @@ struct Inner {
     closed: bool,
 }
 
+/// What [`Health::try_admit`] answers.
+#[must_use = "a permit must be reported"]
+pub enum Admission<'a> {
+    /// Make the call and report its end.
+    Go(Permit<'a>),
+    /// Quarantined (or another call is the probation call): do not call now.
+    Held,
+    /// Shutting down: no more calls.
+    Closed,
+}
+
+/// [`Health::gate`]'s answer.
+enum Gate<'a> {
+    Open(Option<Permit<'a>>),
+    Held(Option<Instant>),
+    Closed,
+}
+
 /// The health gate of one plugin, shared by its dispatcher and workers.
 #[derive(Debug)]
 pub struct Health {
@@ -176,36 +194,84 @@ impl Health {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let wake_at = {
-                let mut g = self.inner.lock();
-                if g.closed {
-                    return None;
-                }
-                match g.state {
-                    State::Running => return Some(self.permit(false)),
-                    State::Quarantined { until } if Instant::now() >= until => {
-                        g.state = State::Probation { probing: true };
-                        tracing::info!(plugin = %self.plugin,
-                            "quarantine cool-down over; probation call on a fresh instance");
-                        return Some(self.permit(true));
-                    }
-                    State::Quarantined { until } => Some(until),
-                    State::Probation { probing: false } => {
-                        g.state = State::Probation { probing: true };
-                        return Some(self.permit(true));
-                    }
-                    State::Probation { probing: true } => None,
-                }
+            let wake_at = match self.gate(true) {
+                Gate::Open(p) => return p,
+                Gate::Closed => return None,
+                Gate::Held(wake_at) => wake_at,
             };
-            match wake_at {
-                Some(t) => {
-                    tokio::select! {
-                        _ = notified => {}
-                        _ = tokio::time::sleep_until(t) => {}
-                    }
+            self.wait(notified, wake_at).await;
+        }
+    }
+
+    /// [`Health::admit`] without the wait: what a caller that must not hold on to its work
+    /// while the plugin is quarantined asks (the dispatcher, whose notifications would pile
+    /// up behind it otherwise).
+    pub fn try_admit(&self) -> Admission<'_> {
+        if !self.gated.load(Ordering::Acquire) {
+            return Admission::Go(self.permit(false));
+        }
+        match self.gate(true) {
+            Gate::Open(Some(p)) => Admission::Go(p),
+            Gate::Open(None) | Gate::Closed => Admission::Closed,
+            Gate::Held(_) => Admission::Held,
+        }
+    }
+
+    /// Resolves once [`Health::try_admit`] would let a call through (running, or the
+    /// cool-down over and no probation call under way) or the gate was closed. Admits nothing
+    /// itself: whoever calls next (perhaps another caller) takes the permit.
+    pub async fn admittable(&self) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let wake_at = match self.gate(false) {
+                Gate::Open(_) | Gate::Closed => return,
+                Gate::Held(wake_at) => wake_at,
+            };
+            self.wait(notified, wake_at).await;
+        }
+    }
+
+    /// Where the gate stands, under the lock. With `take`, a call it lets through is admitted
+    /// (`Open(Some(permit))`, a probation starts); without, nothing changes (`Open(None)`).
+    fn gate(&self, take: bool) -> Gate<'_> {
+        let mut g = self.inner.lock();
+        if g.closed {
+            return Gate::Closed;
+        }
+        let grant = |probe: bool| Gate::Open(take.then(|| self.permit(probe)));
+        match g.state {
+            State::Running => grant(false),
+            State::Quarantined { until } if Instant::now() >= until => {
+                if take {
+                    g.state = State::Probation { probing: true };
+                    tracing::info!(plugin = %self.plugin,
+                        "quarantine cool-down over; probation call on a fresh instance");
                 }
-                None => notified.await,
+                grant(true)
             }
+            State::Quarantined { until } => Gate::Held(Some(until)),
+            State::Probation { probing: false } => {
+                if take {
+                    g.state = State::Probation { probing: true };
+                }
+                grant(true)
+            }
+            State::Probation { probing: true } => Gate::Held(None),
+        }
+    }
+
+    /// Waits for a change of state, or until `wake_at` when given.
+    async fn wait(&self, notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>, wake_at: Option<Instant>) {
+        match wake_at {
+            Some(t) => {
+                tokio::select! {
+                    _ = notified => {}
+                    _ = tokio::time::sleep_until(t) => {}
+                }
+            }
+            None => notified.await,
         }
     }
 
@@ -507,6 +573,35 @@ mod tests {
         );
         h.close();
         assert!(waiting.await.is_none(), "closed: released with no permit");
+    }
+
+    /// The dispatcher's view: while quarantined nothing is held waiting, `admittable` says
+    /// when to come back, and the first caller after the cool-down is the probe.
+    #[tokio::test(start_paused = true)]
+    async fn try_admit_never_waits_and_admittable_resolves_at_the_cooldown() {
+        let h = Health::new("p", policy());
+        assert!(matches!(h.try_admit(), Admission::Go(p) if !p.is_probe()));
+        for _ in 0..3 {
+            fail(&h).await;
+        }
+        assert!(matches!(h.try_admit(), Admission::Held));
+        let t = Instant::now();
+        h.admittable().await;
+        assert_eq!(t.elapsed(), Duration::from_secs(1));
+        assert_eq!(h.snapshot().phase, Phase::Quarantined, "admittable took nothing");
+        let Admission::Go(probe) = h.try_admit() else {
+            panic!("the cool-down is over: a probe");
+        };
+        assert!(probe.is_probe());
+        assert!(
+            matches!(h.try_admit(), Admission::Held),
+            "one probe at a time"
+        );
+        probe.succeeded();
+        assert!(matches!(h.try_admit(), Admission::Go(p) if !p.is_probe()));
+        h.close();
+        assert!(matches!(h.try_admit(), Admission::Closed));
+        h.admittable().await;
     }
 
     #[tokio::test(start_paused = true)]

@@ -301,9 +301,9 @@ async fn run(m: Member, state: watch::Sender<MemberState>, mut stop: watch::Rece
                         }
                     }
                 }
-                if shards.update(&live, Instant::now()) {
+                if let Some(gain) = shards.update(&live, Instant::now()) {
                     tracing::info!(members = ?shards.members(), "shard membership changed");
-                    own.gained_work();
+                    own.gained(gain);
                 }
                 state.send_if_modified(|s| {
                     let changed = *s != MemberState::Member;

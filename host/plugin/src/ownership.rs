@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 use kwh_client::leader_election::{Fence, Role};
 
@@ -54,11 +54,35 @@ struct Inner {
     leader: Fence,
     shards: Option<Arc<Shards>>,
     election: Option<ElectionStatus>,
-    /// Bumped when this replica gains work (it became the leader, or the membership
-    /// changed): each plugin then replays its caches through its handlers, as a controller
-    /// that starts does, so the keys it now owns are queued without a relist.
-    gained: watch::Sender<u64>,
+    /// What this replica gained, as it gains it (it became the leader, or the membership
+    /// changed so that it owns keys it did not): each plugin then replays the objects of the
+    /// keys it gained through its handlers, as a controller that starts does, so they are
+    /// queued without a relist.
+    gains: broadcast::Sender<Gain>,
 }
+
+/// A membership view: the member identities, sorted.
+pub type Members = Arc<[Arc<str>]>;
+
+/// Work this replica gained.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gain {
+    /// It became the leader: every key of the plugins behind the leader's fence.
+    Leadership,
+    /// The shard membership changed from `before` to `after` (sorted identities; `before`
+    /// empty on a first view): the keys a sharded plugin's owner is this replica for under
+    /// `after` and was not under `before`.
+    Shards {
+        /// The members of the previous view (without this replica on its first view).
+        before: Members,
+        /// The members of the new view.
+        after: Members,
+    },
+}
+
+/// How many gains a plugin may fall behind before it replays everything instead: membership
+/// changes come seconds apart, each plugin takes them as they come.
+const GAINS_BUFFERED: usize = 64;
 
 impl std::fmt::Debug for Ownership {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -94,19 +118,21 @@ impl Ownership {
                 leader,
                 shards,
                 election,
-                gained: watch::channel(0).0,
+                gains: broadcast::channel(GAINS_BUFFERED).0,
             }),
         }
     }
 
-    /// Says this replica gained work: every plugin replays its caches through its handlers.
-    pub fn gained_work(&self) {
-        self.inner.gained.send_modify(|n| *n += 1);
+    /// Says this replica gained work: each plugin replays the objects of the keys it gained
+    /// through its handlers ([`PluginOwnership::gained_keys`]).
+    pub fn gained(&self, gain: Gain) {
+        // No receiver (no plugin yet) is fine: a plugin wired later lists its caches anyway.
+        let _ = self.inner.gains.send(gain);
     }
 
-    /// Changes each time [`Ownership::gained_work`] is called.
-    pub fn gained(&self) -> watch::Receiver<u64> {
-        self.inner.gained.subscribe()
+    /// The gains from now on.
+    pub fn gains(&self) -> broadcast::Receiver<Gain> {
+        self.inner.gains.subscribe()
     }
 
     /// The election, when there is one.
@@ -169,9 +195,82 @@ impl PluginOwnership {
         }
     }
 
-    /// See [`Ownership::gained`].
-    pub fn gained(&self) -> watch::Receiver<u64> {
-        self.own.gained()
+    /// See [`Ownership::gains`].
+    pub fn gains(&self) -> broadcast::Receiver<Gain> {
+        self.own.gains()
+    }
+
+    /// Which keys of this plugin `gains` gave this replica: none, all, or those the shard
+    /// views name. A gain of another kind than the plugin's (leadership for a sharded plugin,
+    /// a membership change for one behind the leader's fence) gives it nothing.
+    pub fn gained_keys(&self, gains: &[Gain]) -> GainedKeys {
+        let mut views = Vec::new();
+        for g in gains {
+            match g {
+                Gain::Leadership if !self.sharded => return GainedKeys::All,
+                Gain::Shards { before, after } if self.sharded => {
+                    if let Some(s) = &self.own.inner.shards {
+                        if can_gain(&s.me, before, after) {
+                            views.push((before.clone(), after.clone()));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        match &self.own.inner.shards {
+            Some(s) if !views.is_empty() => GainedKeys::Moved {
+                me: s.me.clone(),
+                plugin: self.plugin.clone(),
+                views,
+            },
+            _ => GainedKeys::None,
+        }
+    }
+}
+
+/// Whether a membership change from `before` to `after` can give `me` any key: only when it
+/// was not a member before (it joined) or a member left. Members that only join take keys
+/// away (rendezvous hashing moves a key only to a member that came).
+fn can_gain(me: &Arc<str>, before: &[Arc<str>], after: &[Arc<str>]) -> bool {
+    !before.contains(me) || before.iter().any(|m| !after.contains(m))
+}
+
+/// The keys of one plugin a replica gained; see [`PluginOwnership::gained_keys`].
+#[derive(Debug, Clone)]
+pub enum GainedKeys {
+    /// Nothing: no replay.
+    None,
+    /// Every key.
+    All,
+    /// The keys this replica owns under the `after` of one of `views` and did not own under
+    /// its `before`.
+    Moved {
+        /// This replica.
+        me: Arc<str>,
+        /// The plugin.
+        plugin: Arc<str>,
+        /// (before, after) of each membership change.
+        views: Vec<(Members, Members)>,
+    },
+}
+
+impl GainedKeys {
+    /// Whether nothing was gained.
+    pub fn is_none(&self) -> bool {
+        matches!(self, GainedKeys::None)
+    }
+
+    /// Whether `key` is among the gained.
+    pub fn contains(&self, key: &str) -> bool {
+        match self {
+            GainedKeys::None => false,
+            GainedKeys::All => true,
+            GainedKeys::Moved { me, plugin, views } => views.iter().any(|(before, after)| {
+                owner(after, plugin, key) == Some(me)
+                    && owner(before, plugin, key).is_none_or(|o| o != me)
+            }),
+        }
     }
 }
 
@@ -229,10 +328,10 @@ impl Shards {
             .collect()
     }
 
-    /// Takes a new membership read at `now`; returns whether it changed. The first read
-    /// counts as a change from the same members without this one: they may have been
+    /// Takes a new membership read at `now`; returns the change when there is one. The first
+    /// read counts as a change from the same members without this one: they may have been
     /// working on the keys this replica now owns.
-    pub fn update(&self, members: &[String], now: Instant) -> bool {
+    pub fn update(&self, members: &[String], now: Instant) -> Option<Gain> {
         let mut next: Vec<Arc<str>> = members.iter().map(|m| Arc::from(m.as_str())).collect();
         if !next.contains(&self.me) {
             next.push(self.me.clone());
@@ -244,23 +343,37 @@ impl Shards {
         if s.first {
             s.first = false;
             let before: Vec<_> = next.iter().filter(|m| **m != self.me).cloned().collect();
+            let gain = Gain::Shards {
+                before: before.clone().into(),
+                after: next.clone().into(),
+            };
             if !before.is_empty() {
                 s.history.push((before, until));
             }
             s.members = next;
-            return true;
+            return Some(gain);
         }
         if s.members == next {
-            return false;
+            return None;
         }
         let before = std::mem::replace(&mut s.members, next);
+        let gain = Gain::Shards {
+            before: before.clone().into(),
+            after: s.members.clone().into(),
+        };
         s.history.retain(|(_, u)| *u > now);
         s.history.push((before, until));
-        true
+        Some(gain)
     }
 
     /// Whether this member may reconcile `key` of `plugin` now.
     pub fn admit(&self, plugin: &str, key: &str) -> Admit {
+        self.admit_at(plugin, key, Instant::now())
+    }
+
+    /// [`Shards::admit`] as of `now` (tests take the clock forward instead of back: an
+    /// `Instant` before the machine's boot does not exist).
+    fn admit_at(&self, plugin: &str, key: &str, now: Instant) -> Admit {
         if !self.fence.is_open() {
             return Admit::No;
         }
@@ -268,7 +381,6 @@ impl Shards {
         if owner(&s.members, plugin, key).is_none_or(|o| **o != *self.me) {
             return Admit::No;
         }
-        let now = Instant::now();
         let mut wait = Duration::ZERO;
         for (view, until) in &s.history {
             if *until <= now {
@@ -379,7 +491,7 @@ mod tests {
             .unwrap();
         assert_eq!(a.admit("p", &key), Admit::Now);
         // B joins: A drops the key at once.
-        assert!(a.update(&names(&["a", "b"]), Instant::now()));
+        assert!(a.update(&names(&["a", "b"]), Instant::now()).is_some());
         assert_eq!(a.admit("p", &key), Admit::No);
         // B's first view: A held everything before, and A is alive: B waits A's lease out.
         let b = Shards::new("b", open(), lease);
@@ -391,7 +503,7 @@ mod tests {
         // A key B owned no matter what is not delayed when A never owned it... but with A
         // alive every key was A's: all of B's keys wait.
         // When A leaves (its lease expired), B takes A's keys without waiting.
-        assert!(b.update(&names(&["b"]), Instant::now()));
+        assert!(b.update(&names(&["b"]), Instant::now()).is_some());
         assert_eq!(b.admit("p", &key), Admit::Now);
     }
 
@@ -399,21 +511,24 @@ mod tests {
     fn a_member_that_left_hands_over_at_once() {
         let lease = Duration::from_secs(15);
         let c = Shards::new("c", open(), lease);
-        c.update(&names(&["a", "b", "c"]), Instant::now() - 2 * lease);
+        let t0 = Instant::now();
+        c.update(&names(&["a", "b", "c"]), t0);
         // Long after the first view, B disappears: its keys come to A or C with no wait.
-        assert!(c.update(&names(&["a", "c"]), Instant::now()));
+        let later = t0 + 2 * lease;
+        assert!(c.update(&names(&["a", "c"]), later).is_some());
+        let admit = |key: &str| c.admit_at("p", key, later);
         let mut moved = 0;
         let all: Vec<Arc<str>> = vec![Arc::from("a"), Arc::from("b"), Arc::from("c")];
         for i in 0..3_000 {
             let key = format!("default/k{i}");
             let before = owner(&all, "p", &key).unwrap();
-            if &**before == "b" && c.admit("p", &key) != Admit::No {
+            if &**before == "b" && admit(&key) != Admit::No {
                 moved += 1;
-                assert_eq!(c.admit("p", &key), Admit::Now, "{key}");
+                assert_eq!(admit(&key), Admit::Now, "{key}");
             }
             // Keys that were A's or C's keep their owner (rendezvous moves only B's).
             if &**before == "c" {
-                assert_eq!(c.admit("p", &key), Admit::Now, "{key}");
+                assert_eq!(admit(&key), Admit::Now, "{key}");
             }
         }
         assert!(moved > 300, "{moved}");
@@ -437,6 +552,57 @@ mod tests {
         leader.open_until(Instant::now() + Duration::from_secs(60));
         assert!(only.active());
         assert_eq!(only.admit("default/x"), Admit::Now);
+    }
+
+    /// Only a replica that gains keys replays, and only those keys: a join gives the members
+    /// already there nothing, a leave gives each survivor exactly the keys of the one that
+    /// left that now hash to it, and a first view everything the replica owns.
+    #[test]
+    fn gained_keys_are_the_keys_that_moved_here() {
+        let lease = Duration::from_secs(15);
+        let t0 = Instant::now();
+        let shards = Arc::new(Shards::new("a", open(), lease));
+        let own = Ownership::new(Fence::closed(), Some(shards.clone()), None);
+        let p = own.for_plugin("p", false);
+        let keys: Vec<String> = (0..3_000).map(|i| format!("ns/k{i}")).collect();
+        let count = |g: &GainedKeys| keys.iter().filter(|k| g.contains(k)).count();
+        let view = |v: &[&str]| -> Vec<Arc<str>> { v.iter().map(|m| Arc::from(*m)).collect() };
+
+        // First view, with B there: A gains what it owns, nothing of B's.
+        let first = shards.update(&names(&["a", "b"]), t0).expect("a first view");
+        let g = p.gained_keys(std::slice::from_ref(&first));
+        let ab = view(&["a", "b"]);
+        let mine = keys
+            .iter()
+            .filter(|k| owner(&ab, "p", k).map(|o| &**o) == Some("a"))
+            .count();
+        assert_eq!(count(&g), mine);
+        assert!((1_200..1_800).contains(&mine), "{mine}");
+
+        // C joins: A only loses keys.
+        let join = shards.update(&names(&["a", "b", "c"]), t0).expect("a change");
+        let g = p.gained_keys(std::slice::from_ref(&join));
+        assert!(g.is_none(), "{g:?}");
+
+        // B leaves: A gains B's keys that hash to it now, nothing else.
+        let leave = shards.update(&names(&["a", "c"]), t0).expect("a change");
+        let g = p.gained_keys(std::slice::from_ref(&leave));
+        let (abc, ac) = (view(&["a", "b", "c"]), view(&["a", "c"]));
+        for k in &keys {
+            let was = owner(&abc, "p", k).map(|o| &**o);
+            let is = owner(&ac, "p", k).map(|o| &**o);
+            assert_eq!(g.contains(k), was == Some("b") && is == Some("a"), "{k}");
+        }
+        assert!(count(&g) > 300, "{}", count(&g));
+
+        // Leadership is not a sharded plugin's gain; it is a leader-only plugin's, all of it.
+        assert!(p.gained_keys(&[Gain::Leadership]).is_none());
+        let leader_only = own.for_plugin("p", true);
+        assert!(matches!(
+            leader_only.gained_keys(&[Gain::Leadership]),
+            GainedKeys::All
+        ));
+        assert!(leader_only.gained_keys(&[leave]).is_none());
     }
 
     #[test]

@@ -29,7 +29,7 @@ use super::health::{Health, QuarantinePolicy};
 use super::index::register as register_indexes;
 use super::instance::{GuestError, Limits};
 use super::loader::{LoadError, LoadedPlugin, Plugin};
-use super::ownership::{Ownership, PluginOwnership};
+use super::ownership::{GainedKeys, Ownership, PluginOwnership};
 use super::rbac::namespace_scope;
 use super::reconcile::{spawn_workers, PluginQueue, ReconcileStats};
 use super::spec::PluginSpec;
@@ -41,7 +41,9 @@ use kwh_client::{ApiResource, Client, Discovery, ResourceClient};
 use kwh_informer::backoff::Backoff;
 use kwh_informer::factory::{FactoryRegistration, InformerKey, SharedInformerFactory};
 use kwh_informer::processor::PanicPolicy;
-use kwh_informer::shared::{InformerError, InformerOptions};
+use kwh_informer::shared::{
+    HandlerRegistration, InformerError, InformerOptions, SharedIndexInformer,
+};
 use kwh_informer::workqueue::{
     default_controller_rate_limiter, MetricsError, RateLimitingQueue, Registry,
 };
@@ -490,28 +492,53 @@ impl PluginRuntime {
     }
 }
 
-/// Each time this replica gains work (it became the leader, or the shard membership
-/// changed), delivers every cached object of each of the plugin's watches to its handlers as
-/// an `on-add`, as a controller that starts sees its informers' contents: the keys it now owns
-/// are queued (the queue admits only those) without a relist.
+/// Replays cached objects to the plugin's handlers, each time it needs them again:
+/// - this replica gained keys (it became the leader, or a membership change gave it keys):
+///   the objects of exactly those keys, as a controller that starts sees its informers'
+///   contents, so they are queued without a relist;
+/// - notifications were held back while the plugin was quarantined: every object, once it
+///   may be called again, so what changed meanwhile reaches it (a level-based reconcile
+///   needs the latest state, not each step).
+///
+/// Replays go through each handler's own queue, in order with its live notifications
+/// ([`SharedIndexInformer::replay`]).
 async fn replay_on_gain(
     own: PluginOwnership,
     dispatcher: Arc<Dispatcher>,
-    stores: Vec<(u32, Arc<kwh_informer::store::Store>)>,
+    watches: Vec<(SharedIndexInformer<CountingLw>, HandlerRegistration)>,
 ) {
-    let mut gained = own.gained();
-    gained.mark_unchanged();
-    while gained.changed().await.is_ok() {
-        if !own.active() {
+    use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+    let mut gains = own.gains();
+    loop {
+        let (keys, why) = tokio::select! {
+            r = gains.recv() => {
+                let mut got = Vec::new();
+                let mut lagged = false;
+                match r {
+                    Ok(g) => got.push(g),
+                    Err(RecvError::Lagged(_)) => lagged = true,
+                    Err(RecvError::Closed) => return,
+                }
+                loop {
+                    match gains.try_recv() {
+                        Ok(g) => got.push(g),
+                        Err(TryRecvError::Lagged(_)) => lagged = true,
+                        Err(_) => break,
+                    }
+                }
+                let keys = if lagged { GainedKeys::All } else { own.gained_keys(&got) };
+                (keys, "gained work")
+            }
+            () = dispatcher.missed() => (GainedKeys::All, "back from quarantine"),
+        };
+        if keys.is_none() || !own.active() {
             continue;
         }
         let mut n = 0;
-        for (watch, store) in &stores {
-            let objects = store.list();
-            n += objects.len();
-            dispatcher.replay(*watch, objects).await;
+        for (informer, reg) in &watches {
+            n += informer.replay(reg, |o| o.with_key(|k| keys.contains(k)));
         }
-        tracing::debug!(objects = n, "caches replayed to the handlers");
+        tracing::debug!(objects = n, why, "caches replayed to the handlers");
     }
 }
 
@@ -690,7 +717,7 @@ impl Wiring {
             spawn_workers(&plugin, &queue, &stats, &health, &synced, &own).map_err(instance_err)?;
         let mut regs = Vec::new();
         let mut watches = Vec::new();
-        let mut stores = Vec::new();
+        let mut replays = Vec::new();
         let manifest = plugin.manifest().clone();
         for (i, w) in manifest.watches.iter().enumerate() {
             let Some(res) = resources.get(&(w.api_version.clone(), w.kind.clone())) else {
@@ -733,7 +760,6 @@ impl Wiring {
                     }
                 })?;
             let store = reg.informer().indexer().clone();
-            stores.push((i as u32, store.clone()));
             let indexes = register_indexes(&store, &w.indexes);
             lister.add_indexed_store(
                 &w.api_version,
@@ -743,6 +769,7 @@ impl Wiring {
                 indexes,
             );
             if let Some(handler) = reg.registration() {
+                replays.push((reg.informer().clone(), handler.clone()));
                 watches.push(WatchStatus {
                     key: key.to_string(),
                     reg: handler.clone(),
@@ -752,7 +779,7 @@ impl Wiring {
             regs.push(reg);
         }
         let replay_task = tokio::spawn(
-            replay_on_gain(own, dispatcher.clone(), stores)
+            replay_on_gain(own, dispatcher.clone(), replays)
                 .instrument(tracing::info_span!("replay", plugin = %name)),
         );
         let sync_task = synced.open_when(&name, {

@@ -92,7 +92,7 @@ async fn a_standby_acts_on_nothing_and_a_new_leader_catches_up_from_its_cache() 
     // Leading: the cache is replayed to the handlers, every object is reconciled.
     fence.open_until(Instant::now() + Duration::from_secs(3600));
     role.send_replace(Role::Leader);
-    own.gained_work();
+    own.gained(kwh_plugin::ownership::Gain::Leadership);
     assert!(
         eventually(T, || copies(&em) == 20).await,
         "the new leader made {} of 20 copies",
