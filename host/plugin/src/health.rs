@@ -263,7 +263,11 @@ impl Health {
     }
 
     /// Waits for a change of state, or until `wake_at` when given.
-    async fn wait(&self, notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>, wake_at: Option<Instant>) {
+    async fn wait(
+        &self,
+        notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
+        wake_at: Option<Instant>,
+    ) {
         match wake_at {
             Some(t) => {
                 tokio::select! {
@@ -588,7 +592,11 @@ mod tests {
         let t = Instant::now();
         h.admittable().await;
         assert_eq!(t.elapsed(), Duration::from_secs(1));
-        assert_eq!(h.snapshot().phase, Phase::Quarantined, "admittable took nothing");
+        assert_eq!(
+            h.snapshot().phase,
+            Phase::Quarantined,
+            "admittable took nothing"
+        );
         let Admission::Go(probe) = h.try_admit() else {
             panic!("the cool-down is over: a probe");
         };

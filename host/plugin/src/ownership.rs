@@ -569,7 +569,9 @@ mod tests {
         let view = |v: &[&str]| -> Vec<Arc<str>> { v.iter().map(|m| Arc::from(*m)).collect() };
 
         // First view, with B there: A gains what it owns, nothing of B's.
-        let first = shards.update(&names(&["a", "b"]), t0).expect("a first view");
+        let first = shards
+            .update(&names(&["a", "b"]), t0)
+            .expect("a first view");
         let g = p.gained_keys(std::slice::from_ref(&first));
         let ab = view(&["a", "b"]);
         let mine = keys
@@ -580,7 +582,9 @@ mod tests {
         assert!((1_200..1_800).contains(&mine), "{mine}");
 
         // C joins: A only loses keys.
-        let join = shards.update(&names(&["a", "b", "c"]), t0).expect("a change");
+        let join = shards
+            .update(&names(&["a", "b", "c"]), t0)
+            .expect("a change");
         let g = p.gained_keys(std::slice::from_ref(&join));
         assert!(g.is_none(), "{g:?}");
 

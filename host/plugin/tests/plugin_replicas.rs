@@ -245,3 +245,269 @@ async fn members_find_each_other_through_their_leases_and_a_leaver_is_gone_at_on
         .list("coordination.k8s.io/v1", "Lease", Some("default"))
         .is_empty());
 }
+
+/// One line of the `journal` guest: (what, key, resourceVersion of the object delivered).
+fn journal(replica: &str) -> Vec<(String, String, u64)> {
+    let prefix = format!("JOURNAL {replica} ");
+    support::logs::capture_global()
+        .lines()
+        .into_iter()
+        .filter(|l| l.target == "plugin::stdout")
+        .filter_map(|l| {
+            let rest = l.message.strip_prefix(&prefix)?;
+            let f: Vec<&str> = rest.split(' ').collect();
+            let rv = f.last()?.parse().ok()?;
+            Some((f[0].to_string(), f[1].to_string(), rv))
+        })
+        .collect()
+}
+
+/// Per key: versions never go back, and after a delete only an add of a later version.
+fn check_journal_order(log: &[(String, String, u64)]) -> Result<(), String> {
+    let mut last: std::collections::HashMap<&str, (&str, u64)> = Default::default();
+    for (i, (what, key, rv)) in log.iter().enumerate() {
+        if let Some(&(prev, prv)) = last.get(key.as_str()) {
+            let bad = match (prev, what.as_str()) {
+                ("delete", "add") => *rv <= prv,
+                ("delete", _) => true,
+                _ => *rv < prv,
+            };
+            if bad {
+                return Err(format!("#{i} {key}: {what}@{rv} after {prev}@{prv}"));
+            }
+        }
+        last.insert(key, (what, *rv));
+    }
+    Ok(())
+}
+
+fn journal_spec(replica: &str, namespace: &str) -> kwh_plugin::PluginSpec {
+    kwh_plugin::PluginSpec {
+        config: Arc::new(json!({"replica": replica, "namespace": namespace})),
+        ..kwh_plugin::PluginSpec::with_defaults(
+            support::guests::guest("journal"),
+            &RuntimeOptions::default(),
+        )
+    }
+}
+
+fn ns_cm(namespace: &str, name: &str, v: u64) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace}, "data": {"v": v.to_string()}})
+}
+
+/// Issue "Safe under faults" 1.2: taking over while updates and deletes stream in, the guest
+/// sees every object's versions in order and never an add after its delete, however the
+/// replays of its cache and the live notifications meet (spec 4.1's order, kept by replaying
+/// through each handler's own queue).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn takeovers_during_a_stream_of_updates_and_deletes_keep_each_objects_order() {
+    const NS: &str = "takeover";
+    const KEYS: u64 = 30;
+    // The guest's lines are captured from now on.
+    support::logs::capture_global();
+    let em = emulator().await;
+    em.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}))
+        .expect("namespace");
+    for i in 0..KEYS {
+        em.create(ns_cm(NS, &format!("cm-{i}"), 0)).expect("seed");
+    }
+    let fence = Fence::closed();
+    let own = Ownership::new(fence.clone(), None, None);
+    let mut rt = runtime_with(
+        &em,
+        RuntimeOptions {
+            ownership: own.clone(),
+            ..RuntimeOptions::default()
+        },
+    );
+    let started = tokio::time::timeout(T, rt.start_spec(journal_spec("takeover", NS)))
+        .await
+        .expect("in time")
+        .expect("starts");
+    assert_eq!(started, kwh_plugin::Started::Running);
+    assert!(eventually(T, || rt.plugins()[0].has_synced()).await);
+
+    // The stream: each round updates every object, deleting and re-creating every fifth.
+    let writer = {
+        let em = em.clone();
+        tokio::task::spawn_blocking(move || {
+            for round in 1..=40u64 {
+                for i in 0..KEYS {
+                    let name = format!("cm-{i}");
+                    if (round + i) % 5 == 0 {
+                        em.delete("v1", "ConfigMap", Some(NS), &name)
+                            .expect("delete");
+                        em.create(ns_cm(NS, &name, round)).expect("re-create");
+                    } else {
+                        em.update(ns_cm(NS, &name, round)).expect("update");
+                    }
+                }
+                // Paced, so that the stream spans many takeovers.
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    // Taking over while it runs, again and again: each gain replays the whole cache while
+    // live notifications keep arriving.
+    fence.open_until(Instant::now() + Duration::from_secs(3600));
+    let mut takeovers = 0;
+    while !writer.is_finished() {
+        own.gained(kwh_plugin::ownership::Gain::Leadership);
+        takeovers += 1;
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    writer.await.expect("writer");
+    // Every object's last version reaches the guest.
+    let last: Vec<(String, u64)> = em
+        .list("v1", "ConfigMap", Some(NS))
+        .iter()
+        .map(|o| {
+            let key = format!("{NS}/{}", o["metadata"]["name"].as_str().unwrap());
+            let rv = o["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            (key, rv)
+        })
+        .collect();
+    assert_eq!(last.len() as u64, KEYS);
+    assert!(
+        eventually(T, || {
+            let log = journal("takeover");
+            last.iter()
+                .all(|(k, rv)| log.iter().any(|(_, lk, lrv)| lk == k && lrv == rv))
+        })
+        .await,
+        "the last versions reach the guest"
+    );
+    let log = journal("takeover");
+    assert!(takeovers >= 3, "{takeovers} takeovers");
+    assert!(
+        log.iter().filter(|(w, ..)| w == "delete").count() > 0,
+        "deletes were delivered"
+    );
+    if let Err(e) = check_journal_order(&log) {
+        panic!("{e} (of {} lines, {takeovers} takeovers)", log.len());
+    }
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+/// Issue "Safe under faults" 1.3: only a replica that gains keys replays, and only the
+/// objects of the keys it gained. A joins alone, B joins (A only loses keys: no replay), B
+/// leaves (A replays B's keys, nothing else): on A each object was added once, B's twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_replays_nothing_and_a_leave_replays_only_the_keys_that_moved() {
+    const NS: &str = "moves";
+    const N: usize = 120;
+    support::logs::capture_global();
+    let em = emulator().await;
+    em.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}))
+        .expect("namespace");
+    for i in 0..N {
+        em.create(ns_cm(NS, &format!("cm-{i}"), 0)).expect("seed");
+    }
+    let open = || {
+        let f = Fence::closed();
+        f.open_until(Instant::now() + Duration::from_secs(3600));
+        f
+    };
+    let sharded = |me: &str| {
+        let s = Arc::new(Shards::new(me, open(), Duration::ZERO));
+        (s.clone(), Ownership::new(Fence::closed(), Some(s), None))
+    };
+    let (shards_a, own_a) = sharded("a");
+    own_a.gained(
+        shards_a
+            .update(&["a".to_string()], Instant::now())
+            .expect("first view"),
+    );
+    let mut rt_a = runtime_with(
+        &em,
+        RuntimeOptions {
+            ownership: own_a.clone(),
+            ..RuntimeOptions::default()
+        },
+    );
+    tokio::time::timeout(T, rt_a.start_spec(journal_spec("a", NS)))
+        .await
+        .expect("in time")
+        .expect("starts");
+    let adds = |r: &str| {
+        let mut m = std::collections::BTreeMap::<String, usize>::new();
+        for (what, key, _) in journal(r) {
+            if what == "add" {
+                *m.entry(key).or_default() += 1;
+            }
+        }
+        m
+    };
+    assert!(
+        eventually(T, || adds("a").len() == N).await,
+        "A's initial list"
+    );
+
+    // B joins: B starts with its own first view; A sees the join and gains nothing.
+    let (shards_b, own_b) = sharded("b");
+    let both = ["a".to_string(), "b".to_string()];
+    own_b.gained(shards_b.update(&both, Instant::now()).expect("first view"));
+    let mut rt_b = runtime_with(
+        &em,
+        RuntimeOptions {
+            ownership: own_b.clone(),
+            ..RuntimeOptions::default()
+        },
+    );
+    tokio::time::timeout(T, rt_b.start_spec(journal_spec("b", NS)))
+        .await
+        .expect("in time")
+        .expect("starts");
+    let join = shards_a.update(&both, Instant::now()).expect("a change");
+    own_a.gained(join);
+    assert!(
+        eventually(T, || adds("b").len() == N).await,
+        "B's initial list"
+    );
+
+    // B leaves: A gains B's keys.
+    own_a.gained(
+        shards_a
+            .update(&["a".to_string()], Instant::now())
+            .expect("a change"),
+    );
+    // B's keys: those B admits under the two-member view it still holds.
+    let b_keys: std::collections::BTreeSet<String> = (0..N)
+        .map(|i| format!("{NS}/cm-{i}"))
+        .filter(|k| shards_b.admit("journal", k) != kwh_plugin::ownership::Admit::No)
+        .collect();
+    assert!(
+        (30..90).contains(&b_keys.len()),
+        "B owned {} keys",
+        b_keys.len()
+    );
+    let expected = N + b_keys.len();
+    assert!(
+        eventually(T, || adds("a").values().sum::<usize>() >= expected).await,
+        "A replays B's keys: {} adds, {expected} expected",
+        adds("a").values().sum::<usize>()
+    );
+    // A sentinel created now reaches A behind anything replayed before it.
+    em.create(ns_cm(NS, "sentinel", 0)).expect("sentinel");
+    assert!(eventually(T, || adds("a").contains_key(&format!("{NS}/sentinel"))).await);
+    let a = adds("a");
+    for i in 0..N {
+        let k = format!("{NS}/cm-{i}");
+        let want = if b_keys.contains(&k) { 2 } else { 1 };
+        assert_eq!(a.get(&k), Some(&want), "{k} on A: {a:?}");
+    }
+    let b = adds("b");
+    assert!(
+        b.iter()
+            .filter(|(k, _)| k.contains("cm-"))
+            .all(|(_, n)| *n == 1),
+        "B: each object once: {b:?}"
+    );
+    rt_b.shutdown(Duration::from_secs(5)).await;
+    rt_a.shutdown(Duration::from_secs(5)).await;
+}
