@@ -772,6 +772,7 @@ impl Wiring {
                 replays.push((reg.informer().clone(), handler.clone()));
                 watches.push(WatchStatus {
                     key: key.to_string(),
+                    informer: reg.informer().clone(),
                     reg: handler.clone(),
                     counters: reg.informer().lister_watcher().counters().clone(),
                 });

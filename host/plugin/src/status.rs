@@ -27,9 +27,9 @@ use super::instance::Limits;
 use super::loader::Plugin;
 use super::ownership::Ownership;
 use super::reconcile::ReconcileStats;
-use super::watch_counters::{CounterMap, LwCounters};
+use super::watch_counters::{CounterMap, CountingLw, LwCounters};
 use kwh_client::events::EventRecorder;
-use kwh_informer::shared::HandlerRegistration;
+use kwh_informer::shared::{HandlerRegistration, SharedIndexInformer};
 use kwh_informer::workqueue::metrics::encode_family;
 use kwh_informer::workqueue::Registry;
 
@@ -49,6 +49,8 @@ pub(crate) struct WatchStatus {
     pub key: String,
     pub reg: HandlerRegistration,
     pub counters: Arc<LwCounters>,
+    /// The informer, for what it last synced to.
+    pub informer: SharedIndexInformer<CountingLw>,
 }
 
 /// The shared view of one running plugin.
@@ -203,6 +205,7 @@ impl RuntimeStatus {
                             serde_json::json!({
                                 "informer": w.key,
                                 "synced": w.reg.has_synced(),
+                                "lastSyncResourceVersion": w.informer.last_sync_resource_version(),
                                 "lastError": w.counters.last_error(),
                             })
                         })
@@ -221,6 +224,7 @@ impl RuntimeStatus {
                         "reconciles": p.stats.total.load(Ordering::Relaxed),
                         "reconcileErrors": p.stats.errors.load(Ordering::Relaxed),
                         "notificationsDropped": p.dispatcher.dropped.load(Ordering::Relaxed),
+                        "notificationsHeldBack": p.dispatcher.held_back.load(Ordering::Relaxed),
                         "instantiations": p.plugin.stats().instantiations.load(Ordering::Relaxed),
                         // What the operator set for this plugin, so a plugins file can be
                         // checked against what runs.
@@ -527,7 +531,7 @@ impl Collector for PluginMetrics {
             .collect();
         type Get = fn(&RunningStatus) -> u64;
         // Counter families are named without `_total`: the OpenMetrics encoder appends it.
-        let counters: [(&str, &str, Get); 12] = [
+        let counters: [(&str, &str, Get); 13] = [
             ("plugin_reconcile", "Reconcile calls.", |p| {
                 p.stats.total.load(Ordering::Relaxed)
             }),
@@ -578,6 +582,11 @@ impl Collector for PluginMetrics {
                 "plugin_notifications_dropped",
                 "Notifications dropped after every handler attempt failed.",
                 |p| p.dispatcher.dropped.load(Ordering::Relaxed),
+            ),
+            (
+                "plugin_notifications_held_back",
+                "Notifications not delivered while the plugin was quarantined; its caches are replayed to it once it may be called again.",
+                |p| p.dispatcher.held_back.load(Ordering::Relaxed),
             ),
             (
                 "plugin_quarantines",
