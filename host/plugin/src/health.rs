@@ -4,9 +4,11 @@
 //! guest fails on everything would otherwise burn CPU in a replace-and-fail loop, flood the log
 //! and keep its keys churning through backoff forever. After `failures` instance failures
 //! (traps, deadlines, memory exhaustion, failed instantiations) within `window`, the plugin is
-//! quarantined: its dispatcher and workers wait at [`Health::admit`] (informer notifications stay
-//! in the listener's buffer, keys stay in the workqueue) for a cool-down that doubles with each
-//! quarantine in a row, up to a cap. Then one call (whichever comes first: a notification or a
+//! quarantined for a cool-down that doubles with each quarantine in a row, up to a cap: its
+//! workers wait at [`Health::admit`] (keys stay in the workqueue, one entry each however often
+//! they are added), while its dispatcher asks [`Health::try_admit`] and drops what it may not
+//! deliver, so a plugin quarantined for good costs no memory per notification; its caches are
+//! replayed to it, in order, once it may be called again. Then one call (whichever comes first: a notification or a
 //! reconcile) is let through on a fresh instance as probation; if it succeeds the plugin resumes,
 //! if its instance fails the plugin goes back into quarantine for the next, longer cool-down.
 //! A guest's own `Err` from reconcile is not a failure here: the instance is healthy and the key
