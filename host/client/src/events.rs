@@ -644,7 +644,7 @@ enum WriteError {
     Api(#[from] Error),
     #[error("cannot encode the Event: {0}")]
     Encode(#[from] serde_json::Error),
-    #[error("this replica may not write now (not the leader, or its lease lapsed)")]
+    #[error("this replica may not write now (not the leader, or its lease lapsed); refused or abandoned")]
     Fenced,
 }
 
@@ -860,13 +860,13 @@ impl EventWriter {
     /// POST with retries: `Ok(false)` when the Event was already there (409), which is what a
     /// retry after a lost answer finds, so it counts as done.
     async fn create(&self, namespace: &str, body: Bytes) -> Result<bool, WriteError> {
-        self.fenced()?;
         let params = WriteParams::default();
-        let r = retrying(|| {
-            self.client
-                .create(&self.resource, Some(namespace), body.clone(), &params)
-        })
-        .await;
+        let r = self
+            .fenced(retrying(|| {
+                self.client
+                    .create(&self.resource, Some(namespace), body.clone(), &params)
+            }))
+            .await?;
         match r {
             Ok(_) => Ok(true),
             Err(e) if e.code() == Some(409) => {
@@ -878,23 +878,23 @@ impl EventWriter {
     }
 
     async fn patch(&self, namespace: &str, name: &str, patch: Bytes) -> Result<(), WriteError> {
-        self.fenced()?;
         let params = WriteParams::default();
         let patch = Patch::Merge(patch);
-        retrying(|| {
+        self.fenced(retrying(|| {
             self.client
                 .patch(&self.resource, Some(namespace), name, None, &patch, &params)
-        })
-        .await
+        }))
+        .await?
         .map(drop)
         .map_err(WriteError::from)
     }
 
-    /// Refuses a write while the configured fence is closed.
-    fn fenced(&self) -> Result<(), WriteError> {
+    /// Runs a write (its retries included) behind the configured fence: refused while it is
+    /// closed, abandoned the moment it closes (see [`crate::leader_election::Fence::guard`]).
+    async fn fenced<T>(&self, write: impl Future<Output = T>) -> Result<T, WriteError> {
         match &self.shared.config.fence {
-            Some(f) if !f.is_open() => Err(WriteError::Fenced),
-            _ => Ok(()),
+            Some(f) => f.guard(write).await.map_err(|_| WriteError::Fenced),
+            None => Ok(write.await),
         }
     }
 

@@ -127,7 +127,14 @@ struct FenceInner {
     base: Instant,
     /// Nanoseconds after `base` until which the fence is open; 0 = closed.
     until: AtomicU64,
+    /// Woken by [`Fence::close`], so that work bounded by the fence ends at once.
+    closed: tokio::sync::Notify,
 }
+
+/// Work abandoned because the fence closed before it finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("this replica's fence closed (not the leader, or its lease lapsed) before the request finished; it was abandoned")]
+pub struct FenceClosed;
 
 impl Fence {
     /// A closed fence (a candidate before it leads).
@@ -136,6 +143,7 @@ impl Fence {
             inner: Arc::new(FenceInner {
                 base: Instant::now(),
                 until: AtomicU64::new(0),
+                closed: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -182,6 +190,46 @@ impl Fence {
     /// Closes it now.
     pub fn close(&self) {
         self.inner.until.store(0, Ordering::Release);
+        self.inner.closed.notify_waiters();
+    }
+
+    /// Resolves once the fence is closed: at its deadline unless a renewal moved it, or at
+    /// [`Fence::close`]. Never, for a fence that never closes.
+    pub async fn until_closed(&self) {
+        loop {
+            let notified = self.inner.closed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let until = self.inner.until.load(Ordering::Acquire);
+            if until == u64::MAX {
+                return std::future::pending().await;
+            }
+            if until == 0 || self.nanos(Instant::now()) >= until {
+                return;
+            }
+            let at = self.inner.base + Duration::from_nanos(until);
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep_until(at.into()) => {}
+            }
+        }
+    }
+
+    /// Runs `work` while the fence is open: refused when it is closed already, abandoned
+    /// (dropped: a request in flight is cut off) the moment it closes. What bounds every
+    /// write of a replica: the fence closes at the renew deadline, before any other replica
+    /// can count the lease as expired, so a write held up in the network (a partition, a
+    /// stalled connection) cannot be let land by this replica after another has taken over.
+    /// The client's own request timeout is longer than that margin; this is the bound.
+    pub async fn guard<F: std::future::Future>(&self, work: F) -> Result<F::Output, FenceClosed> {
+        if !self.is_open() {
+            return Err(FenceClosed);
+        }
+        tokio::select! {
+            biased;
+            r = work => Ok(r),
+            () = self.until_closed() => Err(FenceClosed),
+        }
     }
 
     fn nanos(&self, t: Instant) -> u64 {
@@ -657,5 +705,46 @@ mod tests {
         f.open_until(Instant::now());
         assert!(!f.is_open(), "open until now is closed");
         assert!(Fence::always_open().is_open());
+    }
+
+    /// Work under a fence ends when the fence does: at its deadline (later when a renewal
+    /// moved it while the work ran), or at once when it is closed; refused when closed.
+    #[tokio::test]
+    async fn guarded_work_is_abandoned_when_the_fence_closes() {
+        let f = Fence::closed();
+        assert_eq!(f.guard(async { 1 }).await, Err(FenceClosed));
+        let t0 = Instant::now();
+        f.open_until(t0 + Duration::from_millis(1200));
+        assert_eq!(f.guard(async { 2 }).await, Ok(2));
+        // A renewal while the work runs moves the end.
+        let renew = async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            f.open_until(t0 + Duration::from_millis(2400));
+        };
+        let (r, ()) = tokio::join!(f.guard(std::future::pending::<()>()), renew);
+        assert_eq!(r, Err(FenceClosed));
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_millis(2400) && took < Duration::from_secs(10),
+            "{took:?}"
+        );
+        // A close ends it at once, long before the deadline.
+        f.open_until(Instant::now() + Duration::from_secs(3600));
+        let t1 = Instant::now();
+        let closer = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            f.close();
+        };
+        let (r, ()) = tokio::join!(f.guard(std::future::pending::<()>()), closer);
+        assert_eq!(r, Err(FenceClosed));
+        assert!(t1.elapsed() < Duration::from_secs(60), "{:?}", t1.elapsed());
+        // A fence that never closes never abandons.
+        let open = Fence::always_open();
+        let r = tokio::time::timeout(
+            Duration::from_millis(50),
+            open.guard(std::future::pending::<()>()),
+        )
+        .await;
+        assert!(r.is_err(), "still running at the timeout");
     }
 }

@@ -364,7 +364,10 @@ impl ClientBackend for KubeClientBackend {
             field_manager: Some(self.field_manager.clone()),
             ..WriteParams::default()
         };
-        Box::pin(async move {
+        let fence = self.own.fence().clone();
+        let plugin = self.field_manager.clone();
+        let kind = req.kind.clone();
+        let write = async move {
             let ns = if res.namespaced {
                 match req.namespace.as_deref() {
                     Some(ns) => Some(ns),
@@ -430,6 +433,19 @@ impl ClientBackend for KubeClientBackend {
                 }
             };
             Ok(Some(obj.raw_bytes()))
+        };
+        // Bounded by the fence, not only by the client's timeout: a write still in flight
+        // when this replica's lease may lapse is abandoned before another replica can act.
+        Box::pin(async move {
+            match fence.guard(write).await {
+                Ok(r) => r,
+                Err(closed) => {
+                    tracing::warn!(plugin = %plugin, kind = %kind, "client write abandoned: {closed}");
+                    Err(ApiError::unavailable(format!(
+                        "plugin {plugin:?}: write of {kind}: {closed}"
+                    )))
+                }
+            }
         })
     }
 }

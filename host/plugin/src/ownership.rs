@@ -180,9 +180,15 @@ pub struct PluginOwnership {
 impl PluginOwnership {
     /// Whether this plugin may call its guest and write at all now.
     pub fn active(&self) -> bool {
+        self.fence().is_open()
+    }
+
+    /// The fence this plugin's calls and writes are behind: its shard membership's when
+    /// sharded, else the leader's (always open for one host alone).
+    pub fn fence(&self) -> &Fence {
         match (&self.own.inner.shards, self.sharded) {
-            (Some(s), true) => s.fence.is_open(),
-            _ => self.own.inner.leader.is_open(),
+            (Some(s), true) => &s.fence,
+            _ => &self.own.inner.leader,
         }
     }
 

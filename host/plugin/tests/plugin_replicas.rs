@@ -511,3 +511,107 @@ async fn a_join_replays_nothing_and_a_leave_replays_only_the_keys_that_moved() {
     rt_b.shutdown(Duration::from_secs(5)).await;
     rt_a.shutdown(Duration::from_secs(5)).await;
 }
+
+/// Issue "Safe under faults" 1.4: a write is bounded by the fence, not by the client's 30 s
+/// timeout. Behind a partition (a frozen proxy), a plugin's write and an Event write issued
+/// while the fence is open are abandoned when it closes (its renew deadline, 2 s here),
+/// before another replica could count the lease as expired (4 s here), and say why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_held_across_the_fence_closing_is_abandoned_before_the_lease_runs_out() {
+    use kwh_client::events::{EventRecorder, EventType, NewEvent, ObjectRef, RecorderConfig};
+    use kwh_client::{ApiResource, Config};
+    use kwh_plugin::backend::{ClientBackend, PatchKind, WriteOp, WriteRequest};
+    use kwh_plugin::backends::KubeClientBackend;
+    use support::freeze_proxy::FreezeProxy;
+
+    const RENEW_DEADLINE: Duration = Duration::from_secs(2);
+    const LEASE: Duration = Duration::from_secs(4);
+    let em = emulator().await;
+    em.create(cm("held", json!({"k": "v"}))).expect("seed");
+    let proxy = FreezeProxy::start(em.addr()).await;
+    let kubeconfig = em
+        .kubeconfig()
+        .replace(&em.addr().to_string(), &proxy.addr().to_string());
+    let client = kwh_client::Client::new(
+        Config::from_kubeconfig_str(
+            &kubeconfig,
+            &std::env::temp_dir(),
+            &kwh_client::config::KubeconfigOptions::default(),
+        )
+        .expect("kubeconfig"),
+    )
+    .expect("client");
+    let fence = Fence::closed();
+    let own = Ownership::new(fence.clone(), None, None).for_plugin("writer", false);
+    let resources = std::collections::HashMap::from([(
+        ("v1".to_string(), "ConfigMap".to_string()),
+        ApiResource::new("v1", "ConfigMap", "configmaps", true),
+    )]);
+    let backend = KubeClientBackend::new(client.clone(), "writer", resources).owned_by(own);
+    let (events, writer) = EventRecorder::new(
+        client,
+        RecorderConfig {
+            fence: Some(fence.clone()),
+            ..RecorderConfig::new("writer-host")
+        },
+    );
+    let writer = tokio::spawn(writer.run(std::future::pending()));
+    let patch = || WriteRequest {
+        op: WriteOp::Patch(PatchKind::Merge),
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        namespace: Some("default".into()),
+        name: Some("held".into()),
+        body: br#"{"data":{"k":"late"}}"#.to_vec(),
+        reconciling: None,
+    };
+
+    // The last renewal started now: the fence is open for the renew deadline.
+    let renewed = Instant::now();
+    fence.open_until(renewed + RENEW_DEADLINE);
+    // The connection is warm, then the partition.
+    backend
+        .write(patch())
+        .await
+        .expect("a write before the partition");
+    proxy.freeze();
+    events.record(
+        "writer",
+        NewEvent {
+            regarding: ObjectRef {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: Some("default".into()),
+                name: "held".into(),
+                uid: None,
+            },
+            event_type: EventType::Normal,
+            reason: "Held".into(),
+            action: "Patch".into(),
+            note: None,
+        },
+    );
+    let r = tokio::time::timeout(Duration::from_secs(60), backend.write(patch()))
+        .await
+        .expect("the write ends");
+    let abandoned = renewed.elapsed();
+    let err = r.expect_err("no answer can come through the partition");
+    assert_eq!(err.code, 503, "{err:?}");
+    assert!(err.message.contains("abandoned"), "{err:?}");
+    assert!(
+        abandoned >= RENEW_DEADLINE && abandoned < LEASE,
+        "abandoned after {abandoned:?}: the fence closes at {RENEW_DEADLINE:?}, another replica may act at {LEASE:?}"
+    );
+    // The Event writer gave its write up as well, within the lease.
+    assert!(
+        eventually(LEASE.saturating_sub(renewed.elapsed()), || events
+            .stats()
+            .write_failures
+            >= 1)
+        .await,
+        "the Event write was not abandoned within the lease: {:?}",
+        events.stats()
+    );
+    proxy.thaw();
+    writer.abort();
+}
