@@ -482,6 +482,13 @@ impl LeaderElection {
         self.task.abort();
     }
 
+    /// Stops renewing at once and leaves the fence to run out at its own deadline: what a
+    /// leader frozen or cut off from the API server looks like to the others (a test's view
+    /// of the fence the rest of the process would still obey).
+    pub fn stall(self) {
+        self.task.abort();
+    }
+
     /// Stops campaigning and releases the lease if held. Call it after everything that acts
     /// as the leader has stopped: the next leader may start the moment the release lands.
     pub async fn release(self) -> Ended {
@@ -553,20 +560,11 @@ async fn campaign(
         }
     }
     drop(lease_watch);
-    // Renew.
+    // Renew. A stop is honoured at every wait, also between failed renewals.
     loop {
         tokio::select! {
             _ = tokio::time::sleep(t.retry_period) => {}
-            _ = stopped(&mut stop) => {
-                fence.close();
-                let r = c.release().await;
-                match r {
-                    Ok(()) => tracing::info!("released the lease"),
-                    Err(e) => tracing::warn!(error = %e, "cannot release the lease; it expires by itself"),
-                }
-                role.send_replace(Role::Stopped);
-                return Ended::Stopped;
-            }
+            _ = stopped(&mut stop) => return step_down(&mut c, &fence, &role).await,
         }
         // client-go's renew loop: attempts every retry period until one succeeds or the
         // renew deadline passes (here: the fence closes).
@@ -581,7 +579,11 @@ async fn campaign(
                 return Ended::Lost;
             };
             let started = Instant::now();
-            match tokio::time::timeout(left, c.try_acquire_or_renew()).await {
+            let attempt = tokio::select! {
+                r = tokio::time::timeout(left, c.try_acquire_or_renew()) => r,
+                _ = stopped(&mut stop) => return step_down(&mut c, &fence, &role).await,
+            };
+            match attempt {
                 Ok(Ok(true)) => {
                     fence.open_until(started + t.renew_deadline);
                     break;
@@ -597,9 +599,24 @@ async fn campaign(
                 Err(_) => tracing::warn!("lease renewal timed out; retrying"),
             }
             let left = fence.remaining().unwrap_or_default();
-            tokio::time::sleep(t.retry_period.min(left)).await;
+            tokio::select! {
+                _ = tokio::time::sleep(t.retry_period.min(left)) => {}
+                _ = stopped(&mut stop) => return step_down(&mut c, &fence, &role).await,
+            }
         }
     }
+}
+
+/// A leader asked to stop: closes its fence first, then releases the lease (best effort: a
+/// lease that cannot be released expires by itself).
+async fn step_down(c: &mut Candidate, fence: &Fence, role: &watch::Sender<Role>) -> Ended {
+    fence.close();
+    match c.release().await {
+        Ok(()) => tracing::info!("released the lease"),
+        Err(e) => tracing::warn!(error = %e, "cannot release the lease; it expires by itself"),
+    }
+    role.send_replace(Role::Stopped);
+    Ended::Stopped
 }
 
 /// A watch of one Lease by name, to wake a standby when it changes. Best effort: when the
@@ -611,7 +628,20 @@ struct LeaseWatch {
     stream: Option<WatchStream>,
     /// Set after a refusal: do not ask again.
     refused: bool,
+    /// When the open stream was opened.
+    opened: Option<Instant>,
+    /// The wait before the next open: grows while streams end as soon as they open (a server
+    /// or proxy that closes every watch at once would otherwise be asked again in a loop),
+    /// back to nothing once one lasts.
+    backoff: Duration,
+    /// No open before this.
+    next_open: Option<Instant>,
 }
+
+/// A watch that lasted less than this ended "at once".
+const WATCH_SHORT: Duration = Duration::from_secs(1);
+/// The first and the longest wait before reopening a watch that ended at once.
+const WATCH_BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(30));
 
 impl LeaseWatch {
     fn new(client: Client, namespace: &str, name: &str) -> Self {
@@ -621,7 +651,23 @@ impl LeaseWatch {
             name: name.to_string(),
             stream: None,
             refused: false,
+            opened: None,
+            backoff: Duration::ZERO,
+            next_open: None,
         }
+    }
+
+    /// The stream ended (or failed): back off before the next open if it ended at once.
+    fn ended(&mut self) {
+        self.stream = None;
+        let lasted = self.opened.take().map(|t| t.elapsed());
+        if lasted.is_some_and(|d| d >= WATCH_SHORT) {
+            self.backoff = Duration::ZERO;
+            self.next_open = None;
+            return;
+        }
+        self.backoff = (self.backoff * 2).clamp(WATCH_BACKOFF.0, WATCH_BACKOFF.1);
+        self.next_open = Some(Instant::now() + self.backoff);
     }
 
     /// Resolves at the next event on the Lease (or never, when it cannot watch).
@@ -630,6 +676,10 @@ impl LeaseWatch {
             return std::future::pending().await;
         }
         if self.stream.is_none() {
+            if let Some(t) = self.next_open {
+                tokio::time::sleep_until(t.into()).await;
+                self.next_open = None;
+            }
             let params = WatchParams {
                 field_selector: Some(format!("metadata.name={}", self.name)),
                 timeout_seconds: Some(300),
@@ -640,7 +690,10 @@ impl LeaseWatch {
                 .watch(&lease_resource(), Some(&self.namespace), &params)
                 .await
             {
-                Ok(s) => self.stream = Some(s),
+                Ok(s) => {
+                    self.stream = Some(s);
+                    self.opened = Some(Instant::now());
+                }
                 Err(e) => {
                     if matches!(e.code(), Some(401 | 403 | 404 | 405)) {
                         tracing::debug!(error = %e, "cannot watch the lease; polling only");
@@ -653,7 +706,7 @@ impl LeaseWatch {
         if let Some(s) = self.stream.as_mut() {
             match s.next().await {
                 Some(Ok(_)) => {}
-                _ => self.stream = None,
+                _ => self.ended(),
             }
         }
     }

@@ -200,10 +200,11 @@ async fn three_candidates_never_hold_open_fences_at_once_through_crashes_and_rel
             (max, ticks)
         })
     };
-    // Crash one leader, release the next: each time another takes over.
+    // Stall one leader (frozen, cut off: its fence runs out at its own deadline, and the
+    // sampler sees it until then), release the next: each time another takes over.
     let refs: Vec<&LeaderElection> = alive.iter().collect();
     let first = leader_of(&refs).await;
-    alive.remove(first).abandon();
+    alive.remove(first).stall();
     let refs: Vec<&LeaderElection> = alive.iter().collect();
     let second = leader_of(&refs).await;
     alive.remove(second).release().await;
@@ -215,4 +216,70 @@ async fn three_candidates_never_hold_open_fences_at_once_through_crashes_and_rel
     for e in alive {
         e.release().await;
     }
+}
+
+/// A standby whose Lease watch the server ends as soon as it opens does not reopen it in a
+/// loop: the reopens back off (0.5 s doubling), so in three seconds a handful are made, not
+/// hundreds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_watch_that_ends_at_once_is_reopened_with_backoff() {
+    let (h, client) = emulator().await;
+    let a = candidate(&client, "a");
+    until_role(&a, Role::Leader).await;
+    // Every watch ends after its first event (the Lease as it is).
+    h.faults().close_watches_after(1);
+    let before = h.stats().requests("watch");
+    let b = candidate(&client, "b");
+    until_role(
+        &b,
+        Role::Standby {
+            leader: Some("a".into()),
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let watches = h.stats().requests("watch") - before;
+    assert!(
+        (1..=8).contains(&watches),
+        "{watches} watches of the Lease in 3 s"
+    );
+    h.faults().close_watches_after(0);
+    b.release().await;
+    a.release().await;
+}
+
+/// A leader asked to stop while its renewals fail stops at once (its fence closed), instead
+/// of trying until its renew deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stops_at_once_while_its_renewals_fail() {
+    let (h, client) = emulator().await;
+    let t = Timings {
+        lease_duration: Duration::from_secs(20),
+        renew_deadline: Duration::from_secs(15),
+        retry_period: Duration::from_millis(300),
+    };
+    let a = LeaderElection::spawn(
+        client.clone(),
+        ElectionConfig {
+            namespace: "default".into(),
+            name: "host".into(),
+            identity: "a".into(),
+            timings: t.clone(),
+        },
+    )
+    .unwrap();
+    until_role(&a, Role::Leader).await;
+    let fence = a.fence();
+    h.faults().fail_next(1_000_000, 500, 0);
+    // Into the failing renewals.
+    tokio::time::sleep(3 * t.retry_period).await;
+    assert!(fence.is_open(), "within its renew deadline");
+    let asked = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(10), a.release())
+        .await
+        .expect("the stop is honoured between failed renewals, long before the deadline");
+    assert_eq!(ended, Ended::Stopped);
+    assert!(!fence.is_open());
+    assert!(asked.elapsed() < Duration::from_secs(10));
+    h.faults().fail_next(0, 500, 0);
 }
