@@ -62,7 +62,7 @@ async fn each_plugin_runs_under_its_own_memory_cap_and_carries_its_config() {
     std::fs::write(
         &plugins,
         "- module: portion-16.wasm\n  memoryMb: 16\n  config: {role: small}\n\
-         - module: portion-64.wasm\n  memoryMb: 64\n  workers: 2\n  \
+         - module: portion-64.wasm\n  memoryMb: 64\n  workers: 2\n  maxQueuedKeys: 5000\n  \
            config: {role: large, names: [a, b]}\n",
     )
     .expect("plugins file");
@@ -72,6 +72,8 @@ async fn each_plugin_runs_under_its_own_memory_cap_and_carries_its_config() {
             plugins.as_os_str(),
             os("--memory-mb"),
             os("8"),
+            os("--max-queued-keys"),
+            os("123"),
             // The failing key is retried; a quarantine would only hide the cap's repeats.
             os("--quarantine-failures"),
             os("0"),
@@ -124,6 +126,8 @@ async fn each_plugin_runs_under_its_own_memory_cap_and_carries_its_config() {
     assert_eq!(large["limits"]["memoryBytes"], 64 << 20);
     // Unset keys take the global values; `workers` overrides the manifest's one.
     assert_eq!(small["limits"]["handlerDeadlineMs"], 1000);
+    assert_eq!(small["limits"]["maxQueuedKeys"], 123);
+    assert_eq!(large["limits"]["maxQueuedKeys"], 5000);
     assert_eq!(small["workers"], 1);
     assert_eq!(large["workers"], 2);
 

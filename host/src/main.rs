@@ -23,7 +23,9 @@ use kwh_plugin::{
     Compiler, EngineConfig, Limits, Manifest, PluginEngine, PluginRuntime, PluginSpec,
     PrecompileError, Precompiled, QuarantinePolicy, RetryPolicy, RuntimeOptions,
 };
-use plugins_file::{check, ranged, DEADLINE_MS, MAX_INSTANCES, MEMORY_MB, WORKER_THREADS};
+use plugins_file::{
+    check, ranged, DEADLINE_MS, MAX_INSTANCES, MAX_QUEUED_KEYS, MEMORY_MB, WORKER_THREADS,
+};
 
 #[derive(Parser)]
 #[command(
@@ -76,7 +78,7 @@ struct RunArgs {
     /// A YAML list of plugins, each with `module` (its .wasm, relative to the file) and
     /// optionally `config` (any value, kept as JSON for the plugin), its own `memoryMb`,
     /// `handlerDeadlineMs`, `reconcileDeadlineMs`, `maxInstances` (bounds its own instances),
-    /// `workers` (over its manifest's) and `namespace`; unset keys take the global values.
+    /// `maxQueuedKeys`, `workers` (over its manifest's) and `namespace`; unset keys take the global values.
     /// Checked whole before anything starts. Also the key `plugins:` of `--config`; both may be
     /// given with `--plugin`: the config file's plugins start first, then this file's, then
     /// the `--plugin` ones.
@@ -112,6 +114,10 @@ struct RunArgs {
     /// Instances per plugin: workers plus one dispatcher (default 16; 1 to 1024).
     #[arg(long, value_name = "N", value_parser = ranged(MAX_INSTANCES))]
     max_instances: Option<u64>,
+    /// Keys a plugin's workqueue may hold, queued or waiting out a delay (default 1000000;
+    /// 1 to 100000000): further adds are refused and counted (`plugin_queue_adds_refused`).
+    #[arg(long, value_name = "N", value_parser = ranged(MAX_QUEUED_KEYS))]
+    max_queued_keys: Option<u64>,
     /// Grace period for in-flight reconciles at shutdown, in seconds (default 30). Reconciles
     /// still running when it ends are abandoned with a warning naming them; the exit status is
     /// still 0.
@@ -149,7 +155,7 @@ struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = kwh_client::duration::parse_duration)]
     wakeup_batching: Option<Duration>,
     /// YAML file with any of: handlerDeadlineMs, reconcileDeadlineMs, memoryMb, maxInstances,
-    /// workerThreads, wakeupBatching, gracePeriodSeconds, quarantineFailures, quarantineWindowSeconds, quarantineCooldownMs,
+    /// maxQueuedKeys, workerThreads, wakeupBatching, gracePeriodSeconds, quarantineFailures, quarantineWindowSeconds, quarantineCooldownMs,
     /// quarantineMaxCooldownMs, handlerAttempts, cacheDir, metricsAddr, namespace, failFast,
     /// plugins (a list as in `--plugins`, relative to this file).
     #[arg(long, value_name = "FILE")]
@@ -282,6 +288,7 @@ struct FileConfig {
     reconcile_deadline_ms: Option<u64>,
     memory_mb: Option<u64>,
     max_instances: Option<u64>,
+    max_queued_keys: Option<u64>,
     worker_threads: Option<u64>,
     wakeup_batching: Option<String>,
     grace_period_seconds: Option<u64>,
@@ -922,6 +929,7 @@ async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
     )?;
     let memory_mb = file_check("memoryMb", file.memory_mb, &MEMORY_MB)?;
     let max_instances = file_check("maxInstances", file.max_instances, &MAX_INSTANCES)?;
+    let max_queued_keys = file_check("maxQueuedKeys", file.max_queued_keys, &MAX_QUEUED_KEYS)?;
     let defaults = Limits::default();
     let ms = Duration::from_millis;
     let limits = Limits {
@@ -943,6 +951,10 @@ async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
             .map_or(defaults.max_instances, |n| {
                 u32::try_from(n).unwrap_or(u32::MAX)
             }),
+        max_queued_keys: args
+            .max_queued_keys
+            .or(max_queued_keys)
+            .map_or(defaults.max_queued_keys, plugins_file::keys),
         ..defaults
     };
     let namespace = args.namespace.clone().or(file.namespace.clone());

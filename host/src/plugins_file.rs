@@ -23,6 +23,8 @@ pub const DEADLINE_MS: RangeInclusive<u64> = 1..=3_600_000;
 pub const MEMORY_MB: RangeInclusive<u64> = 1..=4096;
 /// Instances per plugin (its workers and its dispatcher).
 pub const MAX_INSTANCES: RangeInclusive<u64> = 1..=1024;
+/// Keys a plugin's workqueue may hold.
+pub const MAX_QUEUED_KEYS: RangeInclusive<u64> = 1..=100_000_000;
 /// `--worker-threads` and `workerThreads`.
 pub const WORKER_THREADS: RangeInclusive<u64> = 1..=256;
 /// Reconcile workers per plugin.
@@ -64,6 +66,7 @@ struct Entry {
     handler_deadline_ms: Option<u64>,
     reconcile_deadline_ms: Option<u64>,
     max_instances: Option<u64>,
+    max_queued_keys: Option<u64>,
     workers: Option<u64>,
     namespace: Option<String>,
     #[serde(default)]
@@ -158,6 +161,10 @@ fn entry(
             Some(v) => narrow(check("maxInstances", v, &MAX_INSTANCES)?),
             None => d.max_instances,
         },
+        max_queued_keys: match e.max_queued_keys {
+            Some(v) => keys(check("maxQueuedKeys", v, &MAX_QUEUED_KEYS)?),
+            None => d.max_queued_keys,
+        },
         ..d.clone()
     };
     let workers = e
@@ -193,6 +200,11 @@ fn entry(
 /// MiB to bytes (the ranges keep it far from overflowing).
 pub fn mib(v: u64) -> usize {
     usize::try_from(v.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
+}
+
+/// A key count (`maxQueuedKeys`), already checked against its range.
+pub fn keys(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
 }
 
 /// A value already checked against a range that fits `u32`.

@@ -43,6 +43,10 @@ pub struct Limits {
     pub table_elements: usize,
     /// Instances per plugin (workers plus the dispatcher); further `instance()` calls fail.
     pub max_instances: u32,
+    /// Keys the plugin's workqueue may hold (queued and waiting to be added after a delay):
+    /// the queue lives in host memory, outside the guest's cap, so a guest enqueueing keys in
+    /// a loop must meet a bound. Further adds of new keys are refused and counted.
+    pub max_queued_keys: usize,
 }
 
 impl Default for Limits {
@@ -53,6 +57,9 @@ impl Default for Limits {
             memory_bytes: DEFAULT_MAX_MEMORY,
             table_elements: 20_000,
             max_instances: 16,
+            // Far above the objects a plugin's caches hold in practice (the benchmarks watch
+            // 100,000), far below what would threaten the host: ~100 bytes a key.
+            max_queued_keys: 1_000_000,
         }
     }
 }

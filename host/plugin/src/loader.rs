@@ -409,6 +409,11 @@ impl LoadedPlugin {
         &self.inner.path
     }
 
+    /// The sandbox limits.
+    pub fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
+
     /// Connects the plugin to its backends; instances can be created from then on.
     pub fn activate(mut self, backends: Backends) -> Plugin {
         let ctx = &self.inner.ctx;

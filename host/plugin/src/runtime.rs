@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::backend::Backends;
-use super::backends::{InformerLister, KubeClientBackend, WorkqueueBackend};
+use super::backends::{InformerLister, KubeClientBackend, QueueRefusals, WorkqueueBackend};
 use super::cache_sync::CacheSync;
 use super::dispatch::{Dispatcher, RetryPolicy};
 use super::engine::PluginEngine;
@@ -684,6 +684,7 @@ impl Wiring {
             source,
         })?;
         let lister = Arc::new(InformerLister::new());
+        let queue_refusals = Arc::new(QueueRefusals::default());
         let backends = Backends {
             lister: lister.clone(),
             client: Arc::new(
@@ -695,7 +696,15 @@ impl Wiring {
                     }))
                     .owned_by(own.clone()),
             ),
-            queue: Arc::new(WorkqueueBackend::new(queue.clone()).owned_by(own.clone())),
+            queue: Arc::new(
+                WorkqueueBackend::new(queue.clone())
+                    .owned_by(own.clone())
+                    .bounded(
+                        &name,
+                        loaded.limits().max_queued_keys,
+                        queue_refusals.clone(),
+                    ),
+            ),
             events: Arc::new(self.events.clone()),
         };
         let plugin = loaded.activate(backends);
@@ -795,6 +804,7 @@ impl Wiring {
                 health,
                 watches,
                 synced,
+                queue_refusals,
             }),
             queue,
             teardown: Mutex::new(Some(Teardown {

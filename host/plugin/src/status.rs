@@ -18,6 +18,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 
+use super::backends::QueueRefusals;
 use super::cache::CacheStats;
 use super::cache_sync::CacheSync;
 use super::dispatch::Dispatcher;
@@ -40,6 +41,7 @@ fn limits_json(l: &Limits) -> serde_json::Value {
         "reconcileDeadlineMs": l.reconcile_deadline.as_millis() as u64,
         "memoryBytes": l.memory_bytes,
         "maxInstances": l.max_instances,
+        "maxQueuedKeys": l.max_queued_keys,
     })
 }
 
@@ -61,6 +63,7 @@ pub(crate) struct RunningStatus {
     pub health: Arc<Health>,
     pub watches: Vec<WatchStatus>,
     pub synced: CacheSync,
+    pub queue_refusals: Arc<QueueRefusals>,
 }
 
 impl RunningStatus {
@@ -605,6 +608,25 @@ impl Collector for PluginMetrics {
                     .map(|p| (plugin_label(p.plugin.name()), ConstCounter::new(get(p)))),
             )?;
         }
+        encode_family(
+            &mut encoder,
+            "plugin_queue_adds_refused",
+            "Keys the plugin's workqueue refused: longer than 1024 bytes, or the queue full (the plugin's maxQueuedKeys).",
+            None,
+            running.iter().flat_map(|p| {
+                let r = &p.queue_refusals;
+                [
+                    ("too_long", r.too_long.load(Ordering::Relaxed)),
+                    ("full", r.full.load(Ordering::Relaxed)),
+                ]
+                .map(|(reason, n)| {
+                    (
+                        [("plugin", p.plugin.name()), ("reason", reason)],
+                        ConstCounter::new(n),
+                    )
+                })
+            }),
+        )?;
         encode_family(
             &mut encoder,
             "plugin_reconcile_duration",

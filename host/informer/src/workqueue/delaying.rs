@@ -74,6 +74,10 @@ struct TimerHandle<T> {
 struct LoopStats {
     /// Items in the timer set.
     waiting: AtomicUsize,
+    /// Items sent to the timer task and not yet taken in: a caller adding in a loop (a guest
+    /// in one call, on the thread the task would run on) is seen at once, not at the task's
+    /// next turn.
+    in_flight: AtomicUsize,
     /// Times the task woke because its sleep ended (a ready time or the heartbeat).
     timer_wakeups: AtomicU64,
 }
@@ -133,12 +137,19 @@ impl<T: Key> DelayingQueue<T> {
         let ready_at = now.checked_add(delay).unwrap_or_else(|| now + FAR_FUTURE);
         self.ensure_timer_task();
         // A send fails only when the task has ended, i.e. after shutdown: dropping is right.
-        let _ = self.timer.tx.send(Waiting { item, ready_at });
+        // Counted before the send, so the task never takes in more than was counted.
+        let in_flight = &self.timer.stats.in_flight;
+        in_flight.fetch_add(1, Ordering::Relaxed);
+        if self.timer.tx.send(Waiting { item, ready_at }).is_err() {
+            in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
-    /// Items parked in the timer set (not yet ready, or ready but not yet moved to the queue).
+    /// Items parked in the timer set (not yet ready, or ready but not yet moved to the queue),
+    /// counting those on their way to it.
     pub fn waiting_len(&self) -> usize {
-        self.timer.stats.waiting.load(Ordering::Relaxed)
+        let s = &self.timer.stats;
+        s.waiting.load(Ordering::Relaxed) + s.in_flight.load(Ordering::Relaxed)
     }
 
     #[cfg(test)]
@@ -253,6 +264,7 @@ async fn timer_loop<T: Key>(
                 let now = Instant::now();
                 let mut next = Some(first);
                 while let Some(w) = next {
+                    stats.in_flight.fetch_sub(1, Ordering::Relaxed);
                     if w.ready_at <= now {
                         queue.add(w.item);
                     } else {
