@@ -28,7 +28,7 @@ use super::instance::Limits;
 use super::loader::Plugin;
 use super::ownership::Ownership;
 use super::reconcile::ReconcileStats;
-use super::watch_counters::{CounterMap, CountingLw, LwCounters};
+use super::watch_counters::{live_counters, CounterMap, CountingLw, LwCounters};
 use kwh_client::events::EventRecorder;
 use kwh_informer::shared::{HandlerRegistration, SharedIndexInformer};
 use kwh_informer::workqueue::metrics::encode_family;
@@ -678,12 +678,7 @@ impl Collector for PluginMetrics {
                 Slot::Running(p) => (plugin_label(p.plugin.name()), ConstGauge::new(0)),
             }),
         )?;
-        let informers: Vec<(String, Arc<LwCounters>)> = self
-            .lw_counters
-            .lock()
-            .iter()
-            .map(|(k, c)| (k.clone(), c.clone()))
-            .collect();
+        let informers = live_counters(&self.lw_counters);
         type Count = fn(&LwCounters) -> u64;
         let informer_counters: [(&str, &str, Count); 2] = [
             (

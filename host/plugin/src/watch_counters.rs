@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
@@ -71,8 +71,19 @@ fn one_line(e: &Error) -> String {
     }
 }
 
-/// Counters of every informer the runtime created, by informer key (as displayed).
-pub type CounterMap = Arc<Mutex<BTreeMap<String, Arc<LwCounters>>>>;
+/// Counters of every informer the runtime created, by informer key (as displayed). Held
+/// weakly: an informer that stopped (its last plugin gone) drops its counters with it, and its
+/// series leave `/metrics` instead of being exported frozen for good.
+pub type CounterMap = Arc<Mutex<BTreeMap<String, Weak<LwCounters>>>>;
+
+/// The counters of the informers still running, by key; forgets the others.
+pub fn live_counters(map: &CounterMap) -> Vec<(String, Arc<LwCounters>)> {
+    let mut g = map.lock();
+    g.retain(|_, c| c.strong_count() > 0);
+    g.iter()
+        .filter_map(|(k, c)| c.upgrade().map(|c| (k.clone(), c)))
+        .collect()
+}
 
 /// A [`ResourceClient`] that counts its lists and watches.
 pub struct CountingLw {
@@ -85,7 +96,7 @@ impl CountingLw {
     /// earlier informer of the same key, which has stopped).
     pub fn new(inner: ResourceClient, key: String, map: &CounterMap) -> Self {
         let counters = Arc::new(LwCounters::default());
-        map.lock().insert(key, counters.clone());
+        map.lock().insert(key, Arc::downgrade(&counters));
         CountingLw { inner, counters }
     }
 
@@ -162,5 +173,40 @@ mod tests {
         );
         c.record(&Ok(()));
         assert_eq!(c.last_error(), None);
+    }
+
+    #[test]
+    fn a_stopped_informers_counters_leave_with_it() {
+        let map = CounterMap::default();
+        let res = kwh_client::ApiResource::new("v1", "ConfigMap", "configmaps", true);
+        let client = kwh_client::Client::new(
+            kwh_client::Config::from_kubeconfig_str(
+                "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n\
+                 contexts: [{name: c, context: {cluster: c}}]\ncurrent-context: c\n",
+                &std::env::temp_dir(),
+                &Default::default(),
+            )
+            .expect("kubeconfig"),
+        )
+        .expect("client");
+        let a = CountingLw::new(
+            ResourceClient::new(client.clone(), res.clone(), None),
+            "a".into(),
+            &map,
+        );
+        let b = CountingLw::new(ResourceClient::new(client, res, None), "b".into(), &map);
+        a.counters().lists.fetch_add(1, Ordering::Relaxed);
+        let keys = |m: &CounterMap| {
+            live_counters(m)
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(keys(&map), ["a", "b"]);
+        drop(a);
+        assert_eq!(keys(&map), ["b"]);
+        assert_eq!(map.lock().len(), 1, "forgotten, not only skipped");
+        drop(b);
+        assert!(keys(&map).is_empty());
     }
 }
