@@ -307,6 +307,19 @@ type Reconcile<'a> = TypedFunc<(&'a str,), (Result<wit::Outcome, String>,)>;
 type ValidateConfig<'a> = TypedFunc<(&'a [u8],), (Result<(), String>,)>;
 pub(crate) type ManifestFn = TypedFunc<(), (wit::Manifest,)>;
 
+/// `func` checked against the signature `P -> R` (the caller names it by its alias).
+fn typed<P, R>(
+    func: wasmtime::component::Func,
+    store: &Store<HostState>,
+) -> Result<TypedFunc<P, R>, GuestError>
+where
+    P: wasmtime::component::ComponentNamedList + wasmtime::component::Lower,
+    R: wasmtime::component::ComponentNamedList + wasmtime::component::Lift,
+{
+    func.typed::<P, R>(store)
+        .map_err(|e| GuestError::Instantiate(format!("{e:#}")))
+}
+
 /// Creates a store with nothing ambient and instantiates the plugin in it.
 pub(crate) async fn instantiate(
     inner: &PluginInner,
@@ -392,36 +405,24 @@ async fn instantiate_with_clock(
         Some(idx) => Some(get(idx)?),
         None => None,
     };
-    // Type-check once per instance, so the per-call `new_unchecked` below is sound.
-    let check = |r: wasmtime::Result<()>| r.map_err(|e| GuestError::Instantiate(format!("{e:#}")));
-    check(manifest.typed::<(), (wit::Manifest,)>(&store).map(drop))?;
+    // Type-check once per instance, so the per-call `new_unchecked` below is sound. Each
+    // check is spelled with the alias its call uses: the two cannot drift apart.
+    let _: ManifestFn = typed(manifest, &store)?;
     match ex.contract {
         Contract::V0_1 => {
-            check(on_add.typed::<(u32, &[u8]), ()>(&store).map(drop))?;
-            check(on_update.typed::<(u32, &[u8], &[u8]), ()>(&store).map(drop))?;
-            check(on_delete.typed::<(u32, &[u8], bool), ()>(&store).map(drop))?;
+            let _: OnAdd<'_> = typed(on_add, &store)?;
+            let _: OnUpdate<'_> = typed(on_update, &store)?;
+            let _: OnDelete<'_> = typed(on_delete, &store)?;
         }
         Contract::V0_2 => {
-            check(on_add.typed::<(u32, ObjectArg<'_>), ()>(&store).map(drop))?;
-            check(
-                on_update
-                    .typed::<(u32, ObjectArg<'_>, ObjectArg<'_>), ()>(&store)
-                    .map(drop),
-            )?;
-            check(
-                on_delete
-                    .typed::<(u32, ObjectArg<'_>, bool), ()>(&store)
-                    .map(drop),
-            )?;
+            let _: OnAdd2<'_> = typed(on_add, &store)?;
+            let _: OnUpdate2<'_> = typed(on_update, &store)?;
+            let _: OnDelete2<'_> = typed(on_delete, &store)?;
         }
     }
-    check(
-        reconcile
-            .typed::<(&str,), (Result<wit::Outcome, String>,)>(&store)
-            .map(drop),
-    )?;
+    let _: Reconcile<'_> = typed(reconcile, &store)?;
     if let Some(f) = validate_config {
-        check(f.typed::<(&[u8],), (Result<(), String>,)>(&store).map(drop))?;
+        let _: ValidateConfig<'_> = typed(f, &store)?;
     }
     Ok(Live {
         store,
