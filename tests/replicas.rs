@@ -255,6 +255,14 @@ async fn kill_a_shard_owner(extra: &[&str], the_leader: bool) {
         .collect();
     assert!(!owned_by_victim.is_empty());
     if the_leader {
+        // Issue "Safe under faults" 1.6: the first leader's Event was refused by its own
+        // membership fence, written before its first membership round. Now it waits for it.
+        until_leader_events(&rs, 1).await;
+        let log = rs.log();
+        assert!(
+            !log.contains("may not write now"),
+            "an Event write was refused by the replica's own fence:\n{log}"
+        );
         // The leader renews its leader Lease only (it may never have made a membership
         // Lease); a standby renews its membership Lease.
         let standby = (0..3).find(|&i| i != victim).expect("a standby");

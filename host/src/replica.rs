@@ -126,6 +126,9 @@ impl ReplicaSettings {
     }
 }
 
+/// How often a new leader looks whether its fence opened, to record its Event.
+const FENCE_POLL: Duration = Duration::from_millis(50);
+
 /// The running election and membership of this process.
 pub struct Replica {
     ownership: Ownership,
@@ -268,10 +271,24 @@ impl Replica {
         };
         let mut role = e.role();
         let seen = e.leader_seen();
+        // The Event writer writes behind this replica's own fence: with shards, its
+        // membership's, which a new process opens only at its first membership round.
+        let fence = self.ownership.fence();
         tokio::spawn(async move {
             let mut leading = false;
             loop {
-                let now = *role.borrow_and_update() == Role::Leader;
+                let mut now = *role.borrow_and_update() == Role::Leader;
+                if now && !leading && !fence.is_open() {
+                    // Written before the fence opens, the Event would be refused: wait for it
+                    // (a membership round, a retry period at most) while still leading.
+                    while now && !fence.is_open() {
+                        tokio::select! {
+                            _ = tokio::time::sleep(FENCE_POLL) => {}
+                            r = role.changed() => if r.is_err() { return },
+                        }
+                        now = *role.borrow_and_update() == Role::Leader;
+                    }
+                }
                 if now && !leading {
                     // The election publishes the Lease it wrote before it announces the
                     // role, so its uid is known here: `kubectl describe lease` matches
