@@ -180,10 +180,15 @@ impl Observed {
     }
 }
 
-/// How long a membership Lease must go unchanged before a member deletes it: many lease
-/// durations, and at least a minute, so only a replica that is certainly gone loses it.
+/// How long a membership Lease must go unchanged before a member deletes it: three lease
+/// durations, and at least 30 s. Every member counts it gone after one; a replica that was
+/// only cut off closed its fence at its renew deadline long before, and makes its Lease again
+/// when it can renew (a renewal answered 404 creates it). Until it is deleted, a replica that
+/// joins meanwhile counts it live for a lease duration from when it first sees it (expiry is
+/// counted on the local clock, never from the holder's `renewTime`: clock skew), so a dead
+/// member's Lease must not linger for minutes.
 fn stale_after(lease_duration: Duration) -> Duration {
-    (lease_duration * 10).max(Duration::from_secs(60))
+    (lease_duration * 3).max(Duration::from_secs(30))
 }
 
 async fn renew(
@@ -381,12 +386,16 @@ mod tests {
         assert_eq!(o.live(&[a2.clone(), b.clone()], t2), ["a"]);
         // B is stale only after many lease durations without a change; A, renewed, never.
         let age = stale_after(Duration::from_secs(2));
-        assert_eq!(age, Duration::from_secs(60));
+        assert_eq!(age, Duration::from_secs(30));
+        assert_eq!(
+            stale_after(Duration::from_secs(15)),
+            Duration::from_secs(45)
+        );
         let leases = [a2, b];
         assert!(o
-            .stale(&leases, "g-a", t0 + Duration::from_secs(59), age)
+            .stale(&leases, "g-a", t0 + Duration::from_secs(29), age)
             .is_empty());
-        let late = t0 + Duration::from_secs(61);
+        let late = t0 + Duration::from_secs(31);
         o.live(&leases, late);
         let stale: Vec<_> = o
             .stale(&leases, "g-a", late, age)

@@ -372,6 +372,24 @@ impl Shards {
         Some(gain)
     }
 
+    /// How long keys that moved here from members still live may still have to wait before
+    /// they are reconciled here (the hand-over rule above), if any may: what `/readyz` and
+    /// `/statusz` say of a replica that is ready and not yet reconciling all its keys.
+    pub fn hand_over_wait(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let s = self.state.read();
+        s.history
+            .iter()
+            .filter(|(view, until)| {
+                *until > now
+                    && view
+                        .iter()
+                        .any(|m| *m != self.me && s.members.iter().any(|x| x == m))
+            })
+            .map(|(_, until)| *until - now)
+            .max()
+    }
+
     /// Whether this member may reconcile `key` of `plugin` now.
     pub fn admit(&self, plugin: &str, key: &str) -> Admit {
         self.admit_at(plugin, key, Instant::now())
@@ -501,7 +519,11 @@ mod tests {
         assert_eq!(a.admit("p", &key), Admit::No);
         // B's first view: A held everything before, and A is alive: B waits A's lease out.
         let b = Shards::new("b", open(), lease);
+        assert_eq!(b.hand_over_wait(), None);
         b.update(&names(&["a", "b"]), Instant::now());
+        assert!(b
+            .hand_over_wait()
+            .is_some_and(|d| d > lease - Duration::from_secs(1)));
         match b.admit("p", &key) {
             Admit::After(d) => assert!(d > lease - Duration::from_secs(1), "{d:?}"),
             other => panic!("{other:?}"),
@@ -511,6 +533,7 @@ mod tests {
         // When A leaves (its lease expired), B takes A's keys without waiting.
         assert!(b.update(&names(&["b"]), Instant::now()).is_some());
         assert_eq!(b.admit("p", &key), Admit::Now);
+        assert_eq!(b.hand_over_wait(), None, "nobody left to wait for");
     }
 
     #[test]

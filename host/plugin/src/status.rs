@@ -286,6 +286,7 @@ fn replica_json(own: &Ownership) -> serde_json::Value {
         v["identity"] = s.me().into();
         v["shardMember"] = s.fence.is_open().into();
         v["shardMembers"] = s.members().into();
+        v["handOverWaitSeconds"] = s.hand_over_wait().map(|d| d.as_secs_f64()).into();
     }
     v
 }
@@ -318,6 +319,15 @@ fn replica_line(own: &Ownership) -> Option<(bool, String)> {
         }
         if s.fence.is_open() {
             let _ = write!(line, "shard member of {}", s.members().len());
+            if let Some(wait) = s.hand_over_wait() {
+                // Ready (its caches are synced), and not yet reconciling the keys that moved
+                // here from members still running: say so, and for how long.
+                let _ = write!(
+                    line,
+                    "; keys moved from live members are reconciled here in {:.1}s (hand-over)",
+                    wait.as_secs_f64()
+                );
+            }
         } else {
             line.push_str("not a shard member (membership lease not renewed)");
         }

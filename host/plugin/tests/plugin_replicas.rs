@@ -615,3 +615,47 @@ async fn a_write_held_across_the_fence_closing_is_abandoned_before_the_lease_run
     proxy.thaw();
     writer.abort();
 }
+
+/// Issue "Safe under faults" 1.6: a sharded replica that is ready but holds back the keys that
+/// moved to it from members still running (the hand-over wait) says so in `/readyz` and
+/// `/statusz`, with the time left; once nobody is left to wait for, it says nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_and_statusz_say_when_moved_keys_wait_for_the_hand_over() {
+    let em = emulator().await;
+    let fence = Fence::closed();
+    fence.open_until(Instant::now() + Duration::from_secs(3600));
+    let lease = Duration::from_secs(30);
+    let shards = Arc::new(Shards::new("a", fence, lease));
+    let own = Ownership::new(Fence::closed(), Some(shards.clone()), None);
+    let mut rt = runtime_with(
+        &em,
+        RuntimeOptions {
+            ownership: own,
+            ..RuntimeOptions::default()
+        },
+    );
+    // B was there first: its keys that are A's now wait for B's lease to run out.
+    shards.update(&["a".to_string(), "b".to_string()], Instant::now());
+    start(&mut rt, &["bench-sdk"]).await;
+    let status = rt.status();
+    let (ready, why) = status.readiness();
+    assert!(ready, "{why}");
+    assert!(
+        why.contains("shard member of 2; keys moved from live members are reconciled here in"),
+        "{why}"
+    );
+    let statusz: serde_json::Value = serde_json::from_str(&status.render_status()).unwrap();
+    let wait = statusz["replica"]["handOverWaitSeconds"]
+        .as_f64()
+        .expect("a wait");
+    assert!(wait > 20.0 && wait <= 30.0, "{wait}");
+    // B leaves: nothing to wait for.
+    shards.update(&["a".to_string()], Instant::now());
+    assert_eq!(
+        status.readiness(),
+        (true, "ok\nshard member of 1\n".to_string())
+    );
+    let statusz: serde_json::Value = serde_json::from_str(&status.render_status()).unwrap();
+    assert!(statusz["replica"]["handOverWaitSeconds"].is_null());
+    rt.shutdown(Duration::from_secs(5)).await;
+}
