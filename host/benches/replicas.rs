@@ -250,6 +250,17 @@ fn row(cells: &[String]) {
     println!("| {} |", cells.join(" | "));
 }
 
+/// Prints a row whose last cell says whether its floor was met, and remembers a miss: the
+/// run fails at the end if any floor was not met (a printed `false` is a failed run).
+fn floor_row(unmet: &mut Vec<String>, cells: &[String], met: bool) {
+    let mut all = cells.to_vec();
+    all.push(met.to_string());
+    row(&all);
+    if !met {
+        unmet.push(cells[0].clone());
+    }
+}
+
 fn worst(v: &[f64]) -> f64 {
     v.iter().copied().fold(0.0, f64::max)
 }
@@ -268,20 +279,24 @@ fn main() {
         println!();
         println!("| measure | runs | median | worst | floor | met |");
         println!("|---|---|---|---|---|---|");
+        let mut unmet = Vec::new();
         if wanted("failover") {
             let mut v = Vec::new();
             for _ in 0..runs {
                 v.push(takeover(true, ["2s", "1500ms", "1s"]).await);
             }
             let w = worst(&v);
-            row(&[
-                "failover after kill -9 of the leader (lease 2s, renew 1.5s, retry 1s): signal → new leader's reconcile".into(),
-                runs.to_string(),
-                format!("{:.2} s", bench_common::median(v)),
-                format!("{w:.2} s"),
-                "≤ 4 s (lease + 2 s)".into(),
-                (w <= 4.0).to_string(),
-            ]);
+            floor_row(
+                &mut unmet,
+                &[
+                    "failover after kill -9 of the leader (lease 2s, renew 1.5s, retry 1s): signal → new leader's reconcile".into(),
+                    runs.to_string(),
+                    format!("{:.2} s", bench_common::median(v)),
+                    format!("{w:.2} s"),
+                    "≤ 4 s (lease + 2 s)".into(),
+                ],
+                w <= 4.0,
+            );
         }
         if wanted("handover") {
             let mut v = Vec::new();
@@ -289,14 +304,17 @@ fn main() {
                 v.push(takeover(false, ["15s", "10s", "2s"]).await);
             }
             let w = worst(&v);
-            row(&[
-                "handover on SIGTERM (15s/10s/2s): signal → new leader's reconcile".into(),
-                runs.to_string(),
-                format!("{:.2} s", bench_common::median(v)),
-                format!("{w:.2} s"),
-                "≤ 2 s".into(),
-                (w <= 2.0).to_string(),
-            ]);
+            floor_row(
+                &mut unmet,
+                &[
+                    "handover on SIGTERM (15s/10s/2s): signal → new leader's reconcile".into(),
+                    runs.to_string(),
+                    format!("{:.2} s", bench_common::median(v)),
+                    format!("{w:.2} s"),
+                    "≤ 2 s".into(),
+                ],
+                w <= 2.0,
+            );
         }
         if wanted("steady") {
             for (what, extra) in [
@@ -305,14 +323,17 @@ fn main() {
                 ("--leader-elect --shards", &["--leader-elect", "--shards"][..]),
             ] {
                 let (per_replica, all, met) = steady(extra, steady_secs).await;
-                row(&[
-                    format!("idle Lease writes per retry period, 3 replicas, {what} ({steady_secs} s)"),
-                    "1".into(),
-                    format!("{per_replica:.2} per replica ({all:.2} in all)"),
-                    "-".into(),
-                    "≤ 1 per replica".into(),
-                    met.to_string(),
-                ]);
+                floor_row(
+                    &mut unmet,
+                    &[
+                        format!("idle Lease writes per retry period, 3 replicas, {what} ({steady_secs} s)"),
+                        "1".into(),
+                        format!("{per_replica:.2} per replica ({all:.2} in all)"),
+                        "-".into(),
+                        "≤ 1 per replica".into(),
+                    ],
+                    met,
+                );
             }
         }
         if wanted("shards") {
@@ -325,26 +346,43 @@ fn main() {
                 .iter()
                 .map(|&c| (c as f64 - third).abs() / third)
                 .fold(0.0, f64::max);
-            row(&[
-                format!(
-                    "3 replicas --shards, {} ConfigMaps created: reconciles per replica (in {:.1} s)",
-                    bench_common::thousands(f.objects as f64),
-                    f.seconds
-                ),
-                "1".into(),
-                format!("{:?}", f.per_replica),
-                format!("±{:.1} % of a third", spread * 100.0),
-                "±20 %, no key by two".into(),
-                (spread <= 0.2 && f.by_more_than_one == 0 && f.overlaps == 0).to_string(),
-            ]);
-            row(&[
-                "keys reconciled by more than one replica / at overlapping times".into(),
-                "1".into(),
-                format!("{} / {}", f.by_more_than_one, f.overlaps),
-                "-".into(),
-                "0".into(),
-                (f.by_more_than_one == 0 && f.overlaps == 0).to_string(),
-            ]);
+            // The spread of rendezvous hashing is judged only over enough keys: over 300 (CI's
+            // short run) one replica's share deviates by more than 20 % about one run in 25.
+            let judged = f.objects >= SPREAD_JUDGED_FROM;
+            floor_row(
+                &mut unmet,
+                &[
+                    format!(
+                        "3 replicas --shards, {} ConfigMaps created: reconciles per replica (in {:.1} s)",
+                        bench_common::thousands(f.objects as f64),
+                        f.seconds
+                    ),
+                    "1".into(),
+                    format!("{:?}", f.per_replica),
+                    format!("±{:.1} % of a third", spread * 100.0),
+                    if judged {
+                        "±20 %, no key by two".into()
+                    } else {
+                        format!("no key by two (the ±20 % from {SPREAD_JUDGED_FROM} objects)")
+                    },
+                ],
+                (!judged || spread <= 0.2) && f.by_more_than_one == 0 && f.overlaps == 0,
+            );
+            floor_row(
+                &mut unmet,
+                &[
+                    "keys reconciled by more than one replica / at overlapping times".into(),
+                    "1".into(),
+                    format!("{} / {}", f.by_more_than_one, f.overlaps),
+                    "-".into(),
+                    "0".into(),
+                ],
+                f.by_more_than_one == 0 && f.overlaps == 0,
+            );
         }
+        assert!(unmet.is_empty(), "floors not met: {unmet:?}");
     });
 }
+
+/// Objects from which the shards' spread is held to its floor.
+const SPREAD_JUDGED_FROM: usize = 3_000;
