@@ -582,7 +582,11 @@ impl queue::Host for HostState {
 
 impl log::Host for HostState {
     fn log(&mut self, level: wit::Level, message: String) {
+        if !self.ctx.log.admit() {
+            return;
+        }
         let plugin = &*self.ctx.name;
+        let message = crate::guest_log::bounded(&message);
         match level {
             wit::Level::Trace => tracing::trace!(target: "plugin::guest", plugin, "{message}"),
             wit::Level::Debug => tracing::debug!(target: "plugin::guest", plugin, "{message}"),

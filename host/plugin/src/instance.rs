@@ -23,6 +23,7 @@ use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, Was
 use super::backend::Backends;
 use super::bindings::v0_2::kube::controller::types as wit;
 use super::engine::{PluginEngine, DEFAULT_MAX_MEMORY};
+use super::guest_log::GuestLog;
 use super::handover::HandedOver;
 use super::loader::{Contract, PluginInner};
 use super::manifest::Manifest;
@@ -148,6 +149,8 @@ pub(crate) struct PluginCtx {
     pub(crate) config_json: Bytes,
     /// The handlers the guest has handed over to the host (`queue.enqueue-own-keys`).
     pub(crate) handed_over: Arc<HandedOver>,
+    /// What the plugin may put in the host's log (its `log` import, stdout and stderr).
+    pub(crate) log: Arc<GuestLog>,
 }
 
 /// The data of a guest's store.
@@ -335,8 +338,8 @@ async fn instantiate_with_clock(
     clock: Option<&Arc<dyn GuestClock>>,
 ) -> Result<Live, GuestError> {
     let mut wasi = WasiCtx::builder();
-    wasi.stdout(LogStream::new(ctx.name.clone(), Stream::Stdout))
-        .stderr(LogStream::new(ctx.name.clone(), Stream::Stderr))
+    wasi.stdout(LogStream::new(ctx.log.clone(), Stream::Stdout))
+        .stderr(LogStream::new(ctx.log.clone(), Stream::Stderr))
         .allow_tcp(false)
         .allow_udp(false)
         .allow_ip_name_lookup(false);

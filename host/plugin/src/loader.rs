@@ -17,6 +17,7 @@ use super::backend::Backends;
 use super::bindings::{v0_1, v0_2};
 use super::cache::ComponentError;
 use super::engine::PluginEngine;
+use super::guest_log::GuestLog;
 use super::handover::HandedOver;
 use super::instance::{
     instantiate, GuestError, HostState, Limits, PluginCtx, PluginInstance, PluginStats,
@@ -299,6 +300,7 @@ impl PluginEngine {
             .and_then(|s| s.to_str())
             .unwrap_or("plugin");
         let load_ctx = Arc::new(PluginCtx {
+            log: Arc::new(GuestLog::new(Arc::from(stem))),
             name: Arc::from(stem),
             manifest: Arc::new(Manifest {
                 name: stem.to_string(),
@@ -352,8 +354,10 @@ impl PluginEngine {
             elapsed_us = started.elapsed().as_micros() as u64,
             "plugin loaded"
         );
+        let name: Arc<str> = Arc::from(manifest.name.as_str());
         inner.ctx = Arc::new(PluginCtx {
-            name: Arc::from(manifest.name.as_str()),
+            log: Arc::new(GuestLog::new(name.clone())),
+            name,
             handed_over: Arc::new(HandedOver::new(manifest.watches.len())),
             manifest: Arc::new(manifest),
             backends: Backends::unavailable(),
@@ -424,6 +428,7 @@ impl LoadedPlugin {
             config: ctx.config.clone(),
             config_json: ctx.config_json.clone(),
             handed_over: ctx.handed_over.clone(),
+            log: ctx.log.clone(),
         });
         Plugin(Arc::new(self.inner))
     }
@@ -442,6 +447,7 @@ impl LoadedPlugin {
             config: ctx.config.clone(),
             config_json: ctx.config_json.clone(),
             handed_over: ctx.handed_over.clone(),
+            log: ctx.log.clone(),
         });
         self
     }
@@ -458,6 +464,11 @@ impl LoadedPlugin {
 }
 
 impl Plugin {
+    /// Log lines of this plugin dropped over its budget ([`crate::guest_log`]).
+    pub fn log_lines_dropped(&self) -> u64 {
+        self.0.ctx.log.dropped()
+    }
+
     /// What the imports see of the plugin: backends, configuration, handed-over handlers.
     pub(crate) fn ctx(&self) -> &Arc<PluginCtx> {
         &self.0.ctx

@@ -185,7 +185,7 @@ async fn worker(
                 stats.errors.fetch_add(1, Ordering::Relaxed);
                 match r {
                     Ok(Err(msg)) => {
-                        tracing::warn!(%key, error = %msg, "reconcile failed; requeued with backoff")
+                        tracing::warn!(%key, error = %crate::guest_log::bounded(msg), "reconcile failed; requeued with backoff")
                     }
                     Err(e) => {
                         tracing::warn!(%key, error = %e, "reconcile failed in the sandbox; instance replaced, requeued with backoff")

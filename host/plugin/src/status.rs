@@ -544,7 +544,7 @@ impl Collector for PluginMetrics {
             .collect();
         type Get = fn(&RunningStatus) -> u64;
         // Counter families are named without `_total`: the OpenMetrics encoder appends it.
-        let counters: [(&str, &str, Get); 13] = [
+        let counters: [(&str, &str, Get); 14] = [
             ("plugin_reconcile", "Reconcile calls.", |p| {
                 p.stats.total.load(Ordering::Relaxed)
             }),
@@ -600,6 +600,11 @@ impl Collector for PluginMetrics {
                 "plugin_notifications_held_back",
                 "Notifications not delivered while the plugin was quarantined; its caches are replayed to it once it may be called again.",
                 |p| p.dispatcher.held_back.load(Ordering::Relaxed),
+            ),
+            (
+                "plugin_log_lines_dropped",
+                "Lines the plugin logged (log import, stdout, stderr) over its budget of 100 a second (bursts of 1,000), not written.",
+                |p| p.plugin.ctx().log.dropped(),
             ),
             (
                 "plugin_quarantines",

@@ -2,6 +2,7 @@
 //!
 //! Guests get no inherited stdio: whatever they print is split into lines and logged, so a
 //! `println!` in a controller lands in the host's structured log instead of interleaving with it.
+//! The lines count against the plugin's log budget ([`GuestLog`]), as its `log` import does.
 
 use std::io;
 use std::pin::Pin;
@@ -14,9 +15,7 @@ use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
 
-/// Longest line kept before it is logged anyway, so a guest printing without newlines cannot
-/// grow host memory without bound.
-const MAX_LINE: usize = 4096;
+use super::guest_log::{GuestLog, MAX_LINE};
 
 /// Which guest stream a line came from.
 #[derive(Debug, Clone, Copy)]
@@ -30,15 +29,17 @@ pub(crate) enum Stream {
 pub(crate) struct LogStream(Arc<Inner>);
 
 struct Inner {
-    plugin: Arc<str>,
+    log: Arc<GuestLog>,
     stream: Stream,
     pending: Mutex<Vec<u8>>,
 }
 
 impl LogStream {
-    pub(crate) fn new(plugin: Arc<str>, stream: Stream) -> Self {
+    /// A stream whose lines count against `log` (a line longer than [`MAX_LINE`] is logged in
+    /// pieces, so a guest printing without newlines cannot grow host memory either).
+    pub(crate) fn new(log: Arc<GuestLog>, stream: Stream) -> Self {
         LogStream(Arc::new(Inner {
-            plugin,
+            log,
             stream,
             pending: Mutex::new(Vec::new()),
         }))
@@ -63,14 +64,18 @@ impl LogStream {
 
 impl Inner {
     fn emit(&self, line: &[u8]) {
+        if !self.log.admit() {
+            return;
+        }
         let line = String::from_utf8_lossy(line);
         let line = line.strip_suffix('\r').unwrap_or(&line);
+        let plugin = self.log.plugin();
         match self.stream {
             Stream::Stdout => {
-                tracing::info!(target: "plugin::stdout", plugin = %self.plugin, "{line}")
+                tracing::info!(target: "plugin::stdout", plugin = %plugin, "{line}")
             }
             Stream::Stderr => {
-                tracing::warn!(target: "plugin::stderr", plugin = %self.plugin, "{line}")
+                tracing::warn!(target: "plugin::stderr", plugin = %plugin, "{line}")
             }
         }
     }
@@ -177,7 +182,7 @@ mod tests {
     #[test]
     fn splits_lines_across_writes_and_flushes_the_tail_on_drop() {
         let lines = captured(|| {
-            let s = LogStream::new(Arc::from("p"), Stream::Stdout);
+            let s = LogStream::new(Arc::new(GuestLog::new(Arc::from("p"))), Stream::Stdout);
             let mut clone = s.clone();
             s.push(b"hel");
             s.push(b"lo\r\nwor");
@@ -193,7 +198,7 @@ mod tests {
     #[test]
     fn overlong_lines_are_cut_so_memory_stays_bounded() {
         let lines = captured(|| {
-            let s = LogStream::new(Arc::from("p"), Stream::Stderr);
+            let s = LogStream::new(Arc::new(GuestLog::new(Arc::from("p"))), Stream::Stderr);
             s.push(&vec![b'a'; MAX_LINE * 2 + 10]);
             assert_eq!(s.0.pending.lock().len(), 10);
         });

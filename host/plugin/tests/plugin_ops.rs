@@ -840,6 +840,7 @@ async fn the_metrics_endpoint_serves_valid_openmetrics_with_every_family() {
         ("plugin_notifications_dropped", "counter"),
         ("plugin_notifications_held_back", "counter"),
         ("plugin_queue_adds_refused", "counter"),
+        ("plugin_log_lines_dropped", "counter"),
         ("plugin_quarantines", "counter"),
         ("plugin_reconcile_duration_seconds", "histogram"),
         ("plugin_quarantined", "gauge"),
@@ -859,7 +860,7 @@ async fn the_metrics_endpoint_serves_valid_openmetrics_with_every_family() {
     ] {
         assert_eq!(family(name), Some(kind), "{name} in\n{body}");
     }
-    assert_eq!(families.len(), 36, "no family beyond those: {families:?}");
+    assert_eq!(families.len(), 37, "no family beyond those: {families:?}");
     assert!(
         body.contains("events_dropped_total{reason=\"queue_full\"} 0\n"),
         "{body}"

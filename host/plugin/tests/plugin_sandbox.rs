@@ -451,3 +451,57 @@ async fn two_thousand_calls_reuse_one_instance() {
     // The load-time instance plus this one: 2002 calls reused a single instance.
     assert_eq!(plugin.stats().instantiations.load(Ordering::Relaxed), 2);
 }
+
+/// A guest that logs 20,000 lines, a 1 MiB message and a 1 MiB stdout line in one reconcile
+/// costs the host a bounded log: a burst of 1,000 lines, each at most 4 KiB (the stdout line
+/// in 4 KiB pieces, counted as lines), the rest dropped and counted; the next line let
+/// through says how many were dropped.
+#[tokio::test]
+async fn log_spam_is_held_to_the_plugins_budget_and_counted() {
+    use kwh_plugin::guest_log::{BURST, MAX_LINE, PER_SECOND};
+    let (logs, _guard) = support::logs::capture();
+    let fakes = Fakes::new();
+    let plugin = start("chatter", Limits::default(), &fakes).await;
+    let mut inst = plugin.instance().expect("instance");
+    let began = Instant::now();
+    let out = tokio::time::timeout(T, inst.reconcile("default/chatter-1"))
+        .await
+        .expect("in time")
+        .expect("no sandbox failure");
+    assert_eq!(out, Ok(Outcome::Done));
+    let mine = |l: &support::logs::Line| {
+        l.plugin.as_deref() == Some("chatter") && l.target.starts_with("plugin::")
+    };
+    let lines: Vec<_> = logs.lines().into_iter().filter(mine).collect();
+    // The burst, and what the budget refilled while the reconcile ran (with room for a busy
+    // machine's clock: 20,257 lines were offered).
+    let allowed = BURST * 1.05 + PER_SECOND * began.elapsed().as_secs_f64();
+    assert!(
+        lines.len() as f64 <= allowed,
+        "{} lines logged, {allowed:.0} allowed",
+        lines.len()
+    );
+    assert!(
+        lines.len() >= BURST as usize - 2,
+        "{} lines logged",
+        lines.len()
+    );
+    let longest = lines.iter().map(|l| l.message.len()).max().unwrap_or(0);
+    assert!(longest <= MAX_LINE + 64, "a line of {longest} bytes");
+    // 20,000 + 1 + 256 pieces of the stdout line, less what the burst let through.
+    let dropped = plugin.log_lines_dropped();
+    assert!(dropped >= 19_000, "{dropped} dropped");
+    // Once the budget refills a little, the next line let through says how many were dropped.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let out = tokio::time::timeout(T, inst.reconcile("default/chatter-2"))
+        .await
+        .expect("in time")
+        .expect("no sandbox failure");
+    assert_eq!(out, Ok(Outcome::Done));
+    let summary = logs
+        .lines()
+        .into_iter()
+        .filter(mine)
+        .find(|l| l.message.contains("log lines of this plugin dropped"));
+    assert!(summary.is_some(), "no line says lines were dropped");
+}
