@@ -59,6 +59,10 @@ pub enum LoadCause {
     /// A component, but not of a `kube:controller` world this host serves.
     #[error("not a kube:controller controller component (this host serves 0.1.0 and 0.2.0): {0}")]
     World(String),
+    /// It imports an interface the host does not provide: a controller may import the
+    /// `kube:controller` interfaces and WASI's, nothing else.
+    #[error("imports `{0}`, which this host does not provide (a controller may import kube:controller's interfaces and WASI's only)")]
+    UngrantedImport(String),
     /// Instantiating it or calling `manifest` failed.
     #[error("manifest() failed: {0}")]
     ManifestCall(GuestError),
@@ -256,11 +260,21 @@ impl PluginEngine {
                 ))))
             }
         };
-        let instance_pre = self
-            .0
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| fail(LoadCause::World(format!("{e:#}"))))?;
+        let instance_pre = self.0.linker.instantiate_pre(&component).map_err(|e| {
+            // Named plainly when it is an import from outside what any controller gets;
+            // wasmtime's own wording ("has the wrong type") reads as a version mismatch.
+            let engine = self.engine();
+            let foreign = component
+                .component_type()
+                .imports(engine)
+                .map(|(name, _)| name)
+                .find(|name| !name.starts_with("kube:controller/") && !name.starts_with("wasi:"))
+                .map(str::to_owned);
+            fail(match foreign {
+                Some(name) => LoadCause::UngrantedImport(name),
+                None => LoadCause::World(format!("{e:#}")),
+            })
+        })?;
         let contract =
             Contract::of(&component, self.engine()).map_err(|e| fail(LoadCause::World(e)))?;
         // The generated world checks every export's signature, so a mismatch is reported here,

@@ -109,6 +109,19 @@ async fn component_of_another_world_is_refused() {
     assert!(msg.contains("on-add"), "names the missing export: {msg}");
 }
 
+/// A controller that also imports an interface no host of controllers provides is refused at
+/// load, the import named in plain words (wasmtime's own wording reads as a type mismatch).
+#[tokio::test]
+async fn a_controller_importing_an_ungranted_interface_is_refused_naming_it() {
+    let bytes = std::fs::read(guest("stranger")).expect("read");
+    let (msg, cause) = load_err(&bytes, "stranger.wasm").await;
+    assert!(matches!(cause, LoadCause::UngrantedImport(_)), "{msg}");
+    assert!(
+        msg.ends_with("/plugins/stranger.wasm: imports `test:stranger/steal@0.1.0`, which this host does not provide (a controller may import kube:controller's interfaces and WASI's only)"),
+        "{msg}"
+    );
+}
+
 #[tokio::test]
 async fn missing_file_names_the_file() {
     let engine = support::engine();
