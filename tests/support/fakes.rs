@@ -44,10 +44,16 @@ impl ListerBackend for FakeLister {
             })
             .map(|(_, _, o)| o.clone()))
     }
-    /// Not wired to any manifest: no watch has a cache here, so nothing is found (as before a
-    /// plugin's caches are wired). Tests of `get-by-key` run in the harness, over real stores.
-    fn get_by_key(&self, _: u32, _: &str) -> Result<Option<Object>, ApiError> {
-        Ok(None)
+    /// Not wired to any manifest (no watch number names a kind here): the object of that key,
+    /// of whatever kind, as a plugin watching one kind reads it. Tests of `get-by-key` proper
+    /// run in the harness, over real stores.
+    fn get_by_key(&self, _: u32, key: &str) -> Result<Option<Object>, ApiError> {
+        Ok(self
+            .objects
+            .lock()
+            .iter()
+            .find(|(_, _, o)| o.key() == key)
+            .map(|(_, _, o)| o.clone()))
     }
     fn list(
         &self,

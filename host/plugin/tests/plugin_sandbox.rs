@@ -505,3 +505,106 @@ async fn log_spam_is_held_to_the_plugins_budget_and_counted() {
         .find(|l| l.message.contains("log lines of this plugin dropped"));
     assert!(summary.is_some(), "no line says lines were dropped");
 }
+
+fn havoc_cm(fakes: &Fakes, name: &str, mode: &str) {
+    fakes.lister.insert(
+        "v1",
+        "ConfigMap",
+        &serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default", "resourceVersion": "1"},
+            "data": {"mode": mode}})
+        .to_string(),
+    );
+}
+
+/// Recursion without end traps at the guest's stack limit (the host's own stack is not
+/// touched); the instance is replaced and the next call works.
+#[tokio::test]
+async fn unbounded_recursion_traps_at_the_stack_limit() {
+    let fakes = Fakes::new();
+    havoc_cm(&fakes, "deep", "recurse");
+    let plugin = start("havoc", Limits::default(), &fakes).await;
+    let mut inst = plugin.instance().expect("instance");
+    let err = tokio::time::timeout(T, inst.reconcile("default/deep"))
+        .await
+        .expect("in time")
+        .expect_err("a trap");
+    // Rust keeps its stack in linear memory: running off it is an out-of-bounds access; a
+    // guest whose native frames outgrow wasmtime's 1 MiB stack traps "call stack exhausted".
+    let GuestError::Trap(msg) = &err else {
+        panic!("{err:?}");
+    };
+    assert!(
+        msg.contains("out of bounds memory access") || msg.contains("call stack exhausted"),
+        "{msg}"
+    );
+    assert_eq!(plugin.stats().traps.load(Ordering::Relaxed), 1);
+    let out = tokio::time::timeout(T, inst.reconcile("default/other"))
+        .await
+        .expect("in time")
+        .expect("a fresh instance");
+    assert_eq!(out, Ok(Outcome::Done));
+}
+
+/// A 24 MiB error message comes back whole to the caller (it fit in the guest's memory) and
+/// the host's warning about it quotes 4 KiB of it.
+#[tokio::test]
+async fn a_huge_return_value_is_taken_and_quoted_bounded() {
+    let fakes = Fakes::new();
+    havoc_cm(&fakes, "big", "bigreturn");
+    let plugin = start("havoc", Limits::default(), &fakes).await;
+    let mut inst = plugin.instance().expect("instance");
+    let out = tokio::time::timeout(T, inst.reconcile("default/big"))
+        .await
+        .expect("in time")
+        .expect("no sandbox failure");
+    let Err(msg) = out else {
+        panic!("an error was returned")
+    };
+    assert_eq!(msg.len(), 24 << 20);
+    let quoted = kwh_plugin::guest_log::bounded(&msg);
+    assert!(quoted.len() < kwh_plugin::guest_log::MAX_LINE + 64);
+}
+
+/// Ten million distinct keys enqueued in one reconcile: the plugin's queue holds its bound and
+/// counts the rest as refused; the call ends (done, or at its deadline).
+#[tokio::test]
+async fn an_enqueue_storm_meets_the_queues_bound() {
+    use kwh_plugin::backends::{QueueRefusals, WorkqueueBackend};
+    let fakes = Fakes::new();
+    havoc_cm(&fakes, "storm", "storm");
+    let queue = kwh_plugin::reconcile::PluginQueue::new(
+        kwh_informer::workqueue::default_controller_rate_limiter(),
+    );
+    let refusals = std::sync::Arc::new(QueueRefusals::default());
+    let mut backends = fakes.backends();
+    backends.queue = std::sync::Arc::new(WorkqueueBackend::new(queue.clone()).bounded(
+        "havoc",
+        50_000,
+        refusals.clone(),
+    ));
+    let engine = support::engine();
+    let limits = Limits {
+        reconcile_deadline: Duration::from_secs(20),
+        ..Limits::default()
+    };
+    let plugin = tokio::time::timeout(T, engine.load(&guest("havoc"), limits))
+        .await
+        .expect("in time")
+        .expect("loads")
+        .activate(backends);
+    let mut inst = plugin.instance().expect("instance");
+    let r = tokio::time::timeout(T, inst.reconcile("default/storm"))
+        .await
+        .expect("in time");
+    assert!(
+        matches!(
+            r,
+            Ok(Ok(Outcome::Done)) | Err(GuestError::DeadlineExceeded(_))
+        ),
+        "{r:?}"
+    );
+    assert_eq!(queue.len(), 50_000, "the bound holds");
+    let refused = refusals.full.load(Ordering::Relaxed);
+    assert!(refused > 100_000, "{refused} refused");
+}
