@@ -176,7 +176,9 @@ impl PluginEngine {
             path: path.to_path_buf(),
             cause: LoadCause::Read(e),
         })?;
-        self.load_bytes(path, &bytes, limits, config).await
+        // Moved, not copied: a component may be a hundred megabytes.
+        self.load_inner(path, Bytes::from(bytes), limits, Some(config))
+            .await
     }
 
     /// Loads the plugin at `path` to read its manifest only: `validate-config` is not called
@@ -191,7 +193,7 @@ impl PluginEngine {
             path: path.to_path_buf(),
             cause: LoadCause::Read(e),
         })?;
-        self.load_inner(path, &bytes, limits, None).await
+        self.load_inner(path, Bytes::from(bytes), limits, None).await
     }
 
     /// Compiles (or loads from the cache) and links `bytes`, calls `manifest` once in a throwaway
@@ -205,14 +207,15 @@ impl PluginEngine {
         limits: Limits,
         config: Arc<serde_json::Value>,
     ) -> Result<LoadedPlugin, LoadError> {
-        self.load_inner(path, bytes, limits, Some(config)).await
+        self.load_inner(path, Bytes::copy_from_slice(bytes), limits, Some(config))
+            .await
     }
 
     /// [`PluginEngine::load_bytes`]; without a configuration, `validate-config` is skipped.
     async fn load_inner(
         &self,
         path: &Path,
-        bytes: &[u8],
+        bytes: Bytes,
         limits: Limits,
         config: Option<Arc<serde_json::Value>>,
     ) -> Result<LoadedPlugin, LoadError> {
@@ -231,13 +234,13 @@ impl PluginEngine {
                 "per-instance memory limit above the engine's maximum; using the maximum");
             limits.memory_bytes = engine_cap;
         }
-        check_header(bytes).map_err(fail)?;
+        check_header(&bytes).map_err(fail)?;
         // On the blocking pool: a cache miss compiles for seconds (in a child process or here),
         // and on a one-thread runtime that would stall every informer, Lease renewal and probe.
         // Its log lines keep this task's subscriber and span (the plugin it is for).
         let compiled = {
             let engine = self.clone();
-            let bytes = bytes.to_vec();
+            let bytes = bytes.clone();
             let span = tracing::Span::current();
             let logs = tracing::dispatcher::get_default(|d| d.clone());
             tokio::task::spawn_blocking(move || {
