@@ -193,7 +193,8 @@ impl PluginEngine {
             path: path.to_path_buf(),
             cause: LoadCause::Read(e),
         })?;
-        self.load_inner(path, Bytes::from(bytes), limits, None).await
+        self.load_inner(path, Bytes::from(bytes), limits, None)
+            .await
     }
 
     /// Compiles (or loads from the cache) and links `bytes`, calls `manifest` once in a throwaway
