@@ -192,6 +192,14 @@ fn scenarios() -> Vec<Scenario> {
     ]
 }
 
+/// Flags added to every host's command line (`BENCH_HOST_ARGS`, space-separated), e.g.
+/// `--worker-threads 2`.
+fn host_args() -> Vec<String> {
+    std::env::var("BENCH_HOST_ARGS")
+        .map(|v| v.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
 fn wanted(name: &str) -> bool {
     match std::env::var("BENCH_ONLY") {
         Ok(v) => v
@@ -280,8 +288,26 @@ fn counters_of(metrics: &str, plugin: &str) -> BTreeMap<String, f64> {
     out
 }
 
-async fn run(em: &EmulatorProcess, dir: &Path, s: Option<&Scenario>, secs: u64, rate: u64) -> Run {
+async fn run(
+    em: &EmulatorProcess,
+    dir: &Path,
+    s: Option<(usize, &Scenario)>,
+    secs: u64,
+    rate: u64,
+) -> Run {
     let client = &em.client;
+    // Each scenario in a namespace of its own: objects fed to one never reach the next.
+    let wild = s.map(|(i, s)| {
+        if s.namespace == WILD {
+            format!("{WILD}-{i}")
+        } else {
+            s.namespace.to_string()
+        }
+    });
+    if let Some(ns) = &wild {
+        em.create_namespace(ns).await;
+    }
+    let s = s.map(|(_, s)| s);
     let ledger = json!({"module": support::guests::guest("ledger"), "config": {"namespace": CALM}});
     let mut plugins = vec![ledger];
     let hostile_name = s.map(|s| match s.module {
@@ -293,7 +319,7 @@ async fn run(em: &EmulatorProcess, dir: &Path, s: Option<&Scenario>, secs: u64, 
             Module::Guest(g) => support::guests::guest(g),
             Module::Padded => padded_component(dir),
         };
-        plugins.push(json!({"module": module, "namespace": s.namespace}));
+        plugins.push(json!({"module": module, "namespace": wild}));
     }
     let file = dir.join(format!("plugins-{}.json", now_ns()));
     std::fs::write(&file, Value::from(plugins).to_string()).expect("plugins file");
@@ -308,7 +334,9 @@ async fn run(em: &EmulatorProcess, dir: &Path, s: Option<&Scenario>, secs: u64, 
             "127.0.0.1:0".into(),
             "--cache-dir".into(),
             cache.into_os_string(),
-        ],
+        ]
+        .into_iter()
+        .chain(host_args().into_iter().map(OsString::from)),
         "info",
     );
     let ops = host.ops_addr().await;
@@ -403,12 +431,16 @@ async fn run(em: &EmulatorProcess, dir: &Path, s: Option<&Scenario>, secs: u64, 
         .unwrap_or_default();
     host.drain();
     let first_line = hostile_name.as_deref().and_then(|p| {
+        // The host's own words about the plugin (not the guest's stderr), or the line saying
+        // its log was cut short.
         host.seen
             .iter()
             .map(|l| l.text.as_str())
             .find(|t| {
                 (t.contains(" WARN ") || t.contains(" ERROR "))
                     && (t.contains(&format!("plugin={p}")) || t.contains(&format!("{p}.wasm")))
+                    && (t.contains(" kwh_plugin::")
+                        || t.contains("log lines of this plugin dropped"))
             })
             .map(|t| {
                 let t = t.split_once(' ').map_or(t, |(_, rest)| rest);
@@ -443,7 +475,8 @@ fn main() {
         let secs = bench_common::env_or("BENCH_SECS", 10) as u64;
         let rate = bench_common::env_or("BENCH_RATE", 20) as u64;
         println!(
-            "hostile guests benchmark: {secs} s per run, calm updates {rate}/s, load {}",
+            "hostile guests benchmark: {secs} s per run, calm updates {rate}/s, host flags {:?}, load {}",
+            host_args(),
             bench_common::load()
         );
         let dir = support::temp_dir("hostile");
@@ -459,8 +492,8 @@ fn main() {
         println!("| guest | limit that stops it | took effect | its counters | first line logged | ledger p50 / p99 (alone {:.1} / {:.1} ms) | within 2× |", alone.p50_ms, alone.p99_ms);
         println!("|---|---|---|---|---|---|---|");
         let mut unmet = Vec::new();
-        for s in scenarios().iter().filter(|s| wanted(s.name)) {
-            let r = run(&em, &dir, Some(s), secs, rate).await;
+        for (i, s) in scenarios().iter().enumerate().filter(|(_, s)| wanted(s.name)) {
+            let r = run(&em, &dir, Some((i, s)), secs, rate).await;
             let took = match s.proof {
                 Proof::Metric(m) => r.counters.get(m).copied().unwrap_or(0.0) > 0.0,
                 Proof::Line(_) => r.saw_line,
