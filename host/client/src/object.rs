@@ -562,7 +562,9 @@ impl Object {
             return Ok(held);
         }
         if start > 0 {
-            meta.shift(0, -(start as i64));
+            // Only the strings found, which lie at or after `start`: an absent one keeps its
+            // empty span at 0 (shifted, it would point 4 GiB past the object's end).
+            meta.shift(start as u32, -(start as i64));
             info.managed_fields_cut = info.managed_fields_cut.map(|(a, b)| (a - start, b - start));
         }
         Self::build(&sc.bytes()[start..end], meta, info, opts, type_meta)
@@ -1186,6 +1188,32 @@ mod tests {
             Object::from_bytes(Bytes::from_static(br#"{"metadata":{"name":"\u0061"}}"#)).unwrap();
         assert_eq!(e.name(), "a");
         assert!(e.verbatim_meta(&mut labels).is_none());
+    }
+
+    /// Found by the fuzz target `watch_stream`: an object read out of a larger text (a watch
+    /// event's `object`, a list item) had the empty spans of the strings it lacks shifted below
+    /// zero, so a cluster-scoped object told guests its namespace starts 4 GiB in.
+    #[test]
+    fn spans_of_absent_strings_stay_inside_an_object_read_out_of_an_event() {
+        let event = br#"{"type":"ADDED","object":{"metadata":{"name":"a"}}}"#;
+        let mut sc = Scanner::new(event);
+        sc.seek(
+            event
+                .windows(11)
+                .position(|w| w == br#"{"metadata""#)
+                .unwrap(),
+        );
+        let o = Object::ingest_from(&mut sc, &IngestOptions::default(), None).unwrap();
+        assert_eq!(o.as_str(), r#"{"metadata":{"name":"a"}}"#);
+        let m = o.verbatim_meta(&mut Vec::new()).expect("verbatim");
+        for s in [m.namespace, m.name, m.uid, m.resource_version] {
+            assert!(
+                (s.start + s.len) as usize <= o.raw().len(),
+                "{s:?} outside {}",
+                o.as_str()
+            );
+        }
+        assert_eq!((m.name.start, m.name.len), (21, 1));
     }
 
     #[test]
