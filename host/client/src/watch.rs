@@ -68,6 +68,8 @@ pub struct WatchDecoder {
     no_newline_before: usize,
     value: json::ValueEnd,
     started: bool,
+    /// Where the value at the start of `buf` begins (after whitespace), once `started`.
+    value_start: usize,
     /// Events decoded so far, and bytes consumed before `buf`, for error messages.
     events: u64,
     consumed: u64,
@@ -89,6 +91,7 @@ impl WatchDecoder {
             no_newline_before: 0,
             value: json::ValueEnd::default(),
             started: false,
+            value_start: 0,
             events: 0,
             consumed: 0,
         }
@@ -113,12 +116,17 @@ impl WatchDecoder {
                 return Ok(Some(ev));
             }
         }
+        // The bound holds for an event however its bytes arrive: one that a single read
+        // completed is refused as one still arriving is.
         let Some(end) = self.find_value_end()? else {
-            if self.buf.len() > self.max_event {
-                return Err(self.error(format!("event larger than {} bytes", self.max_event)));
+            if self.buf.len() - self.value_start > self.max_event {
+                return Err(self.too_large());
             }
             return Ok(None);
         };
+        if end - self.value_start > self.max_event {
+            return Err(self.too_large());
+        }
         let value = &self.buf[..end];
         let ev = decode_event(value, &self.opts).map_err(|m| self.error(m))?;
         self.consume(end);
@@ -138,10 +146,15 @@ impl WatchDecoder {
             };
             let nl = from + p;
             let line = &self.buf[..nl];
-            if json::skip_ws(line, 0) == line.len() {
+            let first = json::skip_ws(line, 0);
+            if first == line.len() {
                 // A blank line between events.
                 self.advance(nl + 1);
                 continue;
+            }
+            if nl - first > self.max_event {
+                // Possibly too large: the general path measures the value itself.
+                return Ok(None);
             }
             return match decode_event(line, &self.opts) {
                 Ok(ev) => {
@@ -164,6 +177,7 @@ impl WatchDecoder {
         self.buf.advance(n);
         self.scanned = 0;
         self.started = false;
+        self.value_start = 0;
         self.no_newline_before = self.no_newline_before.saturating_sub(n);
     }
 
@@ -176,6 +190,10 @@ impl WatchDecoder {
             )));
         }
         Ok(())
+    }
+
+    fn too_large(&self) -> Error {
+        self.error(format!("event larger than {} bytes", self.max_event))
     }
 
     fn error(&self, message: String) -> Error {
@@ -205,6 +223,7 @@ impl WatchDecoder {
                 )));
             }
             self.started = true;
+            self.value_start = i;
             self.value = json::ValueEnd::begin(b'{');
             i += 1;
         }
@@ -715,6 +734,45 @@ mod tests {
         d.push(&[b'{'; 1]);
         d.push(&[b' '; 200]);
         assert!(matches!(d.next_event(), Err(Error::Decode(_))));
+    }
+
+    /// Found by the fuzz target `watch_stream`: an event over the size bound was refused when
+    /// it arrived in pieces but decoded when one read brought its whole line (the line fast
+    /// path never measured it). Either way it is refused now, and one within it decodes.
+    #[test]
+    fn the_event_size_bound_holds_however_the_bytes_arrive() {
+        let event = |name: &str| {
+            format!(
+                r#"{{"type":"ADDED","object":{{"metadata":{{"name":"{name}","resourceVersion":"1"}}}}}}"#
+            )
+        };
+        let (small, large) = (event("a"), event(&"b".repeat(100)));
+        assert!(small.len() < 100 && large.len() > 150);
+        for (text, fits) in [(&small, true), (&large, false)] {
+            let line = format!("  {text}\n");
+            for chunk in [1, 7, 64, line.len()] {
+                let mut d = WatchDecoder::default().with_max_event_bytes(100);
+                let mut got = Ok(Vec::new());
+                for c in line.as_bytes().chunks(chunk) {
+                    d.push(c);
+                    match d.next_event() {
+                        Ok(Some(ev)) => got.as_mut().map(|v| v.push(ev)).unwrap_or(()),
+                        Ok(None) => {}
+                        Err(e) => {
+                            got = Err(e);
+                            break;
+                        }
+                    }
+                }
+                match got {
+                    Ok(evs) => assert!(fits && evs.len() == 1, "chunks of {chunk}: {evs:?}"),
+                    Err(e) => {
+                        assert!(!fits, "chunks of {chunk}: {e}");
+                        assert!(e.to_string().contains("event larger than 100 bytes"), "{e}");
+                    }
+                }
+            }
+        }
     }
 
     #[tokio::test]
