@@ -15,6 +15,8 @@ pub mod discovery;
 pub mod duration;
 pub mod error;
 pub mod events;
+#[doc(hidden)]
+pub mod fuzzing;
 mod json;
 pub mod leader_election;
 pub mod leases;
