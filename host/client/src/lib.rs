@@ -9,6 +9,7 @@
 
 mod auth;
 pub mod client;
+pub mod clip;
 pub mod config;
 pub mod decode;
 pub mod discovery;
@@ -25,6 +26,7 @@ pub mod params;
 pub mod proxy;
 pub mod registry;
 pub mod resource;
+pub mod resource_version;
 pub mod selector;
 mod tls;
 pub mod watch;

@@ -45,13 +45,23 @@ pub struct IngestOptions {
     /// Keep `metadata.managedFields`. Off by default: it is often half of an object's size and
     /// controllers rarely read it.
     pub keep_managed_fields: bool,
+    /// The largest single value taken in from the wire: a watch event, a LIST item or any
+    /// other member of a LIST body, a response body to any other request. Larger ones end the
+    /// watch or fail the request with one error, instead of growing a buffer without bound (a
+    /// 300 MiB unterminated string in a LIST cost 1.2 GB before its error). Default
+    /// [`DEFAULT_MAX_OBJECT_BYTES`].
+    pub max_object_bytes: usize,
 }
 
-#[allow(clippy::derivable_impls)]
+/// 64 MiB: kube-apiserver's own request limit is 3 MiB and etcd's default value limit 1.5 MiB,
+/// so no object it serves comes near; a watch event or LIST item this large is a broken server.
+pub const DEFAULT_MAX_OBJECT_BYTES: usize = 64 << 20;
+
 impl Default for IngestOptions {
     fn default() -> Self {
         IngestOptions {
             keep_managed_fields: false,
+            max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
         }
     }
 }
@@ -1342,6 +1352,7 @@ mod tests {
                 input.as_bytes(),
                 &IngestOptions {
                     keep_managed_fields: true,
+                    ..Default::default()
                 },
             )
             .unwrap();
@@ -1355,6 +1366,7 @@ mod tests {
     fn dropped_managed_fields_are_skipped_unchecked_and_kept_ones_checked() {
         let kept = IngestOptions {
             keep_managed_fields: true,
+            ..Default::default()
         };
         // Brackets and quotes inside strings, escapes, and text no scan of the rest accepts.
         let odd = [

@@ -16,6 +16,7 @@ use http_body_util::BodyExt;
 use super::error::{Error, Status};
 use super::json::{self, Scanner};
 use super::object::{IngestOptions, Object};
+use super::resource_version;
 
 /// A stream of decoded watch events; it ends when the server closes the watch.
 pub type WatchStream =
@@ -52,8 +53,9 @@ pub struct ObjectList {
 /// The annotation that marks the bookmark ending a watch-list's initial events.
 pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
-/// Events larger than this end the watch instead of growing the buffer without bound.
-pub const DEFAULT_MAX_EVENT_BYTES: usize = 64 << 20;
+/// Events larger than this end the watch instead of growing the buffer without bound (the
+/// ingest options' [`max_object_bytes`](IngestOptions::max_object_bytes) by default).
+pub const DEFAULT_MAX_EVENT_BYTES: usize = crate::object::DEFAULT_MAX_OBJECT_BYTES;
 
 /// Incremental decoder of a watch body: feed chunks with [`push`](Self::push), take events
 /// with [`next_event`](Self::next_event), and call [`finish`](Self::finish) at end of stream.
@@ -86,7 +88,7 @@ impl WatchDecoder {
         WatchDecoder {
             buf: BytesMut::new(),
             opts,
-            max_event: DEFAULT_MAX_EVENT_BYTES,
+            max_event: opts.max_object_bytes,
             scanned: 0,
             no_newline_before: 0,
             value: json::ValueEnd::default(),
@@ -97,7 +99,7 @@ impl WatchDecoder {
         }
     }
 
-    /// Limit the size of one event (default [`DEFAULT_MAX_EVENT_BYTES`]).
+    /// Limit the size of one event (default: the ingest options' `max_object_bytes`).
     pub fn with_max_event_bytes(mut self, max: usize) -> Self {
         self.max_event = max;
         self
@@ -290,13 +292,16 @@ fn decode_event(value: &[u8], opts: &IngestOptions) -> Result<WatchEvent, String
         Ok(&value[a..b])
     };
     let take_object = |object: Option<Result<Object, String>>| -> Result<Object, String> {
-        match object {
-            Some(o) => o.map_err(|e| format!("object: {e}")),
+        let o = match object {
+            Some(o) => o.map_err(|e| format!("object: {e}"))?,
             None => {
                 let raw = object_value(object_at)?;
-                Object::ingest(raw, opts).map_err(|e| format!("object: {e}"))
+                Object::ingest(raw, opts).map_err(|e| format!("object: {e}"))?
             }
-        }
+        };
+        // The reflector keeps the RV of every event it applies, to send back.
+        resource_version::check(o.resource_version()).map_err(|e| format!("object: {e}"))?;
+        Ok(o)
     };
     Ok(match kind {
         EventType::Added => WatchEvent::Added(take_object(object)?),
@@ -304,6 +309,8 @@ fn decode_event(value: &[u8], opts: &IngestOptions) -> Result<WatchEvent, String
         EventType::Deleted => WatchEvent::Deleted(take_object(object)?),
         EventType::Bookmark => {
             let o = Object::ingest(object_value(object_at)?, opts)
+                .map_err(|e| format!("bookmark object: {e}"))?;
+            resource_version::check(o.resource_version())
                 .map_err(|e| format!("bookmark object: {e}"))?;
             WatchEvent::Bookmark {
                 resource_version: o.resource_version().to_owned(),
@@ -772,6 +779,35 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Reported from outside: one bookmark at resourceVersion `zzz` left the informer
+    /// relisting at `zzz` forever (a 1 MiB one failed every request locally). A bookmark or an
+    /// object whose RV the API server could not take back ends the watch with a decode error,
+    /// after the events before it; the error quotes the RV briefly.
+    #[test]
+    fn an_event_whose_resource_version_is_not_an_integer_is_a_decode_error() {
+        let good = br#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","metadata":{"resourceVersion":"12"}}}"#;
+        let huge = "1".repeat(1 << 20);
+        for bad in [
+            r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","metadata":{"resourceVersion":"zzz"}}}"#.to_owned(),
+            format!(r#"{{"type":"BOOKMARK","object":{{"metadata":{{"resourceVersion":"{huge}"}}}}}}"#),
+            r#"{"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVersion":"1 2"}}}"#.to_owned(),
+        ] {
+            let raw = [&good[..], b"\n", bad.as_bytes(), b"\n"].concat();
+            let mut d = WatchDecoder::default();
+            d.push(&raw);
+            assert!(matches!(
+                d.next_event(),
+                Ok(Some(WatchEvent::Bookmark { ref resource_version, .. })) if resource_version == "12"
+            ));
+            let e = d.next_event().unwrap_err().to_string();
+            assert!(
+                e.contains("watch event #2") && e.contains("is not an unsigned 64-bit decimal integer"),
+                "{e}"
+            );
+            assert!(e.len() < 600, "{} bytes of error", e.len());
         }
     }
 

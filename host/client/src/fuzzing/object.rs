@@ -34,6 +34,7 @@ pub fn json_object(data: &[u8]) {
 pub fn json_object_with(data: &[u8], deep: Option<DeepParse>) {
     let keep = IngestOptions {
         keep_managed_fields: true,
+        ..Default::default()
     };
     let kept = Object::ingest(data, &keep);
     let shared = Object::from_bytes(Bytes::copy_from_slice(data));
@@ -144,6 +145,7 @@ pub(super) fn check_stored(o: &Object, kept: bool) {
         o.raw(),
         &IngestOptions {
             keep_managed_fields: true,
+            ..Default::default()
         },
     )
     .unwrap_or_else(|e| panic!("stored text is refused: {e}"));

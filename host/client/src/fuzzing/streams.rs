@@ -17,6 +17,7 @@ use crate::watch::{WatchDecoder, WatchEvent};
 fn options(s: &Settings<'_>) -> (IngestOptions, Option<usize>) {
     let opts = IngestOptions {
         keep_managed_fields: s.flags & 1 != 0,
+        ..Default::default()
     };
     let max = (s.flags & 2 != 0).then(|| 32 + usize::from(s.flags >> 2 & 0x1f) * 16);
     (opts, max)
@@ -167,8 +168,9 @@ fn decode_list(
         Some(p) => ListDecoder::with_pool(opts, p),
         None => ListDecoder::new(opts),
     };
-    // LIST bodies have no size bound yet.
-    let _ = max;
+    if let Some(max) = max {
+        d = d.with_max_value_bytes(max);
+    }
     for c in chunks {
         d.push(c).map_err(drop)?;
     }
