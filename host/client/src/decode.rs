@@ -992,6 +992,34 @@ mod tests {
         }
     }
 
+    /// Found by the fuzz target `list_body` (twice): an item a read held whole was scanned in
+    /// place, the dropped `managedFields` only delimited; one split across reads was delimited
+    /// by `ValueEnd` first. In text that is not JSON the two ended it in different places (a
+    /// scalar `managedFields` taken to its first delimiter, a backslash outside a string
+    /// escaping a quote), so the list depended on how the body was cut. Now it does not.
+    #[test]
+    fn an_item_ends_in_one_place_however_the_body_is_cut() {
+        for (body, ok) in [
+            (
+                "{\n  \"kind\":\"ConfpList\",\"apdata\": {\n\"r\": 1},\n  \"items\": [\n  {  \"metadata\": {\"managedFields\":v4\"  } }]\n}",
+                false,
+            ),
+            (
+                r#"{"kind":"CList","apiVersion":"v1","items":[{"metadata":{"managedFields":[\"],"x":"]}}]}"#,
+                true,
+            ),
+        ] {
+            let whole = decode_list(body.as_bytes(), &IngestOptions::default());
+            assert_eq!(whole.is_ok(), ok, "{body}: {whole:?}");
+            let want = whole.as_ref().map(summary).ok();
+            for cut in 0..=body.len() {
+                let (a, b) = body.as_bytes().split_at(cut);
+                let got = decode_chunks(&[a, b], &IngestOptions::default());
+                assert_eq!(got.as_ref().map(summary).ok(), want, "{body} cut at {cut}");
+            }
+        }
+    }
+
     #[test]
     fn a_table_is_not_decoded_as_an_empty_list_spec_1_7() {
         // A relist that read this as a list without items would delete the whole cache.

@@ -522,7 +522,10 @@ impl<'a> Scanner<'a> {
 
     /// Skips the value at the cursor by its brackets and strings alone, its grammar and text
     /// unchecked: for a value that is cut out of what is stored (`managedFields`), so that
-    /// nothing unchecked is ever kept. The value must end inside the text.
+    /// nothing unchecked is ever kept. The value must end inside the text. A value that is not
+    /// an array or object (never `managedFields` in practice) is checked as any other: its end
+    /// is then the one [`ValueEnd`] finds around it too, whatever its bytes, so an item ends
+    /// in the same place whether a read holds it whole or it was delimited first.
     pub(crate) fn skip_dropped_value(&mut self) -> Result<(usize, usize), SyntaxError> {
         let start = skip_ws(self.b, self.pos);
         let Some(&first) = self.b.get(start) else {
@@ -530,7 +533,7 @@ impl<'a> Scanner<'a> {
         };
         let end = match first {
             b'{' | b'[' => blocks::container_end(self.b, start),
-            _ => ValueEnd::begin(first).resume(self.b, start + 1).ok(),
+            _ => return self.skip_value(),
         };
         match end {
             Some(end) => {
