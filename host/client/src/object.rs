@@ -1026,9 +1026,22 @@ pub(crate) fn scan_object(
     sc.object(|sc, key, _| {
         match key {
             b"metadata" if !sc.peek_null() => {
+                if managed_fields == ManagedFields::Dropped && info.managed_fields_cut.is_some() {
+                    return Err(duplicate_managed_fields(sc));
+                }
                 let (m, cut) = scan_metadata(sc, managed_fields)?;
                 meta = m;
                 info.managed_fields_cut = cut;
+            }
+            b"metadata" => {
+                // `null`: no metadata, as JSON decoders read a later duplicate key.
+                sc.skip_value()?;
+                meta = ParsedMeta::default();
+                if info.managed_fields_cut.take().is_some()
+                    && managed_fields == ManagedFields::Dropped
+                {
+                    return Err(duplicate_managed_fields(sc));
+                }
             }
             b"kind" => {
                 info.has_kind = true;
@@ -1048,6 +1061,13 @@ pub(crate) fn scan_object(
 }
 
 type MetaScan = (ParsedMeta, Option<(usize, usize)>);
+
+/// A second `managedFields` where the first is cut unchecked: one cut is made, so the other
+/// would be stored unchecked. Found by the fuzz target `watch_stream`. No API server writes a
+/// key twice; refusing the object keeps "nothing unchecked is stored" true.
+fn duplicate_managed_fields(sc: &Scanner<'_>) -> json::SyntaxError {
+    sc.error_at(sc.pos(), "metadata.managedFields given twice")
+}
 
 fn scan_metadata(
     sc: &mut Scanner<'_>,
@@ -1116,6 +1136,9 @@ fn scan_metadata(
                 extra.owner_references = out.into();
             }
             b"managedFields" => {
+                if managed_fields == ManagedFields::Dropped && cut.is_some() {
+                    return Err(duplicate_managed_fields(sc));
+                }
                 match managed_fields {
                     ManagedFields::Kept => sc.skip_value()?,
                     ManagedFields::Dropped => sc.skip_dropped_value()?,
@@ -1224,6 +1247,33 @@ mod tests {
             );
         }
         assert_eq!((m.name.start, m.name.len), (21, 1));
+    }
+
+    /// Found by the fuzz target `watch_stream`: with `managedFields` given twice, the first was
+    /// skipped unchecked and only the second cut, so the stored text held unchecked bytes (not
+    /// JSON, here). Also a later `metadata` (or `metadata: null`) after one with a cut. Such an
+    /// object is refused when the field is cut, and read as JSON decoders read it when kept:
+    /// the last `metadata` wins (before, a later `null` left the earlier one's name in place;
+    /// the differential target `json_object` fails on that input without the fix).
+    #[test]
+    fn a_second_managed_fields_or_metadata_is_refused_when_cut_and_the_last_wins() {
+        for twice in [
+            br#"{"metadata":{"managedFields":[},"managedFields":""}}"#.as_slice(),
+            br#"{"metadata":{"managedFields":["\xff"]},"metadata":{"name":"a"}}"#,
+            br#"{"metadata":{"managedFields":[]},"metadata":null}"#,
+        ] {
+            let e = Object::ingest(twice, &IngestOptions::default()).unwrap_err();
+            assert!(e.to_string().contains("managedFields given twice"), "{e}");
+        }
+        let kept = IngestOptions {
+            keep_managed_fields: true,
+            ..Default::default()
+        };
+        let o = Object::ingest(br#"{"metadata":{"name":"a"},"metadata":null}"#, &kept).unwrap();
+        assert_eq!(o.name(), "");
+        crate::fuzzing::json_object(br#"{"metadata":{"name":"a"},"metadata":null}"#);
+        let o = Object::ingest(br#"{"metadata":null,"metadata":{"name":"b"}}"#, &kept).unwrap();
+        assert_eq!(o.name(), "b");
     }
 
     #[test]

@@ -109,6 +109,9 @@ pub fn json_object_with(data: &[u8], deep: Option<DeepParse>) {
                 assert_eq!(stored, v, "the cut removed more than managedFields");
             }
         }
+        // Two `managedFields` (or `metadata`) members: one cut is made, so the object is
+        // refused rather than stored with the other unchecked.
+        (Ok(_), Err(e)) if e.to_string().contains("managedFields given twice") => {}
         (Ok(_), Err(e)) => panic!("cutting managedFields refused what keeping it accepts: {e}"),
         _ => {}
     }
