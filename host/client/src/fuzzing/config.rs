@@ -86,7 +86,10 @@ fn write_fields(f: &FieldSelector) -> String {
                 value.push(c);
             }
             let op = if r.negated { "!=" } else { "=" };
-            format!("{}{op}{value}", r.field)
+            // A field ending in `!` (written `f! = v`, the space trimmed) needs the space back,
+            // or `!=` would be read.
+            let gap = if r.field.ends_with('!') { " " } else { "" };
+            format!("{}{gap}{op}{value}", r.field)
         })
         .collect();
     terms.join(",")
