@@ -154,7 +154,7 @@ fn scenarios() -> Vec<Scenario> {
             module: Module::Guest("havoc"),
             feed: Some(|i| cm(format!("b-{i}"), json!({"mode": "bigreturn"}))),
             namespace: WILD,
-            limit: "its memory cap bounds the value; the host's warning quotes 4 KiB of it",
+            limit: "its memory cap bounds the value; the host's warning quotes 256 bytes of it",
             proof: Proof::Metric("plugin_reconcile_errors_total"),
         },
         Scenario {

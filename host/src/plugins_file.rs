@@ -212,9 +212,57 @@ fn narrow(v: u64) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
 }
 
+/// Fuzz target (the cargo-fuzz binary in `fuzz/` includes this file): a plugins file's
+/// text is refused with an error or read into specs whose every setting lies in its range,
+/// and never panics. Module paths resolve against a directory that does not exist, so only
+/// absolute ones name a file (whose existence alone is checked).
+#[cfg(any(test, fuzzing))]
+pub fn fuzz_target(input: &[u8]) {
+    let Ok(text) = std::str::from_utf8(input) else {
+        return;
+    };
+    let Ok(value) = serde_yaml::from_str::<serde_yaml::Value>(text) else {
+        return;
+    };
+    let limits = Limits::default();
+    let defaults = Defaults {
+        limits: &limits,
+        namespace: Some("global"),
+    };
+    let path = std::env::temp_dir()
+        .join("kwh-fuzz-no-such-directory")
+        .join("plugins.yaml");
+    let Ok(specs) = parse(value, &path, "plugins file", &defaults) else {
+        return;
+    };
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    for s in specs {
+        assert!(s.path.is_file(), "{}", s.path.display());
+        let l = &s.limits;
+        assert!(DEADLINE_MS.contains(&ms(l.handler_deadline)), "{l:?}");
+        assert!(DEADLINE_MS.contains(&ms(l.reconcile_deadline)), "{l:?}");
+        assert!(l.memory_bytes <= mib(*MEMORY_MB.end()), "{l:?}");
+        assert!(MAX_INSTANCES.contains(&u64::from(l.max_instances)), "{l:?}");
+        if let Some(w) = s.workers {
+            assert!(
+                WORKERS.contains(&u64::from(w)) && w < l.max_instances,
+                "{w} {l:?}"
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fuzz_plugins_file() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/plugins_file");
+        let seeds = kwh_client::fuzzing::seeds(&dir);
+        assert!(!seeds.is_empty(), "no seeds in {}", dir.display());
+        kwh_client::fuzzing::exercise(&seeds, 3000, 31, fuzz_target);
+    }
 
     fn specs(yaml: &str, dir: &Path) -> Result<Vec<PluginSpec>, String> {
         let limits = Limits::default();

@@ -21,6 +21,7 @@ use parking_lot::RwLock;
 use tracing::Instrument;
 
 use super::auth::Auth;
+use super::clip::clip;
 use super::config::Config;
 use super::decode::{error_from_response, ListDecoder, ObjectPool};
 use super::error::{Error, Status};
@@ -284,7 +285,7 @@ impl Client {
         let url = format!("{}{}", self.0.base, path_and_query);
         let uri: Uri = url
             .parse()
-            .map_err(|e| Error::Config(format!("bad request URL {url:?}: {e}")))?;
+            .map_err(|e| Error::Config(format!("bad request URL {:?}: {e}", clip(&url))))?;
         let mut req = Request::builder()
             .method(method)
             .uri(uri)
@@ -323,7 +324,11 @@ impl Client {
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let body = read_body(resp.into_body()).await?;
+        // An error body too large to read still answers with its code.
+        let body = match read_body(resp.into_body(), self.0.ingest.max_object_bytes).await {
+            Err(Error::Decode(_)) => Bytes::new(),
+            other => other?,
+        };
         Err(error_from_response(
             code.as_u16(),
             retry_after.as_deref(),
@@ -342,7 +347,7 @@ impl Client {
         let span = tracing::debug_span!("kube request", %method, path = path_and_query);
         let fut = async {
             let resp = self.send(method, path_and_query, body, t).await?;
-            read_body(resp.into_body()).await
+            read_body(resp.into_body(), self.0.ingest.max_object_bytes).await
         };
         match tokio::time::timeout(t, fut.instrument(span)).await {
             Ok(r) => r,
@@ -570,12 +575,17 @@ fn with_query(mut path: String, query: &str) -> String {
 /// MB); a bogus larger length is not trusted, the buffer then grows as bytes arrive.
 const MAX_PREALLOCATED_BODY: u64 = 1 << 30;
 
-/// Read a whole response body into one buffer. Why not `collect().to_bytes()`: that keeps
-/// every received chunk until it has copied them all into a new buffer, so a large LIST
-/// (a relist of the whole cache) briefly costs twice its size. Here chunks are appended to a
+/// Read a whole response body into one buffer, of at most `max` bytes (the ingest options'
+/// `max_object_bytes`: these are single objects and Status errors, never lists). Why not
+/// `collect().to_bytes()`: that keeps every received chunk until it has copied them all into
+/// a new buffer, so a large body briefly costs twice its size. Here chunks are appended to a
 /// buffer sized from `Content-Length` and dropped at once; a single chunk is returned as is.
-async fn read_body(mut body: Incoming) -> Result<Bytes, Error> {
+async fn read_body(mut body: Incoming, max: usize) -> Result<Bytes, Error> {
+    let too_large = || Error::Decode(format!("response body larger than {max} bytes"));
     let hint = hyper::body::Body::size_hint(&body);
+    if hint.lower() > max as u64 {
+        return Err(too_large());
+    }
     let expected = hint
         .exact()
         .unwrap_or(hint.lower())
@@ -587,6 +597,10 @@ async fn read_body(mut body: Incoming) -> Result<Bytes, Error> {
         let Ok(data) = frame.into_data() else {
             continue; // trailers
         };
+        let so_far = first.as_ref().map_or(0, Bytes::len) + buf.len();
+        if so_far + data.len() > max {
+            return Err(too_large());
+        }
         if first.is_none() && buf.is_empty() {
             first = Some(data);
             continue;

@@ -13,6 +13,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use super::error::{Error, Status, StatusDetails};
 use super::json::{self, Scanner, ValueEnd};
 use super::object::{IngestOptions, Meta, Object};
+use super::resource_version;
 use super::watch::ObjectList;
 
 /// Objects a caller already holds, by store key (`namespace/name` or `name`, spec 3.1).
@@ -98,6 +99,8 @@ pub struct ListDecoder {
     pool: Option<Arc<dyn ObjectPool>>,
     /// Scratch for pool keys (no allocation per item).
     key: String,
+    /// The largest key, item or member value buffered or taken in.
+    max_value: usize,
 }
 
 impl std::fmt::Debug for dyn ObjectPool {
@@ -121,7 +124,16 @@ impl ListDecoder {
             consumed: 0,
             pool: None,
             key: String::new(),
+            max_value: opts.max_object_bytes,
         }
+    }
+
+    /// Limit the size of one item, key or member value (default: the ingest options'
+    /// `max_object_bytes`). Why: the body is decoded as it arrives, but a value still arriving
+    /// is buffered whole; without a bound a server could make it any size.
+    pub fn with_max_value_bytes(mut self, max: usize) -> Self {
+        self.max_value = max;
+        self
     }
 
     /// A decoder that returns `pool`'s object for every item of the same version.
@@ -186,14 +198,15 @@ impl ListDecoder {
         if let Some(kind) = self.kind.as_deref().filter(|k| !k.ends_with("List")) {
             return Err(self.error(format!("expected a list, got kind {kind:?}")));
         }
-        let type_meta = item_type(self.kind.as_deref(), self.api_version.as_deref());
+        let (kind, api_version) = (self.kind.clone(), self.api_version.clone());
+        let type_meta = item_type(kind.as_deref(), api_version.as_deref());
         for raw in std::mem::take(&mut self.deferred) {
             let mut sc = Scanner::new(&raw);
             let o = Object::ingest_from_reusing(&mut sc, &self.opts, type_meta, &mut |m| {
                 held(self.pool.as_deref(), &mut self.key, m)
             })
             .map_err(|e| self.error(format!("item {}: {e}", self.list.items.len())))?;
-            self.list.items.push(o);
+            self.push_item(o)?;
         }
         Ok(self.list)
     }
@@ -219,15 +232,37 @@ impl ListDecoder {
         data.first().copied()
     }
 
-    /// Resume the end-of-value search for the value at the start of `data`.
-    fn value_end(&mut self, data: &[u8]) -> Option<usize> {
+    /// Resume the end-of-value search for the value at the start of `data`. A value longer
+    /// than the bound is an error whether it ended or is still arriving, so that the outcome
+    /// does not depend on how the body is cut into reads.
+    fn value_end(&mut self, data: &[u8]) -> Result<Option<usize>, Error> {
         match self.value.resume(data, self.scanned.max(1)) {
-            Ok(end) => Some(end),
+            Ok(end) if end > self.max_value => Err(self.too_large()),
+            Ok(end) => Ok(Some(end)),
+            Err(_) if data.len() > self.max_value => Err(self.too_large()),
             Err(scanned) => {
                 self.scanned = scanned;
-                None
+                Ok(None)
             }
         }
+    }
+
+    fn too_large(&self) -> Error {
+        let what = match self.state {
+            State::InItem | State::FirstItem | State::Item => "an item",
+            State::InKey => "a key",
+            _ => "a member's value",
+        };
+        self.error(format!("{what} larger than {} bytes", self.max_value))
+    }
+
+    /// An item taken in: its resourceVersion checked as a watch event's is (the same rules
+    /// on both paths).
+    fn push_item(&mut self, o: Object) -> Result<(), Error> {
+        resource_version::check(o.resource_version())
+            .map_err(|e| self.error(format!("item {}: {e}", self.list.items.len())))?;
+        self.list.items.push(o);
+        Ok(())
     }
 
     fn expect<T>(&self, c: u8, what: &str) -> Result<T, Error> {
@@ -268,7 +303,7 @@ impl ListDecoder {
                     }
                 }
                 State::InKey => {
-                    let Some(end) = self.value_end(data) else {
+                    let Some(end) = self.value_end(data)? else {
                         return Ok(used(data));
                     };
                     let mut sc = Scanner::new(&data[..end]);
@@ -309,7 +344,7 @@ impl ListDecoder {
                     self.state = State::InValue(m);
                 }
                 State::InValue(m) => {
-                    let Some(end) = self.value_end(data) else {
+                    let Some(end) = self.value_end(data)? else {
                         return Ok(used(data));
                     };
                     self.member(&data[..end], m)?;
@@ -339,7 +374,7 @@ impl ListDecoder {
                     if c != b'{' {
                         return self.expect(c, "an object in items");
                     }
-                    if let Some(end) = self.item_in_place(data) {
+                    if let Some(end) = self.item_in_place(data)? {
                         self.advance(&mut data, end);
                         self.state = State::AfterItem;
                         continue;
@@ -348,7 +383,7 @@ impl ListDecoder {
                     self.state = State::InItem;
                 }
                 State::InItem => {
-                    let Some(end) = self.value_end(data) else {
+                    let Some(end) = self.value_end(data)? else {
                         return Ok(used(data));
                     };
                     self.item(&data[..end])?;
@@ -402,6 +437,9 @@ impl ListDecoder {
             Member::Metadata => {
                 let meta = serde_json::from_str::<ListMeta>(text)
                     .map_err(|e| self.error(format!("list metadata: {e}")))?;
+                // The list's RV becomes the reflector's, sent back with the next watch.
+                resource_version::check(meta.resource_version.as_deref().unwrap_or(""))
+                    .map_err(|e| self.error(format!("list metadata: {e}")))?;
                 self.list.resource_version = meta.resource_version.unwrap_or_default();
                 self.list.continue_token = meta.continue_.filter(|c| !c.is_empty());
                 self.list.remaining_item_count = meta.remaining_item_count;
@@ -426,17 +464,23 @@ impl ListDecoder {
     /// item is scanned once it is complete ([`item`](Self::item)), so a malformed item is
     /// reported as before. Why: the end search walks every byte of the item a second time (a
     /// third of a 1 KB item's decoding), and an item the buffer holds needs no search.
-    fn item_in_place(&mut self, data: &[u8]) -> Option<usize> {
+    fn item_in_place(&mut self, data: &[u8]) -> Result<Option<usize>, Error> {
         let type_meta = item_type(self.kind.as_deref(), self.api_version.as_deref());
-        self.kind.as_ref()?;
+        if self.kind.is_none() {
+            return Ok(None);
+        }
         let mut sc = Scanner::new(data);
         let (pool, key) = (self.pool.as_deref(), &mut self.key);
-        let o = Object::ingest_from_reusing(&mut sc, &self.opts, type_meta, &mut |m| {
+        let Ok(o) = Object::ingest_from_reusing(&mut sc, &self.opts, type_meta, &mut |m| {
             held(pool, key, m)
-        })
-        .ok()?;
-        self.list.items.push(o);
-        Some(sc.pos())
+        }) else {
+            return Ok(None);
+        };
+        if sc.pos() > self.max_value {
+            return Err(self.too_large());
+        }
+        self.push_item(o)?;
+        Ok(Some(sc.pos()))
     }
 
     /// The complete item `raw`: taken in now, or kept raw until `kind` is known.
@@ -454,8 +498,7 @@ impl ListDecoder {
         })
         .and_then(|o| sc.end().map(|_| o).map_err(Into::into))
         .map_err(|e| self.error(format!("item {}: {e}", self.list.items.len())))?;
-        self.list.items.push(o);
-        Ok(())
+        self.push_item(o)
     }
 }
 
@@ -605,6 +648,7 @@ mod tests {
             let v: serde_json::Value = serde_json::from_slice(&raw).unwrap();
             let keep = IngestOptions {
                 keep_managed_fields: true,
+                ..Default::default()
             };
             let list = decode_list(&raw, &keep).unwrap();
             let items = v["items"].as_array().unwrap();
@@ -667,6 +711,7 @@ mod tests {
         for keep in [false, true] {
             let opts = IngestOptions {
                 keep_managed_fields: keep,
+                ..Default::default()
             };
             for name in LIST_SAMPLES {
                 let raw = read(name);
@@ -852,6 +897,125 @@ mod tests {
                 let (a, b) = bad.split_at(cut);
                 let e = decode_chunks(&[a, b], &IngestOptions::default()).unwrap_err();
                 assert!(matches!(e, Error::Decode(_)), "{e}");
+            }
+        }
+    }
+
+    /// Reported from outside: LIST bodies had no size bound (watch events had 64 MiB). A key,
+    /// item or member value longer than the bound is refused whether one read completes it or
+    /// it is still arriving, and what is buffered never exceeds the bound plus one read.
+    #[test]
+    fn values_over_the_bound_are_refused_and_never_buffered_past_it() {
+        let head = br#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":["#;
+        let item = |n: usize| format!(r#"{{"metadata":{{"name":"{}"}}}}"#, "a".repeat(n));
+        let cases = [
+            (item(50), true),
+            (item(200), false),
+            (
+                format!(r#"{{"metadata":{{"name":"{}"#, "a".repeat(5000)),
+                false,
+            ),
+        ];
+        for (it, fits) in &cases {
+            let body = [&head[..], it.as_bytes(), b"]}"].concat();
+            for chunk in [1, 10, 64, body.len()] {
+                let mut d = ListDecoder::new(IngestOptions::default()).with_max_value_bytes(100);
+                let mut r = Ok(());
+                for c in body.chunks(chunk) {
+                    r = d.push(c);
+                    assert!(d.buf.len() <= 100 + chunk, "buffered {}", d.buf.len());
+                    if r.is_err() {
+                        break;
+                    }
+                }
+                let r = r.and_then(|_| d.finish().map(|l| l.items.len()));
+                match r {
+                    Ok(n) => assert!(*fits && n == 1, "chunks of {chunk}"),
+                    Err(e) => {
+                        assert!(!fits, "chunks of {chunk}: {e}");
+                        assert!(
+                            e.to_string().contains("an item larger than 100 bytes"),
+                            "{e}"
+                        );
+                    }
+                }
+            }
+        }
+        // A member other than the items, and a key, are bounded alike.
+        for body in [
+            format!(
+                r#"{{"kind":"ConfigMapList","extra":"{}"}}"#,
+                "x".repeat(300)
+            ),
+            format!(r#"{{"{}":1}}"#, "k".repeat(300)),
+        ] {
+            let mut d = ListDecoder::new(IngestOptions::default()).with_max_value_bytes(100);
+            let e = d.push(body.as_bytes()).unwrap_err().to_string();
+            assert!(e.contains("larger than 100 bytes"), "{e}");
+        }
+    }
+
+    /// Reported from outside: a list (or bookmark) whose resourceVersion was not an integer
+    /// was adopted and sent back forever. The list's RV and each item's are checked where
+    /// they arrive, as a watch event's are; the error quotes a long one briefly.
+    #[test]
+    fn a_resource_version_that_is_not_an_integer_fails_the_list() {
+        let list = |rv: &str, item_rv: &str| {
+            format!(
+                r#"{{"kind":"ConfigMapList","apiVersion":"v1","metadata":{{"resourceVersion":"{rv}"}},"items":[{{"metadata":{{"name":"a","resourceVersion":"{item_rv}"}}}}]}}"#
+            )
+        };
+        assert!(decode_list(list("9", "5").as_bytes(), &IngestOptions::default()).is_ok());
+        let huge = "9".repeat(1 << 20);
+        for (rv, item_rv) in [
+            ("zzz", "5"),
+            ("9", "zzz"),
+            (huge.as_str(), "5"),
+            ("9", "-1"),
+        ] {
+            let body = list(rv, item_rv);
+            for chunk in [7, body.len()] {
+                let mut d = ListDecoder::new(IngestOptions::default());
+                let e = body
+                    .as_bytes()
+                    .chunks(chunk)
+                    .try_for_each(|c| d.push(c))
+                    .and_then(|_| d.finish().map(drop))
+                    .unwrap_err()
+                    .to_string();
+                assert!(
+                    e.contains("is not an unsigned 64-bit decimal integer"),
+                    "{e}"
+                );
+                assert!(e.len() < 600, "{} bytes of error", e.len());
+            }
+        }
+    }
+
+    /// Found by the fuzz target `list_body` (twice): an item a read held whole was scanned in
+    /// place, the dropped `managedFields` only delimited; one split across reads was delimited
+    /// by `ValueEnd` first. In text that is not JSON the two ended it in different places (a
+    /// scalar `managedFields` taken to its first delimiter, a backslash outside a string
+    /// escaping a quote), so the list depended on how the body was cut. Now it does not.
+    #[test]
+    fn an_item_ends_in_one_place_however_the_body_is_cut() {
+        for (body, ok) in [
+            (
+                "{\n  \"kind\":\"ConfpList\",\"apdata\": {\n\"r\": 1},\n  \"items\": [\n  {  \"metadata\": {\"managedFields\":v4\"  } }]\n}",
+                false,
+            ),
+            (
+                r#"{"kind":"CList","apiVersion":"v1","items":[{"metadata":{"managedFields":[\"],"x":"]}}]}"#,
+                true,
+            ),
+        ] {
+            let whole = decode_list(body.as_bytes(), &IngestOptions::default());
+            assert_eq!(whole.is_ok(), ok, "{body}: {whole:?}");
+            let want = whole.as_ref().map(summary).ok();
+            for cut in 0..=body.len() {
+                let (a, b) = body.as_bytes().split_at(cut);
+                let got = decode_chunks(&[a, b], &IngestOptions::default());
+                assert_eq!(got.as_ref().map(summary).ok(), want, "{body} cut at {cut}");
             }
         }
     }

@@ -1090,14 +1090,7 @@ fn truncate_note(note: &mut String) {
 
 /// Cut to at most `max` bytes, at a character boundary.
 fn truncate_at(s: &mut String, max: usize) {
-    if s.len() <= max {
-        return;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s.truncate(end);
+    s.truncate(crate::clip::floor_char_boundary(s, max));
 }
 
 /// A `metav1.MicroTime` as the API server writes it: UTC, exactly six fractional digits, `Z`

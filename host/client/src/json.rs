@@ -149,6 +149,15 @@ fn utf8_char_len(b: &[u8], i: usize) -> Option<usize> {
     std::str::from_utf8(b.get(i..i + n)?).ok().map(|_| n)
 }
 
+/// The UTF-16 code unit of the `\uXXXX` escape at `b[i]`, if it is one.
+fn escaped_code_unit(b: &[u8], i: usize) -> Option<u32> {
+    let hex = b.get(i..i + 6)?.strip_prefix(b"\\u")?;
+    if !hex.iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    u32::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
+}
+
 /// Nesting deeper than this is rejected rather than risking the stack.
 const MAX_DEPTH: u32 = 512;
 
@@ -372,14 +381,25 @@ impl<'a> Scanner<'a> {
                     escaped = true;
                     match b.get(i + 1) {
                         Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
-                        Some(b'u') => {
-                            let hex = b.get(i + 2..i + 6);
-                            if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
+                        Some(b'u') => match escaped_code_unit(b, i) {
+                            // A surrogate half only as the first of a pair: text with a lone
+                            // one is not Unicode, and every later reader (serde_json in
+                            // guests, the emulator) would refuse the object we stored.
+                            Some(0xD800..=0xDBFF)
+                                if matches!(escaped_code_unit(b, i + 6), Some(0xDC00..=0xDFFF)) =>
+                            {
+                                i += 12
+                            }
+                            Some(0xD800..=0xDFFF) => {
+                                self.pos = i;
+                                return Err(self.err("unpaired surrogate in string"));
+                            }
+                            Some(_) => i += 6,
+                            None => {
                                 self.pos = i;
                                 return Err(self.err("invalid \\u escape"));
                             }
-                            i += 6;
-                        }
+                        },
                         _ => {
                             self.pos = i;
                             return Err(self.err("invalid escape"));
@@ -502,7 +522,10 @@ impl<'a> Scanner<'a> {
 
     /// Skips the value at the cursor by its brackets and strings alone, its grammar and text
     /// unchecked: for a value that is cut out of what is stored (`managedFields`), so that
-    /// nothing unchecked is ever kept. The value must end inside the text.
+    /// nothing unchecked is ever kept. The value must end inside the text. A value that is not
+    /// an array or object (never `managedFields` in practice) is checked as any other: its end
+    /// is then the one [`ValueEnd`] finds around it too, whatever its bytes, so an item ends
+    /// in the same place whether a read holds it whole or it was delimited first.
     pub(crate) fn skip_dropped_value(&mut self) -> Result<(usize, usize), SyntaxError> {
         let start = skip_ws(self.b, self.pos);
         let Some(&first) = self.b.get(start) else {
@@ -510,7 +533,7 @@ impl<'a> Scanner<'a> {
         };
         let end = match first {
             b'{' | b'[' => blocks::container_end(self.b, start),
-            _ => ValueEnd::begin(first).resume(self.b, start + 1).ok(),
+            _ => return self.skip_value(),
         };
         match end {
             Some(end) => {
@@ -795,6 +818,36 @@ mod tests {
         for b in bad {
             let mut sc = Scanner::new(b);
             assert!(sc.skip_value().and_then(|_| sc.end()).is_err(), "{b:?}");
+        }
+    }
+
+    /// Found by the fuzz target `json_object`: a lone surrogate escape (`\ud800`) passed the
+    /// scan; serde_json refuses it, so the stored object could not be read by any guest.
+    #[test]
+    fn lone_surrogate_escapes_are_refused_and_pairs_accepted() {
+        for ok in [
+            r#""\ud83d\ude00""#,
+            r#""a\uD83D\uDE00b\u00e9""#,
+            r#""\ud7ff\ue000""#,
+        ] {
+            let mut sc = Scanner::new(ok.as_bytes());
+            sc.skip_value().unwrap_or_else(|e| panic!("{ok}: {e}"));
+            assert!(serde_json::from_str::<String>(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            r#""\ud800""#,
+            r#""\udc00""#,
+            r#""\ud800\u0041""#,
+            r#""\ud800\ud800""#,
+            r#""x\udbff""#,
+            r#"{"metadata":{"name":"a"},"fi\ud800eldsV1":{}}"#,
+        ] {
+            let mut sc = Scanner::new(bad.as_bytes());
+            assert!(sc.skip_value().is_err(), "{bad}");
+            assert!(
+                serde_json::from_str::<serde_json::Value>(bad).is_err(),
+                "{bad}"
+            );
         }
     }
 

@@ -9,12 +9,15 @@
 
 mod auth;
 pub mod client;
+pub mod clip;
 pub mod config;
 pub mod decode;
 pub mod discovery;
 pub mod duration;
 pub mod error;
 pub mod events;
+#[doc(hidden)]
+pub mod fuzzing;
 mod json;
 pub mod leader_election;
 pub mod leases;
@@ -23,6 +26,7 @@ pub mod params;
 pub mod proxy;
 pub mod registry;
 pub mod resource;
+pub mod resource_version;
 pub mod selector;
 mod tls;
 pub mod watch;

@@ -45,13 +45,23 @@ pub struct IngestOptions {
     /// Keep `metadata.managedFields`. Off by default: it is often half of an object's size and
     /// controllers rarely read it.
     pub keep_managed_fields: bool,
+    /// The largest single value taken in from the wire: a watch event, a LIST item or any
+    /// other member of a LIST body, a response body to any other request. Larger ones end the
+    /// watch or fail the request with one error, instead of growing a buffer without bound (a
+    /// 300 MiB unterminated string in a LIST cost 1.2 GB before its error). Default
+    /// [`DEFAULT_MAX_OBJECT_BYTES`].
+    pub max_object_bytes: usize,
 }
 
-#[allow(clippy::derivable_impls)]
+/// 64 MiB: kube-apiserver's own request limit is 3 MiB and etcd's default value limit 1.5 MiB,
+/// so no object it serves comes near; a watch event or LIST item this large is a broken server.
+pub const DEFAULT_MAX_OBJECT_BYTES: usize = 64 << 20;
+
 impl Default for IngestOptions {
     fn default() -> Self {
         IngestOptions {
             keep_managed_fields: false,
+            max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
         }
     }
 }
@@ -562,7 +572,9 @@ impl Object {
             return Ok(held);
         }
         if start > 0 {
-            meta.shift(0, -(start as i64));
+            // Only the strings found, which lie at or after `start`: an absent one keeps its
+            // empty span at 0 (shifted, it would point 4 GiB past the object's end).
+            meta.shift(start as u32, -(start as i64));
             info.managed_fields_cut = info.managed_fields_cut.map(|(a, b)| (a - start, b - start));
         }
         Self::build(&sc.bytes()[start..end], meta, info, opts, type_meta)
@@ -1014,9 +1026,22 @@ pub(crate) fn scan_object(
     sc.object(|sc, key, _| {
         match key {
             b"metadata" if !sc.peek_null() => {
+                if managed_fields == ManagedFields::Dropped && info.managed_fields_cut.is_some() {
+                    return Err(duplicate_managed_fields(sc));
+                }
                 let (m, cut) = scan_metadata(sc, managed_fields)?;
                 meta = m;
                 info.managed_fields_cut = cut;
+            }
+            b"metadata" => {
+                // `null`: no metadata, as JSON decoders read a later duplicate key.
+                sc.skip_value()?;
+                meta = ParsedMeta::default();
+                if info.managed_fields_cut.take().is_some()
+                    && managed_fields == ManagedFields::Dropped
+                {
+                    return Err(duplicate_managed_fields(sc));
+                }
             }
             b"kind" => {
                 info.has_kind = true;
@@ -1036,6 +1061,13 @@ pub(crate) fn scan_object(
 }
 
 type MetaScan = (ParsedMeta, Option<(usize, usize)>);
+
+/// A second `managedFields` where the first is cut unchecked: one cut is made, so the other
+/// would be stored unchecked. Found by the fuzz target `watch_stream`. No API server writes a
+/// key twice; refusing the object keeps "nothing unchecked is stored" true.
+fn duplicate_managed_fields(sc: &Scanner<'_>) -> json::SyntaxError {
+    sc.error_at(sc.pos(), "metadata.managedFields given twice")
+}
 
 fn scan_metadata(
     sc: &mut Scanner<'_>,
@@ -1104,6 +1136,9 @@ fn scan_metadata(
                 extra.owner_references = out.into();
             }
             b"managedFields" => {
+                if managed_fields == ManagedFields::Dropped && cut.is_some() {
+                    return Err(duplicate_managed_fields(sc));
+                }
                 match managed_fields {
                     ManagedFields::Kept => sc.skip_value()?,
                     ManagedFields::Dropped => sc.skip_dropped_value()?,
@@ -1186,6 +1221,59 @@ mod tests {
             Object::from_bytes(Bytes::from_static(br#"{"metadata":{"name":"\u0061"}}"#)).unwrap();
         assert_eq!(e.name(), "a");
         assert!(e.verbatim_meta(&mut labels).is_none());
+    }
+
+    /// Found by the fuzz target `watch_stream`: an object read out of a larger text (a watch
+    /// event's `object`, a list item) had the empty spans of the strings it lacks shifted below
+    /// zero, so a cluster-scoped object told guests its namespace starts 4 GiB in.
+    #[test]
+    fn spans_of_absent_strings_stay_inside_an_object_read_out_of_an_event() {
+        let event = br#"{"type":"ADDED","object":{"metadata":{"name":"a"}}}"#;
+        let mut sc = Scanner::new(event);
+        sc.seek(
+            event
+                .windows(11)
+                .position(|w| w == br#"{"metadata""#)
+                .unwrap(),
+        );
+        let o = Object::ingest_from(&mut sc, &IngestOptions::default(), None).unwrap();
+        assert_eq!(o.as_str(), r#"{"metadata":{"name":"a"}}"#);
+        let m = o.verbatim_meta(&mut Vec::new()).expect("verbatim");
+        for s in [m.namespace, m.name, m.uid, m.resource_version] {
+            assert!(
+                (s.start + s.len) as usize <= o.raw().len(),
+                "{s:?} outside {}",
+                o.as_str()
+            );
+        }
+        assert_eq!((m.name.start, m.name.len), (21, 1));
+    }
+
+    /// Found by the fuzz target `watch_stream`: with `managedFields` given twice, the first was
+    /// skipped unchecked and only the second cut, so the stored text held unchecked bytes (not
+    /// JSON, here). Also a later `metadata` (or `metadata: null`) after one with a cut. Such an
+    /// object is refused when the field is cut, and read as JSON decoders read it when kept:
+    /// the last `metadata` wins (before, a later `null` left the earlier one's name in place;
+    /// the differential target `json_object` fails on that input without the fix).
+    #[test]
+    fn a_second_managed_fields_or_metadata_is_refused_when_cut_and_the_last_wins() {
+        for twice in [
+            br#"{"metadata":{"managedFields":[},"managedFields":""}}"#.as_slice(),
+            br#"{"metadata":{"managedFields":["\xff"]},"metadata":{"name":"a"}}"#,
+            br#"{"metadata":{"managedFields":[]},"metadata":null}"#,
+        ] {
+            let e = Object::ingest(twice, &IngestOptions::default()).unwrap_err();
+            assert!(e.to_string().contains("managedFields given twice"), "{e}");
+        }
+        let kept = IngestOptions {
+            keep_managed_fields: true,
+            ..Default::default()
+        };
+        let o = Object::ingest(br#"{"metadata":{"name":"a"},"metadata":null}"#, &kept).unwrap();
+        assert_eq!(o.name(), "");
+        crate::fuzzing::json_object(br#"{"metadata":{"name":"a"},"metadata":null}"#);
+        let o = Object::ingest(br#"{"metadata":null,"metadata":{"name":"b"}}"#, &kept).unwrap();
+        assert_eq!(o.name(), "b");
     }
 
     #[test]
@@ -1314,6 +1402,7 @@ mod tests {
                 input.as_bytes(),
                 &IngestOptions {
                     keep_managed_fields: true,
+                    ..Default::default()
                 },
             )
             .unwrap();
@@ -1327,6 +1416,7 @@ mod tests {
     fn dropped_managed_fields_are_skipped_unchecked_and_kept_ones_checked() {
         let kept = IngestOptions {
             keep_managed_fields: true,
+            ..Default::default()
         };
         // Brackets and quotes inside strings, escapes, and text no scan of the rest accepts.
         let odd = [

@@ -285,22 +285,19 @@ pub struct FieldSelector {
 pub const GENERIC_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
 
 impl FieldSelector {
-    /// Parse a field selector (empty or blank → matches everything). `\,`, `\=` and `\\`
-    /// escape those characters inside values.
+    /// Parse a field selector (empty or blank → matches everything), as apimachinery's
+    /// `fields.ParseSelector` does: terms split at commas not escaped, each at its leftmost
+    /// operator (`!=`, `==` or `=`), empty terms skipped; in a value, `\,`, `\=` and `\\` stand
+    /// for those characters, and any other backslash or an unescaped `,` or `=` is an error.
+    /// Unlike the API server, space around a field and a value is trimmed.
     pub fn parse(s: &str) -> Result<Self, SelectorError> {
         let mut requirements = Vec::new();
-        if s.trim().is_empty() {
-            return Ok(FieldSelector { requirements });
-        }
         for term in split_escaped(s, ',') {
             let term = term.trim();
-            let (field, negated, value) = if let Some((f, v)) = term.split_once("!=") {
-                (f, true, v)
-            } else if let Some((f, v)) = term.split_once("==") {
-                (f, false, v)
-            } else if let Some((f, v)) = term.split_once('=') {
-                (f, false, v)
-            } else {
+            if term.is_empty() {
+                continue;
+            }
+            let Some((field, negated, value)) = split_term(term) else {
                 return Err(SelectorError::Field(format!(
                     "invalid selector: '{s}'; can't understand '{term}'"
                 )));
@@ -311,10 +308,13 @@ impl FieldSelector {
                     "invalid selector: '{s}'; empty field in '{term}'"
                 )));
             }
+            let value = unescape(value.trim()).map_err(|why| {
+                SelectorError::Field(format!("invalid selector: '{s}'; {why} in '{term}'"))
+            })?;
             requirements.push(FieldRequirement {
                 field: field.into(),
                 negated,
-                value: unescape(v_trim(value)).into(),
+                value: value.into(),
             });
         }
         Ok(FieldSelector { requirements })
@@ -360,8 +360,15 @@ impl FieldSelector {
     }
 }
 
-fn v_trim(v: &str) -> &str {
-    v.trim()
+/// A term's field, whether it is negated, and its value, split at the leftmost operator (the
+/// field cannot escape one).
+fn split_term(term: &str) -> Option<(&str, bool, &str)> {
+    term.char_indices().find_map(|(i, _)| {
+        let rest = &term[i..];
+        [("!=", true), ("==", false), ("=", false)]
+            .into_iter()
+            .find_map(|(op, negated)| Some((&term[..i], negated, rest.strip_prefix(op)?)))
+    })
 }
 
 fn split_escaped(s: &str, sep: char) -> Vec<&str> {
@@ -382,19 +389,22 @@ fn split_escaped(s: &str, sep: char) -> Vec<&str> {
     out
 }
 
-fn unescape(v: &str) -> String {
+/// A field selector value with its escapes resolved.
+fn unescape(v: &str) -> Result<String, &'static str> {
     let mut out = String::with_capacity(v.len());
     let mut chars = v.chars();
     while let Some(c) = chars.next() {
-        if c == '\\' {
-            if let Some(n) = chars.next() {
-                out.push(n);
-            }
-        } else {
-            out.push(c);
+        match c {
+            '\\' => match chars.next() {
+                Some(n @ ('\\' | ',' | '=')) => out.push(n),
+                Some(_) => return Err("invalid escape sequence"),
+                None => return Err("a backslash ends the value"),
+            },
+            ',' | '=' => return Err("unescaped ',' or '=' in a value"),
+            c => out.push(c),
         }
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -500,6 +510,42 @@ mod tests {
         assert!(ok("", &meta));
         assert!(FieldSelector::parse("metadata.name").is_err());
         assert!(FieldSelector::parse("=x").is_err());
+    }
+
+    /// Found by the fuzz target `selectors`: a term was split at a `!=` or `==` anywhere in it
+    /// before a `=` further left, and a backslash before any other character (or before
+    /// nothing) was dropped, so a selector written back out read as another one. Now as
+    /// apimachinery's `fields.ParseSelector`: the leftmost operator, three escapes.
+    #[test]
+    fn field_terms_split_at_the_leftmost_operator_and_values_take_three_escapes() {
+        let one = |s: &str| {
+            let f = FieldSelector::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"));
+            let r = &f.requirements()[0];
+            (r.field.to_string(), r.negated, r.value.to_string())
+        };
+        let req = |f: &str, n: bool, v: &str| (f.to_owned(), n, v.to_owned());
+        assert_eq!(one("a=b!c"), req("a", false, "b!c"));
+        assert_eq!(one("a!=b"), req("a", true, "b"));
+        assert_eq!(one("a==b"), req("a", false, "b"));
+        assert_eq!(one(r"a=x\=y\,z\\"), req("a", false, r"x=y,z\"));
+        for bad in [
+            "metadata.name=pre-1,metale.com/app=web;x==c\\",
+            "a=b!=c",
+            "a=b=c",
+            r"a=x\y",
+            r"a=x\",
+            "a!==b",
+        ] {
+            assert!(FieldSelector::parse(bad).is_err(), "{bad}");
+        }
+        // Empty terms are skipped, as apimachinery skips them.
+        assert_eq!(
+            FieldSelector::parse("a=1,,b=2,")
+                .unwrap()
+                .requirements()
+                .len(),
+            2
+        );
     }
 
     #[test]

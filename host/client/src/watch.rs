@@ -16,6 +16,7 @@ use http_body_util::BodyExt;
 use super::error::{Error, Status};
 use super::json::{self, Scanner};
 use super::object::{IngestOptions, Object};
+use super::resource_version;
 
 /// A stream of decoded watch events; it ends when the server closes the watch.
 pub type WatchStream =
@@ -52,8 +53,9 @@ pub struct ObjectList {
 /// The annotation that marks the bookmark ending a watch-list's initial events.
 pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
-/// Events larger than this end the watch instead of growing the buffer without bound.
-pub const DEFAULT_MAX_EVENT_BYTES: usize = 64 << 20;
+/// Events larger than this end the watch instead of growing the buffer without bound (the
+/// ingest options' [`max_object_bytes`](IngestOptions::max_object_bytes) by default).
+pub const DEFAULT_MAX_EVENT_BYTES: usize = crate::object::DEFAULT_MAX_OBJECT_BYTES;
 
 /// Incremental decoder of a watch body: feed chunks with [`push`](Self::push), take events
 /// with [`next_event`](Self::next_event), and call [`finish`](Self::finish) at end of stream.
@@ -68,6 +70,8 @@ pub struct WatchDecoder {
     no_newline_before: usize,
     value: json::ValueEnd,
     started: bool,
+    /// Where the value at the start of `buf` begins (after whitespace), once `started`.
+    value_start: usize,
     /// Events decoded so far, and bytes consumed before `buf`, for error messages.
     events: u64,
     consumed: u64,
@@ -84,17 +88,18 @@ impl WatchDecoder {
         WatchDecoder {
             buf: BytesMut::new(),
             opts,
-            max_event: DEFAULT_MAX_EVENT_BYTES,
+            max_event: opts.max_object_bytes,
             scanned: 0,
             no_newline_before: 0,
             value: json::ValueEnd::default(),
             started: false,
+            value_start: 0,
             events: 0,
             consumed: 0,
         }
     }
 
-    /// Limit the size of one event (default [`DEFAULT_MAX_EVENT_BYTES`]).
+    /// Limit the size of one event (default: the ingest options' `max_object_bytes`).
     pub fn with_max_event_bytes(mut self, max: usize) -> Self {
         self.max_event = max;
         self
@@ -113,12 +118,17 @@ impl WatchDecoder {
                 return Ok(Some(ev));
             }
         }
+        // The bound holds for an event however its bytes arrive: one that a single read
+        // completed is refused as one still arriving is.
         let Some(end) = self.find_value_end()? else {
-            if self.buf.len() > self.max_event {
-                return Err(self.error(format!("event larger than {} bytes", self.max_event)));
+            if self.buf.len() - self.value_start > self.max_event {
+                return Err(self.too_large());
             }
             return Ok(None);
         };
+        if end - self.value_start > self.max_event {
+            return Err(self.too_large());
+        }
         let value = &self.buf[..end];
         let ev = decode_event(value, &self.opts).map_err(|m| self.error(m))?;
         self.consume(end);
@@ -138,10 +148,15 @@ impl WatchDecoder {
             };
             let nl = from + p;
             let line = &self.buf[..nl];
-            if json::skip_ws(line, 0) == line.len() {
+            let first = json::skip_ws(line, 0);
+            if first == line.len() {
                 // A blank line between events.
                 self.advance(nl + 1);
                 continue;
+            }
+            if nl - first > self.max_event {
+                // Possibly too large: the general path measures the value itself.
+                return Ok(None);
             }
             return match decode_event(line, &self.opts) {
                 Ok(ev) => {
@@ -164,6 +179,7 @@ impl WatchDecoder {
         self.buf.advance(n);
         self.scanned = 0;
         self.started = false;
+        self.value_start = 0;
         self.no_newline_before = self.no_newline_before.saturating_sub(n);
     }
 
@@ -176,6 +192,10 @@ impl WatchDecoder {
             )));
         }
         Ok(())
+    }
+
+    fn too_large(&self) -> Error {
+        self.error(format!("event larger than {} bytes", self.max_event))
     }
 
     fn error(&self, message: String) -> Error {
@@ -205,6 +225,7 @@ impl WatchDecoder {
                 )));
             }
             self.started = true;
+            self.value_start = i;
             self.value = json::ValueEnd::begin(b'{');
             i += 1;
         }
@@ -271,13 +292,16 @@ fn decode_event(value: &[u8], opts: &IngestOptions) -> Result<WatchEvent, String
         Ok(&value[a..b])
     };
     let take_object = |object: Option<Result<Object, String>>| -> Result<Object, String> {
-        match object {
-            Some(o) => o.map_err(|e| format!("object: {e}")),
+        let o = match object {
+            Some(o) => o.map_err(|e| format!("object: {e}"))?,
             None => {
                 let raw = object_value(object_at)?;
-                Object::ingest(raw, opts).map_err(|e| format!("object: {e}"))
+                Object::ingest(raw, opts).map_err(|e| format!("object: {e}"))?
             }
-        }
+        };
+        // The reflector keeps the RV of every event it applies, to send back.
+        resource_version::check(o.resource_version()).map_err(|e| format!("object: {e}"))?;
+        Ok(o)
     };
     Ok(match kind {
         EventType::Added => WatchEvent::Added(take_object(object)?),
@@ -285,6 +309,8 @@ fn decode_event(value: &[u8], opts: &IngestOptions) -> Result<WatchEvent, String
         EventType::Deleted => WatchEvent::Deleted(take_object(object)?),
         EventType::Bookmark => {
             let o = Object::ingest(object_value(object_at)?, opts)
+                .map_err(|e| format!("bookmark object: {e}"))?;
+            resource_version::check(o.resource_version())
                 .map_err(|e| format!("bookmark object: {e}"))?;
             WatchEvent::Bookmark {
                 resource_version: o.resource_version().to_owned(),
@@ -715,6 +741,74 @@ mod tests {
         d.push(&[b'{'; 1]);
         d.push(&[b' '; 200]);
         assert!(matches!(d.next_event(), Err(Error::Decode(_))));
+    }
+
+    /// Found by the fuzz target `watch_stream`: an event over the size bound was refused when
+    /// it arrived in pieces but decoded when one read brought its whole line (the line fast
+    /// path never measured it). Either way it is refused now, and one within it decodes.
+    #[test]
+    fn the_event_size_bound_holds_however_the_bytes_arrive() {
+        let event = |name: &str| {
+            format!(
+                r#"{{"type":"ADDED","object":{{"metadata":{{"name":"{name}","resourceVersion":"1"}}}}}}"#
+            )
+        };
+        let (small, large) = (event("a"), event(&"b".repeat(100)));
+        assert!(small.len() < 100 && large.len() > 150);
+        for (text, fits) in [(&small, true), (&large, false)] {
+            let line = format!("  {text}\n");
+            for chunk in [1, 7, 64, line.len()] {
+                let mut d = WatchDecoder::default().with_max_event_bytes(100);
+                let mut got = Ok(Vec::new());
+                for c in line.as_bytes().chunks(chunk) {
+                    d.push(c);
+                    match d.next_event() {
+                        Ok(Some(ev)) => got.as_mut().map(|v| v.push(ev)).unwrap_or(()),
+                        Ok(None) => {}
+                        Err(e) => {
+                            got = Err(e);
+                            break;
+                        }
+                    }
+                }
+                match got {
+                    Ok(evs) => assert!(fits && evs.len() == 1, "chunks of {chunk}: {evs:?}"),
+                    Err(e) => {
+                        assert!(!fits, "chunks of {chunk}: {e}");
+                        assert!(e.to_string().contains("event larger than 100 bytes"), "{e}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reported from outside: one bookmark at resourceVersion `zzz` left the informer
+    /// relisting at `zzz` forever (a 1 MiB one failed every request locally). A bookmark or an
+    /// object whose RV the API server could not take back ends the watch with a decode error,
+    /// after the events before it; the error quotes the RV briefly.
+    #[test]
+    fn an_event_whose_resource_version_is_not_an_integer_is_a_decode_error() {
+        let good = br#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","metadata":{"resourceVersion":"12"}}}"#;
+        let huge = "1".repeat(1 << 20);
+        for bad in [
+            r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","metadata":{"resourceVersion":"zzz"}}}"#.to_owned(),
+            format!(r#"{{"type":"BOOKMARK","object":{{"metadata":{{"resourceVersion":"{huge}"}}}}}}"#),
+            r#"{"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVersion":"1 2"}}}"#.to_owned(),
+        ] {
+            let raw = [&good[..], b"\n", bad.as_bytes(), b"\n"].concat();
+            let mut d = WatchDecoder::default();
+            d.push(&raw);
+            assert!(matches!(
+                d.next_event(),
+                Ok(Some(WatchEvent::Bookmark { ref resource_version, .. })) if resource_version == "12"
+            ));
+            let e = d.next_event().unwrap_err().to_string();
+            assert!(
+                e.contains("watch event #2") && e.contains("is not an unsigned 64-bit decimal integer"),
+                "{e}"
+            );
+            assert!(e.len() < 600, "{} bytes of error", e.len());
+        }
     }
 
     #[tokio::test]

@@ -5,6 +5,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,6 +68,13 @@ enum Reply {
     Paced(Vec<(Duration, Bytes)>),
     /// Send these chunks, then keep the body open without sending anything.
     Stall(Vec<Bytes>),
+    /// 200, `head`, then `filler` over and over for as long as the client reads; `sent`
+    /// counts the bytes handed to the connection.
+    Endless {
+        head: Bytes,
+        filler: Bytes,
+        sent: Arc<AtomicU64>,
+    },
     Hang,
 }
 
@@ -184,6 +192,19 @@ async fn conn<I>(
                 Reply::Paced(chunks) => {
                     let frames = futures_util::stream::iter(chunks).then(|(d, c)| async move {
                         tokio::time::sleep(d).await;
+                        Ok(Frame::data(c))
+                    });
+                    Response::builder()
+                        .status(StatusCode::OK)
+                        .body(BodyExt::boxed(StreamBody::new(frames)))
+                        .unwrap()
+                }
+                Reply::Endless { head, filler, sent } => {
+                    let frames = futures_util::stream::iter(
+                        std::iter::once(head).chain(std::iter::repeat(filler)),
+                    )
+                    .map(move |c| {
+                        sent.fetch_add(c.len() as u64, Ordering::Relaxed);
                         Ok(Frame::data(c))
                     });
                     Response::builder()
@@ -1229,6 +1250,58 @@ async fn discovery_resolves_kinds_and_finds_crds_installed_later() {
         d.refresh().await.unwrap();
         assert!(d.cached("example.com/v1", "Widget").is_none());
         assert!(d.cached("apps/v1", "Deployment").is_some());
+    })
+    .await
+}
+
+/// Reported from outside: a LIST body holding a 300 MiB unterminated string was buffered whole
+/// (1.2 GB at its peak) before its error, and an object with a 200 MiB name was accepted. A
+/// value still arriving is buffered up to the bound only (here 1 MiB), then the list fails
+/// with one error naming it; a single object's body the same.
+#[tokio::test]
+async fn a_list_item_or_body_over_the_bound_fails_after_reading_about_the_bound() {
+    bounded(async {
+        let sent = Arc::new(AtomicU64::new(0));
+        let endless = {
+            let sent = sent.clone();
+            move |head: &'static [u8]| Reply::Endless {
+                head: Bytes::from_static(head),
+                filler: Bytes::from(vec![b'x'; 64 << 10]),
+                sent: sent.clone(),
+            }
+        };
+        let s = serve(
+            None,
+            Arc::new(move |r: &Seen| {
+                if r.uri.ends_with("/configmaps/a") {
+                    endless(br#"{"kind":"ConfigMap","metadata":{"name":""#)
+                } else {
+                    endless(br#"{"kind":"ConfigMapList","apiVersion":"v1","items":[{"metadata":{"name":""#)
+                }
+            }),
+        )
+        .await;
+        let mut cfg = plain_config(&s);
+        cfg.ingest.max_object_bytes = 1 << 20;
+        cfg.request_timeout = Duration::from_secs(15);
+        let c = Client::new(cfg).unwrap();
+        let e = c
+            .list(&cm_res(), Some("ns"), &ListParams::default())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::Decode(m) if m.contains("an item larger than 1048576 bytes")),
+            "{e}"
+        );
+        let e = c.get(&cm_res(), Some("ns"), "a").await.unwrap_err();
+        assert!(
+            matches!(&e, Error::Decode(m) if m.contains("larger than 1048576 bytes")),
+            "{e}"
+        );
+        // What the server got out before the client let go: the bound, plus what the
+        // connection's buffers held (not the unbounded body).
+        let n = sent.load(Ordering::Relaxed);
+        assert!(n < 32 << 20, "{n} bytes sent");
     })
     .await
 }

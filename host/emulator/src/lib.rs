@@ -77,6 +77,8 @@ pub(crate) mod encode;
 pub mod events;
 pub mod faults;
 pub mod fields;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod list;
 pub mod openapi;
 pub mod patch;

@@ -23,6 +23,7 @@ use super::processor::SyncedFn;
 use super::stop::StopSignal;
 use super::store::Store;
 use super::tombstone::ObjOrTombstone;
+use kwh_client::clip::clip;
 use kwh_client::decode::ObjectPool;
 use kwh_client::error::Status;
 use kwh_client::params::WatchParams;
@@ -345,7 +346,11 @@ impl<L: ListerWatcher, S: ReflectorStore> Reflector<L, S> {
     fn on_watch_error(&self, e: &ReflectorError) {
         match &self.watch_error_handler {
             Some(h) => h(e),
-            None => tracing::warn!(name = %self.opts.name, error = %e, "list and watch failed"),
+            None => tracing::warn!(
+                name = %self.opts.name,
+                error = %clip(&e.to_string()),
+                "list and watch failed"
+            ),
         }
     }
 
@@ -359,7 +364,10 @@ impl<L: ListerWatcher, S: ReflectorStore> Reflector<L, S> {
                 Ok(None) => return Ok(()),
                 Ok(Some(s)) => stream = Some(s),
                 Err(e) => {
-                    tracing::warn!(error = %e, "watch-list failed; falling back to list+watch");
+                    tracing::warn!(
+                        error = %clip(&e.to_string()),
+                        "watch-list failed; falling back to list+watch"
+                    );
                     fallback = true;
                 }
             }
@@ -405,6 +413,7 @@ impl<L: ListerWatcher, S: ReflectorStore> Reflector<L, S> {
             res = pager_list(&*self.lw, &retry_rv, page_size, pool).await;
         }
         let (items, list_rv, paginated) = res.map_err(ReflectorError::List)?;
+        let items = self.expected_items(items);
         let mut s = self.state.lock();
         if rv == "0" && paginated {
             s.paginated_result = true;
@@ -465,7 +474,10 @@ impl<L: ListerWatcher, S: ReflectorStore> Reflector<L, S> {
                         None => return Ok(()),
                         Some(Ok(s)) => s,
                         Some(Err(e)) if is_watch_error_retriable(&e) => {
-                            tracing::info!(error = %e, "watch start failed; backing off");
+                            tracing::info!(
+                                error = %clip(&e.to_string()),
+                                "watch start failed; backing off"
+                            );
                             if !self.backoff_sleep(stop).await {
                                 return Ok(());
                             }
@@ -494,7 +506,7 @@ impl<L: ListerWatcher, S: ReflectorStore> Reflector<L, S> {
                 WatchEnd::Error(e) if e.is_expired() => {
                     // Relist at lastSyncRV: "not older than" cannot go back in time, so the
                     // RV is not marked unavailable (spec 1.8).
-                    tracing::info!(error = %e, "watch expired; relisting");
+                    tracing::info!(error = %clip(&e.to_string()), "watch expired; relisting");
                     return Ok(());
                 }
                 WatchEnd::Error(e) if e.is_too_many_requests() => {
@@ -504,40 +516,74 @@ impl<L: ListerWatcher, S: ReflectorStore> Reflector<L, S> {
                     }
                 }
                 WatchEnd::Error(e) if is_internal_error(&e) && retry.should_retry() => {
-                    tracing::info!(error = %e, "retrying watch after internal error");
+                    tracing::info!(
+                        error = %clip(&e.to_string()),
+                        "retrying watch after internal error"
+                    );
                 }
                 WatchEnd::Error(e) => {
-                    tracing::warn!(error = %e, "watch ended with an error; relisting");
+                    tracing::warn!(
+                        error = %clip(&e.to_string()),
+                        "watch ended with an error; relisting"
+                    );
                     return Ok(());
                 }
             }
         }
     }
 
-    /// Whether a watch event's object belongs in this scope's store. Not an object of the
-    /// watched type (a Table, another kind or version, or no name at all): it is skipped, RV
-    /// and all, rather than cached under a wrong or empty key (spec 1.7).
-    fn is_expected(&self, o: &Object) -> bool {
+    /// Why an object does not belong in this scope's store, if it does not: not of the watched
+    /// type (a Table, another kind or version) or without a name. Such an object is skipped,
+    /// RV and all, rather than cached under a wrong or empty key (spec 1.7). The one check of
+    /// watch events and listed items alike: a LIST used to take in what a WATCH dropped
+    /// (reported from outside).
+    fn unexpected(&self, o: &Object) -> Option<String> {
         if o.name().is_empty() {
-            tracing::warn!("skipping a watch event whose object has no metadata.name");
-            return false;
+            return Some("its object has no metadata.name".into());
         }
-        let Some((api_version, kind)) = self.lw.expected_type() else {
-            return true;
-        };
+        let (api_version, kind) = self.lw.expected_type()?;
         let (got_version, got_kind) = o.type_meta();
-        // A server always sends type metadata in watch events; an object without it is
-        // taken as the watched type, as a typed decoder would.
+        // A server always sends type metadata in watch events (and a list's items get the
+        // list's); an object without it is taken as the watched type, as a typed decoder would.
         if got_kind.is_empty() || (got_kind == kind && got_version == api_version) {
-            return true;
+            return None;
         }
-        tracing::warn!(
-            expected = %format_args!("{api_version}, Kind={kind}"),
-            got = %format_args!("{got_version}, Kind={got_kind}"),
-            key = %o.key(),
-            "skipping a watch event of an unexpected type"
-        );
-        false
+        Some(format!(
+            "{} is {}, Kind={}, not {api_version}, Kind={kind}",
+            clip(&o.key()),
+            clip(&got_version),
+            clip(&got_kind)
+        ))
+    }
+
+    /// [`unexpected`](Self::unexpected) for a watch event's object, with a warning.
+    fn is_expected(&self, o: &Object) -> bool {
+        match self.unexpected(o) {
+            None => true,
+            Some(why) => {
+                tracing::warn!(%why, "skipping a watch event");
+                false
+            }
+        }
+    }
+
+    /// A list's items less those [`unexpected`](Self::unexpected) skips, with one warning
+    /// for all of them.
+    fn expected_items(&self, mut items: Vec<Object>) -> Vec<Object> {
+        let mut skipped = 0usize;
+        let mut first = None;
+        items.retain(|o| match self.unexpected(o) {
+            None => true,
+            Some(why) => {
+                skipped += 1;
+                first.get_or_insert(why);
+                false
+            }
+        });
+        if let Some(first) = first {
+            tracing::warn!(skipped, first = %first, "skipping listed objects");
+        }
+        items
     }
 
     /// Apply one watch stream's events until it ends (spec 1.7).
@@ -774,7 +820,7 @@ fn stream_error(e: Error) -> Option<Error> {
             format!("unable to decode an event from the watch stream: {msg}"),
         ))),
         Error::Http(_) | Error::Timeout(_) | Error::Connect { .. } | Error::Config(_) => {
-            tracing::debug!(error = %e, "watch stream ended");
+            tracing::debug!(error = %clip(&e.to_string()), "watch stream ended");
             None
         }
     }

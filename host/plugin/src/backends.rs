@@ -455,16 +455,6 @@ impl ClientBackend for KubeClientBackend {
 /// (`namespace/name`: 63 + 1 + 253); longer ones are not object keys and only cost memory.
 pub const MAX_KEY_BYTES: usize = 1024;
 
-/// At most the first 80 bytes of `s` (cut at a character boundary): what a log line quotes
-/// of a value a guest or a server chose, however long.
-fn log_prefix(s: &str) -> &str {
-    let mut end = s.len().min(80);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
 /// Adds a plugin's workqueue refused, by cause (the `plugin_queue_adds_refused` metric).
 #[derive(Debug, Default)]
 pub struct QueueRefusals {
@@ -518,7 +508,7 @@ impl WorkqueueBackend {
         let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
         if n.is_power_of_two() {
             tracing::warn!(plugin = %self.plugin, refused = n, max_keys = self.max_keys,
-                key = %log_prefix(key), key_bytes = key.len(), "queue add refused: {why}");
+                key = %kwh_client::clip::clip(key), "queue add refused: {why}");
         }
         false
     }
@@ -589,8 +579,6 @@ mod tests {
         assert_eq!(queue.len(), 3, "an over-long key is refused even with room");
         q.add("ns/k4");
         assert_eq!(queue.len(), 4, "room again: added");
-        assert_eq!(log_prefix(&"é".repeat(100)).len(), 80);
-        assert_eq!(log_prefix("short"), "short");
     }
 
     #[test]

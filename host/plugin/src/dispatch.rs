@@ -21,6 +21,7 @@ use super::health::{Admission, Health};
 use super::instance::{GuestError, PluginInstance};
 use super::loader::Plugin;
 use super::ownership::PluginOwnership;
+use kwh_client::clip::clip;
 use kwh_client::object::Object;
 use kwh_informer::processor::{
     listen_with, EventHandler, Notification, Notifications, ResourceEventHandler,
@@ -208,7 +209,7 @@ impl Dispatcher {
                     return;
                 }
                 Admission::Closed => {
-                    tracing::debug!(plugin = %self.name, key = %call.object().key(), "shutting down; notification not delivered");
+                    tracing::debug!(plugin = %self.name, key = %clip(&call.object().key()), "shutting down; notification not delivered");
                     break;
                 }
             };
@@ -223,13 +224,13 @@ impl Dispatcher {
             self.failures.fetch_add(1, Ordering::Relaxed);
             if attempt >= self.retry.attempts.max(1) {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(plugin = %self.name, handler = call.handler(), key = %call.object().key(),
-                    attempts = attempt, error = %e, "handler failed on every attempt; notification dropped");
+                tracing::warn!(plugin = %self.name, handler = call.handler(), key = %clip(&call.object().key()),
+                    attempts = attempt, error = %clip(&e.to_string()), "handler failed on every attempt; notification dropped");
                 break;
             }
             let wait = self.retry.backoff_after(attempt);
-            tracing::info!(plugin = %self.name, handler = call.handler(), key = %call.object().key(), attempt,
-                error = %e, "handler failed; retrying on a fresh instance in {wait:?}");
+            tracing::info!(plugin = %self.name, handler = call.handler(), key = %clip(&call.object().key()), attempt,
+                error = %clip(&e.to_string()), "handler failed; retrying on a fresh instance in {wait:?}");
             tokio::time::sleep(wait).await;
             self.retries.fetch_add(1, Ordering::Relaxed);
             attempt += 1;
@@ -313,7 +314,7 @@ impl EventHandler for WatchHandler {
                         &stub
                     }
                     None => {
-                        tracing::warn!(plugin = %d.name, key = %obj.key(),
+                        tracing::warn!(plugin = %d.name, key = %clip(&obj.key()),
                             "tombstone without a valid key; on-delete not delivered");
                         return;
                     }

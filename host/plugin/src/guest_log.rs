@@ -97,10 +97,7 @@ pub fn bounded(line: &str) -> Cow<'_, str> {
     if line.len() <= MAX_LINE {
         return Cow::Borrowed(line);
     }
-    let mut end = MAX_LINE;
-    while !line.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = kwh_client::clip::floor_char_boundary(line, MAX_LINE);
     Cow::Owned(format!(
         "{}… ({} more bytes cut)",
         &line[..end],

@@ -16,6 +16,7 @@ use super::health::Health;
 use super::instance::{GuestError, Outcome, PluginInstance};
 use super::loader::Plugin;
 use super::ownership::{Admit, PluginOwnership};
+use kwh_client::clip::clip;
 use kwh_informer::workqueue::metrics::HistogramSnapshot;
 use kwh_informer::workqueue::RateLimitingQueue;
 
@@ -142,7 +143,7 @@ async fn worker(
                 continue;
             }
             Admit::No => {
-                tracing::debug!(%key, "not this replica's key now; dropped");
+                tracing::debug!(key = %clip(&key), "not this replica's key now; dropped");
                 queue.forget(&key);
                 queue.done(&key);
                 continue;
@@ -160,7 +161,7 @@ async fn worker(
         // (kilobytes: it holds the guest call's) moves it once more per reconcile.
         let r = if tracing::enabled!(tracing::Level::DEBUG) {
             inst.reconcile_started(&key, started)
-                .instrument(tracing::debug_span!("reconcile", %key))
+                .instrument(tracing::debug_span!("reconcile", key = %clip(&key)))
                 .await
         } else {
             inst.reconcile_started(&key, started).await
@@ -185,10 +186,10 @@ async fn worker(
                 stats.errors.fetch_add(1, Ordering::Relaxed);
                 match r {
                     Ok(Err(msg)) => {
-                        tracing::warn!(%key, error = %crate::guest_log::bounded(msg), "reconcile failed; requeued with backoff")
+                        tracing::warn!(key = %clip(&key), error = %clip(msg), "reconcile failed; requeued with backoff")
                     }
                     Err(e) => {
-                        tracing::warn!(%key, error = %e, "reconcile failed in the sandbox; instance replaced, requeued with backoff")
+                        tracing::warn!(key = %clip(&key), error = %clip(&e.to_string()), "reconcile failed in the sandbox; instance replaced, requeued with backoff")
                     }
                     Ok(Ok(_)) => {}
                 }

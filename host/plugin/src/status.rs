@@ -695,7 +695,7 @@ impl Collector for PluginMetrics {
         )?;
         let informers = live_counters(&self.lw_counters);
         type Count = fn(&LwCounters) -> u64;
-        let informer_counters: [(&str, &str, Count); 2] = [
+        let informer_counters: [(&str, &str, Count); 3] = [
             (
                 "informer_relists",
                 "Full lists after an informer's first one (410 Gone, errors, restarts).",
@@ -705,6 +705,12 @@ impl Collector for PluginMetrics {
                 "informer_watch_restarts",
                 "Watch requests after an informer's first one.",
                 LwCounters::watch_restarts,
+            ),
+            (
+                "informer_decode_errors",
+                "LIST responses and watch events that could not be decoded (malformed, over \
+                 the size bound, a resourceVersion that is not an integer).",
+                LwCounters::decode_errors,
             ),
         ];
         for (name, help, get) in informer_counters {

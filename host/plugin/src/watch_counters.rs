@@ -4,7 +4,9 @@
 //! Why a wrapper around the lister-watcher: it sees every LIST and WATCH the reflector makes,
 //! so relists (after 410 Gone, errors, or watch-list fallback) and watch restarts are counted,
 //! and `/readyz` can say why an informer has not synced (a 403 from RBAC, a refused
-//! connection), without the informer having to know about metrics or readiness.
+//! connection), without the informer having to know about metrics or readiness. It also sees
+//! every LIST response and watch event the server got wrong (undecodable), which relists and
+//! watch restarts count only together with everything else that causes them.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,6 +14,8 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
+use futures_util::StreamExt;
+use kwh_client::clip::clip;
 use kwh_client::decode::ObjectPool;
 use kwh_client::params::{ListParams, WatchParams};
 use kwh_client::watch::ObjectList;
@@ -25,6 +29,9 @@ pub struct LwCounters {
     pub lists: AtomicU64,
     /// Watch requests started.
     pub watches: AtomicU64,
+    /// LIST responses (pages) and watch events that could not be decoded: malformed JSON, a
+    /// value over the size bound, a resourceVersion that is not an integer.
+    pub decode_errors: AtomicU64,
     /// The last failed LIST or WATCH request, cleared by the next successful one.
     last_error: Mutex<Option<String>>,
 }
@@ -44,7 +51,19 @@ impl LwCounters {
         self.last_error.lock().clone()
     }
 
+    /// Undecodable LIST responses and watch events so far.
+    pub fn decode_errors(&self) -> u64 {
+        self.decode_errors.load(Ordering::Relaxed)
+    }
+
+    fn count_decode_error<T>(&self, r: &Result<T, Error>) {
+        if matches!(r, Err(Error::Decode(_))) {
+            self.decode_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     fn record<T>(&self, r: &Result<T, Error>) {
+        self.count_decode_error(r);
         let mut last = self.last_error.lock();
         match r {
             Ok(_) => *last = None,
@@ -53,9 +72,10 @@ impl LwCounters {
     }
 }
 
-/// An API error as a person reads it: `403 Forbidden: <the server's message>`.
+/// An API error as a person reads it: `403 Forbidden: <the server's message>`, the message
+/// quoted briefly (it is the server's, of any length).
 fn one_line(e: &Error) -> String {
-    match e.status() {
+    let line = match e.status() {
         Some(s) => {
             let reason = if s.reason.is_empty() {
                 http::StatusCode::from_u16(s.code)
@@ -68,7 +88,8 @@ fn one_line(e: &Error) -> String {
             format!("{} {reason}: {}", s.code, s.message)
         }
         None => e.to_string(),
-    }
+    };
+    clip(&line).to_string()
 }
 
 /// Counters of every informer the runtime created, by informer key (as displayed). Held
@@ -143,7 +164,8 @@ impl ListerWatcher for CountingLw {
         self.counters.watches.fetch_add(1, Ordering::Relaxed);
         let r = self.inner.watch(params).await;
         self.counters.record(&r);
-        r
+        let counters = self.counters.clone();
+        r.map(|s| -> WatchStream { Box::pin(s.inspect(move |ev| counters.count_decode_error(ev))) })
     }
 }
 
@@ -151,6 +173,84 @@ impl ListerWatcher for CountingLw {
 mod tests {
     use super::*;
     use kwh_client::Status;
+
+    /// A loopback server answering a LIST with a body that does not decode, and a WATCH with
+    /// one good event and then one that does not.
+    async fn broken_server() -> String {
+        use http_body_util::Full;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let svc = hyper::service::service_fn(
+                    |req: http::Request<hyper::body::Incoming>| {
+                        let watch = req.uri().query().is_some_and(|q| q.contains("watch="));
+                        let body: &'static [u8] = if watch {
+                            b"{\"type\":\"ADDED\",\"object\":{\"kind\":\"ConfigMap\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"5\"}}}\n{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"zzz\"}}}\n"
+                        } else {
+                            b"{\"kind\":\"ConfigMapList\",\"items\":[}"
+                        };
+                        async move {
+                            Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                                bytes::Bytes::from_static(body),
+                            )))
+                        }
+                    },
+                );
+                tokio::spawn(async move {
+                    let http = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    );
+                    let _ = http
+                        .serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
+                        .await;
+                });
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    async fn bounded<F: std::future::Future>(f: F) -> F::Output {
+        tokio::time::timeout(std::time::Duration::from_secs(20), f)
+            .await
+            .expect("bounded in time")
+    }
+
+    /// Reported from outside: decode errors had no metric of their own, only the relists and
+    /// watch restarts they cause (with everything else that causes them) counted them.
+    #[tokio::test]
+    async fn undecodable_lists_and_watch_events_are_counted() {
+        use futures_util::StreamExt;
+        use kwh_client::resource::ApiResource;
+        let url = broken_server().await;
+        let client =
+            kwh_client::Client::new(kwh_client::Config::new(url.parse().unwrap())).unwrap();
+        let res = ApiResource::new("v1", "ConfigMap", "configmaps", true);
+        let map = CounterMap::default();
+        let lw = CountingLw::new(ResourceClient::new(client, res, None), "cm".into(), &map);
+        assert!(matches!(
+            bounded(lw.list(&ListParams::default())).await,
+            Err(Error::Decode(_))
+        ));
+        assert_eq!(lw.counters().decode_errors(), 1);
+        let events: Vec<_> = bounded(
+            lw.watch(&WatchParams::default())
+                .await
+                .unwrap()
+                .collect::<Vec<_>>(),
+        )
+        .await;
+        assert!(
+            matches!(events[..], [Ok(_), Err(Error::Decode(_))]),
+            "{events:?}"
+        );
+        // One lock at a time: the map's mutex is not reentrant.
+        let c = map.lock()["cm"]
+            .upgrade()
+            .expect("the informer's counters, alive with it");
+        assert_eq!(c.decode_errors(), 2);
+        assert_eq!((c.relists(), c.watch_restarts()), (0, 0));
+    }
 
     #[test]
     fn errors_read_as_code_reason_and_message_and_clear_on_success() {

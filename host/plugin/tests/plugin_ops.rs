@@ -849,6 +849,7 @@ async fn the_metrics_endpoint_serves_valid_openmetrics_with_every_family() {
         ("plugin_waiting_to_start", "gauge"),
         ("informer_relists", "counter"),
         ("informer_watch_restarts", "counter"),
+        ("informer_decode_errors", "counter"),
         ("events_recorded", "counter"),
         ("events_aggregated", "counter"),
         ("events_write_failures", "counter"),
@@ -860,7 +861,7 @@ async fn the_metrics_endpoint_serves_valid_openmetrics_with_every_family() {
     ] {
         assert_eq!(family(name), Some(kind), "{name} in\n{body}");
     }
-    assert_eq!(families.len(), 37, "no family beyond those: {families:?}");
+    assert_eq!(families.len(), 38, "no family beyond those: {families:?}");
     assert!(
         body.contains("events_dropped_total{reason=\"queue_full\"} 0\n"),
         "{body}"
@@ -872,6 +873,7 @@ async fn the_metrics_endpoint_serves_valid_openmetrics_with_every_family() {
     assert!(body.contains("plugin_reconcile_duration_seconds_count{plugin=\"copier\"} "));
     assert!(body.contains("plugin_workers_started{plugin=\"copier\"} 1\n"));
     assert!(body.contains("informer_relists_total{informer=\"v1/configmaps|||\"} 0\n"));
+    assert!(body.contains("informer_decode_errors_total{informer=\"v1/configmaps|||\"} 0\n"));
     // The copier was compiled in process (the library's default compiler) or found cached.
     assert!(body.contains("component_compiles_total{compiler=\"child\"} 0\n"));
     task.abort();

@@ -33,6 +33,8 @@ pub mod clock;
 pub mod cluster;
 pub mod component;
 pub mod events;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod harness;
 pub mod logs;
 pub mod queue;

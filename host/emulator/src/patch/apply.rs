@@ -484,7 +484,7 @@ fn merge_field(base: &mut Map<String, Value>, key: &str, v: &Value, builtin: boo
     match base.get_mut(key) {
         Some(existing) => merge_value(existing, v, Some(key), builtin),
         None => {
-            base.insert(key.to_owned(), v.clone());
+            base.insert(key.to_owned(), copy_applied(v));
         }
     }
 }
@@ -493,7 +493,7 @@ fn merge_value(base: &mut Value, applied: &Value, field: Option<&str>, builtin: 
     match (&mut *base, applied) {
         (Value::Object(bm), Value::Object(am)) => {
             if builtin && schema::is_atomic_struct(field, am) {
-                *base = applied.clone();
+                *base = copy_applied(applied);
                 return;
             }
             for (k, v) in am {
@@ -502,17 +502,17 @@ fn merge_value(base: &mut Value, applied: &Value, field: Option<&str>, builtin: 
         }
         (Value::Array(bl), Value::Array(al)) => {
             match schema::list_kind(builtin, field, bl.iter().chain(al)) {
-                ListKind::Atomic => *base = applied.clone(),
+                ListKind::Atomic => *base = copy_applied(applied),
                 ListKind::Set => {
-                    for v in al {
-                        if !bl.contains(v) {
-                            bl.push(v.clone());
+                    for v in al.iter().map(copy_applied) {
+                        if !bl.contains(&v) {
+                            bl.push(v);
                         }
                     }
                 }
                 ListKind::Keyed(keys) => {
                     if al.iter().any(|i| schema::item_key(keys, i).is_none()) {
-                        *base = applied.clone();
+                        *base = copy_applied(applied);
                         return;
                     }
                     for item in al {
@@ -521,12 +521,29 @@ fn merge_value(base: &mut Value, applied: &Value, field: Option<&str>, builtin: 
                         };
                         match bl.iter_mut().find(|b| schema::item_matches(keys, b, &id)) {
                             Some(b) => merge_value(b, item, field, builtin),
-                            None => bl.push(item.clone()),
+                            None => bl.push(copy_applied(item)),
                         }
                     }
                 }
             }
         }
-        _ => *base = applied.clone(),
+        _ => *base = copy_applied(applied),
+    }
+}
+
+/// A part of the configuration as it is stored: without its `null` members. A `null` in a
+/// configuration removes the field (see `merge_field`), so it is never stored either, whether
+/// the field existed or its parent comes new. Found by the fuzz target `apply`: a new map's
+/// `k: null` was stored on create and removed by the next identical apply.
+fn copy_applied(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), copy_applied(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(copy_applied).collect()),
+        other => other.clone(),
     }
 }

@@ -1292,3 +1292,24 @@ fn apply_leaves_server_set_metadata_alone() {
     assert_eq!(out["metadata"]["creationTimestamp"], "2026-11-22T03:04:17Z");
     assert_eq!(out["metadata"]["uid"], "u-1");
 }
+
+/// Found by the fuzz target `apply`: a `null` inside a map the configuration brings new was
+/// stored (on create), while the same `null` under an existing map removes the field, so
+/// applying the same configuration twice changed the object. A `null` is never stored.
+#[test]
+fn apply_never_stores_a_null_and_reapplying_changes_nothing() {
+    let body = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  namespace: n\nRata:\n  k:\n  keep: 1\nlist: [{a: null, b: 2}]\n";
+    for current in [
+        None,
+        Some(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "n", "managedFields": []}, "Rata": {"old": 1}}),
+        ),
+    ] {
+        let first = ssa(current.as_ref(), body, "m", false).unwrap();
+        assert_eq!(first["Rata"]["keep"], 1, "{first}");
+        assert!(first["Rata"].get("k").is_none(), "{first}");
+        assert_eq!(first["list"], json!([{"b": 2}]), "{first}");
+        let again = ssa(Some(&first), body, "m", false).unwrap();
+        assert_eq!(again, first);
+    }
+}

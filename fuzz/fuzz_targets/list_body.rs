@@ -1,0 +1,6 @@
+#![no_main]
+//! `kwh_client::fuzzing::list_body`.
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| kwh_client::fuzzing::list_body(data));
