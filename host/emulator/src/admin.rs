@@ -14,11 +14,14 @@ use super::Shared;
 pub enum FaultCommand {
     CloseWatchesAfter(u64),
     InjectExpired(bool),
+    /// `verbs` (e.g. `["list","watch"]`) limits it to those requests; all when absent.
     FailNext {
         count: u64,
         code: u16,
         #[serde(default = "one", rename = "retryAfter")]
         retry_after: u32,
+        #[serde(default)]
+        verbs: Vec<String>,
     },
     /// Seconds.
     StallStreams(f64),
@@ -38,7 +41,9 @@ fn one() -> u32 {
     1
 }
 
-/// The admin paths: `GET /_emulator/stats`, `POST /_emulator/faults`.
+/// The admin paths: `GET /_emulator/stats` (requests by verb, open watches, the current RV,
+/// and under `faults` where each fault took effect, [`Delivered`](super::faults::Delivered)),
+/// `POST /_emulator/faults`.
 pub(crate) fn admin(
     shared: &Shared,
     method: &Method,
@@ -50,7 +55,12 @@ pub(crate) fn admin(
             let s = shared.counters.snapshot();
             response::value(
                 StatusCode::OK,
-                &json!({"requests": s.requests, "openWatches": s.open_watches, "resourceVersion": shared.store.current_rv()}),
+                &json!({
+                    "requests": s.requests,
+                    "openWatches": s.open_watches,
+                    "resourceVersion": shared.store.current_rv(),
+                    "faults": shared.faults.delivered(),
+                }),
             )
         }
         (&Method::POST, Some("faults")) => {
@@ -70,7 +80,15 @@ pub(crate) fn admin(
                     count,
                     code,
                     retry_after,
-                } => f.fail_next(count, code, retry_after),
+                    verbs,
+                } => {
+                    let verbs: Vec<&str> = verbs.iter().map(String::as_str).collect();
+                    if let Err(e) = f.fail_next_for(count, code, retry_after, &verbs) {
+                        return response::status(&response::bad_request(format!(
+                            "bad fault command: {e}"
+                        )));
+                    }
+                }
                 FaultCommand::StallStreams(s) => {
                     f.stall_streams(std::time::Duration::from_secs_f64(s.clamp(0.0, 86_400.0)))
                 }
@@ -100,9 +118,16 @@ mod tests {
             FaultCommand::FailNext {
                 count: 2,
                 code: 429,
-                retry_after: 1
+                retry_after: 1,
+                ..
             }
         ));
+        let c: FaultCommand =
+            serde_json::from_str(r#"{"failNext":{"count":1,"code":500,"verbs":["list","watch"]}}"#)
+                .unwrap();
+        assert!(
+            matches!(&c, FaultCommand::FailNext { code: 500, verbs, .. } if verbs == &["list", "watch"])
+        );
         let c: FaultCommand = serde_json::from_str(r#"{"closeWatchesAfter":3}"#).unwrap();
         assert!(matches!(c, FaultCommand::CloseWatchesAfter(3)));
         let c: FaultCommand = serde_json::from_str(r#"{"refuseWatchList":true}"#).unwrap();

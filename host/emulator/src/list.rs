@@ -306,7 +306,11 @@ pub(crate) fn list(
             }
             let from_token = !start.is_empty() || inconsistent;
             let full_start = format!("{prefix}{start}");
-            match store.list(res, at, &prefix, &full_start, limit, &filter, count) {
+            let listed = store.list(res, at, &prefix, &full_start, limit, &filter, count);
+            if let Err(e) = &listed {
+                shared.faults.count_list_expired(e.compacted);
+            }
+            match listed {
                 Ok(p) => p,
                 Err(_) if from_token => {
                     let mut s = response::expired(EXPIRED_CONTINUE);
