@@ -14,7 +14,8 @@ use super::Shared;
 pub enum FaultCommand {
     CloseWatchesAfter(u64),
     InjectExpired(bool),
-    /// `verbs` (e.g. `["list","watch"]`) limits it to those requests; all when absent.
+    /// `verbs` (e.g. `["list","watch"]`) limits it to those requests and replaces only what
+    /// was armed for the same verbs; without, it applies to all and replaces everything armed.
     FailNext {
         count: u64,
         code: u16,
@@ -83,7 +84,9 @@ pub(crate) fn admin(
                     verbs,
                 } => {
                     let verbs: Vec<&str> = verbs.iter().map(String::as_str).collect();
-                    if let Err(e) = f.fail_next_for(count, code, retry_after, &verbs) {
+                    if verbs.is_empty() {
+                        f.fail_next(count, code, retry_after);
+                    } else if let Err(e) = f.fail_next_for(count, code, retry_after, &verbs) {
                         return response::status(&response::bad_request(format!(
                             "bad fault command: {e}"
                         )));

@@ -118,7 +118,9 @@ pub struct Faults {
     /// Resources (`group/plural`) whose LISTs wait, and how many LISTs have waited.
     held_lists: watch::Sender<HeldLists>,
     close_after: AtomicU64,
-    fail: Mutex<Option<FailNext>>,
+    /// Armed failures, one per verb set, oldest first: a request takes the first that
+    /// applies to its verb.
+    fail: Mutex<Vec<FailNext>>,
     stall_until: Mutex<Option<Instant>>,
     omit_initial_events_end: AtomicBool,
     refuse_watch_list: AtomicBool,
@@ -148,7 +150,7 @@ impl Faults {
             delivered: DeliveredCounters::default(),
             held_lists: watch::channel(HeldLists::default()).0,
             close_after: AtomicU64::new(0),
-            fail: Mutex::new(None),
+            fail: Mutex::new(Vec::new()),
             stall_until: Mutex::new(None),
             omit_initial_events_end: AtomicBool::new(false),
             refuse_watch_list: AtomicBool::new(false),
@@ -232,18 +234,25 @@ impl Faults {
 
     /// The next `n` API requests answer `code` (429 adds `Retry-After: retry_after`; 410 is
     /// an `Expired` Status, as for a too old resourceVersion).
+    /// Replaces every armed failure (`0` disarms them all).
     pub fn fail_next(&self, n: u64, code: u16, retry_after: u32) {
-        *self.fail.lock() = (n > 0).then_some(FailNext {
-            remaining: n,
-            code,
-            retry_after,
-            verbs: 0,
-        });
+        let mut f = self.fail.lock();
+        f.clear();
+        if n > 0 {
+            f.push(FailNext {
+                remaining: n,
+                code,
+                retry_after,
+                verbs: 0,
+            });
+        }
     }
 
     /// [`fail_next`](Self::fail_next) for requests of `verbs` only (names as in [`VERBS`]),
     /// the others pass: e.g. failures for an informer's lists and watches, not for the writes
-    /// of a load generator beside it. All verbs when `verbs` is empty.
+    /// of a load generator beside it. It replaces only what was armed for the same verbs
+    /// (`n = 0` disarms that), so failures for other verbs stay armed beside it; a request
+    /// takes the oldest that applies. All verbs when `verbs` is empty.
     pub fn fail_next_for(
         &self,
         n: u64,
@@ -252,12 +261,16 @@ impl Faults {
         verbs: &[&str],
     ) -> Result<(), UnknownVerb> {
         let verbs = verb_mask(verbs)?;
-        *self.fail.lock() = (n > 0).then_some(FailNext {
-            remaining: n,
-            code,
-            retry_after,
-            verbs,
-        });
+        let mut f = self.fail.lock();
+        f.retain(|armed| armed.verbs != verbs);
+        if n > 0 {
+            f.push(FailNext {
+                remaining: n,
+                code,
+                retry_after,
+                verbs,
+            });
+        }
         Ok(())
     }
 
@@ -340,7 +353,7 @@ impl Faults {
     pub fn clear(&self) {
         self.held_lists.send_modify(|h| h.resources.clear());
         self.close_watches_after(0);
-        *self.fail.lock() = None;
+        self.fail.lock().clear();
         *self.stall_until.lock() = None;
         self.omit_initial_events_end(false);
         self.refuse_watch_list(false);
@@ -362,23 +375,24 @@ impl Faults {
     /// The injected failure a request of `verb` answers with, if one is armed for it.
     pub(crate) fn take_failure(&self, verb: &str) -> Option<InjectedFailure> {
         let mut f = self.fail.lock();
-        let cur = f.as_mut()?;
-        if cur.verbs != 0 {
-            let bit = VERBS
-                .iter()
-                .position(|v| *v == verb)
-                .unwrap_or(VERBS.len() - 1);
-            if cur.verbs & 1 << bit == 0 {
-                return None;
-            }
+        if f.is_empty() {
+            return None;
         }
+        let bit = VERBS
+            .iter()
+            .position(|v| *v == verb)
+            .unwrap_or(VERBS.len() - 1);
+        let i = f
+            .iter()
+            .position(|armed| armed.verbs == 0 || armed.verbs & 1 << bit != 0)?;
+        let cur = &mut f[i];
         let out = InjectedFailure {
             code: cur.code,
             retry_after: cur.retry_after,
         };
         cur.remaining -= 1;
         if cur.remaining == 0 {
-            *f = None;
+            f.remove(i);
         }
         drop(f);
         let d = &self.delivered;
@@ -548,13 +562,30 @@ mod tests {
         assert!(f.take_failure("list").is_some());
         let d = f.delivered();
         assert_eq!((d.failed, d.server_errors, d.lists_expired), (4, 2, 1));
+        // One armed failure per verb set: another set's stays armed beside it, the same
+        // set's is replaced, and count 0 disarms only that set's.
+        f.fail_next_for(1, 429, 1, &["get"]).unwrap();
+        f.fail_next_for(5, 500, 0, &["list"]).unwrap();
+        f.fail_next_for(1, 410, 0, &["list"]).unwrap();
+        f.fail_next_for(1, 500, 0, &["watch"]).unwrap();
+        f.fail_next_for(0, 0, 0, &["watch"]).unwrap();
+        assert_eq!(f.take_failure("watch"), None);
+        assert_eq!(f.take_failure("list").map(|x| x.code), Some(410));
+        assert_eq!(f.take_failure("list"), None);
+        assert_eq!(f.take_failure("get").map(|x| x.code), Some(429));
+        // Without verbs, everything armed is replaced.
+        f.fail_next_for(1, 500, 0, &["get"]).unwrap();
+        f.fail_next(1, 503, 0);
+        assert_eq!(f.take_failure("list").map(|x| x.code), Some(503));
+        assert_eq!(f.take_failure("get"), None);
         assert_eq!(d.lists_compacted, 0);
         f.count_list_expired(true);
         f.count_watch_too_old();
         let d = f.delivered();
         assert_eq!(
             (d.lists_expired, d.lists_compacted, d.watches_too_old),
-            (2, 1, 1)
+            (3, 1, 1),
+            "the 410 taken by a LIST above, and these two"
         );
     }
 
