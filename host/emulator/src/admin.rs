@@ -28,6 +28,8 @@ pub enum FaultCommand {
     StallStreams(f64),
     /// An etcd compaction: old Exact lists and continue tokens 410, watches still served.
     CompactHistory(bool),
+    /// A compaction before each of the next N LISTs that carry a continue token.
+    CompactBeforeContinue(u64),
     /// The watch cache's history dropped: watches from older RVs get an in-stream 410.
     ExpireWatchHistory(bool),
     DropConnections(bool),
@@ -96,6 +98,7 @@ pub(crate) fn admin(
                     f.stall_streams(std::time::Duration::from_secs_f64(s.clamp(0.0, 86_400.0)))
                 }
                 FaultCommand::CompactHistory(_) => f.compact_history(),
+                FaultCommand::CompactBeforeContinue(n) => f.compact_before_continue(n),
                 FaultCommand::ExpireWatchHistory(_) => f.expire_watch_history(),
                 FaultCommand::DropConnections(_) => f.drop_connections(),
                 FaultCommand::OmitInitialEventsEnd(on) => f.omit_initial_events_end(on),
@@ -131,6 +134,8 @@ mod tests {
         assert!(
             matches!(&c, FaultCommand::FailNext { code: 500, verbs, .. } if verbs == &["list", "watch"])
         );
+        let c: FaultCommand = serde_json::from_str(r#"{"compactBeforeContinue":2}"#).unwrap();
+        assert!(matches!(c, FaultCommand::CompactBeforeContinue(2)));
         let c: FaultCommand = serde_json::from_str(r#"{"closeWatchesAfter":3}"#).unwrap();
         assert!(matches!(c, FaultCommand::CloseWatchesAfter(3)));
         let c: FaultCommand = serde_json::from_str(r#"{"refuseWatchList":true}"#).unwrap();

@@ -118,6 +118,8 @@ pub struct Faults {
     /// Resources (`group/plural`) whose LISTs wait, and how many LISTs have waited.
     held_lists: watch::Sender<HeldLists>,
     close_after: AtomicU64,
+    /// LISTs with a continue token still to be preceded by a compaction.
+    compact_before_continue: AtomicU64,
     /// Armed failures, one per verb set, oldest first: a request takes the first that
     /// applies to its verb.
     fail: Mutex<Vec<FailNext>>,
@@ -150,6 +152,7 @@ impl Faults {
             delivered: DeliveredCounters::default(),
             held_lists: watch::channel(HeldLists::default()).0,
             close_after: AtomicU64::new(0),
+            compact_before_continue: AtomicU64::new(0),
             fail: Mutex::new(Vec::new()),
             stall_until: Mutex::new(None),
             omit_initial_events_end: AtomicBool::new(false),
@@ -290,6 +293,21 @@ impl Faults {
         }
     }
 
+    /// The next `n` LIST requests that carry a continue token are each preceded by a
+    /// [`compact_history`](Self::compact_history): a compaction between two pages of a LIST,
+    /// which a compaction on a timer only seldom hits (the pages follow each other within
+    /// milliseconds). The page is refused if anything was written since the first one.
+    pub fn compact_before_continue(&self, n: u64) {
+        self.compact_before_continue.store(n, Ordering::Relaxed);
+    }
+
+    /// Whether a LIST with a continue token is to be preceded by a compaction (counts down).
+    pub(crate) fn take_compact_before_continue(&self) -> bool {
+        self.compact_before_continue
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
     /// Drop the watch cache's history, as when it restarts or a watcher falls behind its
     /// window: any RV before now is too old for watches (an in-stream 410) and lists alike.
     pub fn expire_watch_history(&self) {
@@ -348,11 +366,12 @@ impl Faults {
         let _ = rx.wait_for(|h| !h.resources.contains(resource)).await;
     }
 
-    /// Turn off every persistent fault (close-after, fail-next, stall, held lists, the
-    /// watch-list knobs).
+    /// Turn off every persistent fault (close-after, compaction before a continue,
+    /// fail-next, stall, held lists, the watch-list knobs).
     pub fn clear(&self) {
         self.held_lists.send_modify(|h| h.resources.clear());
         self.close_watches_after(0);
+        self.compact_before_continue(0);
         self.fail.lock().clear();
         *self.stall_until.lock() = None;
         self.omit_initial_events_end(false);

@@ -305,6 +305,9 @@ pub(crate) fn list(
                 return Err(response::too_large_rv(n, now));
             }
             let from_token = !start.is_empty() || inconsistent;
+            if from_token && shared.faults.take_compact_before_continue() {
+                shared.faults.compact_history();
+            }
             let full_start = format!("{prefix}{start}");
             let listed = store.list(res, at, &prefix, &full_start, limit, &filter, count);
             if let Err(e) = &listed {

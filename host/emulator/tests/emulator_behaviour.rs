@@ -287,6 +287,39 @@ async fn lists_answered_410_are_counted_with_their_cause() {
     h.shutdown().await;
 }
 
+/// A compaction armed to come before the next page of a LIST: that page is refused (a write
+/// came between the pages), the first page and the next LIST are not.
+#[tokio::test]
+async fn a_compaction_before_the_next_continue_refuses_that_page() {
+    let (h, http) = start().await;
+    for n in ["a", "b", "c"] {
+        h.create(default_cm(n, json!({}))).unwrap();
+    }
+    h.faults().compact_before_continue(1);
+    let first = http.get(&format!("{CMS}?limit=1")).await;
+    assert_eq!(first.status, 200, "a first page carries no token");
+    let token = first.json()["metadata"]["continue"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    h.create(default_cm("d", json!({}))).unwrap();
+    let r = http.get(&format!("{CMS}?limit=1&continue={token}")).await;
+    assert_eq!(
+        (r.status.as_u16(), &r.json()["reason"]),
+        (410, &json!("Expired"))
+    );
+    let d = h.faults().delivered();
+    assert_eq!((d.compacted, d.lists_expired, d.lists_compacted), (1, 1, 1));
+    // Used up: a new LIST pages through.
+    let first = http.get(&format!("{CMS}?limit=2")).await.json();
+    let token = first["metadata"]["continue"].as_str().unwrap().to_owned();
+    h.create(default_cm("e", json!({}))).unwrap();
+    let r = http.get(&format!("{CMS}?limit=2&continue={token}")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(h.faults().delivered().compacted, 1);
+    h.shutdown().await;
+}
+
 #[tokio::test]
 async fn fault_drop_connections_cuts_streams() {
     let (h, http) = start().await;
