@@ -14,7 +14,7 @@
 //! `SOAK_WRITERS` [8], `SOAK_RATE` (updates per second at most) [unpaced], `SOAK_KILL_EVERY`
 //! [100000], `SOAK_FAULTS` (confirmed wanted per kind) [1000], `SOAK_RELIST_FAULTS` [1000],
 //! `SOAK_RELIST_EVERY_MS` [20000], `SOAK_PACE_MS` [10], `SOAK_WORKERS` [2],
-//! `SOAK_CONVERGE_SECS` [240].
+//! `SOAK_TRAP_PER_MILLE` [10], `SOAK_CONVERGE_SECS` [240].
 
 #[path = "../../tests/bench_common/mod.rs"]
 mod bench_common;
@@ -43,6 +43,7 @@ fn main() {
         relist_every: ms("SOAK_RELIST_EVERY_MS", base.relist_every),
         pace: ms("SOAK_PACE_MS", base.pace),
         workers: env_or("SOAK_WORKERS", base.workers as usize) as u32,
+        trap_per_mille: env_or("SOAK_TRAP_PER_MILLE", base.trap_per_mille as usize) as u64,
         converge_within: Duration::from_secs(env_or(
             "SOAK_CONVERGE_SECS",
             base.converge_within.as_secs() as usize,

@@ -83,6 +83,8 @@ pub struct SoakConfig {
     pub pace: Duration,
     /// Reconcile workers per plugin.
     pub workers: u32,
+    /// Guest calls that trap, per thousand (the `soak` guest's `trapPerMille`).
+    pub trap_per_mille: u64,
     /// How long convergence may take after the last write.
     pub converge_within: Duration,
 }
@@ -102,6 +104,7 @@ impl SoakConfig {
             relist_every: Duration::from_secs(20),
             pace: Duration::from_millis(10),
             workers: 2,
+            trap_per_mille: 10,
             converge_within: Duration::from_secs(240),
         }
     }
@@ -121,6 +124,7 @@ impl SoakConfig {
             relist_every: Duration::from_secs(4),
             pace: Duration::from_millis(20),
             workers: 1,
+            trap_per_mille: 10,
             converge_within: Duration::from_secs(45),
         }
     }
@@ -650,6 +654,8 @@ pub struct HostRun {
     pub phases: Vec<Phase>,
     /// Peak resident memory (`VmHWM`), KiB, at its last sample.
     pub peak_kib: u64,
+    /// (updates written, RSS KiB) about every twentieth of the updates, while it ran.
+    pub samples: Vec<(u64, u64)>,
     /// How it ended: `killed`, `lost its lease`, `exited: <status>`, or `running`.
     pub ended: String,
     /// `plugin_*`/`informer_*` counters from its last `/metrics` scrape (summed over labels).
@@ -703,12 +709,13 @@ async fn ops_get(addr: &str, path: &str) -> Option<(u16, String)> {
 }
 
 /// The plugins file: the `soak` guest twice, `soak-a` with its own handlers.
-fn plugins_file(dir: &Path, workers: u32) -> PathBuf {
+fn plugins_file(dir: &Path, workers: u32, trap_per_mille: u64) -> PathBuf {
     let path = dir.join("soak-plugins.yaml");
     let module = crate::support::guests::guest("soak");
     let entry = |name: &str, guest_handlers: bool| {
         json!({"module": module, "workers": workers, "config": {
-            "name": name, "namespace": NS, "guestHandlers": guest_handlers}})
+            "name": name, "namespace": NS, "guestHandlers": guest_handlers,
+            "trapPerMille": trap_per_mille}})
     };
     let file = json!([entry(PLUGINS[0], true), entry(PLUGINS[1], false)]);
     std::fs::write(&path, file.to_string()).expect("write plugins file");
@@ -969,6 +976,19 @@ impl SoakReport {
             ]);
         }
         s.push('\n');
+        for h in &self.hosts {
+            let samples: Vec<String> = h
+                .samples
+                .iter()
+                .map(|(at, kib)| format!("{}k:{kib}", at / 1000))
+                .collect();
+            s.push_str(&format!(
+                "host {} RSS (KiB) by updates written: {}\n",
+                h.id,
+                samples.join(" ")
+            ));
+        }
+        s.push('\n');
         let mut row = |cells: &[String]| s.push_str(&format!("| {} |\n", cells.join(" | ")));
         row(&["floor".into(), "figure".into(), "met".into()]);
         row(&["---".into(), "---".into(), "---".into()]);
@@ -987,6 +1007,8 @@ struct Soak {
     hosts: Vec<HostRun>,
     written: Arc<AtomicU64>,
     kills: usize,
+    /// Updates to write in all.
+    events: u64,
 }
 
 impl Soak {
@@ -1009,6 +1031,7 @@ impl Soak {
             started_at: self.written.load(Ordering::Relaxed),
             phases: Vec::new(),
             peak_kib: 0,
+            samples: Vec::new(),
             ended: "running".into(),
             metrics: BTreeMap::new(),
             ready: false,
@@ -1076,9 +1099,13 @@ impl Soak {
             let leader = v["replica"]["role"] == "leader";
             let mem = self.memory(id);
             let passed = self.tracker.passed(id);
+            let every = (self.events / 20).max(1);
             let h = &mut self.hosts[id];
-            if let Some((_, peak)) = mem {
+            if let Some((rss, peak)) = mem {
                 h.peak_kib = peak;
+                if h.samples.last().is_none_or(|(at, _)| now >= at + every) {
+                    h.samples.push((now, rss));
+                }
             }
             if ready && !h.ready && !leader && h.phases.is_empty() {
                 if let Some((rss, _)) = mem {
@@ -1154,13 +1181,14 @@ pub async fn run(cfg: SoakConfig) -> SoakReport {
     let client = rs.emulator.client.clone();
     rs.emulator.create_namespace(NS).await;
     seed(&client, cfg.objects, cfg.writers).await;
-    let plugins = plugins_file(&rs.dir, cfg.workers);
+    let plugins = plugins_file(&rs.dir, cfg.workers, cfg.trap_per_mille);
     let mut soak = Soak {
         args: host_args(&plugins),
         tracker: Tracker::new(cfg.objects),
         hosts: Vec::new(),
         written: Arc::new(AtomicU64::new(0)),
         kills: 0,
+        events: cfg.events as u64,
         rs,
     };
     soak.spawn().await;
