@@ -80,6 +80,36 @@ async fn runs_seeds_serves_admin_and_stops_on_sigint() {
     );
     let stats = http.get("/_emulator/stats").await.json();
     assert_eq!(stats["requests"]["list"], 2);
+    // Where faults took effect, for a test in another process to confirm them.
+    assert_eq!(stats["faults"]["tooManyRequests"], 1);
+    assert_eq!(stats["faults"]["listsExpired"], 0);
+    // A failure for some verbs only: the others pass.
+    let r = http
+        .post(
+            "/_emulator/faults",
+            &json!({"failNext": {"count": 1, "code": 410, "verbs": ["list"]}}),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    let r = http.get("/api/v1/namespaces/demo/configmaps/a").await;
+    assert_eq!(r.status, 200, "a GET passes a failure for LISTs");
+    let r = http.get("/api/v1/namespaces/demo/configmaps").await;
+    assert_eq!(
+        (r.status.as_u16(), &r.json()["reason"]),
+        (410, &json!("Expired"))
+    );
+    let stats = http.get("/_emulator/stats").await.json();
+    assert_eq!(stats["faults"]["listsExpired"], 1);
+    assert_eq!(
+        http.post(
+            "/_emulator/faults",
+            &json!({"failNext": {"count": 1, "code": 500, "verbs": ["lists"]}})
+        )
+        .await
+        .status,
+        400,
+        "an unknown verb is refused"
+    );
     assert_eq!(
         http.post("/_emulator/faults", &json!({"bogus": 1}))
             .await

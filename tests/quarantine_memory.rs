@@ -43,16 +43,6 @@ fn configmaps() -> ApiResource {
     ApiResource::new("v1", "ConfigMap", "configmaps", true)
 }
 
-/// The process's resident set, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
-}
-
 /// A Secret's data: a kilobyte that changes with each update.
 fn payload(n: usize) -> serde_json::Value {
     json!({ "blob": format!("{n:0>1024}") })
@@ -101,7 +91,6 @@ async fn a_quarantined_plugin_holds_no_backlog_and_recovers_every_object() {
         "info",
     );
     let ops = host.ops_addr().await;
-    let pid = host.pid().expect("running");
     let metric = |body: &str, name: &str| -> u64 {
         body.lines()
             .find(|l| l.starts_with(&format!("{name}{{plugin=\"relapse\"}}")))
@@ -172,7 +161,7 @@ async fn a_quarantined_plugin_holds_no_backlog_and_recovers_every_object() {
             "the host never read the updates:\n{}",
             host.log()
         );
-        let rss = rss_kib(pid);
+        let (rss, _) = host.memory_kib().expect("the host runs");
         eprintln!(
             "after {written} updates ({:?}): host RSS {rss} KiB",
             started.elapsed()

@@ -138,8 +138,8 @@ struct RunArgs {
     #[arg(long, value_name = "MS")]
     quarantine_max_cooldown_ms: Option<u64>,
     /// Calls per informer notification whose handler failed in the sandbox, the first included
-    /// (default 3; 1 disables retries). Retries run on a fresh instance, 50 ms then doubling
-    /// (at most 1 s) apart.
+    /// (default 3; 1 disables retries). Retries run on a fresh instance: after a trap at once,
+    /// after a deadline or exhausted memory 50 ms then doubling (at most 1 s) later.
     #[arg(long, value_name = "N")]
     handler_attempts: Option<u32>,
     /// Threads that run the informers, the guests and the API calls (default 1; 1 to 256).

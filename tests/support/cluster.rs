@@ -103,18 +103,31 @@ pub async fn http_get(addr: &str, path: &str) -> (u16, String) {
 
 /// [`http_get`] that also returns the response head (status line and headers, as received).
 pub async fn http_get_with_head(addr: &str, path: &str) -> (u16, String, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    try_http_get_with_head(addr, path)
+        .await
+        .unwrap_or_else(|e| panic!("GET {path} from {addr}: {e}"))
+}
+
+/// [`http_get`] that returns a failure to connect, write or read instead of panicking: for a
+/// server that may be gone (a process killed meanwhile).
+pub async fn try_http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
+    let (code, _, body) = try_http_get_with_head(addr, path).await?;
+    Ok((code, body))
+}
+
+async fn try_http_get_with_head(addr: &str, path: &str) -> std::io::Result<(u16, String, String)> {
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
     let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.expect("write");
+    s.write_all(req.as_bytes()).await?;
     let mut buf = String::new();
-    s.read_to_string(&mut buf).await.expect("read");
+    s.read_to_string(&mut buf).await?;
     let code = buf
         .split(' ')
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     let (head, body) = buf.split_once("\r\n\r\n").unwrap_or((buf.as_str(), ""));
-    (code, head.to_string(), body.to_string())
+    Ok((code, head.to_string(), body.to_string()))
 }
 
 /// GETs `path` every 20 ms until `pred(code, body)` holds, within `within`; the last answer,

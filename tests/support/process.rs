@@ -31,8 +31,11 @@ pub struct Line {
 pub struct HostProcess {
     child: Child,
     lines: mpsc::UnboundedReceiver<Line>,
-    /// Every line read so far, in arrival order per stream.
+    /// Every line read so far, in arrival order per stream (but those
+    /// [`take_lines`](Self::take_lines) took).
     pub seen: Vec<Line>,
+    /// How many of `seen` [`take_lines`](Self::take_lines) has offered already.
+    offered: usize,
 }
 
 fn forward(
@@ -80,6 +83,7 @@ impl HostProcess {
             child,
             lines,
             seen: Vec::new(),
+            offered: 0,
         }
     }
 
@@ -150,6 +154,29 @@ impl HostProcess {
         while let Ok(l) = self.lines.try_recv() {
             self.seen.push(l);
         }
+    }
+
+    /// Offers every line not offered before (arrived meanwhile, or collected by another
+    /// method) to `take`, and keeps in [`seen`](Self::seen) only those it returns false for:
+    /// a long run's lines counted as they come (millions of them) instead of kept.
+    pub fn take_lines(&mut self, mut take: impl FnMut(&Line) -> bool) {
+        self.drain();
+        let from = self.offered.min(self.seen.len());
+        let fresh: Vec<Line> = self.seen.drain(from..).collect();
+        self.seen.extend(fresh.into_iter().filter(|l| !take(l)));
+        self.offered = self.seen.len();
+    }
+
+    /// Its resident set (`VmRSS`) and peak (`VmHWM`) in KiB, from `/proc`, while it runs.
+    pub fn memory_kib(&self) -> Option<(u64, u64)> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        };
+        Some((field("VmRSS:")?, field("VmHWM:")?))
     }
 
     /// The process id, while it runs.

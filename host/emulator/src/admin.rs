@@ -14,16 +14,22 @@ use super::Shared;
 pub enum FaultCommand {
     CloseWatchesAfter(u64),
     InjectExpired(bool),
+    /// `verbs` (e.g. `["list","watch"]`) limits it to those requests and replaces only what
+    /// was armed for the same verbs; without, it applies to all and replaces everything armed.
     FailNext {
         count: u64,
         code: u16,
         #[serde(default = "one", rename = "retryAfter")]
         retry_after: u32,
+        #[serde(default)]
+        verbs: Vec<String>,
     },
     /// Seconds.
     StallStreams(f64),
     /// An etcd compaction: old Exact lists and continue tokens 410, watches still served.
     CompactHistory(bool),
+    /// A compaction before each of the next N LISTs that carry a continue token.
+    CompactBeforeContinue(u64),
     /// The watch cache's history dropped: watches from older RVs get an in-stream 410.
     ExpireWatchHistory(bool),
     DropConnections(bool),
@@ -38,7 +44,9 @@ fn one() -> u32 {
     1
 }
 
-/// The admin paths: `GET /_emulator/stats`, `POST /_emulator/faults`.
+/// The admin paths: `GET /_emulator/stats` (requests by verb, open watches, the current RV,
+/// and under `faults` where each fault took effect, [`Delivered`](super::faults::Delivered)),
+/// `POST /_emulator/faults`.
 pub(crate) fn admin(
     shared: &Shared,
     method: &Method,
@@ -50,7 +58,12 @@ pub(crate) fn admin(
             let s = shared.counters.snapshot();
             response::value(
                 StatusCode::OK,
-                &json!({"requests": s.requests, "openWatches": s.open_watches, "resourceVersion": shared.store.current_rv()}),
+                &json!({
+                    "requests": s.requests,
+                    "openWatches": s.open_watches,
+                    "resourceVersion": shared.store.current_rv(),
+                    "faults": shared.faults.delivered(),
+                }),
             )
         }
         (&Method::POST, Some("faults")) => {
@@ -70,11 +83,22 @@ pub(crate) fn admin(
                     count,
                     code,
                     retry_after,
-                } => f.fail_next(count, code, retry_after),
+                    verbs,
+                } => {
+                    let verbs: Vec<&str> = verbs.iter().map(String::as_str).collect();
+                    if verbs.is_empty() {
+                        f.fail_next(count, code, retry_after);
+                    } else if let Err(e) = f.fail_next_for(count, code, retry_after, &verbs) {
+                        return response::status(&response::bad_request(format!(
+                            "bad fault command: {e}"
+                        )));
+                    }
+                }
                 FaultCommand::StallStreams(s) => {
                     f.stall_streams(std::time::Duration::from_secs_f64(s.clamp(0.0, 86_400.0)))
                 }
                 FaultCommand::CompactHistory(_) => f.compact_history(),
+                FaultCommand::CompactBeforeContinue(n) => f.compact_before_continue(n),
                 FaultCommand::ExpireWatchHistory(_) => f.expire_watch_history(),
                 FaultCommand::DropConnections(_) => f.drop_connections(),
                 FaultCommand::OmitInitialEventsEnd(on) => f.omit_initial_events_end(on),
@@ -100,9 +124,18 @@ mod tests {
             FaultCommand::FailNext {
                 count: 2,
                 code: 429,
-                retry_after: 1
+                retry_after: 1,
+                ..
             }
         ));
+        let c: FaultCommand =
+            serde_json::from_str(r#"{"failNext":{"count":1,"code":500,"verbs":["list","watch"]}}"#)
+                .unwrap();
+        assert!(
+            matches!(&c, FaultCommand::FailNext { code: 500, verbs, .. } if verbs == &["list", "watch"])
+        );
+        let c: FaultCommand = serde_json::from_str(r#"{"compactBeforeContinue":2}"#).unwrap();
+        assert!(matches!(c, FaultCommand::CompactBeforeContinue(2)));
         let c: FaultCommand = serde_json::from_str(r#"{"closeWatchesAfter":3}"#).unwrap();
         assert!(matches!(c, FaultCommand::CloseWatchesAfter(3)));
         let c: FaultCommand = serde_json::from_str(r#"{"refuseWatchList":true}"#).unwrap();

@@ -38,10 +38,16 @@ struct DeliveredCounters {
     stalled: AtomicU64,
     compacted: AtomicU64,
     history_expired: AtomicU64,
+    server_errors: AtomicU64,
+    lists_expired: AtomicU64,
+    lists_compacted: AtomicU64,
+    watches_too_old: AtomicU64,
 }
 
-/// A snapshot of [`Faults::delivered`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// A snapshot of [`Faults::delivered`] (also the `faults` member of `GET /_emulator/stats`,
+/// in camelCase).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Delivered {
     /// Watches that sent the injected 410 and closed.
     pub expired: u64,
@@ -59,6 +65,18 @@ pub struct Delivered {
     pub compacted: u64,
     /// Expiries of the watch history that dropped events.
     pub history_expired: u64,
+    /// Requests answered with an injected 5xx (counted in `failed` too).
+    pub server_errors: u64,
+    /// LISTs answered 410 Expired: an injected 410, an RV or a continue token older than
+    /// the compaction point or the history. Where a compaction or an expired history is
+    /// seen by a client that lists (`compacted` and `history_expired` count the act).
+    pub lists_expired: u64,
+    /// Of `lists_expired`, those whose RV or continue token a compaction had passed.
+    pub lists_compacted: u64,
+    /// Watches that sent a 410 in-stream because their RV had fallen out of the watch
+    /// history (expired by the fault, or overflowed its window), at start or later: where
+    /// `history_expired` is seen by a client that watches.
+    pub watches_too_old: u64,
 }
 
 /// Which resources' LISTs are held, and how many LISTs met a hold.
@@ -74,6 +92,23 @@ struct FailNext {
     remaining: u64,
     code: u16,
     retry_after: u32,
+    /// The verbs it applies to, one bit per [`VERBS`] position; all when 0.
+    verbs: u16,
+}
+
+/// A verb name that [`Faults::fail_next_for`] does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown verb {0:?}: one of {VERBS:?}")]
+pub struct UnknownVerb(pub String);
+
+/// The [`FailNext::verbs`] bits of `verbs`.
+fn verb_mask(verbs: &[&str]) -> Result<u16, UnknownVerb> {
+    verbs.iter().try_fold(0u16, |mask, v| {
+        match VERBS.iter().position(|known| known == v) {
+            Some(i) => Ok(mask | 1 << i),
+            None => Err(UnknownVerb((*v).to_owned())),
+        }
+    })
 }
 
 /// Fault controls. Cheap to share (`Arc` inside the handle); every method takes effect at once.
@@ -83,7 +118,11 @@ pub struct Faults {
     /// Resources (`group/plural`) whose LISTs wait, and how many LISTs have waited.
     held_lists: watch::Sender<HeldLists>,
     close_after: AtomicU64,
-    fail: Mutex<Option<FailNext>>,
+    /// LISTs with a continue token still to be preceded by a compaction.
+    compact_before_continue: AtomicU64,
+    /// Armed failures, one per verb set, oldest first: a request takes the first that
+    /// applies to its verb.
+    fail: Mutex<Vec<FailNext>>,
     stall_until: Mutex<Option<Instant>>,
     omit_initial_events_end: AtomicBool,
     refuse_watch_list: AtomicBool,
@@ -113,7 +152,8 @@ impl Faults {
             delivered: DeliveredCounters::default(),
             held_lists: watch::channel(HeldLists::default()).0,
             close_after: AtomicU64::new(0),
-            fail: Mutex::new(None),
+            compact_before_continue: AtomicU64::new(0),
+            fail: Mutex::new(Vec::new()),
             stall_until: Mutex::new(None),
             omit_initial_events_end: AtomicBool::new(false),
             refuse_watch_list: AtomicBool::new(false),
@@ -151,6 +191,10 @@ impl Faults {
             stalled: n(&d.stalled),
             compacted: n(&d.compacted),
             history_expired: n(&d.history_expired),
+            server_errors: n(&d.server_errors),
+            lists_expired: n(&d.lists_expired),
+            lists_compacted: n(&d.lists_compacted),
+            watches_too_old: n(&d.watches_too_old),
         }
     }
 
@@ -170,18 +214,67 @@ impl Faults {
         self.delivered.stalled.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A LIST answered 410; `compacted`: because a compaction had passed its RV or token.
+    pub(crate) fn count_list_expired(&self, compacted: bool) {
+        self.delivered.lists_expired.fetch_add(1, Ordering::Relaxed);
+        if compacted {
+            self.delivered
+                .lists_compacted
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn count_watch_too_old(&self) {
+        self.delivered
+            .watches_too_old
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Every open watch sends one `ERROR` event with a 410 Expired Status, then closes.
     pub fn inject_expired(&self) {
         self.kicks.send_modify(|k| k.expire += 1);
     }
 
-    /// The next `n` API requests answer `code` (429 adds `Retry-After: retry_after`).
+    /// The next `n` API requests answer `code` (429 adds `Retry-After: retry_after`; 410 is
+    /// an `Expired` Status, as for a too old resourceVersion).
+    /// Replaces every armed failure (`0` disarms them all).
     pub fn fail_next(&self, n: u64, code: u16, retry_after: u32) {
-        *self.fail.lock() = (n > 0).then_some(FailNext {
-            remaining: n,
-            code,
-            retry_after,
-        });
+        let mut f = self.fail.lock();
+        f.clear();
+        if n > 0 {
+            f.push(FailNext {
+                remaining: n,
+                code,
+                retry_after,
+                verbs: 0,
+            });
+        }
+    }
+
+    /// [`fail_next`](Self::fail_next) for requests of `verbs` only (names as in [`VERBS`]),
+    /// the others pass: e.g. failures for an informer's lists and watches, not for the writes
+    /// of a load generator beside it. It replaces only what was armed for the same verbs
+    /// (`n = 0` disarms that), so failures for other verbs stay armed beside it; a request
+    /// takes the oldest that applies. All verbs when `verbs` is empty.
+    pub fn fail_next_for(
+        &self,
+        n: u64,
+        code: u16,
+        retry_after: u32,
+        verbs: &[&str],
+    ) -> Result<(), UnknownVerb> {
+        let verbs = verb_mask(verbs)?;
+        let mut f = self.fail.lock();
+        f.retain(|armed| armed.verbs != verbs);
+        if n > 0 {
+            f.push(FailNext {
+                remaining: n,
+                code,
+                retry_after,
+                verbs,
+            });
+        }
+        Ok(())
     }
 
     /// Open watch streams stop sending for `d` (events queue up in the history meanwhile).
@@ -198,6 +291,21 @@ impl Faults {
         if self.store.compact() {
             self.delivered.compacted.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// The next `n` LIST requests that carry a continue token are each preceded by a
+    /// [`compact_history`](Self::compact_history): a compaction between two pages of a LIST,
+    /// which a compaction on a timer only seldom hits (the pages follow each other within
+    /// milliseconds). The page is refused if anything was written since the first one.
+    pub fn compact_before_continue(&self, n: u64) {
+        self.compact_before_continue.store(n, Ordering::Relaxed);
+    }
+
+    /// Whether a LIST with a continue token is to be preceded by a compaction (counts down).
+    pub(crate) fn take_compact_before_continue(&self) -> bool {
+        self.compact_before_continue
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     /// Drop the watch cache's history, as when it restarts or a watcher falls behind its
@@ -258,12 +366,13 @@ impl Faults {
         let _ = rx.wait_for(|h| !h.resources.contains(resource)).await;
     }
 
-    /// Turn off every persistent fault (close-after, fail-next, stall, held lists, the
-    /// watch-list knobs).
+    /// Turn off every persistent fault (close-after, compaction before a continue,
+    /// fail-next, stall, held lists, the watch-list knobs).
     pub fn clear(&self) {
         self.held_lists.send_modify(|h| h.resources.clear());
         self.close_watches_after(0);
-        *self.fail.lock() = None;
+        self.compact_before_continue(0);
+        self.fail.lock().clear();
         *self.stall_until.lock() = None;
         self.omit_initial_events_end(false);
         self.refuse_watch_list(false);
@@ -282,23 +391,41 @@ impl Faults {
         self.close_after.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn take_failure(&self) -> Option<InjectedFailure> {
+    /// The injected failure a request of `verb` answers with, if one is armed for it.
+    pub(crate) fn take_failure(&self, verb: &str) -> Option<InjectedFailure> {
         let mut f = self.fail.lock();
-        let cur = f.as_mut()?;
+        if f.is_empty() {
+            return None;
+        }
+        let bit = VERBS
+            .iter()
+            .position(|v| *v == verb)
+            .unwrap_or(VERBS.len() - 1);
+        let i = f
+            .iter()
+            .position(|armed| armed.verbs == 0 || armed.verbs & 1 << bit != 0)?;
+        let cur = &mut f[i];
         let out = InjectedFailure {
             code: cur.code,
             retry_after: cur.retry_after,
         };
         cur.remaining -= 1;
         if cur.remaining == 0 {
-            *f = None;
+            f.remove(i);
         }
-        let counter = if out.code == 429 {
-            &self.delivered.too_many_requests
+        drop(f);
+        let d = &self.delivered;
+        if out.code == 429 {
+            d.too_many_requests.fetch_add(1, Ordering::Relaxed);
         } else {
-            &self.delivered.failed
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+            d.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        if out.code >= 500 {
+            d.server_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        if out.code == 410 && verb == "list" {
+            d.lists_expired.fetch_add(1, Ordering::Relaxed);
+        }
         Some(out)
     }
 
@@ -427,9 +554,58 @@ mod tests {
             code: 429,
             retry_after: 3,
         });
-        assert_eq!(f.take_failure(), want);
-        assert_eq!(f.take_failure(), want);
-        assert_eq!(f.take_failure(), None);
+        assert_eq!(f.take_failure("get"), want);
+        assert_eq!(f.take_failure("watch"), want);
+        assert_eq!(f.take_failure("get"), None);
+        assert_eq!(f.delivered().too_many_requests, 2);
+    }
+
+    #[test]
+    fn fail_next_for_verbs_passes_the_others_and_counts_by_kind() {
+        let f = Faults::new(Arc::new(Store::new(10)));
+        assert_eq!(
+            f.fail_next_for(1, 500, 0, &["lists"]),
+            Err(UnknownVerb("lists".into()))
+        );
+        f.fail_next_for(2, 500, 0, &["list", "watch"]).unwrap();
+        assert_eq!(f.take_failure("patch"), None, "another verb passes");
+        assert_eq!(f.take_failure("get"), None);
+        assert!(f.take_failure("watch").is_some());
+        assert!(f.take_failure("list").is_some());
+        assert_eq!(f.take_failure("list"), None, "counted down");
+        let d = f.delivered();
+        assert_eq!((d.failed, d.server_errors, d.lists_expired), (2, 2, 0));
+        // An injected 410 on a LIST is a LIST answered 410; on a watch it is not.
+        f.fail_next_for(2, 410, 0, &[]).unwrap();
+        assert!(f.take_failure("watch").is_some());
+        assert!(f.take_failure("list").is_some());
+        let d = f.delivered();
+        assert_eq!((d.failed, d.server_errors, d.lists_expired), (4, 2, 1));
+        // One armed failure per verb set: another set's stays armed beside it, the same
+        // set's is replaced, and count 0 disarms only that set's.
+        f.fail_next_for(1, 429, 1, &["get"]).unwrap();
+        f.fail_next_for(5, 500, 0, &["list"]).unwrap();
+        f.fail_next_for(1, 410, 0, &["list"]).unwrap();
+        f.fail_next_for(1, 500, 0, &["watch"]).unwrap();
+        f.fail_next_for(0, 0, 0, &["watch"]).unwrap();
+        assert_eq!(f.take_failure("watch"), None);
+        assert_eq!(f.take_failure("list").map(|x| x.code), Some(410));
+        assert_eq!(f.take_failure("list"), None);
+        assert_eq!(f.take_failure("get").map(|x| x.code), Some(429));
+        // Without verbs, everything armed is replaced.
+        f.fail_next_for(1, 500, 0, &["get"]).unwrap();
+        f.fail_next(1, 503, 0);
+        assert_eq!(f.take_failure("list").map(|x| x.code), Some(503));
+        assert_eq!(f.take_failure("get"), None);
+        assert_eq!(d.lists_compacted, 0);
+        f.count_list_expired(true);
+        f.count_watch_too_old();
+        let d = f.delivered();
+        assert_eq!(
+            (d.lists_expired, d.lists_compacted, d.watches_too_old),
+            (3, 1, 1),
+            "the 410 taken by a LIST above, and these two"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -305,8 +305,15 @@ pub(crate) fn list(
                 return Err(response::too_large_rv(n, now));
             }
             let from_token = !start.is_empty() || inconsistent;
+            if from_token && shared.faults.take_compact_before_continue() {
+                shared.faults.compact_history();
+            }
             let full_start = format!("{prefix}{start}");
-            match store.list(res, at, &prefix, &full_start, limit, &filter, count) {
+            let listed = store.list(res, at, &prefix, &full_start, limit, &filter, count);
+            if let Err(e) = &listed {
+                shared.faults.count_list_expired(e.compacted);
+            }
+            match listed {
                 Ok(p) => p,
                 Err(_) if from_token => {
                     let mut s = response::expired(EXPIRED_CONTINUE);

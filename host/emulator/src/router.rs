@@ -266,10 +266,12 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             return r;
         }
     }
-    if let Some(f) = shared.faults.take_failure() {
-        debug!(code = f.code, "injected failure");
+    if let Some(f) = shared.faults.take_failure(v) {
+        debug!(code = f.code, verb = v, "injected failure");
         return response::status(&match f.code {
             429 => response::too_many_requests(f.retry_after),
+            // As kube-apiserver words a too old resourceVersion: clients act on the reason.
+            410 => response::expired("too old resource version: injected failure"),
             c => {
                 let mut s = Status::failure(
                     c,

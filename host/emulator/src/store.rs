@@ -76,6 +76,9 @@ pub struct TooOld {
     pub requested: u64,
     /// The oldest RV from which the history is complete.
     pub oldest: u64,
+    /// A compaction, not the watch history's window, is what passed `requested` (a LIST
+    /// only: watches are served from the history whatever the compaction point).
+    pub compacted: bool,
 }
 
 /// What a [`Store::mutate`] closure decides.
@@ -364,6 +367,7 @@ impl Store {
             return Err(TooOld {
                 requested: at,
                 oldest,
+                compacted: at < inner.compacted,
             });
         }
         // Undo the events after `at`: key → its state at `at`.
@@ -488,6 +492,7 @@ impl Store {
             return Err(TooOld {
                 requested: after,
                 oldest: st.floor,
+                compacted: false,
             });
         }
         let from = st.history.partition_point(|e| e.rv <= after);
@@ -621,7 +626,8 @@ mod tests {
             s.events_after("/configmaps", 1, 10, &mut ev),
             Err(TooOld {
                 requested: 1,
-                oldest: 3
+                oldest: 3,
+                compacted: false
             })
         );
         assert!(s.events_after("/configmaps", 3, 10, &mut ev).is_ok());
@@ -636,7 +642,8 @@ mod tests {
                 .map(|p| p.rv),
             Err(TooOld {
                 requested: 4,
-                oldest: 5
+                oldest: 5,
+                compacted: true
             })
         );
         assert!(s

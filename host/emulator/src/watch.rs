@@ -246,6 +246,7 @@ impl Watcher {
                     Err(e) => {
                         let s = response::expired(e.to_string());
                         self.error_and_close(&s).await;
+                        self.shared.faults.count_watch_too_old();
                         return;
                     }
                 };

@@ -230,6 +230,8 @@ async fn fault_expire_watch_history_expires_old_rvs() {
     let e = ev.next_within(STEP).await.unwrap();
     assert_eq!(e["object"]["code"], 410);
     assert_eq!(ev.next_within(STEP).await, None);
+    let d = h.faults().delivered();
+    assert_eq!((d.history_expired, d.watches_too_old), (1, 1));
     // From the current RV all is well.
     let now = h.current_resource_version();
     let (_, _, mut ev) = http
@@ -239,6 +241,82 @@ async fn fault_expire_watch_history_expires_old_rvs() {
         .await;
     h.create(default_cm("c", json!({}))).unwrap();
     assert_eq!(ev.next_within(STEP).await.unwrap()["type"], "ADDED");
+    h.shutdown().await;
+}
+
+/// Where a compaction or an expired history meets a client that lists: each LIST answered 410
+/// is counted, and those a compaction refused apart.
+#[tokio::test]
+async fn lists_answered_410_are_counted_with_their_cause() {
+    let (h, http) = start().await;
+    for n in ["a", "b", "c"] {
+        h.create(default_cm(n, json!({}))).unwrap();
+    }
+    let first = http.get(&format!("{CMS}?limit=1")).await.json();
+    let token = first["metadata"]["continue"].as_str().unwrap().to_owned();
+    let old = first["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    h.create(default_cm("d", json!({}))).unwrap();
+    h.faults().compact_history();
+    let r = http.get(&format!("{CMS}?limit=1&continue={token}")).await;
+    assert_eq!(r.status, 410, "an expired continue token");
+    let d = h.faults().delivered();
+    assert_eq!((d.compacted, d.lists_expired, d.lists_compacted), (1, 1, 1));
+    // An Exact LIST behind the history's floor, not the compaction point.
+    let now = h.current_resource_version();
+    h.create(default_cm("e", json!({}))).unwrap();
+    h.faults().expire_watch_history();
+    let r = http
+        .get(&format!("{CMS}?limit=1&resourceVersion={now}"))
+        .await;
+    assert_eq!(r.status, 410);
+    let d = h.faults().delivered();
+    assert_eq!((d.lists_expired, d.lists_compacted), (2, 1));
+    // Behind both.
+    let r = http
+        .get(&format!("{CMS}?limit=1&resourceVersion={old}"))
+        .await;
+    assert_eq!(r.status, 410);
+    assert_eq!(h.faults().delivered().lists_compacted, 2);
+    // Lists that succeed count nothing.
+    assert_eq!(http.get(&format!("{CMS}?limit=1")).await.status, 200);
+    assert_eq!(http.get(CMS).await.status, 200);
+    assert_eq!(h.faults().delivered().lists_expired, 3);
+    h.shutdown().await;
+}
+
+/// A compaction armed to come before the next page of a LIST: that page is refused (a write
+/// came between the pages), the first page and the next LIST are not.
+#[tokio::test]
+async fn a_compaction_before_the_next_continue_refuses_that_page() {
+    let (h, http) = start().await;
+    for n in ["a", "b", "c"] {
+        h.create(default_cm(n, json!({}))).unwrap();
+    }
+    h.faults().compact_before_continue(1);
+    let first = http.get(&format!("{CMS}?limit=1")).await;
+    assert_eq!(first.status, 200, "a first page carries no token");
+    let token = first.json()["metadata"]["continue"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    h.create(default_cm("d", json!({}))).unwrap();
+    let r = http.get(&format!("{CMS}?limit=1&continue={token}")).await;
+    assert_eq!(
+        (r.status.as_u16(), &r.json()["reason"]),
+        (410, &json!("Expired"))
+    );
+    let d = h.faults().delivered();
+    assert_eq!((d.compacted, d.lists_expired, d.lists_compacted), (1, 1, 1));
+    // Used up: a new LIST pages through.
+    let first = http.get(&format!("{CMS}?limit=2")).await.json();
+    let token = first["metadata"]["continue"].as_str().unwrap().to_owned();
+    h.create(default_cm("e", json!({}))).unwrap();
+    let r = http.get(&format!("{CMS}?limit=2&continue={token}")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(h.faults().delivered().compacted, 1);
     h.shutdown().await;
 }
 

@@ -208,6 +208,15 @@ impl Store {
         self.inner.read().items.len()
     }
 
+    /// The [`CacheDigest`] of what the store holds now, under one read lock.
+    pub fn digest(&self) -> CacheDigest {
+        let mut d = CacheDigest::default();
+        for (k, o) in &self.inner.read().items {
+            d.add(k, o.resource_version());
+        }
+        d
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -476,6 +485,57 @@ fn unindex(ix: &mut Index, value: &str, key: &Arc<str>) {
         if set.is_empty() {
             ix.remove(value);
         }
+    }
+}
+
+/// What a cache holds, in two numbers: how many objects, and an order-independent hash of
+/// their (key, resourceVersion) pairs. Why: a cache compared with the API server's state from
+/// outside the process (`/statusz?digest=1` against a LIST) would otherwise have to be dumped;
+/// equal digests mean the same keys at the same versions (barring a 64-bit collision).
+///
+/// Each pair is hashed on its own (FNV-1a over the key, a byte no UTF-8 text holds and the
+/// resourceVersion, then SplitMix64's finaliser to spread it) and the hashes are added, so
+/// the order in which a map or a LIST yields them does not matter.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheDigest {
+    pub objects: u64,
+    pub hash: u64,
+}
+
+impl CacheDigest {
+    /// The digest of `(key, resourceVersion)` pairs in any order, e.g. from a LIST.
+    pub fn of<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> CacheDigest {
+        let mut d = CacheDigest::default();
+        for (k, rv) in pairs {
+            d.add(k, rv);
+        }
+        d
+    }
+
+    /// Counts one more object.
+    pub fn add(&mut self, key: &str, resource_version: &str) {
+        const PRIME: u64 = 0x0000_0100_0000_01b3;
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let bytes = key
+            .as_bytes()
+            .iter()
+            .chain(&[0xff])
+            .chain(resource_version.as_bytes());
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(PRIME);
+        }
+        h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        h ^= h >> 31;
+        self.objects += 1;
+        self.hash = self.hash.wrapping_add(h);
+    }
+}
+
+/// `hash` in 16 hex digits (what `/statusz` shows beside the count).
+impl std::fmt::LowerHex for CacheDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", self.hash)
     }
 }
 
@@ -748,5 +808,36 @@ mod tests {
         plain.add(obj_labels("ns", "a", "1", &[("app", "x")]));
         plain.add(obj_labels("other", "c", "1", &[("app", "x")]));
         assert_eq!(plain.list_filtered(Some("ns"), &pred).len(), 1);
+    }
+
+    #[test]
+    fn the_digest_counts_keys_and_versions_in_any_order() {
+        let s = Store::new();
+        assert_eq!(s.digest(), CacheDigest::default());
+        s.add(obj("ns", "a", "1"));
+        s.add(obj("ns", "b", "2"));
+        s.add(obj("", "c", "3"));
+        let listed = CacheDigest::of([("c", "3"), ("ns/b", "2"), ("ns/a", "1")]);
+        assert_eq!(
+            s.digest(),
+            listed,
+            "what a LIST in another order digests to"
+        );
+        assert_eq!(s.digest().objects, 3);
+        // Another version, a missing or an extra key: another digest.
+        s.update(obj("ns", "b", "4"));
+        assert_ne!(s.digest(), listed);
+        assert_eq!(s.digest().objects, 3);
+        s.update(obj("ns", "b", "2"));
+        assert_eq!(s.digest(), listed);
+        s.delete_key("c");
+        assert_ne!(s.digest(), listed);
+        // The separator keeps a key and a version apart: ("ns/a1", "") is not ("ns/a", "1").
+        assert_ne!(
+            CacheDigest::of([("ns/a1", "")]),
+            CacheDigest::of([("ns/a", "1")])
+        );
+        assert_eq!(format!("{:x}", CacheDigest::of([])), "0000000000000000");
+        assert_eq!(format!("{:x}", listed).len(), 16);
     }
 }

@@ -1,5 +1,6 @@
 //! The operations endpoint: `/metrics` (OpenMetrics text), `/healthz`, `/readyz` (naming what
-//! keeps it unready) and `/statusz` (each plugin's state as JSON).
+//! keeps it unready) and `/statusz` (each plugin's state as JSON; `/statusz?digest=1` adds
+//! each informer's cache digest, to compare a cache with the API server's state from outside).
 //!
 //! Plain HTTP/1.1 on a separate listener, so scraping never competes with anything else; the
 //! handlers only read atomics and render text.
@@ -97,7 +98,18 @@ fn handle(status: &RuntimeStatus, req: &Request<Incoming>) -> Response<Full<Byte
             };
             text(code, "text/plain", body)
         }
-        "/statusz" => text(StatusCode::OK, "application/json", status.render_status()),
+        "/statusz" => {
+            let digests = req
+                .uri()
+                .query()
+                .is_some_and(|q| q.split('&').any(|p| p == "digest=1" || p == "digest"));
+            let body = if digests {
+                status.render_status_with_digests()
+            } else {
+                status.render_status()
+            };
+            text(StatusCode::OK, "application/json", body)
+        }
         _ => text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
     }
 }

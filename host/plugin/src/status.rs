@@ -180,6 +180,18 @@ impl RuntimeStatus {
     /// The `/statusz` document: one entry per plugin with its state, quarantine details,
     /// informer sync and a few counters, as JSON.
     pub fn render_status(&self) -> String {
+        self.render(false)
+    }
+
+    /// [`render_status`](Self::render_status) with each informer's cache digest (`cache`:
+    /// `objects` and `digest`, a [`CacheDigest`](kwh_informer::store::CacheDigest)), computed
+    /// now from its store: `/statusz?digest=1`. Why on request only: it reads every cached
+    /// object, where the rest of the document reads counters.
+    pub fn render_status_with_digests(&self) -> String {
+        self.render(true)
+    }
+
+    fn render(&self, digests: bool) -> String {
         let unix = |t: SystemTime| {
             t.duration_since(std::time::UNIX_EPOCH)
                 .ok()
@@ -205,12 +217,20 @@ impl RuntimeStatus {
                         .watches
                         .iter()
                         .map(|w| {
-                            serde_json::json!({
+                            let mut v = serde_json::json!({
                                 "informer": w.key,
                                 "synced": w.reg.has_synced(),
                                 "lastSyncResourceVersion": w.informer.last_sync_resource_version(),
                                 "lastError": w.counters.last_error(),
-                            })
+                            });
+                            if digests {
+                                let d = w.informer.indexer().digest();
+                                v["cache"] = serde_json::json!({
+                                    "objects": d.objects,
+                                    "digest": format!("{d:x}"),
+                                });
+                            }
+                            v
                         })
                         .collect();
                     serde_json::json!({

@@ -222,6 +222,66 @@ async fn spec_1_8_watch_restarts_and_relists_are_counted_in_metrics() {
     em.shutdown().await;
 }
 
+/// The cache's digest in `/statusz?digest=1` equals the digest of the server's LIST once the
+/// informer has caught up, follows a change, and is left out of a plain `/statusz`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statusz_digest_equals_the_servers_list_once_caught_up() {
+    use kwh_informer::store::CacheDigest;
+    let em = emulator().await;
+    for n in 0..20 {
+        em.create(cm(&format!("d-{n}"), json!({"v": "0"})))
+            .expect("create");
+    }
+    let mut rt = runtime(&em, Limits::default(), false);
+    start(&mut rt, &["noop"]).await;
+    let (addr, task) = serve_ops(&rt).await;
+    let server = || {
+        let items = em.list("v1", "ConfigMap", None);
+        let pairs: Vec<(String, String)> = items
+            .iter()
+            .map(|o| {
+                let m = &o["metadata"];
+                let key = format!(
+                    "{}/{}",
+                    m["namespace"].as_str().unwrap_or(""),
+                    m["name"].as_str().unwrap_or("")
+                );
+                (key, m["resourceVersion"].as_str().unwrap_or("").to_owned())
+            })
+            .collect();
+        CacheDigest::of(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    };
+    let cache = |body: &str| -> Value {
+        let v: Value = serde_json::from_str(body).expect("JSON");
+        v["plugins"][0]["informers"][0]["cache"].clone()
+    };
+    let want = server();
+    assert_eq!(want.objects, 20);
+    let (_, body) = get_until(&addr, "/statusz?digest=1", WAIT, |_, b| {
+        cache(b)["digest"] == format!("{want:x}")
+    })
+    .await
+    .expect("the cache's digest reaches the server's");
+    assert_eq!(cache(&body)["objects"], 20);
+    assert!(cache(&http_get(&addr, "/statusz").await.1).is_null());
+
+    let mut changed = em
+        .get("v1", "ConfigMap", Some("default"), "d-3")
+        .expect("d-3");
+    changed["data"]["v"] = "1".into();
+    em.update(changed).expect("update");
+    let after = server();
+    assert_ne!(after, want);
+    get_until(&addr, "/statusz?digest=1", WAIT, |_, b| {
+        cache(b)["digest"] == format!("{after:x}")
+    })
+    .await
+    .expect("the digest follows the change");
+    task.abort();
+    rt.shutdown(Duration::from_secs(5)).await;
+    em.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spec_2_7_readyz_is_503_naming_the_plugin_until_its_informers_sync() {
     let em = emulator().await;

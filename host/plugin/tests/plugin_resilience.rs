@@ -4,10 +4,11 @@
 mod support;
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use kwh_emulator::EmulatorHandle;
-use kwh_plugin::{QuarantinePolicy, RuntimeOptions};
+use kwh_plugin::{PluginSpec, QuarantinePolicy, RuntimeOptions};
 use serde_json::{json, Value};
 use support::cluster::{cm, emulator, eventually, get_cm, http_get, runtime_with, start};
 
@@ -112,6 +113,67 @@ async fn a_failed_notification_is_retried_on_a_fresh_instance_in_order_then_drop
             .load(Ordering::Relaxed)
     };
     assert!(eventually(WAIT, || reconciles() >= 3).await);
+    assert!(rt.shutdown(Duration::from_secs(5)).await);
+    em.shutdown().await;
+}
+
+/// A trapped notification is retried at once on a fresh instance: transient traps do not hold
+/// up the plugin's later notifications. Found by the chaos soak (`tests/support/soak.rs`): with
+/// 1 % of handler calls trapping at a few thousand events a second, a 50 ms wait before each
+/// retry added up to more than the time there was, and the notifications waiting in the
+/// listener's buffer grew without bound. The `soak` guest here traps on every handler call but
+/// an instance's first, so each notification after the first traps once and its retry, the
+/// first call of a fresh instance, goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trapped_notification_is_retried_at_once_without_holding_up_the_stream() {
+    const N: u64 = 40;
+    let logs = support::logs::capture_global();
+    let em = emulator().await;
+    let opts = RuntimeOptions {
+        quarantine: QuarantinePolicy {
+            failures: 0,
+            ..QuarantinePolicy::default()
+        },
+        ..RuntimeOptions::default()
+    };
+    let mut rt = runtime_with(&em, opts.clone());
+    let mut spec = PluginSpec::with_defaults(support::guests::guest("soak"), &opts);
+    spec.config = Arc::new(json!({"name": "at-once", "namespace": "default",
+        "guestHandlers": true, "trapPerMille": 1000}));
+    tokio::time::timeout(Duration::from_secs(120), rt.start_spec(spec))
+        .await
+        .expect("in time")
+        .expect("starts");
+    assert!(eventually(WAIT, || rt.is_ready()).await);
+    let d = rt.plugins()[0].dispatcher_handle();
+    let started = Instant::now();
+    for i in 0..N {
+        em.create(cm(&format!("at-once-{i}"), json!({})))
+            .expect("create");
+    }
+    assert!(
+        eventually(WAIT, || d.delivered.load(Ordering::Relaxed) >= N).await,
+        "every notification delivered"
+    );
+    let took = started.elapsed();
+    assert_eq!(d.dropped.load(Ordering::Relaxed), 0);
+    let retries = d.retries.load(Ordering::Relaxed);
+    assert!(retries >= N - 1, "{retries} retries");
+    let waits: Vec<String> = logs
+        .lines()
+        .into_iter()
+        .filter(|l| l.plugin.as_deref() == Some("at-once"))
+        .map(|l| l.message)
+        .filter(|m| m.starts_with("handler failed; retrying on a fresh instance"))
+        .collect();
+    assert_eq!(waits.len() as u64, retries);
+    assert!(
+        waits.iter().all(|m| m.ends_with(" in 0ns")),
+        "a trap is retried without a wait: {waits:?}"
+    );
+    // The stream was not held up: a 50 ms wait per retry alone would take this long.
+    let waiting = Duration::from_millis(50) * (N as u32 - 1);
+    assert!(took < waiting, "{N} notifications took {took:?}");
     assert!(rt.shutdown(Duration::from_secs(5)).await);
     em.shutdown().await;
 }
