@@ -63,6 +63,7 @@ async fn each_plugin_runs_under_its_own_memory_cap_and_carries_its_config() {
         &plugins,
         "- module: portion-16.wasm\n  memoryMb: 16\n  config: {role: small}\n\
          - module: portion-64.wasm\n  memoryMb: 64\n  workers: 2\n  maxQueuedKeys: 5000\n  \
+           logLinesPerSecond: 0\n  \
            config: {role: large, names: [a, b]}\n",
     )
     .expect("plugins file");
@@ -74,6 +75,8 @@ async fn each_plugin_runs_under_its_own_memory_cap_and_carries_its_config() {
             os("8"),
             os("--max-queued-keys"),
             os("123"),
+            os("--log-lines-per-second"),
+            os("250"),
             // The failing key is retried; a quarantine would only hide the cap's repeats.
             os("--quarantine-failures"),
             os("0"),
@@ -128,6 +131,8 @@ async fn each_plugin_runs_under_its_own_memory_cap_and_carries_its_config() {
     assert_eq!(small["limits"]["handlerDeadlineMs"], 1000);
     assert_eq!(small["limits"]["maxQueuedKeys"], 123);
     assert_eq!(large["limits"]["maxQueuedKeys"], 5000);
+    assert_eq!(small["limits"]["logLinesPerSecond"], 250);
+    assert_eq!(large["limits"]["logLinesPerSecond"], 0);
     assert_eq!(small["workers"], 1);
     assert_eq!(large["workers"], 2);
 

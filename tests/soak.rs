@@ -18,7 +18,11 @@ async fn a_short_chaos_soak_converges_exactly_with_no_overlap_no_growth_and_no_p
     let table = report.table();
     println!("{table}\n(in {:.1} s)", started.elapsed().as_secs_f64());
     let unmet = report.unmet();
-    assert!(unmet.is_empty(), "floors not met: {unmet:#?}\n{table}");
+    assert!(
+        unmet.is_empty(),
+        "floors not met: {unmet:#?}\n{table}\n{}",
+        report.tails.join("\n\n")
+    );
     // Every kind of fault reached the hosts at least once (the counts wanted are the
     // benchmark's business; here a kind that never fires would go unnoticed).
     let never: Vec<&str> = soak::COUNTERS

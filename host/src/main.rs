@@ -24,7 +24,8 @@ use kwh_plugin::{
     PrecompileError, Precompiled, QuarantinePolicy, RetryPolicy, RuntimeOptions,
 };
 use plugins_file::{
-    check, ranged, DEADLINE_MS, MAX_INSTANCES, MAX_QUEUED_KEYS, MEMORY_MB, WORKER_THREADS,
+    check, ranged, DEADLINE_MS, LOG_LINES_PER_SECOND, MAX_INSTANCES, MAX_QUEUED_KEYS, MEMORY_MB,
+    WORKER_THREADS,
 };
 
 #[derive(Parser)]
@@ -78,7 +79,7 @@ struct RunArgs {
     /// A YAML list of plugins, each with `module` (its .wasm, relative to the file) and
     /// optionally `config` (any value, kept as JSON for the plugin), its own `memoryMb`,
     /// `handlerDeadlineMs`, `reconcileDeadlineMs`, `maxInstances` (bounds its own instances),
-    /// `maxQueuedKeys`, `workers` (over its manifest's) and `namespace`; unset keys take the global values.
+    /// `maxQueuedKeys`, `logLinesPerSecond`, `workers` (over its manifest's) and `namespace`; unset keys take the global values.
     /// Checked whole before anything starts. Also the key `plugins:` of `--config`; both may be
     /// given with `--plugin`: the config file's plugins start first, then this file's, then
     /// the `--plugin` ones.
@@ -118,6 +119,11 @@ struct RunArgs {
     /// 1 to 100000000): further adds are refused and counted (`plugin_queue_adds_refused`).
     #[arg(long, value_name = "N", value_parser = ranged(MAX_QUEUED_KEYS))]
     max_queued_keys: Option<u64>,
+    /// Log lines a plugin may write per second (its log import, stdout and stderr), after a
+    /// burst of ten seconds' worth, at least 1000 (default 100; 0 to 1000000, 0 lets every
+    /// line through): further lines are dropped and counted (`plugin_log_lines_dropped`).
+    #[arg(long, value_name = "N", value_parser = ranged(LOG_LINES_PER_SECOND))]
+    log_lines_per_second: Option<u64>,
     /// Grace period for in-flight reconciles at shutdown, in seconds (default 30). Reconciles
     /// still running when it ends are abandoned with a warning naming them; the exit status is
     /// still 0.
@@ -155,7 +161,7 @@ struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = kwh_client::duration::parse_duration)]
     wakeup_batching: Option<Duration>,
     /// YAML file with any of: handlerDeadlineMs, reconcileDeadlineMs, memoryMb, maxInstances,
-    /// maxQueuedKeys, workerThreads, wakeupBatching, gracePeriodSeconds, quarantineFailures, quarantineWindowSeconds, quarantineCooldownMs,
+    /// maxQueuedKeys, logLinesPerSecond, workerThreads, wakeupBatching, gracePeriodSeconds, quarantineFailures, quarantineWindowSeconds, quarantineCooldownMs,
     /// quarantineMaxCooldownMs, handlerAttempts, cacheDir, metricsAddr, namespace, failFast,
     /// plugins (a list as in `--plugins`, relative to this file).
     #[arg(long, value_name = "FILE")]
@@ -289,6 +295,7 @@ struct FileConfig {
     memory_mb: Option<u64>,
     max_instances: Option<u64>,
     max_queued_keys: Option<u64>,
+    log_lines_per_second: Option<u64>,
     worker_threads: Option<u64>,
     wakeup_batching: Option<String>,
     grace_period_seconds: Option<u64>,
@@ -930,6 +937,11 @@ async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
     let memory_mb = file_check("memoryMb", file.memory_mb, &MEMORY_MB)?;
     let max_instances = file_check("maxInstances", file.max_instances, &MAX_INSTANCES)?;
     let max_queued_keys = file_check("maxQueuedKeys", file.max_queued_keys, &MAX_QUEUED_KEYS)?;
+    let log_lines_per_second = file_check(
+        "logLinesPerSecond",
+        file.log_lines_per_second,
+        &LOG_LINES_PER_SECOND,
+    )?;
     let defaults = Limits::default();
     let ms = Duration::from_millis;
     let limits = Limits {
@@ -955,6 +967,12 @@ async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
             .max_queued_keys
             .or(max_queued_keys)
             .map_or(defaults.max_queued_keys, plugins_file::keys),
+        log_lines_per_second: args
+            .log_lines_per_second
+            .or(log_lines_per_second)
+            .map_or(defaults.log_lines_per_second, |n| {
+                u32::try_from(n).unwrap_or(u32::MAX)
+            }),
         ..defaults
     };
     let namespace = args.namespace.clone().or(file.namespace.clone());

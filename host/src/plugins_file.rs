@@ -25,6 +25,8 @@ pub const MEMORY_MB: RangeInclusive<u64> = 1..=4096;
 pub const MAX_INSTANCES: RangeInclusive<u64> = 1..=1024;
 /// Keys a plugin's workqueue may hold.
 pub const MAX_QUEUED_KEYS: RangeInclusive<u64> = 1..=100_000_000;
+/// `--log-lines-per-second` and `logLinesPerSecond` (0: unbounded).
+pub const LOG_LINES_PER_SECOND: RangeInclusive<u64> = 0..=1_000_000;
 /// `--worker-threads` and `workerThreads`.
 pub const WORKER_THREADS: RangeInclusive<u64> = 1..=256;
 /// Reconcile workers per plugin.
@@ -67,6 +69,7 @@ struct Entry {
     reconcile_deadline_ms: Option<u64>,
     max_instances: Option<u64>,
     max_queued_keys: Option<u64>,
+    log_lines_per_second: Option<u64>,
     workers: Option<u64>,
     namespace: Option<String>,
     #[serde(default)]
@@ -164,6 +167,10 @@ fn entry(
         max_queued_keys: match e.max_queued_keys {
             Some(v) => keys(check("maxQueuedKeys", v, &MAX_QUEUED_KEYS)?),
             None => d.max_queued_keys,
+        },
+        log_lines_per_second: match e.log_lines_per_second {
+            Some(v) => narrow(check("logLinesPerSecond", v, &LOG_LINES_PER_SECOND)?),
+            None => d.log_lines_per_second,
         },
         ..d.clone()
     };

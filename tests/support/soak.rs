@@ -10,7 +10,9 @@
 //! of its own (guest calls that may trap), `soak-b` with the SDK's (handed over to the host).
 //! About 1 % of guest calls trap; quarantine is off (`--quarantine-failures 0`: at 1 % of
 //! thousands of calls a second any threshold would quarantine both plugins at once, and the
-//! soak is about convergence, not quarantine). Meanwhile:
+//! soak is about convergence, not quarantine), and so is the guests' log budget
+//! (`--log-lines-per-second 0`: their one line per reconcile is how the soak counts them).
+//! Meanwhile:
 //!
 //! - writers update the ConfigMaps `events` times over `kwh-client` (merge patches; one that a
 //!   dropped connection failed is sent again);
@@ -735,6 +737,9 @@ fn host_args(plugins: &Path) -> Vec<OsString> {
         "300ms",
         "--quarantine-failures",
         "0",
+        // The guests' lines are what the soak counts reconciles by: no budget on them.
+        "--log-lines-per-second",
+        "0",
     ]
     .iter()
     .map(OsString::from)
@@ -757,6 +762,8 @@ pub struct SoakReport {
     pub faults: BTreeMap<String, u64>,
     pub fault_target: u64,
     pub relist_target: u64,
+    /// Without convergence: each running host's last lines of its own.
+    pub tails: Vec<String>,
     pub actions: BTreeMap<&'static str, Posted>,
     pub kills: usize,
     pub hosts: Vec<HostRun>,
@@ -1358,6 +1365,21 @@ pub async fn run(cfg: SoakConfig) -> SoakReport {
             panics.push(format!("emulator: {}", l.text));
         }
     }
+    // Without convergence, what the running hosts said last (their own lines, not the guests').
+    let mut tails = Vec::new();
+    if convergence.is_none() {
+        for id in soak.live() {
+            let own: Vec<&str> = soak.rs.replicas[id]
+                .process
+                .seen
+                .iter()
+                .filter(|l| !l.text.contains("plugin::stdout"))
+                .map(|l| l.text.as_str())
+                .collect();
+            let from = own.len().saturating_sub(40);
+            tails.push(format!("host {id}:\n{}", own[from..].join("\n")));
+        }
+    }
     for h in &soak.hosts {
         if h.ended == "exited by itself" {
             let tail: Vec<String> = soak.rs.replicas[h.id]
@@ -1393,6 +1415,7 @@ pub async fn run(cfg: SoakConfig) -> SoakReport {
         hosts: soak.hosts.clone(),
         convergence_seconds: convergence,
         digest_mismatches: mismatches,
+        tails,
         emulator_digest: want_text,
         unreconciled,
         reconciles: soak.tracker.reconciles,

@@ -3,9 +3,10 @@
 //! A guest's `log` import and its stdout and stderr all end up as host log lines. A guest
 //! logging in a loop, or one 60 MB message, would otherwise cost the host's CPU and disk (and
 //! its operators' log bill) without bound, and drown every other plugin's lines. So each
-//! plugin has one budget for all of its instances: a token bucket (a burst of
-//! [`BURST`] lines, then [`PER_SECOND`] a second), lines over it are dropped and counted, and
-//! one line says how many were dropped once the plugin is let log again. A message longer
+//! plugin has one budget for all of its instances: a token bucket (by default a burst of
+//! [`BURST`] lines, then [`PER_SECOND`] a second; a plugin's `logLinesPerSecond` sets the rate,
+//! the burst is ten seconds of it), lines over it are dropped and counted, and one line says
+//! how many were dropped once the plugin is let log again. A message longer
 //! than [`MAX_LINE`] bytes is cut, saying by how much.
 
 use std::borrow::Cow;
@@ -17,15 +18,19 @@ use parking_lot::Mutex;
 
 /// The longest line kept, in bytes (cut at a character boundary).
 pub const MAX_LINE: usize = 4096;
-/// Lines a plugin may log at once after a quiet spell.
-pub const BURST: f64 = 1000.0;
-/// Lines a plugin may log per second, sustained.
-pub const PER_SECOND: f64 = 100.0;
+/// Lines a plugin may log at once after a quiet spell, at the default rate (and at least).
+pub const BURST: u32 = 1000;
+/// Lines a plugin may log per second, sustained, by default.
+pub const PER_SECOND: u32 = 100;
 
 /// One plugin's log budget, shared by its instances.
 #[derive(Debug)]
 pub struct GuestLog {
     plugin: Arc<str>,
+    /// Lines per second, sustained; `None`: no budget.
+    rate: Option<f64>,
+    /// The bucket's size.
+    burst: f64,
     bucket: Mutex<Bucket>,
     /// Lines dropped since start (the `plugin_log_lines_dropped` metric).
     dropped: AtomicU64,
@@ -40,12 +45,16 @@ struct Bucket {
 }
 
 impl GuestLog {
-    /// A full budget for `plugin`.
-    pub fn new(plugin: Arc<str>) -> Self {
+    /// A full budget for `plugin` of `per_second` lines a second (0: unbounded).
+    pub fn new(plugin: Arc<str>, per_second: u32) -> Self {
+        let rate = (per_second > 0).then_some(f64::from(per_second));
+        let burst = f64::from(BURST.max(per_second.saturating_mul(10)));
         GuestLog {
             plugin,
+            rate,
+            burst,
             bucket: Mutex::new(Bucket {
-                tokens: BURST,
+                tokens: burst,
                 at: Instant::now(),
             }),
             dropped: AtomicU64::new(0),
@@ -70,10 +79,13 @@ impl GuestLog {
     }
 
     fn admit_at(&self, now: Instant) -> bool {
+        let Some(rate) = self.rate else {
+            return true;
+        };
         {
             let mut b = self.bucket.lock();
-            let refill = now.saturating_duration_since(b.at).as_secs_f64() * PER_SECOND;
-            b.tokens = (b.tokens + refill).min(BURST);
+            let refill = now.saturating_duration_since(b.at).as_secs_f64() * rate;
+            b.tokens = (b.tokens + refill).min(self.burst);
             b.at = now;
             if b.tokens < 1.0 {
                 drop(b);
@@ -86,7 +98,7 @@ impl GuestLog {
         let missed = self.unreported.swap(0, Ordering::Relaxed);
         if missed > 0 {
             tracing::warn!(target: "plugin::guest", plugin = %self.plugin, dropped = missed,
-                "{missed} log lines of this plugin dropped: over {PER_SECOND} a second (bursts of {BURST})");
+                "{missed} log lines of this plugin dropped: over {rate} a second (bursts of {}; its logLinesPerSecond)", self.burst);
         }
         true
     }
@@ -112,7 +124,7 @@ mod tests {
 
     #[test]
     fn a_burst_then_a_rate_and_every_refusal_counted() {
-        let log = GuestLog::new(Arc::from("p"));
+        let log = GuestLog::new(Arc::from("p"), PER_SECOND);
         let t0 = Instant::now();
         let let_through = (0..5_000).filter(|_| log.admit_at(t0)).count();
         assert_eq!(let_through, BURST as usize);
@@ -127,6 +139,18 @@ mod tests {
             (0..5_000).filter(|_| log.admit_at(t2)).count(),
             BURST as usize
         );
+    }
+
+    #[test]
+    fn a_plugins_own_rate_sets_its_burst_and_zero_lets_everything_through() {
+        let log = GuestLog::new(Arc::from("p"), 500);
+        let t0 = Instant::now();
+        assert_eq!((0..20_000).filter(|_| log.admit_at(t0)).count(), 5_000);
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!((0..20_000).filter(|_| log.admit_at(t1)).count(), 500);
+        let free = GuestLog::new(Arc::from("p"), 0);
+        assert_eq!((0..20_000).filter(|_| free.admit_at(t0)).count(), 20_000);
+        assert_eq!(free.dropped(), 0);
     }
 
     #[test]

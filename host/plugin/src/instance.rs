@@ -48,6 +48,10 @@ pub struct Limits {
     /// the queue lives in host memory, outside the guest's cap, so a guest enqueueing keys in
     /// a loop must meet a bound. Further adds of new keys are refused and counted.
     pub max_queued_keys: usize,
+    /// Log lines (its `log` import, stdout and stderr) the plugin may write per second,
+    /// sustained, after a burst of ten seconds' worth (at least 1,000); 0 lets every line
+    /// through. See [`crate::guest_log`].
+    pub log_lines_per_second: u32,
 }
 
 impl Default for Limits {
@@ -61,6 +65,7 @@ impl Default for Limits {
             // Far above the objects a plugin's caches hold in practice (the benchmarks watch
             // 100,000), far below what would threaten the host: ~100 bytes a key.
             max_queued_keys: 1_000_000,
+            log_lines_per_second: crate::guest_log::PER_SECOND,
         }
     }
 }

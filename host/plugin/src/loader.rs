@@ -318,7 +318,7 @@ impl PluginEngine {
             .and_then(|s| s.to_str())
             .unwrap_or("plugin");
         let load_ctx = Arc::new(PluginCtx {
-            log: Arc::new(GuestLog::new(Arc::from(stem))),
+            log: Arc::new(GuestLog::new(Arc::from(stem), limits.log_lines_per_second)),
             name: Arc::from(stem),
             manifest: Arc::new(Manifest {
                 name: stem.to_string(),
@@ -374,7 +374,10 @@ impl PluginEngine {
         );
         let name: Arc<str> = Arc::from(manifest.name.as_str());
         inner.ctx = Arc::new(PluginCtx {
-            log: Arc::new(GuestLog::new(name.clone())),
+            log: Arc::new(GuestLog::new(
+                name.clone(),
+                inner.limits.log_lines_per_second,
+            )),
             name,
             handed_over: Arc::new(HandedOver::new(manifest.watches.len())),
             manifest: Arc::new(manifest),

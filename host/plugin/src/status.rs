@@ -42,6 +42,7 @@ fn limits_json(l: &Limits) -> serde_json::Value {
         "memoryBytes": l.memory_bytes,
         "maxInstances": l.max_instances,
         "maxQueuedKeys": l.max_queued_keys,
+        "logLinesPerSecond": l.log_lines_per_second,
     })
 }
 

@@ -182,7 +182,7 @@ mod tests {
     #[test]
     fn splits_lines_across_writes_and_flushes_the_tail_on_drop() {
         let lines = captured(|| {
-            let s = LogStream::new(Arc::new(GuestLog::new(Arc::from("p"))), Stream::Stdout);
+            let s = LogStream::new(Arc::new(GuestLog::new(Arc::from("p"), 0)), Stream::Stdout);
             let mut clone = s.clone();
             s.push(b"hel");
             s.push(b"lo\r\nwor");
@@ -198,7 +198,7 @@ mod tests {
     #[test]
     fn overlong_lines_are_cut_so_memory_stays_bounded() {
         let lines = captured(|| {
-            let s = LogStream::new(Arc::new(GuestLog::new(Arc::from("p"))), Stream::Stderr);
+            let s = LogStream::new(Arc::new(GuestLog::new(Arc::from("p"), 0)), Stream::Stderr);
             s.push(&vec![b'a'; MAX_LINE * 2 + 10]);
             assert_eq!(s.0.pending.lock().len(), 10);
         });

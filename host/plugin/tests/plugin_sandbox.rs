@@ -475,7 +475,8 @@ async fn log_spam_is_held_to_the_plugins_budget_and_counted() {
     let lines: Vec<_> = logs.lines().into_iter().filter(mine).collect();
     // The burst, and what the budget refilled while the reconcile ran: each line let through
     // after some were dropped comes with the line saying how many (20,257 were offered).
-    let allowed = BURST + 2.0 * PER_SECOND * began.elapsed().as_secs_f64() + 2.0;
+    let allowed =
+        f64::from(BURST) + 2.0 * f64::from(PER_SECOND) * began.elapsed().as_secs_f64() + 2.0;
     assert!(
         lines.len() as f64 <= allowed,
         "{} lines logged, {allowed:.0} allowed",
