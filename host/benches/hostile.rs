@@ -54,6 +54,8 @@ struct Scenario {
     /// The metric that must have moved (a counter of the hostile plugin), or a log line that
     /// must have been written (for a plugin refused at load).
     proof: Proof,
+    /// Its `reconcileDeadlineMs`, where the default (10 s) would not show within a run.
+    reconcile_deadline_ms: Option<u64>,
 }
 
 enum Module {
@@ -90,14 +92,16 @@ fn scenarios() -> Vec<Scenario> {
             limit:
                 "memory cap (64 MiB) in reconcile; handler deadline (1 s) for `stall`; quarantine",
             proof: Proof::Metric("plugin_guest_memory_exhaustions_total"),
+            reconcile_deadline_ms: None,
         },
         Scenario {
             name: "looper",
             module: Module::Guest("looper"),
             feed: Some(|i| cm(format!("w-{i}"), json!({}))),
             namespace: WILD,
-            limit: "reconcile deadline (10 s), epoch checks every 5 ms; quarantine",
+            limit: "reconcile deadline (10 s by default, 2 s here), checked every 1 ms; quarantine",
             proof: Proof::Metric("plugin_guest_deadline_hits_total"),
+            reconcile_deadline_ms: Some(2000),
         },
         Scenario {
             name: "trapper",
@@ -106,6 +110,7 @@ fn scenarios() -> Vec<Scenario> {
             namespace: WILD,
             limit: "trap → instance replaced; 5 failures in 60 s → quarantine",
             proof: Proof::Metric("plugin_quarantines_total"),
+            reconcile_deadline_ms: None,
         },
         Scenario {
             name: "relapse",
@@ -115,6 +120,7 @@ fn scenarios() -> Vec<Scenario> {
             limit:
                 "traps in handlers and reconcile → quarantine; notifications held back, no backlog",
             proof: Proof::Metric("plugin_notifications_held_back_total"),
+            reconcile_deadline_ms: None,
         },
         Scenario {
             name: "unruly (fail)",
@@ -123,6 +129,7 @@ fn scenarios() -> Vec<Scenario> {
             namespace: WILD,
             limit: "reconcile errors → rate-limited requeue (5 ms doubling to 1000 s)",
             proof: Proof::Metric("plugin_reconcile_errors_total"),
+            reconcile_deadline_ms: None,
         },
         Scenario {
             name: "unruly (hog)",
@@ -131,6 +138,7 @@ fn scenarios() -> Vec<Scenario> {
             namespace: WILD,
             limit: "memory cap (64 MiB) → instance replaced; quarantine",
             proof: Proof::Metric("plugin_guest_memory_exhaustions_total"),
+            reconcile_deadline_ms: None,
         },
         Scenario {
             name: "flaky",
@@ -139,6 +147,7 @@ fn scenarios() -> Vec<Scenario> {
             namespace: WILD,
             limit: "handler trap → retried on a fresh instance (3 attempts), then dropped",
             proof: Proof::Metric("plugin_notifications_dropped_total"),
+            reconcile_deadline_ms: None,
         },
         Scenario {
             name: "havoc (recursion)",
@@ -148,6 +157,7 @@ fn scenarios() -> Vec<Scenario> {
             limit:
                 "its stack runs out (out-of-bounds trap; wasmtime's 1 MiB stack for native frames)",
             proof: Proof::Metric("plugin_guest_traps_total"),
+            reconcile_deadline_ms: None,
         },
         Scenario {
             name: "havoc (24 MiB return value)",
@@ -156,6 +166,7 @@ fn scenarios() -> Vec<Scenario> {
             namespace: WILD,
             limit: "its memory cap bounds the value; the host's warning quotes 256 bytes of it",
             proof: Proof::Metric("plugin_reconcile_errors_total"),
+            reconcile_deadline_ms: None,
         },
         Scenario {
             name: "havoc (enqueue storm, 10 M keys)",
@@ -164,6 +175,7 @@ fn scenarios() -> Vec<Scenario> {
             namespace: WILD,
             limit: "the queue's bound (1,000,000 keys, --max-queued-keys); reconcile deadline",
             proof: Proof::Metric("plugin_queue_adds_refused_total"),
+            reconcile_deadline_ms: None,
         },
         Scenario {
             name: "chatter (log spam)",
@@ -172,6 +184,7 @@ fn scenarios() -> Vec<Scenario> {
             namespace: WILD,
             limit: "log budget: bursts of 1,000 lines, 100/s; lines cut at 4 KiB",
             proof: Proof::Metric("plugin_log_lines_dropped_total"),
+            reconcile_deadline_ms: None,
         },
         Scenario {
             name: "stranger (imports an ungranted interface)",
@@ -180,6 +193,7 @@ fn scenarios() -> Vec<Scenario> {
             namespace: WILD,
             limit: "refused at load; the other plugins start",
             proof: Proof::Line("which this host does not provide"),
+            reconcile_deadline_ms: None,
         },
         Scenario {
             name: "100 MB component",
@@ -188,6 +202,7 @@ fn scenarios() -> Vec<Scenario> {
             namespace: WILD,
             limit: "none: it loads (compiled once in a child process, then mapped from the cache)",
             proof: Proof::Line("plugin started plugin=noop"),
+            reconcile_deadline_ms: None,
         },
     ]
 }
@@ -319,7 +334,11 @@ async fn run(
             Module::Guest(g) => support::guests::guest(g),
             Module::Padded => padded_component(dir),
         };
-        plugins.push(json!({"module": module, "namespace": wild}));
+        let mut entry = json!({"module": module, "namespace": wild});
+        if let Some(ms) = s.reconcile_deadline_ms {
+            entry["reconcileDeadlineMs"] = ms.into();
+        }
+        plugins.push(entry);
     }
     let file = dir.join(format!("plugins-{}.json", now_ns()));
     std::fs::write(&file, Value::from(plugins).to_string()).expect("plugins file");
@@ -355,36 +374,34 @@ async fn run(
 
     // The hostile plugin's feed, four new objects a second, for the whole run.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let feeder = s
-        .and_then(|s| s.feed.map(|f| (f, s.namespace)))
-        .map(|(feed, ns)| {
-            let client = client.clone();
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                let mut i = 0;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let (kind, name, data) = feed(i);
-                    let name = format!("{name}-{}", now_ns() % 1_000_000_000);
-                    let name = if i == 0 && name.starts_with("stall") {
-                        "stall".to_string()
-                    } else {
-                        name
-                    };
-                    let body = json!({"apiVersion": "v1", "kind": kind,
-                    "metadata": {"name": name, "namespace": ns}, "data": data});
-                    let _ = client
-                        .create(
-                            &resource(kind),
-                            Some(ns),
-                            body.to_string().into(),
-                            &WriteParams::default(),
-                        )
-                        .await;
-                    i += 1;
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                }
-            })
-        });
+    let feeder = s.and_then(|s| s.feed).zip(wild.clone()).map(|(feed, ns)| {
+        let client = client.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let (kind, name, data) = feed(i);
+                let name = format!("{name}-{}", now_ns() % 1_000_000_000);
+                let name = if i == 0 && name.starts_with("stall") {
+                    "stall".to_string()
+                } else {
+                    name
+                };
+                let body = json!({"apiVersion": "v1", "kind": kind,
+                    "metadata": {"name": name, "namespace": &ns}, "data": data});
+                let _ = client
+                    .create(
+                        &resource(kind),
+                        Some(ns.as_str()),
+                        body.to_string().into(),
+                        &WriteParams::default(),
+                    )
+                    .await;
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    });
 
     // The calm load: one update every 1/rate s, round robin over the ConfigMaps.
     let mut written: Vec<(String, String, u64)> = Vec::new();

@@ -400,6 +400,9 @@ impl Replicas {
             kubeconfig.clone().into_os_string(),
             "--metrics-addr".into(),
             "127.0.0.1:0".into(),
+            // The guests' lines are the records read back (one per reconcile): no log budget.
+            "--log-lines-per-second".into(),
+            "0".into(),
         ];
         all.extend(args.into_iter().map(|a| a.as_ref().to_os_string()));
         let process = HostProcess::spawn(all, "info");

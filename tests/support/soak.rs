@@ -11,7 +11,8 @@
 //! About 1 % of guest calls trap; quarantine is off (`--quarantine-failures 0`: at 1 % of
 //! thousands of calls a second any threshold would quarantine both plugins at once, and the
 //! soak is about convergence, not quarantine), and so is the guests' log budget
-//! (`--log-lines-per-second 0`: their one line per reconcile is how the soak counts them).
+//! (`--log-lines-per-second 0`, as [`Replicas`] starts every host: their one line per
+//! reconcile is how the soak counts them).
 //! Meanwhile:
 //!
 //! - writers update the ConfigMaps `events` times over `kwh-client` (merge patches; one that a
@@ -736,9 +737,6 @@ fn host_args(plugins: &Path) -> Vec<OsString> {
         "--leader-elect-retry-period",
         "300ms",
         "--quarantine-failures",
-        "0",
-        // The guests' lines are what the soak counts reconciles by: no budget on them.
-        "--log-lines-per-second",
         "0",
     ]
     .iter()

@@ -383,9 +383,15 @@ async fn instantiate_with_clock(
             // Not late yet: let other tokio tasks run, then check again next tick. tokio's own
             // yield defers the wake-up until the runtime has polled its timers and I/O; a plain
             // self-waking yield would let timers starve for dozens of ticks on a busy thread.
+            // Twice: the deferred wake-up takes the worker's next-task slot, ahead of the tasks
+            // that I/O just woke, so after one yield the guest would run another whole tick
+            // before them; after the second, they go first.
             Ok(UpdateDeadline::YieldCustom(
                 1,
-                Box::pin(tokio::task::yield_now()),
+                Box::pin(async {
+                    tokio::task::yield_now().await;
+                    tokio::task::yield_now().await;
+                }),
             ))
         }
     });

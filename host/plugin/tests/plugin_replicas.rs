@@ -282,13 +282,14 @@ fn check_journal_order(log: &[(String, String, u64)]) -> Result<(), String> {
 }
 
 fn journal_spec(replica: &str, namespace: &str) -> kwh_plugin::PluginSpec {
-    kwh_plugin::PluginSpec {
-        config: Arc::new(json!({"replica": replica, "namespace": namespace})),
-        ..kwh_plugin::PluginSpec::with_defaults(
-            support::guests::guest("journal"),
-            &RuntimeOptions::default(),
-        )
-    }
+    let mut spec = kwh_plugin::PluginSpec::with_defaults(
+        support::guests::guest("journal"),
+        &RuntimeOptions::default(),
+    );
+    spec.config = Arc::new(json!({"replica": replica, "namespace": namespace}));
+    // Its lines are the journal read back: every one of them, no log budget.
+    spec.limits.log_lines_per_second = 0;
+    spec
 }
 
 fn ns_cm(namespace: &str, name: &str, v: u64) -> serde_json::Value {
