@@ -380,18 +380,10 @@ async fn instantiate_with_clock(
             ctx.data_mut().deadline_hit = true;
             Err(wasmtime::Error::new(DeadlineExceeded))
         } else {
-            // Not late yet: let other tokio tasks run, then check again next tick. tokio's own
-            // yield defers the wake-up until the runtime has polled its timers and I/O; a plain
-            // self-waking yield would let timers starve for dozens of ticks on a busy thread.
-            // Twice: the deferred wake-up takes the worker's next-task slot, ahead of the tasks
-            // that I/O just woke, so after one yield the guest would run another whole tick
-            // before them; after the second, they go first.
+            // Not late yet: let the other tasks run, then check again next tick.
             Ok(UpdateDeadline::YieldCustom(
                 1,
-                Box::pin(async {
-                    tokio::task::yield_now().await;
-                    tokio::task::yield_now().await;
-                }),
+                Box::pin(crate::fairness::yield_behind_woken()),
             ))
         }
     });

@@ -22,6 +22,7 @@ pub mod cache_sync;
 pub mod compiler;
 pub mod dispatch;
 pub mod engine;
+mod fairness;
 pub mod guest_log;
 pub mod handover;
 pub mod health;

@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::cache_sync::CacheSync;
+use super::fairness::Slice;
 use super::health::Health;
 use super::instance::{GuestError, Outcome, PluginInstance};
 use super::loader::Plugin;
@@ -131,6 +132,9 @@ async fn worker(
         tracing::debug!("worker stopped before the caches synced");
         return;
     }
+    // A queue that is never empty, and reconciles that return at once, would keep this task
+    // on its thread for as long as the keys last.
+    let mut slice = Slice::new();
     while let Some(key) = queue.get().await {
         // Ownership is checked again here: the key may have moved to another replica while
         // it was queued (dropped), or have just arrived from one (started after its lease).
@@ -140,12 +144,14 @@ async fn worker(
                 queue.forget(&key);
                 queue.add_after(key.clone(), wait);
                 queue.done(&key);
+                slice.step(Instant::now()).await;
                 continue;
             }
             Admit::No => {
                 tracing::debug!(key = %clip(&key), "not this replica's key now; dropped");
                 queue.forget(&key);
                 queue.done(&key);
+                slice.step(Instant::now()).await;
                 continue;
             }
         }
@@ -197,6 +203,7 @@ async fn worker(
             }
         }
         queue.done_at(&key, tokio::time::Instant::from_std(ended));
+        slice.step(ended).await;
     }
     tracing::debug!("worker stopped: queue shut down");
 }

@@ -5,7 +5,7 @@
 //! first delayed add, ends on shutdown or when the last handle is dropped, and never sleeps longer
 //! than a 10 s heartbeat, so a missed timer can delay an item by at most that much.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -18,6 +18,7 @@ use tracing::Instrument as _;
 
 use super::metrics::{MetricsError, Registry};
 use super::queue::Queue;
+use super::sharded::ShardedMap;
 use super::Key;
 
 /// The longest the timer task sleeps without re-checking its timers (client-go's `maxWait`).
@@ -177,7 +178,8 @@ impl<T: Key> DelayingQueue<T> {
 /// item so a duplicate only ever moves its entry earlier.
 struct Timers<T> {
     by_time: BTreeMap<(Instant, u64), T>,
-    by_item: HashMap<T, (Instant, u64)>,
+    /// In shards: a guest may ask for a million delayed keys (see [`ShardedMap`]).
+    by_item: ShardedMap<T, (Instant, u64)>,
     seq: u64,
 }
 
@@ -185,7 +187,7 @@ impl<T: Key> Timers<T> {
     fn new() -> Self {
         Self {
             by_time: BTreeMap::new(),
-            by_item: HashMap::new(),
+            by_item: ShardedMap::default(),
             seq: 0,
         }
     }

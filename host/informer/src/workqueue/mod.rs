@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod queue;
 pub mod rate_limiter;
 pub mod rate_limiting;
+mod sharded;
 
 use std::hash::Hash;
 

@@ -9,7 +9,6 @@ use std::borrow::Borrow;
 use std::collections::VecDeque;
 use std::hash::Hash;
 
-use foldhash::HashMap as FastMap;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -17,6 +16,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::metrics::{InFlight, InFlightSource, MetricsError, QueueMetrics, Registry};
+use super::sharded::ShardedMap;
 use super::Key;
 
 /// A deduplicating FIFO work queue shared by producers and worker tasks. Cloning is cheap and
@@ -70,10 +70,11 @@ struct Shared<T> {
 
 struct State<T> {
     queue: VecDeque<T>,
-    /// Value: when the item became dirty, recorded only for a queue with metrics.
-    dirty: FastMap<T, Option<Instant>>,
+    /// Value: when the item became dirty, recorded only for a queue with metrics. In shards,
+    /// so that no single add rehashes a million keys (see [`ShardedMap`]).
+    dirty: ShardedMap<T, Option<Instant>>,
     /// Value: when a worker took the item, recorded only for a queue with metrics.
-    processing: FastMap<T, Option<Instant>>,
+    processing: ShardedMap<T, Option<Instant>>,
     shutting_down: bool,
     /// Set by `shutdown_with_drain`, cleared by `shutdown` to release drain waiters (k/k#119554).
     drain: bool,
@@ -129,8 +130,8 @@ impl<T: Key> Queue<T> {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
                     queue: VecDeque::new(),
-                    dirty: FastMap::default(),
-                    processing: FastMap::default(),
+                    dirty: ShardedMap::default(),
+                    processing: ShardedMap::default(),
                     shutting_down: false,
                     drain: false,
                 }),
