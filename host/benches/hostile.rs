@@ -164,8 +164,8 @@ fn scenarios() -> Vec<Scenario> {
             module: Module::Guest("havoc"),
             feed: Some(|i| cm(format!("b-{i}"), json!({"mode": "bigreturn"}))),
             namespace: WILD,
-            limit: "its memory cap bounds the value; the host's warning quotes 256 bytes of it",
-            proof: Proof::Metric("plugin_reconcile_errors_total"),
+            limit: "an error message over 64 KiB is a failure of the plugin → quarantine; its memory cap bounds the value",
+            proof: Proof::Metric("plugin_quarantines_total"),
             reconcile_deadline_ms: None,
         },
         Scenario {

@@ -91,7 +91,21 @@ pub enum GuestError {
     /// The plugin already has its maximum number of instances.
     #[error("instance limit of {0} reached")]
     TooManyInstances(u32),
+    /// A reconcile's error message was longer than [`MAX_ERROR_MESSAGE`]: taken as a fault of
+    /// the plugin, not as its report on the key.
+    #[error("reconcile returned an error message of {bytes} bytes, over the {MAX_ERROR_MESSAGE} allowed")]
+    ErrorTooLong {
+        /// The message's length.
+        bytes: usize,
+    },
 }
+
+/// The longest error message a reconcile may return, in bytes. The host must copy the whole
+/// string out of the guest before it can look at it: a guest returning 24 MiB on every
+/// attempt held the runtime thread for milliseconds each time, as often as its backoff let
+/// it. Past this bound the attempt counts as a failure of the plugin, so that quarantine
+/// stops the repeats; a real message is far shorter (an Event's note is at most 1 KiB).
+pub const MAX_ERROR_MESSAGE: usize = 64 << 10;
 
 /// The clocks a guest reads through WASI (`wasi:clocks`), when they are not the host's own.
 ///
@@ -744,6 +758,14 @@ impl PluginInstance {
         self.backstop = timer;
         let r = r?;
         let (res,) = self.settle(r, d)?;
+        if let Err(msg) = &res {
+            if msg.len() > MAX_ERROR_MESSAGE {
+                let err = GuestError::ErrorTooLong { bytes: msg.len() };
+                self.live = None;
+                tracing::warn!(plugin = %self.inner.ctx.name, error = %err, "guest call failed; instance discarded");
+                return Err(err);
+            }
+        }
         Ok(res.map(|o| match o {
             wit::Outcome::Done => Outcome::Done,
             wit::Outcome::RequeueAfter(ms) => Outcome::RequeueAfter(Duration::from_millis(ms)),
