@@ -8,7 +8,7 @@
 //! Prints the tables (updates, faults confirmed per kind, kills, convergence time, each host
 //! process's memory by role, reconciles and traps, the floors) and fails when a floor is not
 //! met: a printed `false` among the floors is a failed run. The fault counts wanted are
-//! reported, not asserted (see `docs/soak.md` for why the relist kinds fall short).
+//! reported, not asserted (see RELIABILITY.md, "Chaos soak", for why the relist kinds fall short).
 //!
 //! Environment (defaults in brackets): `SOAK_EVENTS` [1000000], `SOAK_OBJECTS` [10000],
 //! `SOAK_WRITERS` [8], `SOAK_RATE` (updates per second at most) [unpaced], `SOAK_KILL_EVERY`
