@@ -1276,6 +1276,20 @@ mod tests {
         assert_eq!(o.name(), "b");
     }
 
+    /// Found by the json_object fuzz target: a metadata key given twice, the first time with a
+    /// type the scanner refuses. The scanner refuses the object, as Go's encoding/json does;
+    /// serde_json keeps the last value and reads it fine, so it is no oracle here.
+    #[test]
+    fn a_repeated_metadata_key_first_mistyped_is_refused() {
+        let twice = br#"{"metadata":{"name":"rs","labels":"","labels":null}}"#;
+        let e = Object::ingest(twice, &IngestOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("expected an object"), "{e}");
+        crate::fuzzing::json_object(twice);
+        crate::fuzzing::json_object(include_bytes!(
+            "../../../fuzz/seeds/json_object/repeated-mistyped-labels.json"
+        ));
+    }
+
     #[test]
     fn type_meta_is_read_in_any_order_and_decoded() {
         let tm = |j: &str| {
