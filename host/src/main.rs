@@ -4,6 +4,7 @@ mod emulator_cmd;
 mod plugins_file;
 mod replica;
 mod shutdown;
+mod trim;
 mod wakeups;
 
 use std::io::{IsTerminal as _, Write as _};
@@ -910,6 +911,7 @@ fn wakeup_batching(args: &RunArgs, file: &FileConfig) -> anyhow::Result<Duration
 }
 
 async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
+    trim::start();
     if args.plugins.is_empty() && args.plugins_file.is_none() && args.config.is_none() {
         bail!(
             "no plugin given: use `--plugin FILE.wasm` or `--plugins FILE` (see `host --help`), \
