@@ -24,10 +24,14 @@ async fn a_short_chaos_soak_converges_exactly_with_no_overlap_no_growth_and_no_p
         report.tails.join("\n\n")
     );
     // Every kind of fault reached the hosts at least once (the counts wanted are the
-    // benchmark's business; here a kind that never fires would go unnoticed).
+    // benchmark's business; here a kind that never fires would go unnoticed). But for an
+    // expired watch history: it shows only when a stalled watch is read after the history is
+    // dropped, which one try in a run this short does not always see (the emulator's own
+    // tests cover it: `fault_expire_watch_history_expires_old_rvs`; the benchmark counts it).
     let never: Vec<&str> = soak::COUNTERS
         .iter()
         .map(|(counter, _, _)| *counter)
+        .filter(|c| *c != "watchesTooOld")
         .filter(|c| report.faults.get(*c).copied().unwrap_or(0) == 0)
         .collect();
     assert!(never.is_empty(), "never confirmed: {never:?}\n{table}");
