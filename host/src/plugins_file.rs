@@ -265,9 +265,7 @@ mod tests {
 
     #[test]
     fn fuzz_plugins_file() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/plugins_file");
-        let seeds = kwh_client::fuzzing::seeds(&dir);
-        assert!(!seeds.is_empty(), "no seeds in {}", dir.display());
+        let seeds = kwh_client::fuzzing::target_seeds("plugins_file");
         kwh_client::fuzzing::exercise(&seeds, 3000, 31, fuzz_target);
     }
 

@@ -110,29 +110,25 @@ pub fn apply(input: &[u8]) {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
-    use kwh_client::fuzzing::{exercise, seeds};
-
-    fn seed_dir(target: &str) -> Vec<Vec<u8>> {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds");
-        let s = seeds(&dir.join(target));
-        assert!(!s.is_empty(), "no seeds for {target} in {}", dir.display());
-        s
-    }
+    use kwh_client::fuzzing::{exercise, target_seeds};
 
     #[test]
     fn fuzz_protobuf_body() {
-        exercise(&seed_dir("protobuf_body"), 6000, 11, super::protobuf_body);
+        exercise(
+            &target_seeds("protobuf_body"),
+            6000,
+            11,
+            super::protobuf_body,
+        );
     }
 
     #[test]
     fn fuzz_patch() {
-        exercise(&seed_dir("patch"), 3000, 12, super::patch);
+        exercise(&target_seeds("patch"), 3000, 12, super::patch);
     }
 
     #[test]
     fn fuzz_apply() {
-        exercise(&seed_dir("apply"), 2000, 13, super::apply);
+        exercise(&target_seeds("apply"), 2000, 13, super::apply);
     }
 }

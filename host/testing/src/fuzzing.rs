@@ -30,15 +30,15 @@ pub fn scenario_file(input: &[u8]) {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
-    use kwh_client::fuzzing::{exercise, seeds};
+    use kwh_client::fuzzing::{exercise, target_seeds};
 
     #[test]
     fn fuzz_scenario_file() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/scenario_file");
-        let s = seeds(&dir);
-        assert!(!s.is_empty(), "no seeds in {}", dir.display());
-        exercise(&s, 2000, 21, super::scenario_file);
+        exercise(
+            &target_seeds("scenario_file"),
+            2000,
+            21,
+            super::scenario_file,
+        );
     }
 }

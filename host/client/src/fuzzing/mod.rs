@@ -68,6 +68,18 @@ impl<'a> Settings<'a> {
     }
 }
 
+/// The committed seeds of the cargo-fuzz target `target` (`fuzz/seeds/<target>`), for the
+/// bounded stable tests of every crate; panics when there are none, so a moved directory fails
+/// the tests instead of leaving them nothing to run.
+pub fn target_seeds(target: &str) -> Vec<Vec<u8>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/seeds")
+        .join(target);
+    let s = seeds(&dir);
+    assert!(!s.is_empty(), "no seeds for {target} in {}", dir.display());
+    s
+}
+
 /// The files of a seed directory, in name order (none if it does not exist).
 pub fn seeds(dir: &Path) -> Vec<Vec<u8>> {
     let mut paths: Vec<_> = std::fs::read_dir(dir)
@@ -231,38 +243,31 @@ enum SerdeLimit {
 mod tests {
     use super::*;
 
-    fn seed_dir(target: &str) -> Vec<Vec<u8>> {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds");
-        let s = seeds(&dir.join(target));
-        assert!(!s.is_empty(), "no seeds for {target} in {}", dir.display());
-        s
-    }
-
     // Each target on its seeds and a few thousand mutations (`fuzz/` runs them for hours).
 
     #[test]
     fn fuzz_json_object() {
-        exercise(&seed_dir("json_object"), 6000, 1, json_object);
+        exercise(&target_seeds("json_object"), 6000, 1, json_object);
     }
 
     #[test]
     fn fuzz_watch_stream() {
-        exercise(&seed_dir("watch_stream"), 2000, 2, watch_stream);
+        exercise(&target_seeds("watch_stream"), 2000, 2, watch_stream);
     }
 
     #[test]
     fn fuzz_list_body() {
-        exercise(&seed_dir("list_body"), 1500, 3, list_body);
+        exercise(&target_seeds("list_body"), 1500, 3, list_body);
     }
 
     #[test]
     fn fuzz_selectors() {
-        exercise(&seed_dir("selectors"), 6000, 4, selectors);
+        exercise(&target_seeds("selectors"), 6000, 4, selectors);
     }
 
     #[test]
     fn fuzz_kubeconfig() {
-        exercise(&seed_dir("kubeconfig"), 2000, 5, kubeconfig);
+        exercise(&target_seeds("kubeconfig"), 2000, 5, kubeconfig);
     }
 
     #[test]
