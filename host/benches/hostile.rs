@@ -16,6 +16,9 @@
 //! the ledger's latency beside it. Floors: every hostile guest's limit took effect, and the
 //! ledger's p50 and p99 beside it stay within 2× of running alone (with 2 ms of grace for
 //! sub-millisecond figures). `BENCH_ONLY=hungry,looper,…` runs some; the baseline always runs.
+//! `BENCH_WORST=1` prints each run's slowest samples with their time into the run (stalls
+//! spread over the run are the host's doing; a cluster at its start, the hostile plugin's
+//! setup).
 
 #[path = "../../tests/bench_common/mod.rs"]
 mod bench_common;
@@ -430,7 +433,7 @@ async fn run(
         let mut missing = 0;
         for (key, rv, at) in &written {
             match recs.iter().find(|r| &r.key == key && &r.rv == rv) {
-                Some(r) => lat.push(r.start_ns.saturating_sub(*at) as f64 / 1e6),
+                Some(r) => lat.push((r.start_ns.saturating_sub(*at) as f64 / 1e6, *at)),
                 None => missing += 1,
             }
         }
@@ -440,7 +443,18 @@ async fn run(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let mut sorted = latencies;
+    let mut worst = latencies.clone();
+    worst.sort_by(|a, b| b.0.total_cmp(&a.0));
+    if std::env::var_os("BENCH_WORST").is_some() {
+        let t0 = written.first().map_or(0, |w| w.2);
+        let w: Vec<String> = worst
+            .iter()
+            .take(8)
+            .map(|(l, at)| format!("{l:.1} ms at +{:.2} s", at.saturating_sub(t0) as f64 / 1e9))
+            .collect();
+        eprintln!("{}: slowest {w:?}", s.map_or("alone", |s| s.name));
+    }
+    let mut sorted: Vec<f64> = latencies.into_iter().map(|(l, _)| l).collect();
     sorted.sort_by(f64::total_cmp);
     let metrics = support::cluster::http_get(&ops, "/metrics").await.1;
     let counters = hostile_name

@@ -31,6 +31,18 @@ pub mod selector;
 mod tls;
 pub mod watch;
 
+/// How many rounds a randomized or exhaustive unit test runs: all of them natively, a hundredth
+/// under Miri, which interprets every step. There the point is the soundness of each `unsafe`
+/// path, which a few rounds reach; the native runs keep the coverage.
+#[cfg(test)]
+pub(crate) const fn test_rounds(n: usize) -> usize {
+    if cfg!(miri) {
+        n.div_ceil(100)
+    } else {
+        n
+    }
+}
+
 pub use client::{Client, ResourceClient};
 pub use config::Config;
 pub use discovery::Discovery;

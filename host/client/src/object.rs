@@ -1643,7 +1643,7 @@ mod tests {
                 ),
             }
         }
-        for round in 0..300 {
+        for round in 0..crate::test_rounds(300) {
             let w = |rng: &mut rand::rngs::StdRng| words[rng.gen_range(0..words.len())].to_owned();
             let mut fields: Vec<(&str, Value)> = vec![
                 ("name", json!(format!("n{round}{}", w(&mut rng)))),

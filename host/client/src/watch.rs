@@ -6,6 +6,7 @@
 //! value with a resumable brace counter (linear in the input whatever the chunking), then scans
 //! it once with the borrowing scanner.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -56,6 +57,18 @@ pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 /// Events larger than this end the watch instead of growing the buffer without bound (the
 /// ingest options' [`max_object_bytes`](IngestOptions::max_object_bytes) by default).
 pub const DEFAULT_MAX_EVENT_BYTES: usize = crate::object::DEFAULT_MAX_OBJECT_BYTES;
+
+/// Watch events decoded by this process, from every stream.
+///
+/// Why a process-wide count: the host batches its runtime's wake-ups only while events arrive
+/// fast enough for a wake-up to find several (`host`'s `wakeups`); what else wakes the runtime
+/// (a guest's timers, a neighbour's requeues) must not make every event wait out the window.
+static EVENTS_DECODED: AtomicU64 = AtomicU64::new(0);
+
+/// Watch events this process has decoded so far, from every stream (see [`WatchDecoder`]).
+pub fn events_decoded() -> u64 {
+    EVENTS_DECODED.load(Ordering::Relaxed)
+}
 
 /// Incremental decoder of a watch body: feed chunks with [`push`](Self::push), take events
 /// with [`next_event`](Self::next_event), and call [`finish`](Self::finish) at end of stream.
@@ -171,6 +184,7 @@ impl WatchDecoder {
     /// Drop a decoded event's `n` bytes from the buffer.
     fn consume(&mut self, n: usize) {
         self.events += 1;
+        EVENTS_DECODED.fetch_add(1, Ordering::Relaxed);
         self.advance(n);
     }
 

@@ -167,7 +167,7 @@ mod tests {
             .map(|_| {
                 let a = a.clone();
                 std::thread::spawn(move || {
-                    for _ in 0..1000 {
+                    for _ in 0..crate::test_rounds(1000) {
                         let c = a.clone();
                         assert_eq!((c.bytes(), *c.header()), (&b"abc"[..], 7));
                     }
