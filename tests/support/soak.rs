@@ -27,8 +27,11 @@
 //!   every relist (800 ms doubling to 30 s, reset only two minutes after its last reset, spec
 //!   1.1), so more than a few of them per two minutes keep an informer asleep, and no other
 //!   fault reaches a sleeping informer;
-//! - every `kill_every` updates the leader gets SIGKILL and is started again; a host that exits
-//!   by itself (a leader that lost its lease under the faults does) is started again too.
+//! - every `kill_every` updates a quiet point (the writers pause until every cache equals the
+//!   emulator's, a memory trim passes, each host's memory is read: [`Phase`]), then, a
+//!   hundredth of `kill_every` updates later, the leader gets SIGKILL and is started again; a
+//!   host that exits by itself (a leader that lost its lease under the faults does) is
+//!   started again too.
 //!
 //! Then, faults cleared, the floors ([`SoakReport::floors`]): every running host's cache
 //! digest (`/statusz?digest=1`) equals the digest of the emulator's LIST; every object's final
@@ -640,6 +643,12 @@ async fn post_fault(client: &Client, cmd: &Value) -> bool {
 /// it has reconciled every object with both plugins (its first pass: the caches replayed to
 /// the plugins as it took over, or the initial sync); a role ends when the process is killed,
 /// when a standby takes over (just before the kill of the leader), or at the end of the soak.
+/// What a role's end reads is the memory at a quiet point, as its level's was for the hosts
+/// that started before the load: before each kill the writers pause until every cache equals
+/// the emulator's, one memory trim passes, every host's memory is read, and the writers go on;
+/// the kill comes a hundredth of `kill_every` updates later, mid-stream. Read mid-stream, a
+/// standby's memory swung by ±15 % with what it had in flight (a relist's two copies, the
+/// events read but not yet cached), which is neither growth nor a leak.
 #[derive(Debug, Clone)]
 pub struct Phase {
     pub role: &'static str,
@@ -663,6 +672,10 @@ pub struct HostRun {
     pub samples: Vec<(u64, u64)>,
     /// How it ended: `killed`, `lost its lease`, `exited: <status>`, or `running`.
     pub ended: String,
+    /// Its memory at the last quiet point (writes paused, caches equal to the emulator's, one
+    /// memory trim later), KiB, and the updates written by then: what ends its role at the
+    /// kill that follows (see [`Phase`]).
+    quiet: Option<(u64, u64)>,
     /// `plugin_*`/`informer_*` counters from its last `/metrics` scrape (summed over labels).
     pub metrics: BTreeMap<String, u64>,
     ready: bool,
@@ -766,6 +779,8 @@ pub struct SoakReport {
     pub tails: Vec<String>,
     pub actions: BTreeMap<&'static str, Posted>,
     pub kills: usize,
+    /// Seconds the writers were paused at quiet points (left out of the write time).
+    pub quiet_seconds: f64,
     pub hosts: Vec<HostRun>,
     /// Seconds from the last write until every cache and every reconcile had converged.
     pub convergence_seconds: Option<f64>,
@@ -871,6 +886,10 @@ impl SoakReport {
                 ),
             ),
             ("leader kills (SIGKILL)", self.kills.to_string()),
+            (
+                "quiet points before the kills (writes paused)",
+                format!("{:.1} s in all", self.quiet_seconds),
+            ),
             ("host processes", self.hosts.len().to_string()),
             (
                 "convergence after the last write",
@@ -1040,6 +1059,7 @@ impl Soak {
             peak_kib: 0,
             samples: Vec::new(),
             ended: "running".into(),
+            quiet: None,
             metrics: BTreeMap::new(),
             ready: false,
             leader: false,
@@ -1069,13 +1089,82 @@ impl Soak {
         }
     }
 
-    /// Closes the open phase of `id` with its memory now.
+    /// Closes the open phase of `id` with its memory at the last quiet point since the phase
+    /// began, else its memory now.
     fn end_phase(&mut self, id: usize) {
         let now = self.written.load(Ordering::Relaxed);
         let mem = self.memory(id);
-        if let (Some(p), Some((rss, _))) = (self.hosts[id].open_phase(), mem) {
-            p.end = Some((rss, now));
+        let quiet = self.hosts[id].quiet.take();
+        if let Some(p) = self.hosts[id].open_phase() {
+            p.end = match (quiet, mem) {
+                (Some((rss, at)), _) if at >= p.level.1 => Some((rss, at)),
+                (_, Some((rss, _))) => Some((rss, now)),
+                _ => None,
+            };
         }
+    }
+
+    /// Every live host's caches against the emulator's state: one line per host that differs
+    /// (none: all equal). Each host's two plugins read one informer's cache, reported twice.
+    async fn mismatches(&mut self, client: &Client) -> Vec<String> {
+        let Ok(list) = client
+            .list(&configmaps(), Some(NS), &Default::default())
+            .await
+        else {
+            return vec!["the emulator's LIST failed".into()];
+        };
+        let keys: Vec<(String, String)> = list
+            .items
+            .iter()
+            .map(|o| (o.key(), o.resource_version().to_string()))
+            .collect();
+        let want = CacheDigest::of(keys.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let want_text = format!("{}:{want:x}", want.objects);
+        let mut mismatches = Vec::new();
+        for id in self.live() {
+            let addr = self.rs.replicas[id].ops_addr().await;
+            let got = match ops_get(&addr, "/statusz?digest=1").await {
+                Some((200, body)) => {
+                    let v: Value = serde_json::from_str(&body).unwrap_or_default();
+                    v["plugins"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|p| {
+                            let c = &p["informers"][0]["cache"];
+                            format!("{}:{}", c["objects"], c["digest"].as_str().unwrap_or("?"))
+                        })
+                        .collect::<Vec<_>>()
+                }
+                _ => vec!["no answer".to_string()],
+            };
+            if got.len() != 2 || got.iter().any(|g| *g != want_text) {
+                mismatches.push(format!("host {id}: {got:?} (emulator {want_text})"));
+            }
+        }
+        mismatches
+    }
+
+    /// A quiet point (see [`Phase`]): the writers paused until every live host's caches equal
+    /// the emulator's (at most `within`), one memory trim, every live host's memory read.
+    async fn quiet_point(&mut self, client: &Client, paused: &AtomicBool, within: Duration) {
+        paused.store(true, Ordering::Relaxed);
+        let deadline = Instant::now() + within;
+        loop {
+            self.survey().await;
+            if self.mismatches(client).await.is_empty() || Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        tokio::time::sleep(TRIM_SETTLE).await;
+        let now = self.written.load(Ordering::Relaxed);
+        for id in self.live() {
+            if let Some((rss, _)) = self.memory(id) {
+                self.hosts[id].quiet = Some((rss, now));
+            }
+        }
+        paused.store(false, Ordering::Relaxed);
     }
 
     /// Looks at every running host: readiness, role, first passes (phases start), exits
@@ -1240,28 +1329,42 @@ pub async fn run(cfg: SoakConfig) -> SoakReport {
         })
         .collect();
     let retries = Arc::new(AtomicU64::new(0));
+    let paused = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let writers = write(
         &client,
         &cfg,
         soak.written.clone(),
         retries.clone(),
+        paused.clone(),
         started,
     );
-    let mut next_kill = cfg.kill_every as u64;
+    // Before each kill a quiet point, then a hundredth of `kill_every` more updates: the kill
+    // comes mid-stream, the roles it ends are read quiet (see `Phase`).
+    let mut next_quiet = cfg.kill_every as u64;
+    let mut kill_at = None;
+    let mut quiet_seconds = 0.0;
     while !writers.iter().all(|w| w.is_finished()) {
         soak.survey().await;
         let written = soak.written.load(Ordering::Relaxed);
-        if cfg.kill_every > 0 && written >= next_kill && written < cfg.events as u64 {
+        let before_end = written < cfg.events as u64;
+        if cfg.kill_every > 0 && kill_at.is_none() && written >= next_quiet && before_end {
+            let t = Instant::now();
+            soak.quiet_point(&client, &paused, cfg.converge_within).await;
+            quiet_seconds += t.elapsed().as_secs_f64();
+            kill_at = Some(written + (cfg.kill_every as u64 / 100).max(1));
+            next_quiet += cfg.kill_every as u64;
+        }
+        if kill_at.is_some_and(|k| written >= k) && before_end {
             soak.kill_leader().await;
-            next_kill += cfg.kill_every as u64;
+            kill_at = None;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     for w in writers {
         w.await.expect("a writer failed");
     }
-    let write_seconds = started.elapsed().as_secs_f64();
+    let write_seconds = started.elapsed().as_secs_f64() - quiet_seconds;
     injector.stop.store(true, Ordering::Relaxed);
     for l in lanes {
         l.await.expect("an injector lane failed");
@@ -1291,28 +1394,7 @@ pub async fn run(cfg: SoakConfig) -> SoakReport {
     let deadline = Instant::now() + cfg.converge_within;
     let (convergence, mismatches) = loop {
         soak.survey().await;
-        let mut mismatches = Vec::new();
-        for id in soak.live() {
-            let addr = soak.rs.replicas[id].ops_addr().await;
-            let got = match ops_get(&addr, "/statusz?digest=1").await {
-                Some((200, body)) => {
-                    let v: Value = serde_json::from_str(&body).unwrap_or_default();
-                    v["plugins"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(|p| {
-                            let c = &p["informers"][0]["cache"];
-                            format!("{}:{}", c["objects"], c["digest"].as_str().unwrap_or("?"))
-                        })
-                        .collect::<Vec<_>>()
-                }
-                _ => vec!["no answer".to_string()],
-            };
-            if got.len() != 2 || got.iter().any(|g| *g != want_text) {
-                mismatches.push(format!("host {id}: {got:?}"));
-            }
-        }
+        let mismatches = soak.mismatches(&client).await;
         let missing = soak.tracker.missing(&finals);
         if mismatches.is_empty() && missing.is_empty() {
             break (Some(converged_from.elapsed().as_secs_f64()), mismatches);
@@ -1415,6 +1497,7 @@ pub async fn run(cfg: SoakConfig) -> SoakReport {
         relist_target: cfg.relist_faults,
         actions: injector.actions.lock().clone(),
         kills: soak.kills,
+        quiet_seconds,
         hosts: soak.hosts.clone(),
         convergence_seconds: convergence,
         digest_mismatches: mismatches,
@@ -1476,28 +1559,34 @@ async fn seed(client: &Client, objects: usize, writers: usize) {
 
 /// The writers: each takes the next update number (`written` counts those done), updates
 /// object `n % objects` (each writer its own objects, in turn), paced to `rate` if set. An
-/// update that fails (a connection dropped by a fault) is sent again, at most 100 times.
+/// update that fails (a connection dropped by a fault) is sent again, at most 100 times. None
+/// starts while `paused` is set (a quiet point; `rate` is not caught up after one).
 fn write(
     client: &Client,
     cfg: &SoakConfig,
     written: Arc<AtomicU64>,
     retries: Arc<AtomicU64>,
+    paused: Arc<AtomicBool>,
     started: Instant,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let claimed = Arc::new(AtomicU64::new(0));
     (0..cfg.writers)
         .map(|w| {
-            let (client, written, retries, claimed) = (
+            let (client, written, retries, claimed, paused) = (
                 client.clone(),
                 written.clone(),
                 retries.clone(),
                 claimed.clone(),
+                paused.clone(),
             );
             let (events, objects, writers, rate) =
                 (cfg.events as u64, cfg.objects, cfg.writers, cfg.rate);
             tokio::spawn(async move {
                 let mut turn = 0usize;
                 loop {
+                    while paused.load(Ordering::Relaxed) {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
                     let n = claimed.fetch_add(1, Ordering::Relaxed);
                     if n >= events {
                         return;
