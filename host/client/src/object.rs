@@ -1290,6 +1290,21 @@ mod tests {
         ));
     }
 
+    /// Found by the fuzz target `json_object` (an oracle defect): serde_json's `Value` takes a
+    /// first key `$serde_json::private::RawValue` for its raw-value marker; Go, the API server
+    /// and the scanner read it as any key. Broken by hand once (the oracle back on `Value`):
+    /// both inputs then panicked.
+    #[test]
+    fn the_serde_raw_value_marker_is_an_ordinary_key() {
+        let labels = br#"{"metadata":{"name":"a","labels":{"$serde_json::private::RawValue":"1"}}}"#;
+        let o = Object::ingest(labels, &IngestOptions::default()).unwrap();
+        assert_eq!(o.meta().label("$serde_json::private::RawValue"), Some("1"));
+        crate::fuzzing::json_object(labels);
+        crate::fuzzing::json_object(include_bytes!(
+            "../../../fuzz/seeds/json_object/serde-raw-value-marker-key.json"
+        ));
+    }
+
     #[test]
     fn type_meta_is_read_in_any_order_and_decoded() {
         let tm = |j: &str| {

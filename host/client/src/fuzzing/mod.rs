@@ -218,6 +218,72 @@ fn mutate(rng: &mut StdRng, v: &mut Vec<u8>, seeds: &[Vec<u8>]) {
     }
 }
 
+/// A JSON document as the oracle reads it: serde_json's [`Value`](serde_json::Value), built by
+/// a visitor of this module rather than `Value`'s own.
+///
+/// Why: with its `raw_value` feature (the workspace enables it) serde_json's `Value` takes an
+/// object whose first key is `$serde_json::private::RawValue` for its own raw-value marker: it
+/// refuses `{"$serde_json::private::RawValue":{}}` and reads `{"$…RawValue":"1"}` as the
+/// number 1. Go's decoder and the API server read that key as any other, and so does the
+/// scanner (found by the fuzz target `json_object`). This visitor sees only keys and values.
+pub struct OracleValue(pub serde_json::Value);
+
+impl<'de> serde::Deserialize<'de> for OracleValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{MapAccess, SeqAccess, Visitor};
+        use serde_json::{Map, Number, Value};
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = OracleValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_bool<E>(self, b: bool) -> Result<OracleValue, E> {
+                Ok(OracleValue(Value::Bool(b)))
+            }
+            fn visit_i64<E>(self, n: i64) -> Result<OracleValue, E> {
+                Ok(OracleValue(n.into()))
+            }
+            fn visit_u64<E>(self, n: u64) -> Result<OracleValue, E> {
+                Ok(OracleValue(n.into()))
+            }
+            fn visit_f64<E>(self, n: f64) -> Result<OracleValue, E> {
+                Ok(OracleValue(Number::from_f64(n).map_or(Value::Null, Value::Number)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<OracleValue, E> {
+                Ok(OracleValue(Value::String(s.to_owned())))
+            }
+            fn visit_string<E>(self, s: String) -> Result<OracleValue, E> {
+                Ok(OracleValue(Value::String(s)))
+            }
+            fn visit_unit<E>(self) -> Result<OracleValue, E> {
+                Ok(OracleValue(Value::Null))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<OracleValue, A::Error> {
+                let mut v = Vec::new();
+                while let Some(OracleValue(x)) = a.next_element()? {
+                    v.push(x);
+                }
+                Ok(OracleValue(Value::Array(v)))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<OracleValue, A::Error> {
+                // A repeated key keeps its last value, as `Value` does.
+                let mut m = Map::new();
+                while let Some((k, OracleValue(x))) = a.next_entry::<String, OracleValue>()? {
+                    m.insert(k, x);
+                }
+                Ok(OracleValue(Value::Object(m)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `text` as the oracle reads it ([`OracleValue`]), with serde_json's nesting limit.
+pub(crate) fn oracle_parse(text: &[u8]) -> Result<serde_json::Value, serde_json::Error> {
+    serde_json::from_slice::<OracleValue>(text).map(|v| v.0)
+}
+
 /// Whether serde_json refused `text` only for a reason the scanner does not share by design:
 /// a number out of the range of an `f64` (the scanner checks the grammar of numbers, never
 /// their value: no JSON grammar bounds them), or nesting past serde_json's own limit of 128.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::object::{check_accessors, check_stored};
-use super::{serde_only_limit, SerdeLimit, Settings};
+use super::{oracle_parse, serde_only_limit, OracleValue, SerdeLimit, Settings};
 use crate::decode::{status_from_response, ListDecoder, ObjectPool};
 use crate::object::{IngestOptions, Object};
 use crate::watch::{WatchDecoder, WatchEvent};
@@ -45,7 +45,7 @@ pub fn watch_stream(input: &[u8]) {
     let (events, failed) = whole;
     if opts.keep_managed_fields && !failed {
         let mut values = 0;
-        for v in serde_json::Deserializer::from_slice(s.body).into_iter::<Value>() {
+        for v in serde_json::Deserializer::from_slice(s.body).into_iter::<OracleValue>() {
             match v {
                 Ok(_) => values += 1,
                 Err(e) if serde_only_limit(&e) != SerdeLimit::None => return,
@@ -197,7 +197,7 @@ fn summary(d: &Result<Decoded, ()>) -> Listed {
 }
 
 fn compare_with_serde(body: &[u8], list: &Decoded) {
-    let v: Value = match serde_json::from_slice(body) {
+    let v: Value = match oracle_parse(body) {
         Ok(v) => v,
         Err(e) if serde_only_limit(&e) != SerdeLimit::None => return,
         Err(e) => panic!("decoded a list serde_json refuses: {e}"),
@@ -220,7 +220,7 @@ fn compare_with_serde(body: &[u8], list: &Decoded) {
                 m.insert("apiVersion".into(), api_version.into());
             }
         }
-        let got: Value = serde_json::from_slice(o.raw()).expect("stored text is JSON");
+        let got: Value = oracle_parse(o.raw()).expect("stored text is JSON");
         assert_eq!(got, want, "an item differs from serde_json's");
     }
     let rv = v["metadata"]["resourceVersion"].as_str().unwrap_or("");
