@@ -1350,7 +1350,8 @@ pub async fn run(cfg: SoakConfig) -> SoakReport {
         let before_end = written < cfg.events as u64;
         if cfg.kill_every > 0 && kill_at.is_none() && written >= next_quiet && before_end {
             let t = Instant::now();
-            soak.quiet_point(&client, &paused, cfg.converge_within).await;
+            soak.quiet_point(&client, &paused, cfg.converge_within)
+                .await;
             quiet_seconds += t.elapsed().as_secs_f64();
             kill_at = Some(written + (cfg.kill_every as u64 / 100).max(1));
             next_quiet += cfg.kill_every as u64;

@@ -1296,7 +1296,8 @@ mod tests {
     /// both inputs then panicked.
     #[test]
     fn the_serde_raw_value_marker_is_an_ordinary_key() {
-        let labels = br#"{"metadata":{"name":"a","labels":{"$serde_json::private::RawValue":"1"}}}"#;
+        let labels =
+            br#"{"metadata":{"name":"a","labels":{"$serde_json::private::RawValue":"1"}}}"#;
         let o = Object::ingest(labels, &IngestOptions::default()).unwrap();
         assert_eq!(o.meta().label("$serde_json::private::RawValue"), Some("1"));
         crate::fuzzing::json_object(labels);

@@ -248,7 +248,9 @@ impl<'de> serde::Deserialize<'de> for OracleValue {
                 Ok(OracleValue(n.into()))
             }
             fn visit_f64<E>(self, n: f64) -> Result<OracleValue, E> {
-                Ok(OracleValue(Number::from_f64(n).map_or(Value::Null, Value::Number)))
+                Ok(OracleValue(
+                    Number::from_f64(n).map_or(Value::Null, Value::Number),
+                ))
             }
             fn visit_str<E>(self, s: &str) -> Result<OracleValue, E> {
                 Ok(OracleValue(Value::String(s.to_owned())))
