@@ -617,6 +617,16 @@ impl Injector {
     }
 }
 
+/// The cache digest of `items` as `/statusz?digest=1` writes it: `objects:digest`.
+fn digest_text(items: &[kwh_client::Object]) -> String {
+    let keys: Vec<(String, String)> = items
+        .iter()
+        .map(|o| (o.key(), o.resource_version().to_string()))
+        .collect();
+    let d = CacheDigest::of(keys.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    format!("{}:{d:x}", d.objects)
+}
+
 /// `GET /_emulator/stats`, or `None` (the request failed: a dropped connection).
 async fn stats(client: &Client) -> Option<Value> {
     let body = client
@@ -1122,13 +1132,7 @@ impl Soak {
         else {
             return vec!["the emulator's LIST failed".into()];
         };
-        let keys: Vec<(String, String)> = list
-            .items
-            .iter()
-            .map(|o| (o.key(), o.resource_version().to_string()))
-            .collect();
-        let want = CacheDigest::of(keys.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        let want_text = format!("{}:{want:x}", want.objects);
+        let want_text = digest_text(&list.items);
         let mut mismatches = Vec::new();
         for id in self.live() {
             let addr = self.rs.replicas[id].ops_addr().await;
@@ -1411,13 +1415,7 @@ pub async fn run(cfg: SoakConfig) -> SoakReport {
             finals[i] = o.resource_version().parse().unwrap_or(0);
         }
     }
-    let keys: Vec<(String, String)> = list
-        .items
-        .iter()
-        .map(|o| (o.key(), o.resource_version().to_string()))
-        .collect();
-    let want = CacheDigest::of(keys.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    let want_text = format!("{}:{want:x}", want.objects);
+    let want_text = digest_text(&list.items);
     let deadline = Instant::now() + cfg.converge_within;
     let (convergence, mismatches) = loop {
         soak.survey().await;
