@@ -929,6 +929,10 @@ struct Builder {
     text: String,
 }
 
+/// Up to this many pairs [`Builder::keep_last`] compares keys pairwise (at most 120
+/// comparisons, most of them of lengths), beyond it through a set.
+const SMALL_MAP: usize = 16;
+
 impl Builder {
     fn string(&mut self, sc: &mut Scanner<'_>) -> Result<Span, json::SyntaxError> {
         let (a, b, escaped) = sc.string()?;
@@ -1002,12 +1006,25 @@ impl Builder {
             bytes.get(off..off + len as usize).unwrap_or_default()
         };
         let len = |sp: Span| sp.len & !DECODED;
+        // Past a few pairs, a set of the keys seen from the end: a map of thousands of keys
+        // (no API server sends one, anything else may) must not cost the square of them.
+        let mut later = (pairs.len() > SMALL_MAP).then(|| {
+            let mut seen = std::collections::HashSet::with_capacity(pairs.len());
+            let mut again = vec![false; pairs.len()];
+            for i in (0..pairs.len()).rev() {
+                again[i] = !seen.insert(key(pairs[i].0));
+            }
+            again.into_iter()
+        });
         let mut kept = 0;
         for i in 0..pairs.len() {
             let k = pairs[i].0;
-            let again = pairs[i + 1..]
-                .iter()
-                .any(|(o, _)| len(*o) == len(k) && key(*o) == key(k));
+            let again = match &mut later {
+                Some(flags) => flags.next().unwrap_or(false),
+                None => pairs[i + 1..]
+                    .iter()
+                    .any(|(o, _)| len(*o) == len(k) && key(*o) == key(k)),
+            };
             if !again {
                 pairs[kept] = pairs[i];
                 kept += 1;
@@ -1347,6 +1364,20 @@ mod tests {
         );
         assert_eq!(m.annotation("n"), Some("2"));
         assert_eq!(m.annotations.len(), 1);
+        // Past 16 pairs the same through a set of the keys.
+        let many: Vec<String> = (0..40)
+            .map(|i| format!("\"k{}\":\"{i}\"", i % 25))
+            .collect();
+        let text = format!(
+            r#"{{"metadata":{{"name":"a","labels":{{{}}}}}}}"#,
+            many.join(",")
+        );
+        let o = Object::ingest(text.as_bytes(), &IngestOptions::default()).unwrap();
+        let labels: Vec<_> = o.meta().labels.iter().collect();
+        assert_eq!(labels.len(), 25);
+        assert_eq!(labels[0], ("k15", "15"));
+        assert_eq!(o.meta().label("k3"), Some("28"));
+        assert_eq!(o.meta().label("k20"), Some("20"));
         let by_hand = [("k", "1"), ("k", "2")];
         assert_eq!(StrPairs::from(&by_hand[..]).get("k"), Some("2"));
         crate::fuzzing::selectors(include_bytes!(
