@@ -536,25 +536,27 @@ impl Injector {
     /// them were confirmed.
     async fn relists_lane(&self) {
         type Act = (&'static str, &'static str);
+        // The quickest first (a kick is confirmed within a second; a LIST's 410 may wait
+        // out a backoff), each in turn after the one before it, pending or not: a rotation
+        // over the pending ones only would skip an action each time the set shrinks.
         let acts: [Act; 5] = [
-            ("failNext 410 (list)", "listsExpired"),
             ("injectExpired", "expired"),
+            ("failNext 410 (list)", "listsExpired"),
             ("stallStreams + expireWatchHistory", "watchesTooOld"),
             ("failNext 500 (list, watch)", "serverErrors"),
             ("failNext 429 (list, watch)", "tooManyRequests"),
         ];
-        let mut turn = 0usize;
+        let mut next = 0usize;
         self.pause(Duration::from_secs(2)).await;
         while !self.stopped() {
-            let pending: Vec<Act> = acts
-                .iter()
-                .copied()
-                .filter(|(a, _)| self.confirmed(a) < self.cfg.relist_faults)
-                .collect();
-            let Some(&(action, counter)) = pending.get(turn % pending.len().max(1)) else {
+            let Some(i) = (next..next + acts.len())
+                .map(|i| i % acts.len())
+                .find(|&i| self.confirmed(acts[i].0) < self.cfg.relist_faults)
+            else {
                 break;
             };
-            turn += 1;
+            next = i + 1;
+            let (action, counter) = acts[i];
             let window = self.cfg.relist_every.min(Duration::from_secs(10));
             match action {
                 "injectExpired" => {
