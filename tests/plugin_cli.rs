@@ -1172,3 +1172,84 @@ async fn worker_threads_from_the_flag_or_the_config_file_size_the_runtime() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `--list-page-size N` (or `listPageSize: N` in the config file) pages an informer's relist
+/// at its resourceVersion (client-go's `WatchListPageSize`, spec 1.3): after an in-stream 410,
+/// five ConfigMaps in pages of two are three LIST requests, where by default the relist is one.
+/// The first list (RV 0) is one request either way: the watch cache ignores the limit. Counted
+/// by the emulator (`requests.list` of `/_emulator/stats`); the one informer (`noop` watches
+/// ConfigMaps) is the host's only lister.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_page_size_pages_the_informers_lists() {
+    let noop = guest("noop");
+    let dir = support::temp_dir("list-page-size");
+    let seed = dir.join("seed.yaml");
+    let objects: Vec<String> = (0..5)
+        .map(|i| {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i}, namespace: team}}\n"
+            )
+        })
+        .collect();
+    std::fs::write(&seed, objects.join("---\n")).expect("seed");
+    let cfg = dir.join("host.yaml");
+    std::fs::write(&cfg, "listPageSize: 2\n").expect("write");
+    for (pages, extra) in [
+        (1, vec![]),
+        (3, vec![os("--list-page-size"), os("2")]),
+        (3, vec![os("--config"), cfg.as_os_str()]),
+    ] {
+        let mut args = extra.clone();
+        args.extend([
+            os("--emulator"),
+            seed.as_os_str(),
+            os("--plugin"),
+            noop.as_os_str(),
+            os("--metrics-addr"),
+            os("127.0.0.1:0"),
+        ]);
+        let mut host = HostProcess::spawn(args, "info");
+        let (url, kubeconfig) = host.emulator().await;
+        let addr = host.ops_addr().await;
+        // Ready: the informer's cache synced, so its whole list was read.
+        support::cluster::get_until(&addr, "/readyz", WAIT, |code, _| code == 200)
+            .await
+            .expect("ready");
+        let emulator = url.trim_start_matches("http://").to_string();
+        let stats = || async {
+            let (_, body) = support::cluster::try_http_get(&emulator, "/_emulator/stats")
+                .await
+                .expect("stats");
+            serde_json::from_str::<serde_json::Value>(&body).expect("stats JSON")
+        };
+        assert_eq!(stats().await["requests"]["list"], 1, "{extra:?}");
+        let kick = serde_json::json!({"injectExpired": true}).to_string();
+        support::process::client(&kubeconfig)
+            .request_raw(
+                http::Method::POST,
+                "/_emulator/faults",
+                Some((kick.into(), "application/json")),
+            )
+            .await
+            .expect("fault posted");
+        // The relist is done once the second watch is open (after the reflector's backoff).
+        let deadline = std::time::Instant::now() + WAIT;
+        let after = loop {
+            let s = stats().await;
+            if s["requests"]["watch"] == 2 && s["openWatches"]["/configmaps"] == 1 {
+                break s;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{extra:?}: no relist: {s}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(after["faults"]["expired"], 1, "{after}");
+        assert_eq!(after["requests"]["list"], 1 + pages, "{extra:?}: {after}");
+        host.sigterm();
+        let status = host.exit(WAIT).await;
+        assert!(status.success(), "{}", host.log());
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -25,8 +25,8 @@ use kwh_plugin::{
     PrecompileError, Precompiled, QuarantinePolicy, RetryPolicy, RuntimeOptions,
 };
 use plugins_file::{
-    check, ranged, DEADLINE_MS, LOG_LINES_PER_SECOND, MAX_INSTANCES, MAX_QUEUED_KEYS, MEMORY_MB,
-    WORKER_THREADS,
+    check, ranged, DEADLINE_MS, LIST_PAGE_SIZE, LOG_LINES_PER_SECOND, MAX_INSTANCES,
+    MAX_QUEUED_KEYS, MEMORY_MB, WORKER_THREADS,
 };
 
 #[derive(Parser)]
@@ -161,8 +161,15 @@ struct RunArgs {
     /// most this much longer; below one event per window nothing changes.
     #[arg(long, value_name = "DURATION", value_parser = kwh_client::duration::parse_duration)]
     wakeup_batching: Option<Duration>,
+    /// Objects per page of an informer's LISTs (client-go's `WatchListPageSize`; 1 to 100000).
+    /// By default a relist at a known resourceVersion asks for everything at once, which the
+    /// API server answers from its watch cache; with a page size it is read from etcd in
+    /// pages, for API servers where large answers hurt, at the cost of more requests. The
+    /// first list (resourceVersion 0) is answered whole from the watch cache either way.
+    #[arg(long, value_name = "N", value_parser = ranged(LIST_PAGE_SIZE))]
+    list_page_size: Option<u64>,
     /// YAML file with any of: handlerDeadlineMs, reconcileDeadlineMs, memoryMb, maxInstances,
-    /// maxQueuedKeys, logLinesPerSecond, workerThreads, wakeupBatching, gracePeriodSeconds, quarantineFailures, quarantineWindowSeconds, quarantineCooldownMs,
+    /// maxQueuedKeys, logLinesPerSecond, workerThreads, wakeupBatching, listPageSize, gracePeriodSeconds, quarantineFailures, quarantineWindowSeconds, quarantineCooldownMs,
     /// quarantineMaxCooldownMs, handlerAttempts, cacheDir, metricsAddr, namespace, failFast,
     /// plugins (a list as in `--plugins`, relative to this file).
     #[arg(long, value_name = "FILE")]
@@ -299,6 +306,7 @@ struct FileConfig {
     log_lines_per_second: Option<u64>,
     worker_threads: Option<u64>,
     wakeup_batching: Option<String>,
+    list_page_size: Option<u64>,
     grace_period_seconds: Option<u64>,
     quarantine_failures: Option<u32>,
     quarantine_window_seconds: Option<u64>,
@@ -944,6 +952,11 @@ async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
         file.log_lines_per_second,
         &LOG_LINES_PER_SECOND,
     )?;
+    let list_page_size = file_check("listPageSize", file.list_page_size, &LIST_PAGE_SIZE)?;
+    let list_page_size = args
+        .list_page_size
+        .or(list_page_size)
+        .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
     let defaults = Limits::default();
     let ms = Duration::from_millis;
     let limits = Limits {
@@ -1088,6 +1101,7 @@ async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
             handler_retry,
             identity,
             ownership: replica.ownership(),
+            list_page_size,
             ..RuntimeOptions::default()
         },
     );

@@ -29,6 +29,8 @@ pub const MAX_QUEUED_KEYS: RangeInclusive<u64> = 1..=100_000_000;
 pub const LOG_LINES_PER_SECOND: RangeInclusive<u64> = 0..=1_000_000;
 /// `--worker-threads` and `workerThreads`.
 pub const WORKER_THREADS: RangeInclusive<u64> = 1..=256;
+/// `--list-page-size` and `listPageSize`: the API server caps a page at its own limit anyway.
+pub const LIST_PAGE_SIZE: RangeInclusive<u64> = 1..=100_000;
 /// Reconcile workers per plugin.
 pub const WORKERS: RangeInclusive<u64> = 1..=256;
 

@@ -41,6 +41,7 @@ use kwh_client::{ApiResource, Client, Discovery, ResourceClient};
 use kwh_informer::backoff::Backoff;
 use kwh_informer::factory::{FactoryRegistration, InformerKey, SharedInformerFactory};
 use kwh_informer::processor::PanicPolicy;
+use kwh_informer::reflector::ReflectorOptions;
 use kwh_informer::shared::{
     HandlerRegistration, InformerError, InformerOptions, SharedIndexInformer,
 };
@@ -123,6 +124,9 @@ pub struct RuntimeOptions {
     pub identity: String,
     /// Which work this replica may do (leader election, shards); everything when alone.
     pub ownership: Ownership,
+    /// The page size of every informer's LISTs (client-go's `WatchListPageSize`); `None`
+    /// pages only where client-go does (see [`ReflectorOptions::page_size`]).
+    pub list_page_size: Option<u32>,
 }
 
 impl Default for RuntimeOptions {
@@ -138,6 +142,7 @@ impl Default for RuntimeOptions {
             discovery_refresh: Duration::from_secs(5),
             identity: crate::identity::default_identity(),
             ownership: Ownership::single(),
+            list_page_size: None,
         }
     }
 }
@@ -271,6 +276,10 @@ impl PluginRuntime {
                     // Plugin dispatchers turn guest faults into errors; a panic would be a
                     // host bug in one plugin's path, and must not stop every other plugin.
                     handler_panics: PanicPolicy::Skip,
+                    reflector: ReflectorOptions {
+                        page_size: opts.list_page_size,
+                        ..ReflectorOptions::default()
+                    },
                     ..InformerOptions::default()
                 }),
                 metrics,
