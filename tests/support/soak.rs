@@ -63,6 +63,12 @@ use crate::support::replicas::{overlaps, LedgerRecord, Replicas};
 pub const NS: &str = "soak";
 /// The two plugins (one build of the `soak` guest, two configurations).
 pub const PLUGINS: [&str; 2] = ["soak-a", "soak-b"];
+/// The namespace of the shards' Secrets, and the third plugin that watches them (see
+/// [`SoakConfig::shards`]).
+pub const SHARD_NS: &str = "soak-shards";
+pub const SHARD_PLUGIN: &str = "soak-shards";
+/// The pause between two updates of the shards' Secrets.
+const SHARD_WRITE_EVERY: Duration = Duration::from_millis(50);
 /// Longer than the host's memory trim period (10 s).
 const TRIM_SETTLE: Duration = Duration::from_secs(11);
 /// A role's memory at its end may exceed its level by this fraction at most.
@@ -83,7 +89,8 @@ pub struct SoakConfig {
     pub kill_every: usize,
     /// Confirmed deliveries wanted of each fault kind that does not make an informer relist.
     pub faults: u64,
-    /// Confirmed deliveries wanted of each relist action, posted at most one per
+    /// Confirmed faults wanted of each kind that makes informers relist (the emulator's
+    /// counters), from actions posted at most one per
     /// `relist_every` (see the module's documentation).
     pub relist_faults: u64,
     pub relist_every: Duration,
@@ -95,6 +102,18 @@ pub struct SoakConfig {
     pub trap_per_mille: u64,
     /// How long convergence may take after the last write.
     pub converge_within: Duration,
+    /// Informers of a third plugin on each host, beside the ConfigMap informer: each watches
+    /// the Secrets of [`SHARD_NS`] labelled `soak-shard=<its number>`. Why: a fault that
+    /// makes informers relist can come only once per backoff (see the module's
+    /// documentation), and each one reaches every informer of every host; with this many
+    /// more, so does each of those faults. Secrets, not ConfigMaps: they are not woken by
+    /// the ConfigMaps' writes.
+    pub shards: usize,
+    /// Secrets per shard; one more than `page_size` makes every relist of a shard two pages.
+    pub shard_objects: usize,
+    /// `--list-page-size` of the hosts: every relist in pages, so that each can meet a
+    /// compaction between two of them.
+    pub page_size: Option<u32>,
 }
 
 impl SoakConfig {
@@ -114,6 +133,9 @@ impl SoakConfig {
             workers: 2,
             trap_per_mille: 10,
             converge_within: Duration::from_secs(240),
+            shards: 200,
+            shard_objects: 101,
+            page_size: Some(100),
         }
     }
 
@@ -134,6 +156,9 @@ impl SoakConfig {
             workers: 1,
             trap_per_mille: 10,
             converge_within: Duration::from_secs(45),
+            shards: 10,
+            shard_objects: 101,
+            page_size: Some(100),
         }
     }
 }
@@ -546,18 +571,44 @@ impl Injector {
             ("failNext 500 (list, watch)", "serverErrors"),
             ("failNext 429 (list, watch)", "tooManyRequests"),
         ];
+        // The informers one fault can reach: both hosts' (a third runs only between a kill
+        // and the next sync), the ConfigMaps' and each shard's. Failures are armed for as
+        // many requests, and a compaction before as many pages.
+        let reach = 2 * (1 + self.cfg.shards as u64);
+        let (want_relists, want_requests) = (self.cfg.relist_faults, self.cfg.faults);
         let mut next = 0usize;
         self.pause(Duration::from_secs(2)).await;
         while !self.stopped() {
+            // Pending while the emulator's counter is short of what is wanted (429 and 500
+            // also come from the requests lane).
+            let Some(f) = self.faults().await else {
+                self.pause(self.cfg.pace).await;
+                continue;
+            };
+            let short = |c: &str, want: u64| f[c].as_u64().unwrap_or(0) < want;
+            let pending = |i: usize| match acts[i].1 {
+                "listsExpired" => {
+                    short("listsExpired", want_relists) || short("listsCompacted", want_relists)
+                }
+                c @ ("serverErrors" | "tooManyRequests") => short(c, want_requests),
+                c => short(c, want_relists),
+            };
             let Some(i) = (next..next + acts.len())
                 .map(|i| i % acts.len())
-                .find(|&i| self.confirmed(acts[i].0) < self.cfg.relist_faults)
+                .find(|&i| pending(i))
             else {
                 break;
             };
             next = i + 1;
             let (action, counter) = acts[i];
             let window = self.cfg.relist_every.min(Duration::from_secs(10));
+            // Every relist the action causes is paged (`--list-page-size`): a compaction comes
+            // before the next pages, so that their continue tokens expire and the pagers list
+            // whole (spec 1.4). Confirmed if any did by the end of the action's pause.
+            let compacted_before = self.counter("listsCompacted").await;
+            if self.cfg.page_size.is_some() {
+                self.post(&json!({"compactBeforeContinue": reach})).await;
+            }
             match action {
                 "injectExpired" => {
                     let cmd = json!({"injectExpired": true});
@@ -571,29 +622,17 @@ impl Injector {
                     .await;
                 }
                 "failNext 410 (list)" => {
-                    // Two 410s for each host's LIST: the informer's relist at its RV, then
-                    // its retry at once from the most recent state, unpaged (client-go pages
-                    // neither, spec 1.3-1.4). The relist after its backoff is then paged from
-                    // the most recent state, and a compaction is armed to come between its
-                    // pages: its continue token expires and the pager lists whole. Armed
-                    // until LISTs take them: an informer lists only after a relist fault and
-                    // its backoff (up to a minute); the kick makes the hosts relist.
-                    let before = self.counter("listsCompacted").await;
-                    let arm = json!({"failNext": {"count": 4, "code": 410, "verbs": ["list"]}});
+                    // Two 410s for each informer's LIST: its relist at its RV, then its retry
+                    // at once from the most recent state (spec 1.3-1.4). Armed until LISTs
+                    // take them: an informer lists only after a relist fault and its backoff
+                    // (up to a minute); the kick makes the hosts relist.
+                    let arm =
+                        json!({"failNext": {"count": 2 * reach, "code": 410, "verbs": ["list"]}});
                     self.post(&arm).await;
-                    self.post(&json!({"compactBeforeContinue": 1})).await;
                     let cmd = json!({"injectExpired": true});
                     let repeat = Some(Duration::from_millis(200));
                     let window = Duration::from_secs(65);
-                    if self.deliver(action, counter, cmd, repeat, window).await {
-                        let deadline = Instant::now() + window;
-                        let mut compacted = false;
-                        while !compacted && Instant::now() < deadline {
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            compacted = self.counter("listsCompacted").await > before;
-                        }
-                        self.note("compactBeforeContinue", compacted);
-                    }
+                    self.deliver(action, counter, cmd, repeat, window).await;
                 }
                 "stallStreams + expireWatchHistory" => {
                     // Events pile up behind a stall; the history they were in is then
@@ -607,7 +646,7 @@ impl Injector {
                 _ => {
                     let code = if counter == "serverErrors" { 500 } else { 429 };
                     let verbs = ["list", "watch"];
-                    let cmd = json!({"failNext": {"count": 1, "code": code, "retryAfter": 1, "verbs": verbs}});
+                    let cmd = json!({"failNext": {"count": reach, "code": code, "retryAfter": 1, "verbs": verbs}});
                     if !self.deliver(action, counter, cmd, None, window).await {
                         let off = json!({"failNext": {"count": 0, "code": code, "verbs": verbs}});
                         self.post(&off).await;
@@ -615,14 +654,18 @@ impl Injector {
                 }
             }
             self.pause(self.cfg.relist_every).await;
+            if self.cfg.page_size.is_some() {
+                let compacted = self.counter("listsCompacted").await > compacted_before;
+                self.note("compactBeforeContinue", compacted);
+            }
         }
     }
 }
 
 /// The cache digest of `items` as `/statusz?digest=1` writes it: `objects:digest`.
-fn digest_text(items: &[kwh_client::Object]) -> String {
+fn digest_text<'a>(items: impl IntoIterator<Item = &'a kwh_client::Object>) -> String {
     let keys: Vec<(String, String)> = items
-        .iter()
+        .into_iter()
         .map(|o| (o.key(), o.resource_version().to_string()))
         .collect();
     let d = CacheDigest::of(keys.iter().map(|(k, v)| (k.as_str(), v.as_str())));
@@ -747,21 +790,31 @@ async fn ops_get(addr: &str, path: &str) -> Option<(u16, String)> {
         .ok()
 }
 
-/// The plugins file: the `soak` guest twice, `soak-a` with its own handlers.
-fn plugins_file(dir: &Path, workers: u32, trap_per_mille: u64) -> PathBuf {
+/// The plugins file: the `soak` guest twice, `soak-a` with its own handlers; a third time,
+/// not trapping, for the shards' informers if there are any.
+fn plugins_file(dir: &Path, cfg: &SoakConfig) -> PathBuf {
     let path = dir.join("soak-plugins.yaml");
     let module = crate::support::guests::guest("soak");
     let entry = |name: &str, guest_handlers: bool| {
-        json!({"module": module, "workers": workers, "config": {
+        json!({"module": module, "workers": cfg.workers, "config": {
             "name": name, "namespace": NS, "guestHandlers": guest_handlers,
-            "trapPerMille": trap_per_mille}})
+            "trapPerMille": cfg.trap_per_mille}})
     };
-    let file = json!([entry(PLUGINS[0], true), entry(PLUGINS[1], false)]);
-    std::fs::write(&path, file.to_string()).expect("write plugins file");
+    let mut file = vec![entry(PLUGINS[0], true), entry(PLUGINS[1], false)];
+    if cfg.shards > 0 {
+        file.push(json!({"module": module, "workers": 1, "config": {
+            "name": SHARD_PLUGIN, "namespace": SHARD_NS, "shards": cfg.shards,
+            "trapPerMille": 0}}));
+    }
+    std::fs::write(&path, Value::Array(file).to_string()).expect("write plugins file");
     path
 }
 
-fn host_args(plugins: &Path) -> Vec<OsString> {
+fn host_args(plugins: &Path, page_size: Option<u32>) -> Vec<OsString> {
+    let page_size = page_size.map(|n| n.to_string());
+    let page_size = page_size
+        .iter()
+        .flat_map(|n| ["--list-page-size", n.as_str()]);
     [
         "--plugins",
         &plugins.display().to_string(),
@@ -775,7 +828,8 @@ fn host_args(plugins: &Path) -> Vec<OsString> {
         "--quarantine-failures",
         "0",
     ]
-    .iter()
+    .into_iter()
+    .chain(page_size)
     .map(OsString::from)
     .collect()
 }
@@ -792,6 +846,11 @@ pub struct SoakReport {
     pub write_seconds: f64,
     /// Write retries (a dropped connection failed the first try).
     pub write_retries: u64,
+    /// Shards (Secret informers of the third plugin, per host), Secrets in each, and the
+    /// updates of them written.
+    pub shards: usize,
+    pub shard_objects: usize,
+    pub shard_writes: u64,
     /// The emulator's fault counters at the end (`/_emulator/stats`, `faults`).
     pub faults: BTreeMap<String, u64>,
     pub fault_target: u64,
@@ -904,6 +963,13 @@ impl SoakReport {
                 format!(
                     "{} in {:.1} s, {rate:.0}/s ({})",
                     self.events, self.write_seconds, self.write_retries
+                ),
+            ),
+            (
+                "shards: Secret informers per host (Secrets each, updates written)",
+                format!(
+                    "{} ({}, {})",
+                    self.shards, self.shard_objects, self.shard_writes
                 ),
             ),
             ("leader kills (SIGKILL)", self.kills.to_string()),
@@ -1056,6 +1122,8 @@ struct Soak {
     kills: usize,
     /// Updates to write in all.
     events: u64,
+    /// [`SoakConfig::shards`].
+    shards: usize,
 }
 
 impl Soak {
@@ -1126,7 +1194,9 @@ impl Soak {
     }
 
     /// Every live host's caches against the emulator's state: one line per host that differs
-    /// (none: all equal). Each host's two plugins read one informer's cache, reported twice.
+    /// (none: all equal). Each host's two plugins read one informer's cache, reported twice;
+    /// the shards' plugin one per shard, compared as a set with the digests of the emulator's
+    /// Secrets grouped by shard.
     async fn mismatches(&mut self, client: &Client) -> Vec<String> {
         let Ok(list) = client
             .list(&configmaps(), Some(NS), &Default::default())
@@ -1135,26 +1205,59 @@ impl Soak {
             return vec!["the emulator's LIST failed".into()];
         };
         let want_text = digest_text(&list.items);
+        let mut want_shards = Vec::new();
+        if self.shards > 0 {
+            let Ok(list) = client
+                .list(&secrets(), Some(SHARD_NS), &Default::default())
+                .await
+            else {
+                return vec!["the emulator's LIST of the shards failed".into()];
+            };
+            let mut by_shard: BTreeMap<&str, Vec<&kwh_client::Object>> = BTreeMap::new();
+            for o in &list.items {
+                let shard = o.meta().label("soak-shard").unwrap_or("-");
+                by_shard.entry(shard).or_default().push(o);
+            }
+            want_shards = (0..self.shards)
+                .map(|i| digest_text(by_shard.remove(i.to_string().as_str()).unwrap_or_default()))
+                .collect();
+            want_shards.sort();
+        }
         let mut mismatches = Vec::new();
         for id in self.live() {
             let addr = self.rs.replicas[id].ops_addr().await;
-            let got = match ops_get(&addr, "/statusz?digest=1").await {
-                Some((200, body)) => {
-                    let v: Value = serde_json::from_str(&body).unwrap_or_default();
-                    v["plugins"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(|p| {
-                            let c = &p["informers"][0]["cache"];
-                            format!("{}:{}", c["objects"], c["digest"].as_str().unwrap_or("?"))
-                        })
-                        .collect::<Vec<_>>()
-                }
-                _ => vec!["no answer".to_string()],
+            let Some((200, body)) = ops_get(&addr, "/statusz?digest=1").await else {
+                mismatches.push(format!("host {id}: no answer"));
+                continue;
             };
+            let v: Value = serde_json::from_str(&body).unwrap_or_default();
+            let cache = |i: &Value| {
+                let c = &i["cache"];
+                format!("{}:{}", c["objects"], c["digest"].as_str().unwrap_or("?"))
+            };
+            let (mut got, mut got_shards) = (Vec::new(), Vec::new());
+            for p in v["plugins"].as_array().into_iter().flatten() {
+                if p["name"] == SHARD_PLUGIN {
+                    let informers = p["informers"].as_array().into_iter().flatten();
+                    got_shards = informers.map(cache).collect();
+                    got_shards.sort();
+                } else {
+                    got.push(cache(&p["informers"][0]));
+                }
+            }
             if got.len() != 2 || got.iter().any(|g| *g != want_text) {
                 mismatches.push(format!("host {id}: {got:?} (emulator {want_text})"));
+            }
+            if got_shards != want_shards {
+                let differ = got_shards
+                    .iter()
+                    .filter(|g| !want_shards.contains(g))
+                    .count();
+                mismatches.push(format!(
+                    "host {id}: {} of {} shards' caches differ from the emulator's",
+                    differ.max(want_shards.len().abs_diff(got_shards.len())),
+                    want_shards.len()
+                ));
             }
         }
         mismatches
@@ -1292,14 +1395,19 @@ pub async fn run(cfg: SoakConfig) -> SoakReport {
     let client = rs.emulator.client.clone();
     rs.emulator.create_namespace(NS).await;
     seed(&client, cfg.objects, cfg.writers).await;
-    let plugins = plugins_file(&rs.dir, cfg.workers, cfg.trap_per_mille);
+    if cfg.shards > 0 {
+        rs.emulator.create_namespace(SHARD_NS).await;
+        seed_shards(&client, &cfg).await;
+    }
+    let plugins = plugins_file(&rs.dir, &cfg);
     let mut soak = Soak {
-        args: host_args(&plugins),
+        args: host_args(&plugins, cfg.page_size),
         tracker: Tracker::new(cfg.objects),
         hosts: Vec::new(),
         written: Arc::new(AtomicU64::new(0)),
         kills: 0,
         events: cfg.events as u64,
+        shards: cfg.shards,
         rs,
     };
     soak.spawn().await;
@@ -1354,6 +1462,8 @@ pub async fn run(cfg: SoakConfig) -> SoakReport {
         paused.clone(),
         started,
     );
+    let shards_done = Arc::new(AtomicBool::new(false));
+    let shard_writer = write_shards(&client, &cfg, paused.clone(), shards_done.clone());
     // Before each kill a quiet point, then a hundredth of `kill_every` more updates: the kill
     // comes mid-stream, the roles it ends are read quiet (see `Phase`).
     let mut next_quiet = cfg.kill_every as u64;
@@ -1399,6 +1509,8 @@ pub async fn run(cfg: SoakConfig) -> SoakReport {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     injector.stop.store(true, Ordering::Relaxed);
+    shards_done.store(true, Ordering::Relaxed);
+    let shard_writes = shard_writer.await.expect("the shards' writer failed");
     for l in lanes {
         l.await.expect("an injector lane failed");
     }
@@ -1519,6 +1631,9 @@ pub async fn run(cfg: SoakConfig) -> SoakReport {
         events: soak.written.load(Ordering::Relaxed),
         write_seconds,
         write_retries: retries.load(Ordering::Relaxed),
+        shards: cfg.shards,
+        shard_objects: cfg.shard_objects,
+        shard_writes,
         faults,
         fault_target: cfg.faults,
         relist_target: cfg.relist_faults,
@@ -1582,6 +1697,86 @@ async fn seed(client: &Client, objects: usize, writers: usize) {
     for t in tasks {
         t.await.expect("a seeding task failed");
     }
+}
+
+fn secrets() -> ApiResource {
+    ApiResource::new("v1", "Secret", "secrets", true)
+}
+
+fn shard_object_name(shard: usize, j: usize) -> String {
+    format!("shard-{shard:03}-{j:03}")
+}
+
+/// Creates the shards' Secrets, labelled with their shard.
+async fn seed_shards(client: &Client, cfg: &SoakConfig) {
+    let (shards, per, writers) = (cfg.shards, cfg.shard_objects, cfg.writers);
+    let tasks: Vec<_> = (0..writers)
+        .map(|w| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                for n in (w..shards * per).step_by(writers) {
+                    let name = shard_object_name(n / per, n % per);
+                    let body = json!({"apiVersion": "v1", "kind": "Secret",
+                        "metadata": {"name": name, "namespace": SHARD_NS,
+                            "labels": {"soak-shard": (n / per).to_string()}},
+                        "data": {"v": "MA=="}});
+                    client
+                        .create(
+                            &secrets(),
+                            Some(SHARD_NS),
+                            body.to_string().into(),
+                            &WriteParams::default(),
+                        )
+                        .await
+                        .unwrap_or_else(|e| panic!("create {name}: {e}"));
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("a seeding task failed");
+    }
+}
+
+/// Updates one of the shards' Secrets after another (so that their informers' watches carry
+/// events and their caches can be wrong), one every [`SHARD_WRITE_EVERY`], none while
+/// `paused`, until `done`. How many it wrote. A failed update (a dropped connection, an
+/// injected 429 or 500) is not sent again: the next one comes soon.
+fn write_shards(
+    client: &Client,
+    cfg: &SoakConfig,
+    paused: Arc<AtomicBool>,
+    done: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<u64> {
+    let client = client.clone();
+    let (shards, per) = (cfg.shards, cfg.shard_objects);
+    tokio::spawn(async move {
+        let mut written = 0u64;
+        let mut n = 0usize;
+        while shards > 0 && !done.load(Ordering::Relaxed) {
+            tokio::time::sleep(SHARD_WRITE_EVERY).await;
+            if paused.load(Ordering::Relaxed) {
+                continue;
+            }
+            // A stride coprime with most totals walks every Secret in turn.
+            n = (n + 7919) % (shards * per);
+            let patch = Patch::Merge(
+                json!({"metadata": {"annotations": {"soak-write": written.to_string()}}})
+                    .to_string()
+                    .into(),
+            );
+            let name = shard_object_name(n / per, n % per);
+            let params = WriteParams::default();
+            if client
+                .patch(&secrets(), Some(SHARD_NS), &name, None, &patch, &params)
+                .await
+                .is_ok()
+            {
+                written += 1;
+            }
+        }
+        written
+    })
 }
 
 /// The writers: each takes the next update number (`written` counts those done), updates

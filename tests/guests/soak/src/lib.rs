@@ -11,7 +11,10 @@
 //! Settings: `name` (the manifest's name, default `soak`: the same component runs as two
 //! plugins), `namespace` (confines its watch), `trapPerMille` (default 10), `guestHandlers`
 //! (default false: the SDK's handlers, handed over to the host, so notifications cost no
-//! guest call; true: handlers that enqueue the key themselves, and may trap).
+//! guest call; true: handlers that enqueue the key themselves, and may trap), `shards`
+//! (default 0; N: instead of the one ConfigMap watch, N watches of the Secrets of `namespace`
+//! labelled `soak-shard=0` … `soak-shard=N-1`, each an informer of its own, so that a fault
+//! injected once reaches N informers; their reconciles print nothing).
 //!
 //! Which calls trap: a call on an instance that has already served one, when a hash of the
 //! plugin's name, the key, the resourceVersion and the instance's count of calls falls under
@@ -36,6 +39,7 @@ struct Settings {
     namespace: Option<String>,
     trap_per_mille: Option<u64>,
     guest_handlers: Option<bool>,
+    shards: Option<u32>,
 }
 
 /// Calls this instance has served (an instance is one guest's memory: a trap discards it).
@@ -95,11 +99,16 @@ impl Controller for Soak {
 
     fn manifest() -> Manifest {
         let config = Self::config();
-        let watch = match &config.namespace {
-            Some(ns) => Watch::new("v1", "ConfigMap").in_namespace(ns),
-            None => Watch::new("v1", "ConfigMap"),
+        let in_ns = |w: Watch| match &config.namespace {
+            Some(ns) => w.in_namespace(ns),
+            None => w,
         };
-        Manifest::new(name()).watch(watch)
+        match config.shards {
+            Some(n) if n > 0 => (0..n).fold(Manifest::new(name()), |m, i| {
+                m.watch(in_ns(Watch::new("v1", "Secret")).with_labels(&format!("soak-shard={i}")))
+            }),
+            _ => Manifest::new(name()).watch(in_ns(Watch::new("v1", "ConfigMap"))),
+        }
     }
 
     fn validate_config(config: &Settings) -> std::result::Result<(), String> {
@@ -122,6 +131,9 @@ impl Controller for Soak {
     }
 
     fn reconcile(key: &str) -> Result<Action> {
+        if Self::config().shards.unwrap_or(0) > 0 {
+            return Ok(Action::Done);
+        }
         let start = now_ns();
         let cm = Api::all("v1", "ConfigMap").get_by_key(key)?;
         let rv = cm
