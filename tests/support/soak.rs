@@ -7,7 +7,9 @@
 //! `--leader-elect` (lease 2 s, renew deadline 1.5 s, retry 300 ms), each behind its own
 //! [`FreezeProxy`](crate::support::freeze_proxy::FreezeProxy) ([`Replicas`]). Each runs the
 //! `soak` test guest as two plugins on one shared ConfigMap informer: `soak-a` with handlers
-//! of its own (guest calls that may trap), `soak-b` with the SDK's (handed over to the host).
+//! of its own (guest calls that may trap), `soak-b` with the SDK's (handed over to the host);
+//! and a third time, `soak-shards`, with one informer per shard of Secrets
+//! ([`SoakConfig::shards`]), all relisted in pages (`--list-page-size`).
 //! About 1 % of guest calls trap; quarantine is off (`--quarantine-failures 0`: at 1 % of
 //! thousands of calls a second any threshold would quarantine both plugins at once, and the
 //! soak is about convergence, not quarantine), and so is the guests' log budget
@@ -23,10 +25,12 @@
 //!   compactions on a timer; and, at most one every `relist_every`, the faults that make an
 //!   informer relist (an in-stream 410, a 410 at LIST followed by a compaction between the
 //!   pages of the relist it causes, an expired watch history, 429 and 500 on `list` and
-//!   `watch`). Why those apart: client-go's reflector sleeps one backoff after
-//!   every relist (800 ms doubling to 30 s, reset only two minutes after its last reset, spec
-//!   1.1), so more than a few of them per two minutes keep an informer asleep, and no other
-//!   fault reaches a sleeping informer;
+//!   `watch`), each armed for every informer of both hosts, and a compaction before as many
+//!   pages. Why those apart: client-go's reflector sleeps one backoff after every relist
+//!   (800 ms doubling to 30 s, reset only two minutes after its last reset, spec 1.1), so
+//!   more than a few of them per two minutes keep an informer asleep, and no other fault
+//!   reaches a sleeping informer: the count comes from the number of informers each reaches;
+//! - a writer updates one of the shards' Secrets every 50 ms;
 //! - every `kill_every` updates a quiet point (the writers pause until every cache equals the
 //!   emulator's, a memory trim passes, each host's memory is read: [`Phase`]), then, a
 //!   hundredth of `kill_every` updates later, the leader gets SIGKILL and is started again; a
@@ -34,7 +38,8 @@
 //!   started again too.
 //!
 //! Then, faults cleared, the floors ([`SoakReport::floors`]): every running host's cache
-//! digest (`/statusz?digest=1`) equals the digest of the emulator's LIST; every object's final
+//! digests (`/statusz?digest=1`) equal the digests of the emulator's LISTs (the shards' per
+//! shard); every object's final
 //! resourceVersion was reconciled by both plugins; no key of a plugin was reconciled by two
 //! processes at overlapping times ([`overlaps`]); every host's resident memory at the end of a
 //! role within 10 % of its level after that role's first sync (see [`Phase`]); no host log
@@ -941,6 +946,29 @@ impl SoakReport {
     }
 
     /// The floors not met.
+    /// A fault counter's confirmed count and the count wanted of it.
+    pub fn fault_count(&self, counter: &str) -> (u64, u64) {
+        let n = self.faults.get(counter).copied().unwrap_or(0);
+        let relist = COUNTERS.iter().any(|(c, _, r)| *c == counter && *r);
+        let want = if relist {
+            self.relist_target
+        } else {
+            self.fault_target
+        };
+        (n, want)
+    }
+
+    /// The fault kinds confirmed fewer times than wanted, each with both counts.
+    pub fn faults_short(&self) -> Vec<String> {
+        COUNTERS
+            .iter()
+            .filter_map(|(c, _, _)| {
+                let (n, want) = self.fault_count(c);
+                (n < want).then(|| format!("{c}: {n} of {want}"))
+            })
+            .collect()
+    }
+
     pub fn unmet(&self) -> Vec<String> {
         self.floors()
             .into_iter()
@@ -1019,13 +1047,8 @@ impl SoakReport {
             "met".into(),
         ]);
         row(&["---".into(), "---".into(), "---".into(), "---".into()]);
-        for (counter, label, relist) in COUNTERS {
-            let n = self.faults.get(counter).copied().unwrap_or(0);
-            let want = if relist {
-                self.relist_target
-            } else {
-                self.fault_target
-            };
+        for (counter, label, _) in COUNTERS {
+            let (n, want) = self.fault_count(counter);
             row(&[
                 format!("{label} `{counter}`"),
                 n.to_string(),
