@@ -1,0 +1,73 @@
+//! The subcommands, one module each; what several of them share (the engine, the async
+//! runtime, the kubeconfig) is here.
+
+pub mod compile;
+pub mod emulator;
+pub mod inspect;
+pub mod rbac;
+pub mod run;
+pub mod test;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use kwh_client::config::KubeconfigOptions;
+use kwh_client::Config;
+use kwh_plugin::engine::DEFAULT_MAX_MEMORY;
+use kwh_plugin::{Compiler, EngineConfig, Limits, PluginEngine};
+
+/// The engine, with pool slots for `instances` instances (at least one plugin's default
+/// limit, for the commands that load plugins one at a time): a run needs every plugin's worker
+/// and dispatch instances at once, and the loader holds each plugin to its own limit, so the
+/// sum is enough. Why not more: every slot is set up when the process starts (a fiber stack
+/// and its guard page each), which was a tenth of a start's CPU at the default 256 slots.
+pub fn engine(
+    cache_dir: Option<PathBuf>,
+    max_memory: usize,
+    instances: u32,
+    compiler: Compiler,
+) -> anyhow::Result<PluginEngine> {
+    let defaults = EngineConfig::default();
+    Ok(PluginEngine::new(EngineConfig {
+        cache_dir: cache_dir.or(defaults.cache_dir),
+        max_memory_bytes: max_memory.max(DEFAULT_MAX_MEMORY),
+        max_instances: instances.max(Limits::default().max_instances),
+        compiler,
+        ..EngineConfig::default()
+    })?)
+}
+
+/// A run compiles what the cache lacks in a child process, this same binary's `host compile`:
+/// the compiler's memory goes back to the system when it exits (see `kwh_plugin::compiler`).
+pub fn run_compiler() -> Compiler {
+    match std::env::current_exe() {
+        Ok(exe) => Compiler::child(exe),
+        Err(e) => {
+            tracing::warn!(error = %e,
+                "cannot find this program's path; components missing from the cache compile in this process");
+            Compiler::InProcess
+        }
+    }
+}
+
+/// tokio's default runtime, for the commands other than a run (the emulator serves many
+/// clients).
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+pub fn kube_config(kubeconfig: Option<&Path>, context: Option<&str>) -> anyhow::Result<Config> {
+    Ok(match kubeconfig {
+        Some(p) => Config::from_kubeconfig_paths(
+            &[p.to_path_buf()],
+            &KubeconfigOptions {
+                context: context.map(str::to_owned),
+                ..Default::default()
+            },
+        )?,
+        None => Config::infer(context)?,
+    })
+}
