@@ -562,8 +562,9 @@ async fn campaign(
     drop(lease_watch);
     // Renew. A stop is honoured at every wait, also between failed renewals.
     loop {
+        let wait = renew_wait(t.retry_period, fence.remaining().unwrap_or_default());
         tokio::select! {
-            _ = tokio::time::sleep(t.retry_period) => {}
+            _ = tokio::time::sleep(wait) => {}
             _ = stopped(&mut stop) => return step_down(&mut c, &fence, &role).await,
         }
         // client-go's renew loop: attempts every retry period until one succeeds or the
@@ -605,6 +606,18 @@ async fn campaign(
             }
         }
     }
+}
+
+/// How long a leader waits before its next renewal: a retry period, but no longer than leaves
+/// a retry period for the renewal before its fence closes, and no wait at all when less is
+/// left. Why: the fence runs from the start of the last successful request, so a slow one
+/// (an acquisition that took most of the renew deadline, against a loaded API server) leaves
+/// little of it; waiting a whole retry period would then lose the lease without a single
+/// attempt, where client-go renews at once after acquiring and keeps trying for its deadline.
+fn renew_wait(retry_period: Duration, fence_remaining: Duration) -> Duration {
+    fence_remaining
+        .saturating_sub(retry_period)
+        .min(retry_period)
 }
 
 /// A leader asked to stop: closes its fence first, then releases the lease (best effort: a

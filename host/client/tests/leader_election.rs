@@ -283,3 +283,53 @@ async fn a_leader_stops_at_once_while_its_renewals_fail() {
     assert!(asked.elapsed() < Duration::from_secs(10));
     h.faults().fail_next(0, 500, 0);
 }
+
+/// An acquisition that took most of the renew deadline (an API server under load) leaves the
+/// new leader a short fence: it renews before the fence closes, as client-go renews at once
+/// after acquiring, instead of waiting a whole retry period and losing the lease without a
+/// single attempt. Timings are long here so that every window is over a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_acquisition_was_slow_renews_before_its_fence_closes() {
+    let (h, client) = emulator().await;
+    let t = Timings {
+        lease_duration: Duration::from_secs(10),
+        renew_deadline: Duration::from_secs(8),
+        retry_period: Duration::from_secs(2),
+    };
+    // The first acquisition creates the Lease: 6.5 s of the 8 s renew deadline.
+    h.faults()
+        .delay_next(1, Duration::from_millis(6500), &["create"])
+        .unwrap();
+    let a = LeaderElection::spawn(
+        client.clone(),
+        ElectionConfig {
+            namespace: "default".into(),
+            name: "host".into(),
+            identity: "a".into(),
+            timings: t.clone(),
+        },
+    )
+    .unwrap();
+    until_role(&a, Role::Leader).await;
+    assert_eq!(
+        h.faults().delivered().delayed,
+        1,
+        "the acquisition was slow"
+    );
+    let fence = a.fence();
+    let left = fence.remaining().expect("open at the acquisition");
+    assert!(left < t.retry_period, "a short fence: {left:?} left");
+    // Waiting a retry period would have lost it; it renews and keeps leading across three.
+    let until = Instant::now() + 3 * t.retry_period;
+    let role = a.role();
+    while Instant::now() < until {
+        assert_eq!(
+            *role.borrow(),
+            Role::Leader,
+            "lost the lease after a slow acquisition"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(fence.is_open());
+    a.release().await;
+}

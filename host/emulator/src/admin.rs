@@ -24,6 +24,13 @@ pub enum FaultCommand {
         #[serde(default)]
         verbs: Vec<String>,
     },
+    /// The next `count` requests (of `verbs`, as for `failNext`) served `ms` late.
+    DelayNext {
+        count: u64,
+        ms: u64,
+        #[serde(default)]
+        verbs: Vec<String>,
+    },
     /// Seconds.
     StallStreams(f64),
     /// An etcd compaction: old Exact lists and continue tokens 410, watches still served.
@@ -89,6 +96,15 @@ pub(crate) fn admin(
                     if verbs.is_empty() {
                         f.fail_next(count, code, retry_after);
                     } else if let Err(e) = f.fail_next_for(count, code, retry_after, &verbs) {
+                        return response::status(&response::bad_request(format!(
+                            "bad fault command: {e}"
+                        )));
+                    }
+                }
+                FaultCommand::DelayNext { count, ms, verbs } => {
+                    let verbs: Vec<&str> = verbs.iter().map(String::as_str).collect();
+                    let by = std::time::Duration::from_millis(ms.min(3_600_000));
+                    if let Err(e) = f.delay_next(count, by, &verbs) {
                         return response::status(&response::bad_request(format!(
                             "bad fault command: {e}"
                         )));

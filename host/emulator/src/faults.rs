@@ -42,6 +42,7 @@ struct DeliveredCounters {
     lists_expired: AtomicU64,
     lists_compacted: AtomicU64,
     watches_too_old: AtomicU64,
+    delayed: AtomicU64,
 }
 
 /// A snapshot of [`Faults::delivered`] (also the `faults` member of `GET /_emulator/stats`,
@@ -77,6 +78,8 @@ pub struct Delivered {
     /// history (expired by the fault, or overflowed its window), at start or later: where
     /// `history_expired` is seen by a client that watches.
     pub watches_too_old: u64,
+    /// Requests held back by the delay fault before they were served.
+    pub delayed: u64,
 }
 
 /// Which resources' LISTs are held, and how many LISTs met a hold.
@@ -96,6 +99,15 @@ struct FailNext {
     verbs: u16,
 }
 
+/// The next requests to answer late.
+#[derive(Debug, Clone, Copy)]
+struct DelayNext {
+    remaining: u64,
+    by: Duration,
+    /// As [`FailNext::verbs`].
+    verbs: u16,
+}
+
 /// A verb name that [`Faults::fail_next_for`] does not know.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown verb {0:?}: one of {VERBS:?}")]
@@ -111,6 +123,14 @@ fn verb_mask(verbs: &[&str]) -> Result<u16, UnknownVerb> {
     })
 }
 
+/// The bit of `verb` in a verb mask (an unknown verb counts as the last, `other`).
+fn verb_bit(verb: &str) -> usize {
+    VERBS
+        .iter()
+        .position(|v| *v == verb)
+        .unwrap_or(VERBS.len() - 1)
+}
+
 /// Fault controls. Cheap to share (`Arc` inside the handle); every method takes effect at once.
 pub struct Faults {
     /// Where each fault took effect, counted there (see [`Delivered`]).
@@ -123,6 +143,7 @@ pub struct Faults {
     /// Armed failures, one per verb set, oldest first: a request takes the first that
     /// applies to its verb.
     fail: Mutex<Vec<FailNext>>,
+    delay: Mutex<Vec<DelayNext>>,
     stall_until: Mutex<Option<Instant>>,
     omit_initial_events_end: AtomicBool,
     refuse_watch_list: AtomicBool,
@@ -154,6 +175,7 @@ impl Faults {
             close_after: AtomicU64::new(0),
             compact_before_continue: AtomicU64::new(0),
             fail: Mutex::new(Vec::new()),
+            delay: Mutex::new(Vec::new()),
             stall_until: Mutex::new(None),
             omit_initial_events_end: AtomicBool::new(false),
             refuse_watch_list: AtomicBool::new(false),
@@ -195,6 +217,7 @@ impl Faults {
             lists_expired: n(&d.lists_expired),
             lists_compacted: n(&d.lists_compacted),
             watches_too_old: n(&d.watches_too_old),
+            delayed: n(&d.delayed),
         }
     }
 
@@ -275,6 +298,44 @@ impl Faults {
             });
         }
         Ok(())
+    }
+
+    /// The next `n` requests of `verbs` (all when empty) are served `by` late, as by an API
+    /// server under load: a client's deadlines meet a slow answer, not a refusal. Replaces
+    /// what was armed for the same verbs (`n = 0` disarms it); a delayed request may still
+    /// meet an armed failure after its wait.
+    pub fn delay_next(&self, n: u64, by: Duration, verbs: &[&str]) -> Result<(), UnknownVerb> {
+        let verbs = verb_mask(verbs)?;
+        let mut d = self.delay.lock();
+        d.retain(|armed| armed.verbs != verbs);
+        if n > 0 {
+            d.push(DelayNext {
+                remaining: n,
+                by,
+                verbs,
+            });
+        }
+        Ok(())
+    }
+
+    /// How late a request of `verb` is to be served, if a delay is armed for it.
+    pub(crate) fn take_delay(&self, verb: &str) -> Option<Duration> {
+        let mut d = self.delay.lock();
+        if d.is_empty() {
+            return None;
+        }
+        let bit = verb_bit(verb);
+        let i = d
+            .iter()
+            .position(|armed| armed.verbs == 0 || armed.verbs & 1 << bit != 0)?;
+        let by = d[i].by;
+        d[i].remaining -= 1;
+        if d[i].remaining == 0 {
+            d.remove(i);
+        }
+        drop(d);
+        self.delivered.delayed.fetch_add(1, Ordering::Relaxed);
+        Some(by)
     }
 
     /// Open watch streams stop sending for `d` (events queue up in the history meanwhile).
@@ -373,6 +434,7 @@ impl Faults {
         self.close_watches_after(0);
         self.compact_before_continue(0);
         self.fail.lock().clear();
+        self.delay.lock().clear();
         *self.stall_until.lock() = None;
         self.omit_initial_events_end(false);
         self.refuse_watch_list(false);
@@ -397,10 +459,7 @@ impl Faults {
         if f.is_empty() {
             return None;
         }
-        let bit = VERBS
-            .iter()
-            .position(|v| *v == verb)
-            .unwrap_or(VERBS.len() - 1);
+        let bit = verb_bit(verb);
         let i = f
             .iter()
             .position(|armed| armed.verbs == 0 || armed.verbs & 1 << bit != 0)?;
@@ -606,6 +665,25 @@ mod tests {
             (3, 1, 1),
             "the 410 taken by a LIST above, and these two"
         );
+    }
+
+    #[test]
+    fn delay_next_holds_back_only_its_verbs_and_counts_down() {
+        let f = Faults::new(Arc::new(Store::new(10)));
+        let s = Duration::from_secs(1);
+        assert_eq!(
+            f.delay_next(1, s, &["creates"]),
+            Err(UnknownVerb("creates".into()))
+        );
+        f.delay_next(2, s, &["create", "update"]).unwrap();
+        assert_eq!(f.take_delay("get"), None, "another verb is not delayed");
+        assert_eq!(f.take_delay("create"), Some(s));
+        assert_eq!(f.take_delay("update"), Some(s));
+        assert_eq!(f.take_delay("update"), None, "counted down");
+        f.delay_next(5, s, &[]).unwrap();
+        f.clear();
+        assert_eq!(f.take_delay("get"), None, "cleared");
+        assert_eq!(f.delivered().delayed, 2);
     }
 
     #[tokio::test(start_paused = true)]

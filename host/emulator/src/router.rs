@@ -266,6 +266,10 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             return r;
         }
     }
+    if let Some(by) = shared.faults.take_delay(v) {
+        debug!(?by, verb = v, "injected delay");
+        tokio::time::sleep(by).await;
+    }
     if let Some(f) = shared.faults.take_failure(v) {
         debug!(code = f.code, verb = v, "injected failure");
         return response::status(&match f.code {
