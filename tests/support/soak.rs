@@ -68,9 +68,9 @@ use crate::support::replicas::{overlaps, LedgerRecord, Replicas};
 pub const NS: &str = "soak";
 /// The two plugins (one build of the `soak` guest, two configurations).
 pub const PLUGINS: [&str; 2] = ["soak-a", "soak-b"];
-/// The namespace of the shards' Secrets, and the third plugin that watches them (see
+/// The shards' namespaces are this and `-000`, `-001`, …; the third plugin watches them (see
 /// [`SoakConfig::shards`]).
-pub const SHARD_NS: &str = "soak-shards";
+pub const SHARD_NS: &str = "soak-shard";
 pub const SHARD_PLUGIN: &str = "soak-shards";
 /// The pause between two updates of the shards' Secrets.
 const SHARD_WRITE_EVERY: Duration = Duration::from_millis(50);
@@ -108,11 +108,12 @@ pub struct SoakConfig {
     /// How long convergence may take after the last write.
     pub converge_within: Duration,
     /// Informers of a third plugin on each host, beside the ConfigMap informer: each watches
-    /// the Secrets of [`SHARD_NS`] labelled `soak-shard=<its number>`. Why: a fault that
+    /// the Secrets of a namespace of its own ([`shard_ns`]). Why: a fault that
     /// makes informers relist can come only once per backoff (see the module's
     /// documentation), and each one reaches every informer of every host; with this many
     /// more, so does each of those faults. Secrets, not ConfigMaps: they are not woken by
-    /// the ConfigMaps' writes.
+    /// the ConfigMaps' writes; a namespace each, not a label each: a LIST of one namespace
+    /// reads only its objects (one with a label selector reads all and filters).
     pub shards: usize,
     /// Secrets per shard; one more than `page_size` makes every relist of a shard two pages.
     pub shard_objects: usize,
@@ -745,6 +746,8 @@ pub struct HostRun {
     /// memory trim later), KiB, and the updates written by then: what ends its role at the
     /// kill that follows (see [`Phase`]).
     quiet: Option<(u64, u64)>,
+    /// Its last lines about the lease, if it exited by itself.
+    pub why: Vec<String>,
     /// `plugin_*`/`informer_*` counters from its last `/metrics` scrape (summed over labels).
     pub metrics: BTreeMap<String, u64>,
     ready: bool,
@@ -1111,6 +1114,12 @@ impl SoakReport {
                 h.peak_kib.to_string(),
             ]);
         }
+        for h in self.hosts.iter().filter(|h| !h.why.is_empty()) {
+            s.push_str(&format!("\nhost {} {}:\n", h.id, h.ended));
+            for l in &h.why {
+                s.push_str(&format!("    {l}\n"));
+            }
+        }
         s.push('\n');
         for h in &self.hosts {
             let samples: Vec<String> = h
@@ -1172,6 +1181,7 @@ impl Soak {
             samples: Vec::new(),
             ended: "running".into(),
             quiet: None,
+            why: Vec::new(),
             metrics: BTreeMap::new(),
             ready: false,
             leader: false,
@@ -1230,19 +1240,18 @@ impl Soak {
         let want_text = digest_text(&list.items);
         let mut want_shards = Vec::new();
         if self.shards > 0 {
-            let Ok(list) = client
-                .list(&secrets(), Some(SHARD_NS), &Default::default())
-                .await
-            else {
+            let Ok(list) = client.list(&secrets(), None, &Default::default()).await else {
                 return vec!["the emulator's LIST of the shards failed".into()];
             };
             let mut by_shard: BTreeMap<&str, Vec<&kwh_client::Object>> = BTreeMap::new();
             for o in &list.items {
-                let shard = o.meta().label("soak-shard").unwrap_or("-");
-                by_shard.entry(shard).or_default().push(o);
+                by_shard
+                    .entry(o.namespace().unwrap_or(""))
+                    .or_default()
+                    .push(o);
             }
             want_shards = (0..self.shards)
-                .map(|i| digest_text(by_shard.remove(i.to_string().as_str()).unwrap_or_default()))
+                .map(|i| digest_text(by_shard.remove(shard_ns(i).as_str()).unwrap_or_default()))
                 .collect();
             want_shards.sort();
         }
@@ -1318,12 +1327,17 @@ impl Soak {
                 // The rest of its output first: why it exited.
                 self.rs.replicas[id].process.exit(WAIT).await;
                 self.ingest();
-                let lost = self.rs.replicas[id].process.saw("leader election lost");
+                let process = &self.rs.replicas[id].process;
+                let lost = process.saw("leader election lost");
                 self.hosts[id].ended = if lost {
                     "lost its lease".into()
                 } else {
                     "exited by itself".into()
                 };
+                // Why: its last lines about the lease (failed renewals, then the loss).
+                let why = process.lines_mentioning(&["lease", "leader election"]);
+                let from = why.len().saturating_sub(4);
+                self.hosts[id].why = why[from..].iter().map(|l| l.to_string()).collect();
                 self.spawn().await;
                 continue;
             }
@@ -1418,10 +1432,10 @@ pub async fn run(cfg: SoakConfig) -> SoakReport {
     let client = rs.emulator.client.clone();
     rs.emulator.create_namespace(NS).await;
     seed(&client, cfg.objects, cfg.writers).await;
-    if cfg.shards > 0 {
-        rs.emulator.create_namespace(SHARD_NS).await;
-        seed_shards(&client, &cfg).await;
+    for i in 0..cfg.shards {
+        rs.emulator.create_namespace(&shard_ns(i)).await;
     }
+    seed_shards(&client, &cfg).await;
     let plugins = plugins_file(&rs.dir, &cfg);
     let mut soak = Soak {
         args: host_args(&plugins, cfg.page_size),
@@ -1726,11 +1740,16 @@ fn secrets() -> ApiResource {
     ApiResource::new("v1", "Secret", "secrets", true)
 }
 
-fn shard_object_name(shard: usize, j: usize) -> String {
-    format!("shard-{shard:03}-{j:03}")
+/// The namespace of shard `i`.
+pub fn shard_ns(i: usize) -> String {
+    format!("{SHARD_NS}-{i:03}")
 }
 
-/// Creates the shards' Secrets, labelled with their shard.
+fn shard_object_name(j: usize) -> String {
+    format!("s-{j:03}")
+}
+
+/// Creates the shards' Secrets, each shard's in its namespace.
 async fn seed_shards(client: &Client, cfg: &SoakConfig) {
     let (shards, per, writers) = (cfg.shards, cfg.shard_objects, cfg.writers);
     let tasks: Vec<_> = (0..writers)
@@ -1738,20 +1757,19 @@ async fn seed_shards(client: &Client, cfg: &SoakConfig) {
             let client = client.clone();
             tokio::spawn(async move {
                 for n in (w..shards * per).step_by(writers) {
-                    let name = shard_object_name(n / per, n % per);
+                    let (ns, name) = (shard_ns(n / per), shard_object_name(n % per));
                     let body = json!({"apiVersion": "v1", "kind": "Secret",
-                        "metadata": {"name": name, "namespace": SHARD_NS,
-                            "labels": {"soak-shard": (n / per).to_string()}},
+                        "metadata": {"name": name, "namespace": ns},
                         "data": {"v": "MA=="}});
                     client
                         .create(
                             &secrets(),
-                            Some(SHARD_NS),
+                            Some(&ns),
                             body.to_string().into(),
                             &WriteParams::default(),
                         )
                         .await
-                        .unwrap_or_else(|e| panic!("create {name}: {e}"));
+                        .unwrap_or_else(|e| panic!("create {ns}/{name}: {e}"));
                 }
             })
         })
@@ -1788,10 +1806,10 @@ fn write_shards(
                     .to_string()
                     .into(),
             );
-            let name = shard_object_name(n / per, n % per);
+            let (ns, name) = (shard_ns(n / per), shard_object_name(n % per));
             let params = WriteParams::default();
             if client
-                .patch(&secrets(), Some(SHARD_NS), &name, None, &patch, &params)
+                .patch(&secrets(), Some(&ns), &name, None, &patch, &params)
                 .await
                 .is_ok()
             {

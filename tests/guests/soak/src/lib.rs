@@ -12,8 +12,8 @@
 //! plugins), `namespace` (confines its watch), `trapPerMille` (default 10), `guestHandlers`
 //! (default false: the SDK's handlers, handed over to the host, so notifications cost no
 //! guest call; true: handlers that enqueue the key themselves, and may trap), `shards`
-//! (default 0; N: instead of the one ConfigMap watch, N watches of the Secrets of `namespace`
-//! labelled `soak-shard=0` … `soak-shard=N-1`, each an informer of its own, so that a fault
+//! (default 0; N: instead of the one ConfigMap watch, N watches of Secrets, in the namespaces
+//! `<namespace>-000` … `<namespace>-<N-1>`, each an informer of its own, so that a fault
 //! injected once reaches N informers; their reconciles print nothing).
 //!
 //! Which calls trap: a call on an instance that has already served one, when a hash of the
@@ -104,9 +104,12 @@ impl Controller for Soak {
             None => w,
         };
         match config.shards {
-            Some(n) if n > 0 => (0..n).fold(Manifest::new(name()), |m, i| {
-                m.watch(in_ns(Watch::new("v1", "Secret")).with_labels(&format!("soak-shard={i}")))
-            }),
+            Some(n) if n > 0 => {
+                let ns = config.namespace.as_deref().unwrap_or("soak-shard");
+                (0..n).fold(Manifest::new(name()), |m, i| {
+                    m.watch(Watch::new("v1", "Secret").in_namespace(&format!("{ns}-{i:03}")))
+                })
+            }
             _ => Manifest::new(name()).watch(in_ns(Watch::new("v1", "ConfigMap"))),
         }
     }
