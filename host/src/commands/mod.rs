@@ -8,6 +8,10 @@ pub mod rbac;
 pub mod run;
 pub mod test;
 
+/// The target of the run's own log lines: `host`, as before the subcommands had modules, so
+/// that log filters and collectors keyed on it still match.
+pub const LOG_TARGET: &str = "host";
+
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -43,7 +47,7 @@ pub fn run_compiler() -> Compiler {
     match std::env::current_exe() {
         Ok(exe) => Compiler::child(exe),
         Err(e) => {
-            tracing::warn!(error = %e,
+            tracing::warn!(target: LOG_TARGET, error = %e,
                 "cannot find this program's path; components missing from the cache compile in this process");
             Compiler::InProcess
         }

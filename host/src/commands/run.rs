@@ -13,7 +13,7 @@ use kwh_client::{Client, Config};
 use kwh_emulator::{Emulator, EmulatorHandle};
 use kwh_plugin::{PluginRuntime, RuntimeOptions};
 
-use super::{engine, kube_config, run_compiler};
+use super::{engine, kube_config, run_compiler, LOG_TARGET};
 use crate::output::{announce, LogFormat};
 use crate::plugins_file::{
     ranged, DEADLINE_MS, LIST_PAGE_SIZE, LOG_LINES_PER_SECOND, MAX_INSTANCES, MAX_QUEUED_KEYS,
@@ -274,7 +274,7 @@ pub fn warn_abandoned(grace: Duration, queues: &[(String, kwh_plugin::reconcile:
         in_flight.extend(keys.into_iter().map(|k| format!("{plugin} {k}")));
         queued += q.len();
     }
-    tracing::warn!(
+    tracing::warn!(target: LOG_TARGET,
         abandoned = in_flight.len(),
         queued,
         "grace period of {grace:?} ended: {} in-flight reconcile{} abandoned ({}){}",
@@ -313,7 +313,7 @@ pub async fn serve(
         }
         None => None,
     };
-    tracing::info!(
+    tracing::info!(target: LOG_TARGET,
         plugins = runtime.plugins().len(),
         waiting = runtime.waiting().len(),
         "running; SIGINT or SIGTERM stops"
@@ -327,7 +327,7 @@ pub async fn serve(
     }
     match lost {
         None => {
-            tracing::info!("signal received; shutting down");
+            tracing::info!(target: LOG_TARGET, "signal received; shutting down");
             Ok(())
         }
         // As kube-controller-manager and controller-runtime do: stop, and let the
@@ -347,7 +347,7 @@ pub async fn start_emulator(seed: Option<&Path>) -> anyhow::Result<(EmulatorHand
         let n = handle
             .seed_yaml(&text)
             .with_context(|| format!("seed {}", path.display()))?;
-        tracing::info!(file = %path.display(), objects = n, "emulator seeded");
+        tracing::info!(target: LOG_TARGET, file = %path.display(), objects = n, "emulator seeded");
     }
     let kubeconfig =
         std::env::temp_dir().join(format!("host-emulator-{}.kubeconfig", handle.addr().port()));
