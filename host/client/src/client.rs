@@ -165,20 +165,17 @@ struct Inner {
 
 pub struct Client(Arc<Inner>);
 
-/// The read buffer of an HTTP/1.1 connection, and the most a response head may take.
-const HTTP1_READ_BUFFER: usize = 32 * 1024;
-
 /// A connection pool: HTTP/1.1 or h2 as ALPN decides, idle connections kept 90 s, h2 pings
 /// every 30 s while streams are open.
 ///
-/// Why a fixed HTTP/1.1 read buffer: hyper's adaptive one grows while a large response is
-/// read (a LIST page) and keeps that size for the connection's life, and over HTTP/1.1 every
-/// watch holds a connection of its own that a LIST used before it. A host with 200 informers
-/// grew by 10 MiB over ten relists, all of it freed when the connections were dropped
-/// (h2 multiplexes every watch over one connection, so there it hardly shows).
+/// HTTP/1.1 connections keep hyper's adaptive read buffer, which grows while a large response
+/// is read (a LIST page) and keeps that size, up to about 400 KiB, for the connection's life;
+/// over HTTP/1.1 every watch holds a connection of its own. A fixed 32 KiB buffer cut what
+/// 200 relisted informers kept by 9 MiB but cost 17 to 27 % more CPU per event in released
+/// bursts and a 4 KB-Pod sync (BENCHMARKS.md, "Safe under faults: the soak's shards"); h2
+/// (TLS to a real kube-apiserver) multiplexes every watch over one connection.
 fn pool(connector: Connector) -> Http {
     HyperClient::builder(TokioExecutor::new())
-        .http1_read_buf_exact_size(HTTP1_READ_BUFFER)
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(Duration::from_secs(90))
