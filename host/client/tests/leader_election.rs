@@ -26,13 +26,18 @@ fn timings() -> Timings {
 }
 
 fn candidate(client: &Client, identity: &str) -> LeaderElection {
+    candidate_with(client, identity, timings())
+}
+
+/// A candidate for the Lease `default/host` with timings of its own.
+fn candidate_with(client: &Client, identity: &str, timings: Timings) -> LeaderElection {
     LeaderElection::spawn(
         client.clone(),
         ElectionConfig {
             namespace: "default".into(),
             name: "host".into(),
             identity: identity.into(),
-            timings: timings(),
+            timings,
         },
     )
     .unwrap()
@@ -258,16 +263,7 @@ async fn a_leader_stops_at_once_while_its_renewals_fail() {
         renew_deadline: Duration::from_secs(15),
         retry_period: Duration::from_millis(300),
     };
-    let a = LeaderElection::spawn(
-        client.clone(),
-        ElectionConfig {
-            namespace: "default".into(),
-            name: "host".into(),
-            identity: "a".into(),
-            timings: t.clone(),
-        },
-    )
-    .unwrap();
+    let a = candidate_with(&client, "a", t.clone());
     until_role(&a, Role::Leader).await;
     let fence = a.fence();
     h.faults().fail_next(1_000_000, 500, 0);
@@ -300,16 +296,7 @@ async fn a_leader_whose_acquisition_was_slow_renews_before_its_fence_closes() {
     h.faults()
         .delay_next(1, Duration::from_millis(6500), &["create"])
         .unwrap();
-    let a = LeaderElection::spawn(
-        client.clone(),
-        ElectionConfig {
-            namespace: "default".into(),
-            name: "host".into(),
-            identity: "a".into(),
-            timings: t.clone(),
-        },
-    )
-    .unwrap();
+    let a = candidate_with(&client, "a", t.clone());
     until_role(&a, Role::Leader).await;
     assert_eq!(
         h.faults().delivered().delayed,

@@ -89,23 +89,44 @@ struct HeldLists {
     held: u64,
 }
 
-/// The next requests to fail.
+/// What the next requests of some verbs meet (a failure, a delay), counted down.
 #[derive(Debug, Clone, Copy)]
-struct FailNext {
+struct Armed<T> {
     remaining: u64,
-    code: u16,
-    retry_after: u32,
     /// The verbs it applies to, one bit per [`VERBS`] position; all when 0.
     verbs: u16,
+    what: T,
 }
 
-/// The next requests to answer late.
-#[derive(Debug, Clone, Copy)]
-struct DelayNext {
-    remaining: u64,
-    by: Duration,
-    /// As [`FailNext::verbs`].
-    verbs: u16,
+/// Arms `what` for the next `n` requests of `verbs`, replacing what was armed for the same
+/// verbs (`n = 0` only disarms it).
+fn arm<T>(list: &mut Vec<Armed<T>>, n: u64, verbs: u16, what: T) {
+    list.retain(|armed| armed.verbs != verbs);
+    if n > 0 {
+        list.push(Armed {
+            remaining: n,
+            verbs,
+            what,
+        });
+    }
+}
+
+/// What a request of `verb` meets, if anything is armed for it (the oldest that applies),
+/// counted down.
+fn take<T: Copy>(list: &mut Vec<Armed<T>>, verb: &str) -> Option<T> {
+    if list.is_empty() {
+        return None;
+    }
+    let bit = verb_bit(verb);
+    let i = list
+        .iter()
+        .position(|armed| armed.verbs == 0 || armed.verbs & 1 << bit != 0)?;
+    let what = list[i].what;
+    list[i].remaining -= 1;
+    if list[i].remaining == 0 {
+        list.remove(i);
+    }
+    Some(what)
 }
 
 /// A verb name that [`Faults::fail_next_for`] does not know.
@@ -113,7 +134,7 @@ struct DelayNext {
 #[error("unknown verb {0:?}: one of {VERBS:?}")]
 pub struct UnknownVerb(pub String);
 
-/// The [`FailNext::verbs`] bits of `verbs`.
+/// The [`Armed::verbs`] bits of `verbs`.
 fn verb_mask(verbs: &[&str]) -> Result<u16, UnknownVerb> {
     verbs.iter().try_fold(0u16, |mask, v| {
         match VERBS.iter().position(|known| known == v) {
@@ -142,8 +163,8 @@ pub struct Faults {
     compact_before_continue: AtomicU64,
     /// Armed failures, one per verb set, oldest first: a request takes the first that
     /// applies to its verb.
-    fail: Mutex<Vec<FailNext>>,
-    delay: Mutex<Vec<DelayNext>>,
+    fail: Mutex<Vec<Armed<InjectedFailure>>>,
+    delay: Mutex<Vec<Armed<Duration>>>,
     stall_until: Mutex<Option<Instant>>,
     omit_initial_events_end: AtomicBool,
     refuse_watch_list: AtomicBool,
@@ -264,14 +285,7 @@ impl Faults {
     pub fn fail_next(&self, n: u64, code: u16, retry_after: u32) {
         let mut f = self.fail.lock();
         f.clear();
-        if n > 0 {
-            f.push(FailNext {
-                remaining: n,
-                code,
-                retry_after,
-                verbs: 0,
-            });
-        }
+        arm(&mut f, n, 0, InjectedFailure { code, retry_after });
     }
 
     /// [`fail_next`](Self::fail_next) for requests of `verbs` only (names as in [`VERBS`]),
@@ -287,16 +301,12 @@ impl Faults {
         verbs: &[&str],
     ) -> Result<(), UnknownVerb> {
         let verbs = verb_mask(verbs)?;
-        let mut f = self.fail.lock();
-        f.retain(|armed| armed.verbs != verbs);
-        if n > 0 {
-            f.push(FailNext {
-                remaining: n,
-                code,
-                retry_after,
-                verbs,
-            });
-        }
+        arm(
+            &mut self.fail.lock(),
+            n,
+            verbs,
+            InjectedFailure { code, retry_after },
+        );
         Ok(())
     }
 
@@ -306,34 +316,13 @@ impl Faults {
     /// meet an armed failure after its wait.
     pub fn delay_next(&self, n: u64, by: Duration, verbs: &[&str]) -> Result<(), UnknownVerb> {
         let verbs = verb_mask(verbs)?;
-        let mut d = self.delay.lock();
-        d.retain(|armed| armed.verbs != verbs);
-        if n > 0 {
-            d.push(DelayNext {
-                remaining: n,
-                by,
-                verbs,
-            });
-        }
+        arm(&mut self.delay.lock(), n, verbs, by);
         Ok(())
     }
 
     /// How late a request of `verb` is to be served, if a delay is armed for it.
     pub(crate) fn take_delay(&self, verb: &str) -> Option<Duration> {
-        let mut d = self.delay.lock();
-        if d.is_empty() {
-            return None;
-        }
-        let bit = verb_bit(verb);
-        let i = d
-            .iter()
-            .position(|armed| armed.verbs == 0 || armed.verbs & 1 << bit != 0)?;
-        let by = d[i].by;
-        d[i].remaining -= 1;
-        if d[i].remaining == 0 {
-            d.remove(i);
-        }
-        drop(d);
+        let by = take(&mut self.delay.lock(), verb)?;
         self.delivered.delayed.fetch_add(1, Ordering::Relaxed);
         Some(by)
     }
@@ -455,24 +444,7 @@ impl Faults {
 
     /// The injected failure a request of `verb` answers with, if one is armed for it.
     pub(crate) fn take_failure(&self, verb: &str) -> Option<InjectedFailure> {
-        let mut f = self.fail.lock();
-        if f.is_empty() {
-            return None;
-        }
-        let bit = verb_bit(verb);
-        let i = f
-            .iter()
-            .position(|armed| armed.verbs == 0 || armed.verbs & 1 << bit != 0)?;
-        let cur = &mut f[i];
-        let out = InjectedFailure {
-            code: cur.code,
-            retry_after: cur.retry_after,
-        };
-        cur.remaining -= 1;
-        if cur.remaining == 0 {
-            f.remove(i);
-        }
-        drop(f);
+        let out = take(&mut self.fail.lock(), verb)?;
         let d = &self.delivered;
         if out.code == 429 {
             d.too_many_requests.fetch_add(1, Ordering::Relaxed);

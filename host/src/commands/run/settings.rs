@@ -65,7 +65,6 @@ impl FileConfig {
     }
 }
 
-/// The `--config` file, read before the runtime starts (it may set the runtime's threads).
 /// Everything a run takes from its flags and its `--config` file.
 pub struct Settings {
     pub limits: Limits,
@@ -239,6 +238,7 @@ fn quarantine(args: &RunArgs, file: &FileConfig) -> anyhow::Result<QuarantinePol
     Ok(quarantine)
 }
 
+/// The `--config` file, read before the runtime starts (it may set the runtime's threads).
 pub fn read_config(args: &RunArgs) -> anyhow::Result<FileConfig> {
     Ok(match &args.config {
         Some(p) => {
@@ -252,14 +252,7 @@ pub fn read_config(args: &RunArgs) -> anyhow::Result<FileConfig> {
 
 /// `--worker-threads`, else the config's `workerThreads`, else one.
 pub fn worker_threads(args: &RunArgs, file: &FileConfig) -> anyhow::Result<usize> {
-    let from_file = file
-        .worker_threads
-        .map(|v| check("workerThreads", v, &WORKER_THREADS))
-        .transpose()
-        .map_err(|e| match &args.config {
-            Some(p) => anyhow::anyhow!("config {}: {e}", p.display()),
-            None => anyhow::anyhow!("{e}"),
-        })?;
+    let from_file = in_file(args, "workerThreads", file.worker_threads, &WORKER_THREADS)?;
     let n = args.worker_threads.or(from_file).unwrap_or(1);
     Ok(usize::try_from(n).unwrap_or(1))
 }
