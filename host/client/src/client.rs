@@ -138,14 +138,58 @@ pub enum Deleted {
 
 type Http = HyperClient<Connector, Full<Bytes>>;
 
+/// Which connections a request goes over.
+///
+/// Watches have connections of their own. Over HTTP/1.1 hyper's adaptive read buffer grows
+/// while a large response is read (a LIST page) and keeps that size, up to about 400 KiB, for
+/// the connection's life; a watch that took over a LIST's connection held that buffer for as
+/// long as it streamed, so every relist left more of the host's watches holding one (200
+/// relisted informers: +6 MiB after six relists, still growing). Watches read small events
+/// and keep small buffers on their own connections; request/response traffic keeps a few
+/// idle connections ([`IDLE_REQUEST_CONNECTIONS`]) and closes the rest, so a relist storm's
+/// connections do not linger. Over h2 (TLS to a real kube-apiserver) this is two connections
+/// where it was one, and a LIST's flow control no longer shares one with the watches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lane {
+    Requests,
+    Watches,
+}
+
+/// Idle connections kept for requests other than watches: enough for a plugin's writes and
+/// the leader's renewals to find one, few enough that a relist storm (one LIST per informer
+/// at once) leaves no more than this many read buffers behind.
+pub const IDLE_REQUEST_CONNECTIONS: usize = 8;
+
+/// The two pools of one TLS identity.
+struct Pools {
+    requests: Http,
+    watches: Http,
+}
+
+impl Pools {
+    fn new(connector: &Connector) -> Self {
+        Pools {
+            requests: pool(connector.clone(), Some(IDLE_REQUEST_CONNECTIONS)),
+            watches: pool(connector.clone(), None),
+        }
+    }
+
+    fn lane(&self, lane: Lane) -> &Http {
+        match lane {
+            Lane::Requests => &self.requests,
+            Lane::Watches => &self.watches,
+        }
+    }
+}
+
 struct Inner {
-    /// The connection pool, with the TLS identity generation its connections were opened
+    /// The connection pools, with the TLS identity generation their connections were opened
     /// with. Why swapped rather than kept: an exec plugin may hand out a new client
     /// certificate, and pooled connections would keep presenting the old one (the API server
     /// authenticates each request by the connection's certificate), so a rotation starts a
     /// fresh pool, as client-go closes its connections then. Streams already open on the old
     /// pool (watches) run to their natural end; they were authenticated when they started.
-    http: RwLock<(u64, Arc<Http>)>,
+    http: RwLock<(u64, Arc<Pools>)>,
     connector: Connector,
     tls: Arc<TlsState>,
     /// `scheme://authority` plus any path prefix, without a trailing slash.
@@ -165,23 +209,23 @@ struct Inner {
 
 pub struct Client(Arc<Inner>);
 
-/// A connection pool: HTTP/1.1 or h2 as ALPN decides, idle connections kept 90 s, h2 pings
-/// every 30 s while streams are open.
+/// A connection pool: HTTP/1.1 or h2 as ALPN decides, idle connections kept 90 s (at most
+/// `max_idle` of them), h2 pings every 30 s while streams are open.
 ///
-/// HTTP/1.1 connections keep hyper's adaptive read buffer, which grows while a large response
-/// is read (a LIST page) and keeps that size, up to about 400 KiB, for the connection's life;
-/// over HTTP/1.1 every watch holds a connection of its own. A fixed 32 KiB buffer cut what
-/// 200 relisted informers kept by 9 MiB but cost 17 to 27 % more CPU per event in released
-/// bursts and a 4 KB-Pod sync (BENCHMARKS.md, "Safe under faults: the soak's shards"); h2
-/// (TLS to a real kube-apiserver) multiplexes every watch over one connection.
-fn pool(connector: Connector) -> Http {
-    HyperClient::builder(TokioExecutor::new())
-        .timer(TokioTimer::new())
+/// HTTP/1.1 connections keep hyper's adaptive read buffer (see [`Lane`] for where it is kept
+/// small): a fixed 32 KiB buffer cost 17 to 27 % more CPU per event in released bursts and a
+/// 4 KB-Pod sync (BENCHMARKS.md, "Safe under faults: the soak's shards").
+fn pool(connector: Connector, max_idle: Option<usize>) -> Http {
+    let mut b = HyperClient::builder(TokioExecutor::new());
+    b.timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(Duration::from_secs(90))
         .http2_keep_alive_interval(Duration::from_secs(30))
-        .http2_keep_alive_while_idle(false)
-        .build(connector)
+        .http2_keep_alive_while_idle(false);
+    if let Some(n) = max_idle {
+        b.pool_max_idle_per_host(n);
+    }
+    b.build(connector)
 }
 
 impl std::fmt::Debug for Client {
@@ -218,7 +262,7 @@ impl Client {
             connect_timeout: config.connect_timeout,
             proxy,
         };
-        let http = RwLock::new((tls.generation(), Arc::new(pool(connector.clone()))));
+        let http = RwLock::new((tls.generation(), Arc::new(Pools::new(&connector))));
         let auth = Auth::new(
             config.auth.clone(),
             config.token_file_refresh,
@@ -248,8 +292,8 @@ impl Client {
         })))
     }
 
-    /// The connection pool for the current TLS identity (see `Inner::http`).
-    fn http(&self) -> Arc<Http> {
+    /// The connection pools for the current TLS identity (see `Inner::http`).
+    fn http(&self) -> Arc<Pools> {
         let generation = self.0.tls.generation();
         {
             let cur = self.0.http.read();
@@ -260,7 +304,7 @@ impl Client {
         let mut cur = self.0.http.write();
         if cur.0 != generation {
             tracing::info!(server = %self.0.base, "client certificate rotated; opening new connections");
-            *cur = (generation, Arc::new(pool(self.0.connector.clone())));
+            *cur = (generation, Arc::new(Pools::new(&self.0.connector)));
         }
         cur.1.clone()
     }
@@ -288,6 +332,7 @@ impl Client {
         path_and_query: &str,
         body: Option<(Bytes, &str)>,
         head_timeout: Duration,
+        lane: Lane,
     ) -> Result<Response<Incoming>, Error> {
         let url = format!("{}{}", self.0.base, path_and_query);
         let uri: Uri = url
@@ -314,11 +359,12 @@ impl Client {
         let req = req
             .body(body)
             .map_err(|e| Error::Http(format!("cannot build request: {e}")))?;
-        let resp = match tokio::time::timeout(head_timeout, self.http().request(req)).await {
-            Err(_) => return Err(Error::Timeout(head_timeout)),
-            Ok(Err(e)) => return Err(classify(&self.0.base, e)),
-            Ok(Ok(r)) => r,
-        };
+        let resp =
+            match tokio::time::timeout(head_timeout, self.http().lane(lane).request(req)).await {
+                Err(_) => return Err(Error::Timeout(head_timeout)),
+                Ok(Err(e)) => return Err(classify(&self.0.base, e)),
+                Ok(Ok(r)) => r,
+            };
         if resp.status().is_success() {
             return Ok(resp);
         }
@@ -353,7 +399,9 @@ impl Client {
         let t = self.0.request_timeout;
         let span = tracing::debug_span!("kube request", %method, path = path_and_query);
         let fut = async {
-            let resp = self.send(method, path_and_query, body, t).await?;
+            let resp = self
+                .send(method, path_and_query, body, t, Lane::Requests)
+                .await?;
             read_body(resp.into_body(), self.0.ingest.max_object_bytes).await
         };
         match tokio::time::timeout(t, fut.instrument(span)).await {
@@ -412,7 +460,9 @@ impl Client {
         let t = self.0.request_timeout;
         let span = tracing::debug_span!("kube list", path = %path);
         let fut = async {
-            let resp = self.send(Method::GET, &path, None, t).await?;
+            let resp = self
+                .send(Method::GET, &path, None, t, Lane::Requests)
+                .await?;
             // Items are decoded as the body arrives so that a relist never holds the whole
             // body next to the old cache and the new objects.
             let mut decoder = match pool {
@@ -446,7 +496,13 @@ impl Client {
     ) -> Result<WatchStream, Error> {
         let path = with_query(res.collection_path(namespace), &params.to_query());
         let resp = self
-            .send(Method::GET, &path, None, self.0.request_timeout)
+            .send(
+                Method::GET,
+                &path,
+                None,
+                self.0.request_timeout,
+                Lane::Watches,
+            )
             .instrument(tracing::debug_span!("kube watch", path = %path))
             .await?;
         let idle = match params.timeout_seconds {

@@ -50,6 +50,8 @@ struct Seen {
     /// The DER of the client certificate the connection was opened with.
     client_cert_der: Option<Vec<u8>>,
     version: http::Version,
+    /// Which connection it came over, numbered in the order they were accepted.
+    conn: usize,
 }
 
 impl Seen {
@@ -76,6 +78,9 @@ enum Reply {
         sent: Arc<AtomicU64>,
     },
     Hang,
+    /// 200 with this body once the barrier's every party has arrived (requests in flight at
+    /// once, each on a connection of its own over HTTP/1.1).
+    Gate(Arc<tokio::sync::Barrier>, Bytes),
 }
 
 type Handler = Arc<dyn Fn(&Seen) -> Reply + Send + Sync>;
@@ -83,6 +88,8 @@ type Handler = Arc<dyn Fn(&Seen) -> Reply + Send + Sync>;
 struct Server {
     addr: SocketAddr,
     log: Arc<Mutex<Vec<Seen>>>,
+    /// Connections the client has closed (or the server ended).
+    closed: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Server {
@@ -99,15 +106,18 @@ async fn serve(tls: Option<Arc<rustls::ServerConfig>>, handler: Handler) -> Serv
     let addr = listener.local_addr().unwrap();
     let log = Arc::new(Mutex::new(Vec::new()));
     let log2 = log.clone();
+    let closed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let closed2 = closed.clone();
     tokio::spawn(async move {
-        loop {
+        for n in 0.. {
             let Ok((tcp, _)) = listener.accept().await else {
                 return;
             };
             let (handler, log, tls) = (handler.clone(), log2.clone(), tls.clone());
+            let closed = closed2.clone();
             tokio::spawn(async move {
                 match tls {
-                    None => conn(TokioIo::new(tcp), None, None, handler, log).await,
+                    None => conn(TokioIo::new(tcp), n, None, None, handler, log).await,
                     Some(cfg) => {
                         let Ok(s) = tokio_rustls::TlsAcceptor::from(cfg).accept(tcp).await else {
                             return;
@@ -120,17 +130,19 @@ async fn serve(tls: Option<Arc<rustls::ServerConfig>>, handler: Handler) -> Serv
                             .peer_certificates()
                             .and_then(|c| c.first())
                             .map(|c| c.as_ref().to_vec());
-                        conn(TokioIo::new(s), alpn, cert, handler, log).await
+                        conn(TokioIo::new(s), n, alpn, cert, handler, log).await
                     }
                 }
+                closed.fetch_add(1, Ordering::SeqCst);
             });
         }
     });
-    Server { addr, log }
+    Server { addr, log, closed }
 }
 
 async fn conn<I>(
     io: I,
+    number: usize,
     alpn: Option<String>,
     client_cert_der: Option<Vec<u8>>,
     handler: Handler,
@@ -161,6 +173,7 @@ async fn conn<I>(
                 client_cert: client_cert_der.is_some(),
                 client_cert_der,
                 version: parts.version,
+                conn: number,
             };
             let reply = handler(&seen);
             log.lock().push(seen);
@@ -213,6 +226,14 @@ async fn conn<I>(
                         .unwrap()
                 }
                 Reply::Hang => std::future::pending().await,
+                Reply::Gate(barrier, b) => {
+                    barrier.wait().await;
+                    Response::builder()
+                        .status(StatusCode::OK)
+                        .header("content-type", "application/json")
+                        .body(Full::new(b).boxed())
+                        .unwrap()
+                }
             };
             Ok::<_, Infallible>(resp)
         }
@@ -385,6 +406,85 @@ async fn per_request_timeout_but_not_for_a_live_watch() {
 
 const BOOKMARK_9: &[u8] =
     b"{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"9\"}}}\n";
+
+const EMPTY_LIST: &[u8] =
+    br#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[]}"#;
+
+/// Watches have connections of their own, and a burst of requests leaves only a few idle.
+/// Over HTTP/1.1 a connection keeps the read buffer of the largest response it read (a LIST
+/// page, up to ~400 KiB); a watch that took over a LIST's connection held that buffer while it
+/// streamed, and 200 informers relisted six times grew the host by 6 MiB, still growing.
+#[tokio::test]
+async fn watches_have_connections_of_their_own_and_a_burst_of_lists_leaves_few_idle() {
+    use kwh_client::client::IDLE_REQUEST_CONNECTIONS;
+    bounded(async {
+        const LISTS: usize = 20;
+        let barrier = Arc::new(tokio::sync::Barrier::new(LISTS));
+        let s = serve(
+            None,
+            Arc::new(move |r: &Seen| {
+                if r.uri.contains("watch=true") {
+                    Reply::Chunks(StatusCode::OK, vec![Bytes::from_static(BOOKMARK_9)])
+                } else if r.uri.ends_with("/configmaps/a") {
+                    ok(CM)
+                } else {
+                    Reply::Gate(barrier.clone(), Bytes::from_static(EMPTY_LIST))
+                }
+            }),
+        )
+        .await;
+        let c = Client::new(plain_config(&s)).unwrap();
+        // Twenty LISTs at once (none is answered before all have arrived): twenty connections.
+        let (res, params) = (cm_res(), ListParams::default());
+        let lists = (0..LISTS).map(|_| c.list(&res, None, &params));
+        for r in futures_util::future::join_all(lists).await {
+            r.unwrap();
+        }
+        // Back in the pool, all but the few it keeps idle are closed.
+        let closes = LISTS - IDLE_REQUEST_CONNECTIONS;
+        while s.closed.load(Ordering::SeqCst) < closes {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for _ in 0..2 {
+            let events: Vec<_> = c
+                .watch(&cm_res(), None, &WatchParams::default().timeout(5))
+                .await
+                .unwrap()
+                .collect()
+                .await;
+            assert_eq!(events.len(), 1, "{events:?}");
+        }
+        // A GET finds one of the request connections kept idle.
+        c.get(&cm_res(), None, "a").await.unwrap();
+        let seen = s.seen();
+        let is_watch = |r: &&Seen| r.uri.contains("watch=true");
+        let list_conns: std::collections::BTreeSet<usize> = seen
+            .iter()
+            .filter(|r| !is_watch(r) && !r.uri.ends_with("/configmaps/a"))
+            .map(|r| r.conn)
+            .collect();
+        let watch_conns: Vec<usize> = seen.iter().filter(is_watch).map(|r| r.conn).collect();
+        let get_conn = seen.last().map(|r| r.conn);
+        // Which connection each request came over, for the failure messages.
+        let trail: Vec<(&str, usize)> = seen.iter().map(|r| (r.uri.as_str(), r.conn)).collect();
+        assert_eq!(list_conns.len(), LISTS, "{trail:?}");
+        assert!(
+            get_conn.is_some_and(|g| list_conns.contains(&g)),
+            "{trail:?}"
+        );
+        assert_eq!(watch_conns.len(), 2);
+        assert_eq!(
+            watch_conns[0], watch_conns[1],
+            "the second watch reuses the first one's connection"
+        );
+        assert!(
+            !list_conns.contains(&watch_conns[0]),
+            "a watch took over a LIST's connection: {trail:?}"
+        );
+        assert_eq!(s.closed.load(Ordering::SeqCst), closes);
+    })
+    .await
+}
 
 #[tokio::test]
 async fn a_silent_watch_ends_after_its_timeout_plus_the_idle_margin() {

@@ -267,8 +267,11 @@ struct State {
     closed: bool,
 }
 
-/// Queue capacity kept once the queue drains; more is given back to the allocator.
-const SPARE_CAPACITY: usize = 1024;
+/// Queue capacity kept once the queue drains; more is given back to the allocator. Small:
+/// a host runs many informers of a few hundred objects each (one per namespace, say), and
+/// each relist left every one of them its whole list's worth of table (200 informers of 101
+/// objects: 2 MiB); a steady stream keeps a handful of keys queued, well under this.
+const SPARE_CAPACITY: usize = 64;
 
 impl State {
     fn has_synced(&self) -> bool {
