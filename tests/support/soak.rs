@@ -35,7 +35,8 @@
 //!   emulator's, a memory trim passes, each host's memory is read: [`Phase`]), then, a
 //!   hundredth of `kill_every` updates later, the leader gets SIGKILL and is started again; a
 //!   host that exits by itself (a leader that lost its lease under the faults does) is
-//!   started again too.
+//!   started again too. Halfway between two kills another quiet point reads the level of
+//!   every role begun since the last one.
 //!
 //! Then, faults cleared, the floors ([`SoakReport::floors`]): every running host's cache
 //! digests (`/statusz?digest=1`) equal the digests of the emulator's LISTs (the shards' per
@@ -704,27 +705,61 @@ async fn post_fault(client: &Client, cmd: &Value) -> bool {
 // ---------------------------------------------------------------------------------------------
 // The hosts.
 
-/// A role a host process held, and its resident memory at the role's level and at its end.
+/// A role a host process held, and its resident memory as it began, at its level and at its
+/// end.
 ///
 /// Why per role: a standby caches and hands notifications to no guest; a leader also runs two
 /// plugins' instances and reconciles. A process that starts as a standby and is later killed
 /// as the leader would otherwise be held to a level taken before it ran any guest. So a
-/// standby's level is taken when it first reports ready (its caches synced), a leader's once
-/// it has reconciled every object with both plugins (its first pass: the caches replayed to
-/// the plugins as it took over, or the initial sync); a role ends when the process is killed,
+/// standby begins when it first reports ready (its caches synced), a leader once it has
+/// reconciled every object with both plugins (its first pass: the caches replayed to the
+/// plugins as it took over, or the initial sync); a role ends when the process is killed,
 /// when a standby takes over (just before the kill of the leader), or at the end of the soak.
-/// What a role's end reads is the memory at a quiet point, as its level's was for the hosts
-/// that started before the load: before each kill the writers pause until every cache equals
-/// the emulator's, one memory trim passes, every host's memory is read, and the writers go on;
-/// the kill comes a hundredth of `kill_every` updates later, mid-stream. Read mid-stream, a
-/// standby's memory swung by ±15 % with what it had in flight (a relist's two copies, the
-/// events read but not yet cached), which is neither growth nor a leak.
+///
+/// Both its level and its end are read at quiet points: the writers pause until every cache
+/// equals the emulator's, one memory trim passes, every host's memory is read, and the
+/// writers go on. The level is read at the first quiet point after the role began, halfway
+/// between two kills: after its first sync *under the load*. Read as the role begins instead,
+/// a level is either mid-stream (a standby's memory swung by ±15 % with what it had in
+/// flight: a relist's two copies, events read but not yet cached) or, for the hosts that
+/// start before the load, a process that has not yet seen one update, relist or fault: the
+/// first standby's memory then stepped up by up to 18 % in its first relist storms (the heap's
+/// peak, held as fragmentation) and stayed flat after, which is the load's working set, not
+/// growth. The end is read at the quiet point before the kill that ends the role (the kill
+/// comes a hundredth of `kill_every` updates later, mid-stream), or after convergence at the
+/// end of the soak.
 #[derive(Debug, Clone)]
 pub struct Phase {
     pub role: &'static str,
-    /// (KiB, updates written by then).
+    /// (KiB, updates written by then) as the role began: shown, not judged.
+    pub began: (u64, u64),
+    /// (KiB, updates written by then) at the first quiet point after the role began, else
+    /// `began` (a role with no quiet point between its start and its end).
     pub level: (u64, u64),
+    /// Whether `level` was read at a quiet point.
+    pub settled: bool,
     pub end: Option<(u64, u64)>,
+}
+
+impl Phase {
+    fn new(role: &'static str, began: (u64, u64)) -> Phase {
+        Phase {
+            role,
+            began,
+            level: began,
+            settled: false,
+            end: None,
+        }
+    }
+}
+
+/// What a quiet point reads (see [`Phase`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quiet {
+    /// The level of each role that has none yet.
+    Level,
+    /// What ends each role at the kill that follows.
+    End,
 }
 
 /// One `host` process of the soak.
@@ -934,12 +969,17 @@ impl SoakReport {
                         h.id, h.pid, p.role
                     ),
                     format!(
-                        "{} → {} KiB ({:+.1} %), updates {} → {}",
+                        "{} → {} KiB ({:+.1} %), updates {} → {}{}",
                         p.level.0,
                         end.0,
                         (end.0 as f64 / p.level.0.max(1) as f64 - 1.0) * 100.0,
                         p.level.1,
-                        end.1
+                        end.1,
+                        if p.settled {
+                            ""
+                        } else {
+                            " (no quiet point in the role: level as it began)"
+                        }
                     ),
                     met,
                 ));
@@ -1085,7 +1125,7 @@ impl SoakReport {
             "pid".into(),
             "from update".into(),
             "ended".into(),
-            "role: RSS level → end (KiB)".into(),
+            "role: RSS as it began, level → end (KiB)".into(),
             "peak RSS (KiB)".into(),
         ]);
         row(&[
@@ -1100,9 +1140,14 @@ impl SoakReport {
             let phases: Vec<String> = h
                 .phases
                 .iter()
-                .map(|p| match p.end {
-                    Some(e) => format!("{}: {} → {}", p.role, p.level.0, e.0),
-                    None => format!("{}: {} → ?", p.role, p.level.0),
+                .map(|p| {
+                    let level = if p.settled {
+                        p.level.0.to_string()
+                    } else {
+                        "none".to_string()
+                    };
+                    let end = p.end.map_or("?".to_string(), |e| e.0.to_string());
+                    format!("{}: {}, {level} → {end}", p.role, p.began.0)
                 })
                 .collect();
             row(&[
@@ -1296,10 +1341,32 @@ impl Soak {
     }
 
     /// A quiet point (see [`Phase`]): the writers paused until every live host's caches equal
-    /// the emulator's (at most `within`), one memory trim, every live host's memory read.
-    async fn quiet_point(&mut self, client: &Client, paused: &AtomicBool, within: Duration) {
-        paused.store(true, Ordering::Relaxed);
+    /// the emulator's (at most `within`), one memory trim, every live host's memory read: as
+    /// the level of its open role if that has none yet (`Quiet::Level`), else as what ends
+    /// that role at the kill that follows (`Quiet::End`).
+    async fn quiet_point(
+        &mut self,
+        client: &Client,
+        paused: &AtomicBool,
+        within: Duration,
+        what: Quiet,
+    ) {
         let deadline = Instant::now() + within;
+        paused.store(true, Ordering::Relaxed);
+        if what == Quiet::Level {
+            // Every live host in a role first: a standby started at the last kill ready, the
+            // new leader through its first pass (at most `within`).
+            loop {
+                self.survey().await;
+                let live = self.live();
+                if live.iter().all(|&id| self.hosts[id].open_phase().is_some())
+                    || Instant::now() >= deadline
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
         loop {
             self.survey().await;
             if self.mismatches(client).await.is_empty() || Instant::now() >= deadline {
@@ -1310,8 +1377,17 @@ impl Soak {
         tokio::time::sleep(TRIM_SETTLE).await;
         let now = self.written.load(Ordering::Relaxed);
         for id in self.live() {
-            if let Some((rss, _)) = self.memory(id) {
-                self.hosts[id].quiet = Some((rss, now));
+            let Some((rss, _)) = self.memory(id) else {
+                continue;
+            };
+            match what {
+                Quiet::End => self.hosts[id].quiet = Some((rss, now)),
+                Quiet::Level => {
+                    if let Some(p) = self.hosts[id].open_phase().filter(|p| !p.settled) {
+                        p.level = (rss, now);
+                        p.settled = true;
+                    }
+                }
             }
         }
         paused.store(false, Ordering::Relaxed);
@@ -1360,11 +1436,7 @@ impl Soak {
             }
             if ready && !h.ready && !leader && h.phases.is_empty() {
                 if let Some((rss, _)) = mem {
-                    h.phases.push(Phase {
-                        role: "standby",
-                        level: (rss, now),
-                        end: None,
-                    });
+                    h.phases.push(Phase::new("standby", (rss, now)));
                 }
             }
             h.ready |= ready;
@@ -1376,11 +1448,7 @@ impl Soak {
                 }
                 if passed && !h.leader {
                     if let Some((rss, _)) = mem {
-                        h.phases.push(Phase {
-                            role: "leader",
-                            level: (rss, now),
-                            end: None,
-                        });
+                        h.phases.push(Phase::new("leader", (rss, now)));
                     }
                     h.leader = true;
                 }
@@ -1502,17 +1570,26 @@ pub async fn run(cfg: SoakConfig) -> SoakReport {
     let shards_done = Arc::new(AtomicBool::new(false));
     let shard_writer = write_shards(&client, &cfg, paused.clone(), shards_done.clone());
     // Before each kill a quiet point, then a hundredth of `kill_every` more updates: the kill
-    // comes mid-stream, the roles it ends are read quiet (see `Phase`).
+    // comes mid-stream, the roles it ends are read quiet; halfway between two kills another,
+    // where the roles begun since the last are given their level (see `Phase`).
     let mut next_quiet = cfg.kill_every as u64;
+    let mut next_level = cfg.kill_every as u64 / 2;
     let mut kill_at = None;
     let mut quiet_seconds = 0.0;
     while !writers.iter().all(|w| w.is_finished()) {
         soak.survey().await;
         let written = soak.written.load(Ordering::Relaxed);
         let before_end = written < cfg.events as u64;
+        if cfg.kill_every > 0 && written >= next_level && before_end {
+            let t = Instant::now();
+            soak.quiet_point(&client, &paused, cfg.converge_within, Quiet::Level)
+                .await;
+            quiet_seconds += t.elapsed().as_secs_f64();
+            next_level += cfg.kill_every as u64;
+        }
         if cfg.kill_every > 0 && kill_at.is_none() && written >= next_quiet && before_end {
             let t = Instant::now();
-            soak.quiet_point(&client, &paused, cfg.converge_within)
+            soak.quiet_point(&client, &paused, cfg.converge_within, Quiet::End)
                 .await;
             quiet_seconds += t.elapsed().as_secs_f64();
             kill_at = Some(written + (cfg.kill_every as u64 / 100).max(1));
