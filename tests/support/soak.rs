@@ -1045,7 +1045,7 @@ impl SoakReport {
             ),
             ("leader kills (SIGKILL)", self.kills.to_string()),
             (
-                "quiet points before the kills (writes paused)",
+                "quiet points: levels and ends of roles (writes paused)",
                 format!("{:.1} s in all", self.quiet_seconds),
             ),
             ("host processes", self.hosts.len().to_string()),
