@@ -25,7 +25,7 @@ fn read(name: &str) -> String {
 }
 
 fn yaml_docs(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
+    yaml_serde::Deserializer::from_str(text)
         .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
         .filter(|v: &Value| !v.is_null())
         .collect()
@@ -167,12 +167,13 @@ fn the_dockerfile_builds_the_host_in_release_and_runs_only_the_binary_as_a_non_r
     assert_eq!(names, ["build", "plugins-build", "plugins", "host"]);
     let stage = |n: &str| stages.iter().find(|s| s.name == n).expect("stage");
 
-    // The build stage: the workspace's `host`, in release mode, from the lock file, with a
-    // Rust new enough for the workspace (wasmtime wants more than its rust-version says).
+    // The build stage: the workspace's `host`, in release mode, from the lock file, without
+    // the emulator and the harness (the default features), with a Rust new enough for the
+    // workspace (wasmtime wants more than its rust-version says).
     let build = stage("build");
     assert!(
         build.all("RUN").iter().any(|r| r
-            .contains("cargo build --release --locked -p host --bin host")
+            .contains("cargo build --release --locked -p host --bin host --no-default-features")
             && r.contains("target/release/host /out/host")),
         "{build:?}"
     );
@@ -485,7 +486,7 @@ fn an_init_container_compiles_the_plugins_into_the_hosts_cache_before_the_host_s
 /// The `module`s of the plugins file `key` in the ConfigMap `cm`.
 fn plugin_modules(cm: &Value, key: &str) -> Vec<String> {
     let text = cm["data"][key].as_str().expect("the plugins file");
-    let list: Vec<Value> = serde_yaml::from_str(text).expect("a YAML list");
+    let list: Vec<Value> = yaml_serde::from_str(text).expect("a YAML list");
     list.iter()
         .map(|p| p["module"].as_str().expect("module").to_string())
         .collect()
@@ -532,7 +533,7 @@ async fn the_committed_rbac_is_what_host_rbac_prints_for_the_deployed_plugins() 
     // are built from.
     let cm = doc("configmap.yaml");
     let text = cm["data"]["plugins.yaml"].as_str().expect("plugins file");
-    let mut list: Vec<Value> = serde_yaml::from_str(text).expect("a YAML list");
+    let mut list: Vec<Value> = yaml_serde::from_str(text).expect("a YAML list");
     for p in &mut list {
         let module = p["module"].as_str().expect("module").to_string();
         let stem = module
@@ -548,7 +549,7 @@ async fn the_committed_rbac_is_what_host_rbac_prints_for_the_deployed_plugins() 
     }
     let dir = support::temp_dir("deploy-rbac");
     let file = dir.join("plugins.yaml");
-    std::fs::write(&file, serde_yaml::to_string(&list).expect("YAML")).expect("write");
+    std::fs::write(&file, yaml_serde::to_string(&list).expect("YAML")).expect("write");
 
     let flags = rbac_flags();
     assert!(flags.iter().any(|f| f == "--leader-elect"), "{flags:?}");

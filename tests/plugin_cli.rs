@@ -53,7 +53,7 @@ async fn inspect_prints_the_manifest() {
     let copier = guest("copier");
     let out = host(&[os("inspect"), copier.as_os_str()]).await;
     assert!(out.status.success(), "{out:?}");
-    let v: serde_yaml::Value = serde_yaml::from_slice(&out.stdout).expect("YAML");
+    let v: yaml_serde::Value = yaml_serde::from_slice(&out.stdout).expect("YAML");
     assert_eq!(v["name"], "copier");
     assert_eq!(v["workers"], 2);
     assert_eq!(v["watches"][0]["kind"], "ConfigMap");
@@ -70,7 +70,7 @@ async fn inspect_prints_declared_indexes() {
     let indexer = guest("indexer");
     let out = host(&[os("inspect"), indexer.as_os_str()]).await;
     assert!(out.status.success(), "{out:?}");
-    let v: serde_yaml::Value = serde_yaml::from_slice(&out.stdout).expect("YAML");
+    let v: yaml_serde::Value = yaml_serde::from_slice(&out.stdout).expect("YAML");
     let index = &v["watches"][0]["indexes"][0];
     assert_eq!(index["name"], "refs");
     assert_eq!(index["paths"][0], "data.ref");
@@ -84,7 +84,7 @@ async fn rbac_prints_a_least_privilege_role_and_binding() {
     let out = host(&[os("rbac"), copier.as_os_str(), getter.as_os_str()]).await;
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8(out.stdout).expect("utf-8");
-    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+    let docs: Vec<yaml_serde::Value> = yaml_serde::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
         .collect();
     assert_eq!(docs.len(), 2, "{text}");
@@ -119,7 +119,7 @@ async fn rbac_prints_a_least_privilege_role_and_binding() {
     .await;
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8(out.stdout).expect("utf-8");
-    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+    let docs: Vec<yaml_serde::Value> = yaml_serde::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
         .collect();
     let kinds: Vec<_> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
@@ -133,10 +133,10 @@ async fn rbac_prints_a_least_privilege_role_and_binding() {
 fn rules_of(stdout: &[u8]) -> Vec<(String, String, Vec<String>)> {
     let text = String::from_utf8_lossy(stdout);
     let mut out = Vec::new();
-    for d in serde_yaml::Deserializer::from_str(&text) {
-        let v: serde_yaml::Value = serde::Deserialize::deserialize(d).expect("YAML");
+    for d in yaml_serde::Deserializer::from_str(&text) {
+        let v: yaml_serde::Value = serde::Deserialize::deserialize(d).expect("YAML");
         for r in v["rules"].as_sequence().into_iter().flatten() {
-            let s = |x: &serde_yaml::Value| x.as_str().unwrap_or_default().to_string();
+            let s = |x: &yaml_serde::Value| x.as_str().unwrap_or_default().to_string();
             let verbs = r["verbs"]
                 .as_sequence()
                 .into_iter()
@@ -152,7 +152,7 @@ fn rules_of(stdout: &[u8]) -> Vec<(String, String, Vec<String>)> {
 /// The documents of a `host rbac` output, as JSON.
 fn docs_of(stdout: &[u8]) -> Vec<serde_json::Value> {
     let text = String::from_utf8_lossy(stdout);
-    serde_yaml::Deserializer::from_str(&text)
+    yaml_serde::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
         .collect()
 }

@@ -433,7 +433,7 @@ async fn rbac_from_a_plugins_file_gives_each_plugin_its_own_namespace() {
     );
     let placed: Vec<(String, String)> = stdout
         .split("\n---")
-        .filter_map(|d| serde_yaml::from_str::<serde_json::Value>(d).ok())
+        .filter_map(|d| yaml_serde::from_str::<serde_json::Value>(d).ok())
         .filter(|v| v.is_object())
         .map(|v| {
             (

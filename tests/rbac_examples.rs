@@ -260,7 +260,7 @@ fn example_file(example: &str, name: &str) -> String {
 }
 
 fn yaml_docs(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
+    yaml_serde::Deserializer::from_str(text)
         .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
         .filter(|v: &Value| !v.is_null())
         .collect()

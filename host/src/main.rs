@@ -12,10 +12,12 @@ mod wakeups;
 use clap::{Parser, Subcommand};
 
 use commands::compile::CompileArgs;
+#[cfg(feature = "emulator")]
 use commands::emulator::EmulatorArgs;
 use commands::inspect::InspectArgs;
 use commands::rbac::RbacArgs;
 use commands::run::RunArgs;
+#[cfg(feature = "harness")]
 use commands::test::TestArgs;
 use output::LogFormat;
 
@@ -33,9 +35,12 @@ struct Cli {
     run: RunArgs,
 }
 
+// Parsed once per process; the variants' sizes differ with the features built in.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the embedded API-server emulator as a process.
+    #[cfg(feature = "emulator")]
     Emulator(EmulatorArgs),
     /// Print a plugin's manifest.
     Inspect(InspectArgs),
@@ -45,6 +50,7 @@ enum Command {
     Rbac(RbacArgs),
     /// Run scenario files against a plugin in the test harness (fake cluster, virtual clock)
     /// and print a pass/fail table; exits 0 only when every scenario passes.
+    #[cfg(feature = "harness")]
     Test(TestArgs),
     /// Compile components into the compile cache ahead of time (in an image build or an init
     /// container), so that a run with the same cache directory compiles nothing. One line per
@@ -59,17 +65,21 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // `host test` reports through its table; only warnings (e.g. a cache problem) go to stderr.
     let default_level = match cli.command {
-        Some(Command::Test(_) | Command::Compile(_)) => "warn",
+        #[cfg(feature = "harness")]
+        Some(Command::Test(_)) => "warn",
+        Some(Command::Compile(_)) => "warn",
         _ => "info",
     };
     output::init_logs(cli.run.log_format, default_level);
     let format = cli.run.log_format;
     let r = match cli.command {
         Some(Command::Compile(args)) => return commands::compile::compile(args),
+        #[cfg(feature = "harness")]
         Some(Command::Test(args)) => match commands::runtime() {
             Ok(rt) => return rt.block_on(commands::test::test(args)),
             Err(e) => Err(e),
         },
+        #[cfg(feature = "emulator")]
         Some(Command::Emulator(args)) => {
             commands::runtime().and_then(|rt| rt.block_on(commands::emulator::run(args)))
         }

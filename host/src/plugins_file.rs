@@ -65,7 +65,7 @@ pub fn ranged(range: RangeInclusive<u64>) -> impl Fn(&str) -> Result<u64, String
 struct Entry {
     module: PathBuf,
     #[serde(default)]
-    config: Option<serde_yaml::Value>,
+    config: Option<yaml_serde::Value>,
     memory_mb: Option<u64>,
     handler_deadline_ms: Option<u64>,
     reconcile_deadline_ms: Option<u64>,
@@ -90,23 +90,23 @@ pub struct Defaults<'a> {
 pub fn read(path: &Path, what: &str, defaults: &Defaults<'_>) -> Result<Vec<PluginSpec>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("{what} {}: cannot read it: {e}", path.display()))?;
-    let value: serde_yaml::Value =
-        serde_yaml::from_str(&text).map_err(|e| format!("{what} {}: {e}", path.display()))?;
+    let value: yaml_serde::Value =
+        yaml_serde::from_str(&text).map_err(|e| format!("{what} {}: {e}", path.display()))?;
     parse(value, path, what, defaults)
 }
 
 /// The specs of `value`, the list of plugins of the file at `path`; module paths resolve against
 /// the file's directory.
 pub fn parse(
-    value: serde_yaml::Value,
+    value: yaml_serde::Value,
     path: &Path,
     what: &str,
     defaults: &Defaults<'_>,
 ) -> Result<Vec<PluginSpec>, String> {
     let items = match value {
-        serde_yaml::Value::Sequence(items) => items,
+        yaml_serde::Value::Sequence(items) => items,
         // `plugins:` with nothing under it, or an empty file: no plugins.
-        serde_yaml::Value::Null => return Ok(Vec::new()),
+        yaml_serde::Value::Null => return Ok(Vec::new()),
         _ => {
             return Err(format!(
                 "{what} {}: expected a list of plugins, each a mapping with at least `module`",
@@ -132,11 +132,11 @@ pub fn parse(
 
 /// One plugin's spec, or why not (naming the key).
 fn entry(
-    item: serde_yaml::Value,
+    item: yaml_serde::Value,
     base: &Path,
     defaults: &Defaults<'_>,
 ) -> Result<PluginSpec, String> {
-    let e: Entry = serde_yaml::from_value(item).map_err(|e| e.to_string())?;
+    let e: Entry = yaml_serde::from_value(item).map_err(|e| e.to_string())?;
     let module = base.join(&e.module);
     if !module.is_file() {
         return Err(format!("module: {} is not a file", module.display()));
@@ -230,7 +230,7 @@ pub fn fuzz_target(input: &[u8]) {
     let Ok(text) = std::str::from_utf8(input) else {
         return;
     };
-    let Ok(value) = serde_yaml::from_str::<serde_yaml::Value>(text) else {
+    let Ok(value) = yaml_serde::from_str::<yaml_serde::Value>(text) else {
         return;
     };
     let limits = Limits::default();
@@ -278,7 +278,7 @@ mod tests {
             namespace: Some("global"),
         };
         parse(
-            serde_yaml::from_str(yaml).map_err(|e| e.to_string())?,
+            yaml_serde::from_str(yaml).map_err(|e| e.to_string())?,
             &dir.join("plugins.yaml"),
             "plugins file",
             &d,

@@ -53,7 +53,7 @@ pub async fn printed_rbac<S: AsRef<OsStr>>(args: &[S]) -> Vec<Value> {
         .expect("host rbac runs");
     assert!(out.status.success(), "host rbac: {out:?}");
     let text = String::from_utf8(out.stdout).expect("utf-8");
-    serde_yaml::Deserializer::from_str(&text)
+    yaml_serde::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
         .collect()
 }

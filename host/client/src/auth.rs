@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use http::HeaderValue;
 use parking_lot::Mutex;
@@ -244,8 +244,8 @@ async fn run_exec(exec: &ExecConfig, timeout: Duration) -> Result<ExecCredential
     let until = match st.expiration_timestamp.as_deref() {
         None | Some("") => None,
         Some(ts) => {
-            let exp =
-                parse_rfc3339(ts).ok_or_else(|| fail(format!("bad expirationTimestamp {ts:?}")))?;
+            let exp = crate::time::parse(ts)
+                .ok_or_else(|| fail(format!("bad expirationTimestamp {ts:?}")))?;
             let left = exp
                 .duration_since(SystemTime::now())
                 .unwrap_or(Duration::ZERO);
@@ -257,85 +257,4 @@ async fn run_exec(exec: &ExecConfig, timeout: Duration) -> Result<ExecCredential
         identity,
         until,
     })
-}
-
-/// Parse an RFC 3339 timestamp (`2026-11-22T03:04:17Z`, fractions and offsets allowed).
-pub(crate) fn parse_rfc3339(s: &str) -> Option<SystemTime> {
-    let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') {
-        return None;
-    }
-    let num = |a: usize, e: usize| -> Option<i64> { s.get(a..e)?.parse().ok() };
-    let (y, mo, d) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
-    let (h, mi, sec) = (num(11, 13)?, num(14, 16)?, num(17, 19)?);
-    if b[13] != b':' || b[16] != b':' || !(1..=12).contains(&mo) || !(1..=31).contains(&d) {
-        return None;
-    }
-    if h > 23 || mi > 59 || sec > 60 {
-        return None;
-    }
-    let mut i = 19;
-    let mut nanos = 0u32;
-    if b.get(i) == Some(&b'.') {
-        let start = i + 1;
-        i = start;
-        while b.get(i).is_some_and(u8::is_ascii_digit) {
-            i += 1;
-        }
-        let frac = s.get(start..i)?;
-        if frac.is_empty() {
-            return None;
-        }
-        let digits: String = frac.chars().chain(std::iter::repeat('0')).take(9).collect();
-        nanos = digits.parse().ok()?;
-    }
-    let offset = match b.get(i)? {
-        b'Z' | b'z' if i + 1 == b.len() => 0,
-        c @ (b'+' | b'-') if i + 6 == b.len() && b[i + 3] == b':' => {
-            let o = num(i + 1, i + 3)? * 3600 + num(i + 4, i + 6)? * 60;
-            if *c == b'+' {
-                o
-            } else {
-                -o
-            }
-        }
-        _ => return None,
-    };
-    // Days from the civil date (proleptic Gregorian), after Howard Hinnant's algorithm.
-    let (y, m) = if mo <= 2 {
-        (y - 1, mo + 9)
-    } else {
-        (y, mo - 3)
-    };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * m + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + h * 3600 + mi * 60 + sec - offset;
-    let secs = u64::try_from(secs).ok()?;
-    Some(UNIX_EPOCH + Duration::new(secs, nanos))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rfc3339() {
-        let t = |s| parse_rfc3339(s).map(|t| t.duration_since(UNIX_EPOCH).unwrap().as_secs_f64());
-        assert_eq!(t("1970-01-01T00:00:00Z"), Some(0.0));
-        assert_eq!(t("2026-11-22T03:04:17Z"), Some(1_795_316_657.0));
-        assert_eq!(t("2026-11-22T04:04:17+01:00"), Some(1_795_316_657.0));
-        assert_eq!(t("2000-02-29T12:00:00.5Z"), Some(951_825_600.5));
-        for bad in [
-            "",
-            "2026-11-22",
-            "2026-13-01T00:00:00Z",
-            "2026-11-22T03:04:17",
-            "2026-11-22T03:04:17+0100",
-        ] {
-            assert_eq!(t(bad), None, "{bad}");
-        }
-    }
 }

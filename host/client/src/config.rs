@@ -360,7 +360,7 @@ struct UserEntry {
     #[serde(default)]
     username: Option<String>,
     #[serde(default, rename = "auth-provider")]
-    auth_provider: Option<serde_yaml::Value>,
+    auth_provider: Option<yaml_serde::Value>,
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -399,7 +399,7 @@ fn parse_kubeconfig(text: &str) -> Result<KubeconfigFile, String> {
     if text.trim().is_empty() {
         return Ok(KubeconfigFile::default());
     }
-    serde_yaml::from_str(text).map_err(|e| e.to_string())
+    yaml_serde::from_str(text).map_err(|e| e.to_string())
 }
 
 /// An entry with the file and directory it came from.

@@ -40,6 +40,7 @@ use tracing::Instrument;
 use crate::client::{Client, Patch, WriteParams};
 use crate::error::Error;
 use crate::resource::ApiResource;
+use crate::time::micro_time;
 
 /// The API server's limit on `note`, in bytes (validation of `events.k8s.io/v1` Events).
 pub const NOTE_LIMIT: usize = 1024;
@@ -1093,41 +1094,9 @@ fn truncate_at(s: &mut String, max: usize) {
     s.truncate(crate::clip::floor_char_boundary(s, max));
 }
 
-/// A `metav1.MicroTime` as the API server writes it: UTC, exactly six fractional digits, `Z`
-/// (`2026-11-24T22:59:48.085870Z`). Times before 1970 are written as the epoch.
-pub fn micro_time(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let (y, m, day) = civil_from_days((secs / 86_400) as i64);
-    let rem = secs % 86_400;
-    format!(
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60,
-        d.subsec_micros()
-    )
-}
-
-/// Days since 1970-01-01 to the civil date (proleptic Gregorian), after Howard Hinnant's
-/// algorithm; the inverse of the one in `auth::parse_rfc3339`.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::parse_rfc3339;
 
     fn cm(name: &str) -> ObjectRef {
         ObjectRef {
@@ -1151,22 +1120,6 @@ mod tests {
 
     fn config() -> RecorderConfig {
         RecorderConfig::new("host-a")
-    }
-
-    #[test]
-    fn micro_time_has_six_digits_and_round_trips() {
-        let t = parse_rfc3339("2026-11-24T22:59:48.085870Z").unwrap();
-        assert_eq!(micro_time(t), "2026-11-24T22:59:48.085870Z");
-        assert_eq!(micro_time(UNIX_EPOCH), "1970-01-01T00:00:00.000000Z");
-        // Nanoseconds are cut, not rounded, as Go formats MicroTime.
-        let t = UNIX_EPOCH + Duration::new(951_825_600, 999_999_999);
-        assert_eq!(micro_time(t), "2000-02-29T12:00:00.999999Z");
-        let t = UNIX_EPOCH + Duration::new(4_107_542_399, 1_000);
-        assert_eq!(micro_time(t), "2100-02-28T23:59:59.000001Z");
-        for secs in (0..5_000_000_000u64).step_by(86_400 * 97 + 3_601) {
-            let t = UNIX_EPOCH + Duration::new(secs, 123_456_000);
-            assert_eq!(parse_rfc3339(&micro_time(t)), Some(t), "{secs}");
-        }
     }
 
     #[test]
@@ -1401,7 +1354,7 @@ mod tests {
             "/../../../shared/apiserver-samples/rbac-leases-events/ev.request.json"
         ))
         .unwrap();
-        let when = parse_rfc3339("2026-11-24T22:59:48.085870Z").unwrap();
+        let when = crate::time::parse("2026-11-24T22:59:48.085870Z").unwrap();
         let s = Series {
             key: Arc::new(SeriesKey {
                 controller: "janitor".into(),
@@ -1435,7 +1388,7 @@ mod tests {
             "/../../../shared/apiserver-samples/rbac-leases-events/evseries.request.json"
         ))
         .unwrap();
-        let observed = parse_rfc3339("2026-11-24T22:59:48.420308Z").unwrap();
+        let observed = crate::time::parse("2026-11-24T22:59:48.420308Z").unwrap();
         let patch = series_patch(2, observed).unwrap();
         assert_eq!(
             std::str::from_utf8(&patch).unwrap(),

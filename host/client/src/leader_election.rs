@@ -351,7 +351,7 @@ impl Candidate {
         if self.is_leader() && self.observed_expiry().is_some_and(|e| now < e) {
             if let Some(cur) = self.observed.clone() {
                 let spec = LeaseSpec {
-                    renew_time: Some(crate::events::micro_time(wall)),
+                    renew_time: Some(crate::time::micro_time(wall)),
                     lease_duration_seconds: Some(secs),
                     holder_identity: Some(self.cfg.identity.clone()),
                     ..cur.spec.clone()
@@ -401,7 +401,7 @@ impl Candidate {
         let Some(cur) = self.observed.clone() else {
             return Ok(());
         };
-        let wall = crate::events::micro_time(SystemTime::now());
+        let wall = crate::time::micro_time(SystemTime::now());
         let spec = LeaseSpec {
             holder_identity: Some(String::new()),
             lease_duration_seconds: Some(1),

@@ -13,12 +13,11 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::auth::parse_rfc3339;
 use crate::client::{Client, WriteParams};
 use crate::error::Error;
-use crate::events::micro_time;
 use crate::params::ListParams;
 use crate::resource::ApiResource;
+use crate::time::{self, micro_time};
 
 /// The Lease resource.
 pub fn lease_resource() -> ApiResource {
@@ -55,7 +54,7 @@ impl LeaseSpec {
 
     /// `renewTime` as a time, when present and well formed.
     pub fn renewed_at(&self) -> Option<SystemTime> {
-        self.renew_time.as_deref().and_then(parse_rfc3339)
+        self.renew_time.as_deref().and_then(time::parse)
     }
 
     /// A spec held by `identity`, acquired and renewed at `now`.

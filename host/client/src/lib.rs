@@ -28,6 +28,7 @@ pub mod registry;
 pub mod resource;
 pub mod resource_version;
 pub mod selector;
+pub mod time;
 mod tls;
 pub mod watch;
 

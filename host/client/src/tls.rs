@@ -9,7 +9,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -19,6 +19,7 @@ use hyper_util::rt::TokioIo;
 use parking_lot::RwLock;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio::net::TcpStream;
@@ -92,12 +93,67 @@ fn provider() -> Arc<CryptoProvider> {
 
 /// Parse PEM certificates; an empty bundle is an error.
 pub(crate) fn parse_certs(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, Error> {
-    let certs: Result<Vec<_>, _> = rustls_pemfile::certs(&mut &pem[..]).collect();
+    let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(pem).collect();
     let certs = certs.map_err(|e| Error::Config(format!("{what}: invalid PEM: {e}")))?;
     if certs.is_empty() {
         return Err(Error::Config(format!("{what}: no certificate in PEM data")));
     }
     Ok(certs)
+}
+
+/// Parse the first private key (PKCS#8, PKCS#1 or SEC1) in PEM data.
+fn parse_key(pem: &[u8]) -> Result<PrivateKeyDer<'static>, Error> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| match e {
+        pem::Error::NoItemsFound => Error::Config("client key: no private key in PEM data".into()),
+        e => Error::Config(format!("client key: invalid PEM: {e}")),
+    })
+}
+
+/// Where the roots of a kubeconfig without a certificate authority come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RootsSource {
+    /// The system's trust store (or `SSL_CERT_FILE`/`SSL_CERT_DIR`), as client-go uses Go's
+    /// system pool.
+    System,
+    /// The Mozilla roots built into this binary: the system had none that parse (a scratch
+    /// image without `ca-certificates`).
+    Bundled,
+}
+
+/// The roots for a kubeconfig without a certificate authority, read from the system once per
+/// process (every file of the store is read: not for each TLS rebuild).
+fn default_roots() -> &'static RootCertStore {
+    static ROOTS: OnceLock<RootCertStore> = OnceLock::new();
+    ROOTS.get_or_init(|| {
+        let found = rustls_native_certs::load_native_certs();
+        for e in &found.errors {
+            tracing::debug!(error = %e, "reading the system's trust store");
+        }
+        let (roots, source) = roots_from(found.certs);
+        match source {
+            RootsSource::System => tracing::debug!(
+                roots = roots.len(),
+                "servers without a CA in the kubeconfig are checked against the system's roots"
+            ),
+            RootsSource::Bundled => tracing::info!(
+                roots = roots.len(),
+                "the system has no trust store; servers without a CA in the kubeconfig are checked against the bundled Mozilla roots"
+            ),
+        }
+        roots
+    })
+}
+
+/// The system's certificates that parse as roots, else the bundled ones.
+fn roots_from(system: Vec<CertificateDer<'static>>) -> (RootCertStore, RootsSource) {
+    let mut roots = RootCertStore::empty();
+    roots.add_parsable_certificates(system);
+    if roots.is_empty() {
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        (roots, RootsSource::Bundled)
+    } else {
+        (roots, RootsSource::System)
+    }
 }
 
 fn build(
@@ -124,16 +180,14 @@ fn build(
                         .map_err(|e| Error::Config(format!("certificate authority: {e}")))?;
                 }
             }
-            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+            None => roots = default_roots().clone(),
         }
         builder.with_root_certificates(roots)
     };
     let mut config = match identity {
         Some(id) => {
             let certs = parse_certs(&id.cert_pem, "client certificate")?;
-            let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut &id.key_pem[..])
-                .map_err(|e| Error::Config(format!("client key: invalid PEM: {e}")))?
-                .ok_or_else(|| Error::Config("client key: no private key in PEM data".into()))?;
+            let key = parse_key(&id.key_pem)?;
             builder
                 .with_client_auth_cert(certs, key)
                 .map_err(|e| Error::Config(format!("client certificate: {e}")))?
@@ -347,5 +401,53 @@ impl hyper::rt::Write for Stream {
             Stream::Plain(s) | Stream::Proxied(s) => s.is_write_vectored(),
             Stream::Tls(s) => s.is_write_vectored(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn self_signed() -> (String, String) {
+        let c = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("rcgen");
+        (c.cert.pem(), c.key_pair.serialize_pem())
+    }
+
+    #[test]
+    fn the_system_roots_are_used_and_the_bundled_ones_only_where_the_system_has_none() {
+        let (cert, _) = self_signed();
+        let system = parse_certs(cert.as_bytes(), "test").expect("a certificate");
+        let (roots, source) = roots_from(system);
+        assert_eq!((source, roots.len()), (RootsSource::System, 1));
+
+        let (roots, source) = roots_from(Vec::new());
+        assert_eq!(source, RootsSource::Bundled);
+        assert_eq!(roots.len(), webpki_roots::TLS_SERVER_ROOTS.len());
+
+        // A store whose files hold nothing that parses as a root is no store.
+        let junk = CertificateDer::from(b"not DER".to_vec());
+        assert_eq!(roots_from(vec![junk]).1, RootsSource::Bundled);
+    }
+
+    #[test]
+    fn pem_without_a_key_or_a_certificate_is_a_clear_error() {
+        let (cert, key) = self_signed();
+        assert!(parse_key(key.as_bytes()).is_ok());
+        let e = parse_key(cert.as_bytes()).expect_err("a certificate is not a key");
+        assert_eq!(
+            e.to_string(),
+            "configuration error: client key: no private key in PEM data"
+        );
+        let e = parse_certs(key.as_bytes(), "certificate authority").expect_err("no certificate");
+        assert_eq!(
+            e.to_string(),
+            "configuration error: certificate authority: no certificate in PEM data"
+        );
+        let broken = cert.replace("MII", "M!I");
+        let e = parse_certs(broken.as_bytes(), "certificate authority").expect_err("bad base64");
+        assert!(
+            e.to_string().contains("certificate authority: invalid PEM"),
+            "{e}"
+        );
     }
 }

@@ -16,6 +16,7 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use parking_lot::Mutex;
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 
@@ -717,12 +718,10 @@ impl Pki {
         require_client_cert: bool,
     ) -> Arc<rustls::ServerConfig> {
         let (cert, key) = self.issue(names, false);
-        let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut cert.as_bytes())
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.as_bytes())
             .collect::<Result<_, _>>()
             .unwrap();
-        let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut key.as_bytes())
-            .unwrap()
-            .unwrap();
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let b = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
@@ -948,7 +947,7 @@ current-context: files
 
 /// The DER of a PEM certificate.
 fn der(pem: &str) -> Vec<u8> {
-    rustls_pemfile::certs(&mut pem.as_bytes())
+    CertificateDer::pem_slice_iter(pem.as_bytes())
         .next()
         .expect("a certificate")
         .expect("PEM")

@@ -586,7 +586,7 @@ pub fn seed_yaml(
     manager: &str,
 ) -> Result<Vec<kwh_client::Object>, EmulatorError> {
     let mut out = Vec::new();
-    for (index, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+    for (index, doc) in yaml_serde::Deserializer::from_str(text).enumerate() {
         let v: Value = serde::Deserialize::deserialize(doc).map_err(|e| EmulatorError::Yaml {
             index,
             message: e.to_string(),

@@ -501,7 +501,7 @@ fn body_to_json(ct: &str, body: Bytes) -> Result<Bytes, Status> {
 
 fn yaml_to_json(body: &[u8]) -> Result<Bytes, Status> {
     let v: serde_json::Value =
-        serde_yaml::from_slice(body).map_err(|e| response::bad_request(format!("yaml: {e}")))?;
+        yaml_serde::from_slice(body).map_err(|e| response::bad_request(format!("yaml: {e}")))?;
     serde_json::to_vec(&v)
         .map(Bytes::from)
         .map_err(|e| response::bad_request(e.to_string()))

@@ -1,64 +1,24 @@
-//! Small helpers: timestamps, UIDs and name validation, without pulling in a date crate.
+//! Small helpers: timestamps in the emulator's seconds, UIDs and name validation.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The current time as RFC 3339 in UTC with second precision, as `metadata.creationTimestamp`.
 pub fn now_rfc3339() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    rfc3339(secs)
+    kwh_client::time::time(SystemTime::now())
 }
 
-/// Format seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
+/// Format seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ` (the emulator's clock counts
+/// seconds).
 pub fn rfc3339(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+    kwh_client::time::time(UNIX_EPOCH + Duration::from_secs(secs))
 }
 
-/// Parse `YYYY-MM-DDTHH:MM:SSZ` (fractions ignored) back to seconds since the epoch.
+/// An RFC 3339 time as whole seconds since the epoch (fractions dropped).
 pub fn parse_rfc3339(s: &str) -> Option<u64> {
-    let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' {
-        return None;
-    }
-    let n = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
-    let (y, mo, d) = (n(0..4)?, n(5..7)?, n(8..10)?);
-    let (h, mi, se) = (n(11..13)?, n(14..16)?, n(17..19)?);
-    let days = days_from_civil(y, mo, d);
-    u64::try_from(days * 86_400 + h * 3600 + mi * 60 + se).ok()
-}
-
-// Howard Hinnant's civil-calendar algorithms.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = if m > 2 { m - 3 } else { m + 9 };
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    kwh_client::time::parse(s)?
+        .duration_since(UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs())
 }
 
 /// A random version-4 UUID in its canonical text form.
@@ -128,6 +88,10 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(1_795_316_657), "2026-11-22T03:04:17Z");
         assert_eq!(parse_rfc3339("2026-11-22T03:04:17Z"), Some(1_795_316_657));
+        assert_eq!(
+            parse_rfc3339("2026-11-22T04:04:17.9+01:00"),
+            Some(1_795_316_657)
+        );
         assert_eq!(parse_rfc3339("garbage"), None);
     }
 

@@ -202,7 +202,7 @@ async fn renew(
     let now = SystemTime::now();
     if let Some(cur) = mine.clone() {
         let spec = LeaseSpec {
-            renew_time: Some(kwh_client::events::micro_time(now)),
+            renew_time: Some(kwh_client::time::micro_time(now)),
             ..LeaseSpec::held(identity, secs, now, 0)
         };
         let spec = LeaseSpec {

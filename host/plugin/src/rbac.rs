@@ -87,7 +87,7 @@ impl OfflineKinds {
     /// many CRDs it held.
     pub fn add_crds(&mut self, text: &str) -> Result<usize, CrdFileError> {
         let mut n = 0;
-        for (index, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        for (index, doc) in yaml_serde::Deserializer::from_str(text).enumerate() {
             let v: Value =
                 serde::Deserialize::deserialize(doc).map_err(|e| CrdFileError::Yaml {
                     index,
@@ -480,7 +480,7 @@ pub fn rbac_yaml<'a>(
         }));
     }
     // Serialising a `Value` built above cannot fail; fall back to JSON (valid YAML) regardless.
-    let doc = |v: &serde_json::Value| serde_yaml::to_string(v).unwrap_or_else(|_| v.to_string());
+    let doc = |v: &serde_json::Value| yaml_serde::to_string(v).unwrap_or_else(|_| v.to_string());
     let mut out = String::new();
     if patches {
         out.push_str(APPLY_CREATES_NOTE);
@@ -625,7 +625,7 @@ mod tests {
         let yaml = rbac_yaml([(&m, None)], resolve, &subject, None).expect("yaml");
         let docs: Vec<serde_json::Value> = yaml
             .split("---\n")
-            .map(|d| serde_yaml::from_str(d).expect("valid yaml"))
+            .map(|d| yaml_serde::from_str(d).expect("valid yaml"))
             .collect();
         assert_eq!(docs.len(), 2);
         assert_eq!(docs[0]["kind"], "ClusterRole");
@@ -637,7 +637,7 @@ mod tests {
 
     fn docs(yaml: &str) -> Vec<serde_json::Value> {
         yaml.split("---\n")
-            .map(|d| serde_yaml::from_str(d).expect("valid yaml"))
+            .map(|d| yaml_serde::from_str(d).expect("valid yaml"))
             .collect()
     }
 

@@ -33,7 +33,7 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let yaml = serde_yaml::to_string(&v)?;
+    let yaml = yaml_serde::to_string(&v)?;
     print!("{yaml}");
     Ok(())
 }

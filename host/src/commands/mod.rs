@@ -2,10 +2,12 @@
 //! runtime, the kubeconfig) is here.
 
 pub mod compile;
+#[cfg(feature = "emulator")]
 pub mod emulator;
 pub mod inspect;
 pub mod rbac;
 pub mod run;
+#[cfg(feature = "harness")]
 pub mod test;
 
 /// The target of the run's own log lines: `host`, as before the subcommands had modules, so

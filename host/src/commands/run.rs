@@ -1,16 +1,16 @@
 //! The run (`host --plugin …`, no subcommand): plugins against a cluster or the embedded
 //! emulator until SIGINT or SIGTERM, or until a replica loses its lease.
 
+mod embedded;
 mod settings;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::Args;
 use kwh_client::{Client, Config};
-use kwh_emulator::{Emulator, EmulatorHandle};
 use kwh_plugin::{PluginRuntime, RuntimeOptions};
 
 use super::{engine, kube_config, run_compiler, LOG_TARGET};
@@ -20,6 +20,7 @@ use crate::plugins_file::{
     MEMORY_MB, WORKER_THREADS,
 };
 use crate::{replica, shutdown, trim, wakeups};
+use embedded::Embedded;
 use settings::{FileConfig, Settings};
 
 /// The run, on its own runtime: the `--config` file is read first, since it may set the
@@ -223,9 +224,8 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
     let clean = runtime.shutdown(grace).await;
     // After the plugins stopped: the next owner of their keys may start at once.
     replica.stop().await;
-    if let Some((handle, kubeconfig)) = emulator {
-        handle.shutdown().await;
-        let _ = std::fs::remove_file(kubeconfig);
+    if let Some(emulator) = emulator {
+        emulator.stop().await;
     }
     result?;
     if !clean {
@@ -240,13 +240,13 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
 
 /// The cluster to run against: the embedded emulator (started here, its address and
 /// kubeconfig announced; handed back to be stopped at the end), else the kubeconfig's.
-async fn connect(args: &RunArgs) -> anyhow::Result<(Config, Option<(EmulatorHandle, PathBuf)>)> {
+async fn connect(args: &RunArgs) -> anyhow::Result<(Config, Option<Embedded>)> {
     let Some(seed) = &args.emulator else {
         let config = kube_config(args.kubeconfig.as_deref(), args.context.as_deref())?;
         return Ok((config, None));
     };
-    let (handle, kubeconfig) = start_emulator(seed.as_deref()).await?;
-    let url = handle.base_url();
+    let emulator = Embedded::start(seed.as_deref()).await?;
+    let url = emulator.url();
     announce(
         args.log_format,
         format_args!("emulator listening on {url}"),
@@ -255,12 +255,12 @@ async fn connect(args: &RunArgs) -> anyhow::Result<(Config, Option<(EmulatorHand
     )?;
     announce(
         args.log_format,
-        format_args!("kubeconfig: {}", kubeconfig.display()),
+        format_args!("kubeconfig: {}", emulator.kubeconfig().display()),
         "kubeconfig written",
-        serde_json::json!({ "path": kubeconfig.display().to_string() }),
+        serde_json::json!({ "path": emulator.kubeconfig().display().to_string() }),
     )?;
-    let config = kube_config(Some(&kubeconfig), None)?;
-    Ok((config, Some((handle, kubeconfig))))
+    let config = kube_config(Some(emulator.kubeconfig()), None)?;
+    Ok((config, Some(emulator)))
 }
 
 /// One warning line for a grace period that ended with work left: how many reconciles were
@@ -337,22 +337,6 @@ pub async fn serve(
             "{why}: stopped calling plugins and writing; exiting so the process restarts as a standby"
         )),
     }
-}
-
-pub async fn start_emulator(seed: Option<&Path>) -> anyhow::Result<(EmulatorHandle, PathBuf)> {
-    let handle = Emulator::builder().admin(true).start().await?;
-    if let Some(path) = seed {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read seed {}", path.display()))?;
-        let n = handle
-            .seed_yaml(&text)
-            .with_context(|| format!("seed {}", path.display()))?;
-        tracing::info!(target: LOG_TARGET, file = %path.display(), objects = n, "emulator seeded");
-    }
-    let kubeconfig =
-        std::env::temp_dir().join(format!("host-emulator-{}.kubeconfig", handle.addr().port()));
-    handle.write_kubeconfig(&kubeconfig)?;
-    Ok((handle, kubeconfig))
 }
 
 /// The run's runtime: one thread (a current-thread runtime, so an event is read, cached and

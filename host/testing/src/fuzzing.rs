@@ -13,7 +13,7 @@ pub fn scenario_file(input: &[u8]) {
     let Ok(text) = std::str::from_utf8(input) else {
         return;
     };
-    if let Ok(v) = serde_yaml::from_str::<serde_yaml::Value>(text) {
+    if let Ok(v) = yaml_serde::from_str::<yaml_serde::Value>(text) {
         if names_absolute_path(&v) {
             return;
         }

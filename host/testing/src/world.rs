@@ -447,7 +447,7 @@ fn body_value(body: &[u8]) -> Value {
         return Value::Null;
     }
     serde_json::from_slice(body)
-        .or_else(|_| serde_yaml::from_slice(body))
+        .or_else(|_| yaml_serde::from_slice(body))
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
 }
 

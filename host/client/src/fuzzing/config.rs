@@ -103,7 +103,7 @@ pub fn kubeconfig(input: &[u8]) {
     let Ok(text) = std::str::from_utf8(input) else {
         return;
     };
-    match serde_yaml::from_str::<serde_yaml::Value>(text) {
+    match yaml_serde::from_str::<yaml_serde::Value>(text) {
         Ok(v) if names_absolute_path(&v) => return,
         _ => {}
     }
@@ -123,8 +123,8 @@ pub fn kubeconfig(input: &[u8]) {
 
 /// Whether a YAML document holds a string that reads as an absolute path: targets that read
 /// files a document names skip those (a fuzzer could name a device that never ends).
-pub fn names_absolute_path(v: &serde_yaml::Value) -> bool {
-    use serde_yaml::Value as Y;
+pub fn names_absolute_path(v: &yaml_serde::Value) -> bool {
+    use yaml_serde::Value as Y;
     match v {
         Y::String(s) => s.starts_with('/') || s.starts_with('\\') || s.contains(":\\"),
         Y::Sequence(items) => items.iter().any(names_absolute_path),

@@ -346,7 +346,7 @@ fn parse_configuration(body: &[u8]) -> Result<Value, PatchError> {
         .and_then(|_| serde_json::from_slice::<Value>(body).ok());
     let v: Value = match as_json {
         Some(v) => v,
-        None => serde_yaml::from_slice(body).map_err(|e| {
+        None => yaml_serde::from_slice(body).map_err(|e| {
             PatchError::BadRequest(format!(
                 "error decoding YAML of the applied configuration: {e}"
             ))

@@ -40,7 +40,7 @@ pub struct FileConfig {
     pub namespace: Option<String>,
     pub fail_fast: Option<bool>,
     /// Kept raw: checked entry by entry by [`plugins_file::parse`], naming each plugin.
-    pub plugins: Option<serde_yaml::Value>,
+    pub plugins: Option<yaml_serde::Value>,
     pub leader_elect: Option<bool>,
     pub leader_elect_namespace: Option<String>,
     pub leader_elect_lease_name: Option<String>,
@@ -244,7 +244,7 @@ pub fn read_config(args: &RunArgs) -> anyhow::Result<FileConfig> {
         Some(p) => {
             let text = std::fs::read_to_string(p)
                 .with_context(|| format!("cannot read config {}", p.display()))?;
-            serde_yaml::from_str(&text).with_context(|| format!("config {}", p.display()))?
+            yaml_serde::from_str(&text).with_context(|| format!("config {}", p.display()))?
         }
         None => FileConfig::default(),
     })
@@ -292,7 +292,7 @@ pub fn wakeup_batching(args: &RunArgs, file: &FileConfig) -> anyhow::Result<Dura
 /// nothing is returned, so nothing starts.
 pub fn plugin_specs(
     args: &RunArgs,
-    from_config: Option<serde_yaml::Value>,
+    from_config: Option<yaml_serde::Value>,
     limits: &Limits,
     namespace: Option<&str>,
 ) -> anyhow::Result<Vec<PluginSpec>> {

@@ -42,7 +42,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Scenario, ScenarioError> {
         at,
         message,
     };
-    let doc: Value = serde_yaml::from_str(text)
+    let doc: Value = yaml_serde::from_str(text)
         .map_err(|e| err((String::new(), format!("not valid YAML: {e}"))))?;
     scenario(file, &doc).map_err(err)
 }
