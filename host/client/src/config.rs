@@ -501,57 +501,7 @@ impl Merged {
             None => None,
         };
 
-        let cl = &cluster.value;
-        let cerr = |m: &str| config_err(&cluster.file, &format!("cluster {cluster_name:?}: {m}"));
-        let server = cl
-            .server
-            .as_deref()
-            .filter(|s| !s.is_empty())
-            .ok_or_else(|| cerr("no server"))?;
-        let uri: http::Uri = server
-            .parse()
-            .map_err(|e| cerr(&format!("server {server:?} is not a URL: {e}")))?;
-        match uri.scheme_str() {
-            Some("https") | Some("http") => {}
-            _ => {
-                return Err(cerr(&format!(
-                    "server {server:?} must be an http or https URL"
-                )))
-            }
-        }
-        let mut c = Config::new(uri);
-        if let Some(p) = cl.proxy_url.as_deref().filter(|p| !p.is_empty()) {
-            // Checked here so that a bad URL names the kubeconfig file and cluster.
-            Proxy::parse(p).map_err(|e| match e {
-                Error::Config(m) => cerr(&format!("proxy-url: {m}")),
-                other => other,
-            })?;
-            c.proxy = ProxySetting::Url(p.to_owned());
-        }
-        c.insecure_skip_tls_verify = cl.insecure_skip_tls_verify.unwrap_or(false);
-        c.tls_server_name = cl.tls_server_name.clone().filter(|s| !s.is_empty());
-        let ca_data = cl
-            .certificate_authority_data
-            .as_deref()
-            .filter(|s| !s.is_empty());
-        c.root_ca_pem =
-            match (ca_data, cl.certificate_authority.as_deref()) {
-                (Some(d), _) => {
-                    Some(b64(d).map_err(|m| cerr(&format!("certificate-authority-data: {m}")))?)
-                }
-                (None, Some(p)) if !p.is_empty() => {
-                    let path = cluster.dir.join(p);
-                    Some(std::fs::read(&path).map_err(|e| {
-                        cerr(&format!("certificate-authority {}: {e}", path.display()))
-                    })?)
-                }
-                _ => None,
-            };
-        if c.insecure_skip_tls_verify && c.root_ca_pem.is_some() {
-            return Err(cerr(
-                "specifying a root certificates file with the insecure flag is not allowed",
-            ));
-        }
+        let mut c = cluster_config(cluster, cluster_name)?;
         if let Some(ns) = opts
             .namespace
             .clone()
@@ -562,88 +512,159 @@ impl Merged {
         }
 
         if let (Some(user), Some(user_name)) = (user, user_name) {
-            let u = &user.value;
-            let uerr = |m: &str| config_err(&user.file, &format!("user {user_name:?}: {m}"));
-            let read = |p: &str, what: &str| {
-                let path = user.dir.join(p);
-                std::fs::read(&path).map_err(|e| uerr(&format!("{what} {}: {e}", path.display())))
-            };
-            let cert = match (
-                u.client_certificate_data.as_deref(),
-                u.client_certificate.as_deref(),
-            ) {
-                (Some(d), _) if !d.is_empty() => {
-                    Some(b64(d).map_err(|m| uerr(&format!("client-certificate-data: {m}")))?)
-                }
-                (_, Some(p)) if !p.is_empty() => Some(read(p, "client-certificate")?),
-                _ => None,
-            };
-            let key = match (u.client_key_data.as_deref(), u.client_key.as_deref()) {
-                (Some(d), _) if !d.is_empty() => {
-                    Some(b64(d).map_err(|m| uerr(&format!("client-key-data: {m}")))?)
-                }
-                (_, Some(p)) if !p.is_empty() => Some(read(p, "client-key")?),
-                _ => None,
-            };
-            c.client_identity = match (cert, key) {
-                (Some(cert_pem), Some(key_pem)) => Some(Identity { cert_pem, key_pem }),
-                (None, None) => None,
-                _ => {
-                    return Err(uerr(
-                        "client-certificate and client-key must be given together",
-                    ))
-                }
-            };
-            c.auth = if let Some(t) = u.token.as_deref().filter(|t| !t.is_empty()) {
-                AuthSource::Token(t.to_owned())
-            } else if let Some(p) = u.token_file.as_deref().filter(|t| !t.is_empty()) {
-                AuthSource::TokenFile(user.dir.join(p))
-            } else if let Some(e) = &u.exec {
-                let api_version = e.api_version.clone().unwrap_or_default();
-                if api_version != "client.authentication.k8s.io/v1"
-                    && api_version != "client.authentication.k8s.io/v1beta1"
-                {
-                    return Err(uerr(&format!(
-                        "exec plugin apiVersion {api_version:?} is not supported (use client.authentication.k8s.io/v1)"
-                    )));
-                }
-                if e.command.is_empty() {
-                    return Err(uerr("exec plugin has no command"));
-                }
-                // A relative command with a path separator is relative to the kubeconfig.
-                let command = if e.command.contains('/') && Path::new(&e.command).is_relative() {
-                    user.dir.join(&e.command).display().to_string()
-                } else {
-                    e.command.clone()
-                };
-                AuthSource::Exec(ExecConfig {
-                    command,
-                    args: e.args.clone().unwrap_or_default(),
-                    env: e
-                        .env
-                        .iter()
-                        .flatten()
-                        .map(|v| (v.name.clone(), v.value.clone()))
-                        .collect(),
-                    api_version,
-                    provide_cluster_info: e.provide_cluster_info,
-                    cluster_server: server.to_owned(),
-                    cluster_ca_data: cl.certificate_authority_data.clone(),
-                    cluster_insecure: c.insecure_skip_tls_verify,
-                    install_hint: e.install_hint.clone(),
-                })
-            } else if u.auth_provider.is_some() {
-                return Err(uerr(
-                    "auth-provider plugins are not supported; use an exec credential plugin",
-                ));
-            } else if u.username.is_some() {
-                return Err(uerr("basic authentication is not supported"));
-            } else {
-                AuthSource::None
-            };
+            let cl = &cluster.value;
+            let server = cl.server.as_deref().unwrap_or_default();
+            apply_user(&mut c, user, user_name, server, cl)?;
         }
         Ok(c)
     }
+}
+
+/// The connection a kubeconfig's cluster entry describes: server, proxy, TLS.
+fn cluster_config(cluster: &Sourced<ClusterEntry>, cluster_name: &str) -> Result<Config, Error> {
+    let cl = &cluster.value;
+    let cerr = |m: &str| config_err(&cluster.file, &format!("cluster {cluster_name:?}: {m}"));
+    let server = cl
+        .server
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| cerr("no server"))?;
+    let uri: http::Uri = server
+        .parse()
+        .map_err(|e| cerr(&format!("server {server:?} is not a URL: {e}")))?;
+    match uri.scheme_str() {
+        Some("https") | Some("http") => {}
+        _ => {
+            return Err(cerr(&format!(
+                "server {server:?} must be an http or https URL"
+            )))
+        }
+    }
+    let mut c = Config::new(uri);
+    if let Some(p) = cl.proxy_url.as_deref().filter(|p| !p.is_empty()) {
+        // Checked here so that a bad URL names the kubeconfig file and cluster.
+        Proxy::parse(p).map_err(|e| match e {
+            Error::Config(m) => cerr(&format!("proxy-url: {m}")),
+            other => other,
+        })?;
+        c.proxy = ProxySetting::Url(p.to_owned());
+    }
+    c.insecure_skip_tls_verify = cl.insecure_skip_tls_verify.unwrap_or(false);
+    c.tls_server_name = cl.tls_server_name.clone().filter(|s| !s.is_empty());
+    let ca_data = cl
+        .certificate_authority_data
+        .as_deref()
+        .filter(|s| !s.is_empty());
+    c.root_ca_pem = match (ca_data, cl.certificate_authority.as_deref()) {
+        (Some(d), _) => {
+            Some(b64(d).map_err(|m| cerr(&format!("certificate-authority-data: {m}")))?)
+        }
+        (None, Some(p)) if !p.is_empty() => {
+            let path = cluster.dir.join(p);
+            Some(
+                std::fs::read(&path)
+                    .map_err(|e| cerr(&format!("certificate-authority {}: {e}", path.display())))?,
+            )
+        }
+        _ => None,
+    };
+    if c.insecure_skip_tls_verify && c.root_ca_pem.is_some() {
+        return Err(cerr(
+            "specifying a root certificates file with the insecure flag is not allowed",
+        ));
+    }
+    Ok(c)
+}
+
+/// A kubeconfig user's credentials on `c`: a client certificate, then a token, a token file
+/// or an exec plugin; the kinds client-go has and this host does not are refused by name.
+fn apply_user(
+    c: &mut Config,
+    user: &Sourced<UserEntry>,
+    user_name: &str,
+    server: &str,
+    cl: &ClusterEntry,
+) -> Result<(), Error> {
+    let u = &user.value;
+    let uerr = |m: &str| config_err(&user.file, &format!("user {user_name:?}: {m}"));
+    let read = |p: &str, what: &str| {
+        let path = user.dir.join(p);
+        std::fs::read(&path).map_err(|e| uerr(&format!("{what} {}: {e}", path.display())))
+    };
+    let cert = match (
+        u.client_certificate_data.as_deref(),
+        u.client_certificate.as_deref(),
+    ) {
+        (Some(d), _) if !d.is_empty() => {
+            Some(b64(d).map_err(|m| uerr(&format!("client-certificate-data: {m}")))?)
+        }
+        (_, Some(p)) if !p.is_empty() => Some(read(p, "client-certificate")?),
+        _ => None,
+    };
+    let key = match (u.client_key_data.as_deref(), u.client_key.as_deref()) {
+        (Some(d), _) if !d.is_empty() => {
+            Some(b64(d).map_err(|m| uerr(&format!("client-key-data: {m}")))?)
+        }
+        (_, Some(p)) if !p.is_empty() => Some(read(p, "client-key")?),
+        _ => None,
+    };
+    c.client_identity = match (cert, key) {
+        (Some(cert_pem), Some(key_pem)) => Some(Identity { cert_pem, key_pem }),
+        (None, None) => None,
+        _ => {
+            return Err(uerr(
+                "client-certificate and client-key must be given together",
+            ))
+        }
+    };
+    c.auth = if let Some(t) = u.token.as_deref().filter(|t| !t.is_empty()) {
+        AuthSource::Token(t.to_owned())
+    } else if let Some(p) = u.token_file.as_deref().filter(|t| !t.is_empty()) {
+        AuthSource::TokenFile(user.dir.join(p))
+    } else if let Some(e) = &u.exec {
+        let api_version = e.api_version.clone().unwrap_or_default();
+        if api_version != "client.authentication.k8s.io/v1"
+            && api_version != "client.authentication.k8s.io/v1beta1"
+        {
+            return Err(uerr(&format!(
+                "exec plugin apiVersion {api_version:?} is not supported (use client.authentication.k8s.io/v1)"
+            )));
+        }
+        if e.command.is_empty() {
+            return Err(uerr("exec plugin has no command"));
+        }
+        // A relative command with a path separator is relative to the kubeconfig.
+        let command = if e.command.contains('/') && Path::new(&e.command).is_relative() {
+            user.dir.join(&e.command).display().to_string()
+        } else {
+            e.command.clone()
+        };
+        AuthSource::Exec(ExecConfig {
+            command,
+            args: e.args.clone().unwrap_or_default(),
+            env: e
+                .env
+                .iter()
+                .flatten()
+                .map(|v| (v.name.clone(), v.value.clone()))
+                .collect(),
+            api_version,
+            provide_cluster_info: e.provide_cluster_info,
+            cluster_server: server.to_owned(),
+            cluster_ca_data: cl.certificate_authority_data.clone(),
+            cluster_insecure: c.insecure_skip_tls_verify,
+            install_hint: e.install_hint.clone(),
+        })
+    } else if u.auth_provider.is_some() {
+        return Err(uerr(
+            "auth-provider plugins are not supported; use an exec credential plugin",
+        ));
+    } else if u.username.is_some() {
+        return Err(uerr("basic authentication is not supported"));
+    } else {
+        AuthSource::None
+    };
+    Ok(())
 }
 
 fn b64(s: &str) -> Result<Vec<u8>, String> {

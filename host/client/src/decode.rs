@@ -43,6 +43,14 @@ enum Member {
     Other,
 }
 
+/// What one step of the list decoder did.
+enum Step {
+    /// Moved on: step again.
+    Again,
+    /// Needs more bytes (or the list is done).
+    NeedMore,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     /// Before the opening `{`.
@@ -273,145 +281,169 @@ impl ListDecoder {
     /// start of an unfinished value).
     fn run(&mut self, whole: &[u8]) -> Result<usize, Error> {
         let mut data = whole;
-        let used = |data: &[u8]| whole.len() - data.len();
         loop {
-            match self.state {
-                State::Start => {
-                    let Some(c) = self.next_byte(&mut data) else {
-                        return Ok(used(data));
-                    };
-                    if c != b'{' {
-                        return self.expect(c, "'{' at the start of the list");
-                    }
-                    self.advance(&mut data, 1);
-                    self.state = State::FirstKey;
+            let step = match self.state {
+                State::FirstItem | State::Item | State::InItem | State::AfterItem => {
+                    self.item_step(&mut data)?
                 }
-                State::FirstKey | State::Key => {
-                    let Some(c) = self.next_byte(&mut data) else {
-                        return Ok(used(data));
-                    };
-                    match c {
-                        b'}' if self.state == State::FirstKey => {
-                            self.advance(&mut data, 1);
-                            self.state = State::Done;
-                        }
-                        b'"' => {
-                            self.value = ValueEnd::begin(c);
-                            self.state = State::InKey;
-                        }
-                        _ => return self.expect(c, "a key"),
-                    }
-                }
-                State::InKey => {
-                    let Some(end) = self.value_end(data)? else {
-                        return Ok(used(data));
-                    };
-                    let mut sc = Scanner::new(&data[..end]);
-                    let (a, b, _) = sc.string().map_err(|e| self.error(format!("key: {e}")))?;
-                    let member = match &data[a..b] {
-                        b"kind" => Member::Kind,
-                        b"apiVersion" => Member::ApiVersion,
-                        b"metadata" => Member::Metadata,
-                        b"items" => Member::Items,
-                        _ => Member::Other,
-                    };
-                    self.advance(&mut data, end);
-                    self.state = State::Colon(member);
-                }
-                State::Colon(m) => {
-                    let Some(c) = self.next_byte(&mut data) else {
-                        return Ok(used(data));
-                    };
-                    if c != b':' {
-                        return self.expect(c, "':' after a key");
-                    }
-                    self.advance(&mut data, 1);
-                    self.state = State::Value(m);
-                }
-                State::Value(m) => {
-                    let Some(c) = self.next_byte(&mut data) else {
-                        return Ok(used(data));
-                    };
-                    if m == Member::Items && c == b'[' {
-                        self.advance(&mut data, 1);
-                        self.state = State::FirstItem;
-                        continue;
-                    }
-                    if m == Member::Items && c != b'n' {
-                        return self.expect(c, "an array of items");
-                    }
-                    self.value = ValueEnd::begin(c);
-                    self.state = State::InValue(m);
-                }
-                State::InValue(m) => {
-                    let Some(end) = self.value_end(data)? else {
-                        return Ok(used(data));
-                    };
-                    self.member(&data[..end], m)?;
-                    self.advance(&mut data, end);
-                    self.state = State::AfterMember;
-                }
-                State::AfterMember => {
-                    let Some(c) = self.next_byte(&mut data) else {
-                        return Ok(used(data));
-                    };
-                    self.state = match c {
-                        b',' => State::Key,
-                        b'}' => State::Done,
-                        _ => return self.expect(c, "',' or '}' after a member"),
-                    };
-                    self.advance(&mut data, 1);
-                }
-                State::FirstItem | State::Item => {
-                    let Some(c) = self.next_byte(&mut data) else {
-                        return Ok(used(data));
-                    };
-                    if c == b']' && self.state == State::FirstItem {
-                        self.advance(&mut data, 1);
-                        self.state = State::AfterMember;
-                        continue;
-                    }
-                    if c != b'{' {
-                        return self.expect(c, "an object in items");
-                    }
-                    if let Some(end) = self.item_in_place(data)? {
-                        self.advance(&mut data, end);
-                        self.state = State::AfterItem;
-                        continue;
-                    }
-                    self.value = ValueEnd::begin(c);
-                    self.state = State::InItem;
-                }
-                State::InItem => {
-                    let Some(end) = self.value_end(data)? else {
-                        return Ok(used(data));
-                    };
-                    self.item(&data[..end])?;
-                    self.advance(&mut data, end);
-                    self.state = State::AfterItem;
-                }
-                State::AfterItem => {
-                    let Some(c) = self.next_byte(&mut data) else {
-                        return Ok(used(data));
-                    };
-                    self.state = match c {
-                        b',' => State::Item,
-                        b']' => State::AfterMember,
-                        _ => return self.expect(c, "',' or ']' after an item"),
-                    };
-                    self.advance(&mut data, 1);
-                }
-                State::Done => {
-                    let i = json::skip_ws(data, 0);
-                    if i < data.len() {
-                        let c = data[i];
-                        return self.expect(c, "nothing after the list");
-                    }
-                    self.advance(&mut data, i);
-                    return Ok(used(data));
-                }
+                _ => self.list_step(&mut data)?,
+            };
+            if let Step::NeedMore = step {
+                return Ok(whole.len() - data.len());
             }
         }
+    }
+
+    /// One step through the list object's own members (all but the items).
+    #[inline]
+    fn list_step(&mut self, data: &mut &[u8]) -> Result<Step, Error> {
+        match self.state {
+            State::Start => {
+                let Some(c) = self.next_byte(data) else {
+                    return Ok(Step::NeedMore);
+                };
+                if c != b'{' {
+                    return self.expect(c, "'{' at the start of the list");
+                }
+                self.advance(data, 1);
+                self.state = State::FirstKey;
+            }
+            State::FirstKey | State::Key => {
+                let Some(c) = self.next_byte(data) else {
+                    return Ok(Step::NeedMore);
+                };
+                match c {
+                    b'}' if self.state == State::FirstKey => {
+                        self.advance(data, 1);
+                        self.state = State::Done;
+                    }
+                    b'"' => {
+                        self.value = ValueEnd::begin(c);
+                        self.state = State::InKey;
+                    }
+                    _ => return self.expect(c, "a key"),
+                }
+            }
+            State::InKey => {
+                let Some(end) = self.value_end(data)? else {
+                    return Ok(Step::NeedMore);
+                };
+                let mut sc = Scanner::new(&data[..end]);
+                let (a, b, _) = sc.string().map_err(|e| self.error(format!("key: {e}")))?;
+                let member = match &data[a..b] {
+                    b"kind" => Member::Kind,
+                    b"apiVersion" => Member::ApiVersion,
+                    b"metadata" => Member::Metadata,
+                    b"items" => Member::Items,
+                    _ => Member::Other,
+                };
+                self.advance(data, end);
+                self.state = State::Colon(member);
+            }
+            State::Colon(m) => {
+                let Some(c) = self.next_byte(data) else {
+                    return Ok(Step::NeedMore);
+                };
+                if c != b':' {
+                    return self.expect(c, "':' after a key");
+                }
+                self.advance(data, 1);
+                self.state = State::Value(m);
+            }
+            State::Value(m) => {
+                let Some(c) = self.next_byte(data) else {
+                    return Ok(Step::NeedMore);
+                };
+                if m == Member::Items && c == b'[' {
+                    self.advance(data, 1);
+                    self.state = State::FirstItem;
+                    return Ok(Step::Again);
+                }
+                if m == Member::Items && c != b'n' {
+                    return self.expect(c, "an array of items");
+                }
+                self.value = ValueEnd::begin(c);
+                self.state = State::InValue(m);
+            }
+            State::InValue(m) => {
+                let Some(end) = self.value_end(data)? else {
+                    return Ok(Step::NeedMore);
+                };
+                self.member(&data[..end], m)?;
+                self.advance(data, end);
+                self.state = State::AfterMember;
+            }
+            State::AfterMember => {
+                let Some(c) = self.next_byte(data) else {
+                    return Ok(Step::NeedMore);
+                };
+                self.state = match c {
+                    b',' => State::Key,
+                    b'}' => State::Done,
+                    _ => return self.expect(c, "',' or '}' after a member"),
+                };
+                self.advance(data, 1);
+            }
+            State::Done => {
+                let i = json::skip_ws(data, 0);
+                if i < data.len() {
+                    let c = data[i];
+                    return self.expect(c, "nothing after the list");
+                }
+                self.advance(data, i);
+                return Ok(Step::NeedMore);
+            }
+            _ => unreachable!("list_step is called outside the items only"),
+        }
+        Ok(Step::Again)
+    }
+
+    /// One step through the items array.
+    #[inline]
+    fn item_step(&mut self, data: &mut &[u8]) -> Result<Step, Error> {
+        match self.state {
+            State::FirstItem | State::Item => {
+                let Some(c) = self.next_byte(data) else {
+                    return Ok(Step::NeedMore);
+                };
+                if c == b']' && self.state == State::FirstItem {
+                    self.advance(data, 1);
+                    self.state = State::AfterMember;
+                    return Ok(Step::Again);
+                }
+                if c != b'{' {
+                    return self.expect(c, "an object in items");
+                }
+                if let Some(end) = self.item_in_place(data)? {
+                    self.advance(data, end);
+                    self.state = State::AfterItem;
+                    return Ok(Step::Again);
+                }
+                self.value = ValueEnd::begin(c);
+                self.state = State::InItem;
+            }
+            State::InItem => {
+                let Some(end) = self.value_end(data)? else {
+                    return Ok(Step::NeedMore);
+                };
+                self.item(&data[..end])?;
+                self.advance(data, end);
+                self.state = State::AfterItem;
+            }
+            State::AfterItem => {
+                let Some(c) = self.next_byte(data) else {
+                    return Ok(Step::NeedMore);
+                };
+                self.state = match c {
+                    b',' => State::Item,
+                    b']' => State::AfterMember,
+                    _ => return self.expect(c, "',' or ']' after an item"),
+                };
+                self.advance(data, 1);
+            }
+            _ => unreachable!("item_step is called inside the items only"),
+        }
+        Ok(Step::Again)
     }
 
     /// The complete value `raw` of a member other than `items` (or `items: null`).

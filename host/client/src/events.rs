@@ -26,27 +26,25 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use serde::Serialize;
 use tokio::sync::Notify;
 use tracing::Instrument;
 
 use crate::client::{Client, Patch, WriteParams};
 use crate::error::Error;
 use crate::resource::ApiResource;
-use crate::time::micro_time;
 
-/// The API server's limit on `note`, in bytes (validation of `events.k8s.io/v1` Events).
-pub const NOTE_LIMIT: usize = 1024;
+mod model;
+mod series;
 
-/// The API server's limit on `reason` and `action`, in bytes.
-pub const FIELD_LIMIT: usize = 128;
+use model::truncate_note;
+pub use model::{EventType, NewEvent, ObjectRef, UnknownEventType, FIELD_LIMIT, NOTE_LIMIT};
+use series::{event_body, event_name, series_patch, unix_nanos, Series, SeriesKey};
 
 /// Where Events of cluster-scoped objects go, as client-go puts them.
 const CLUSTER_SCOPED_NAMESPACE: &str = "default";
@@ -60,109 +58,6 @@ const RETRY_BASE: Duration = Duration::from_millis(200);
 const RETRY_AFTER_CAP: Duration = Duration::from_secs(5);
 /// Lower bound of the flush interval: a zero interval would make the writer spin.
 const MIN_FLUSH: Duration = Duration::from_millis(10);
-
-/// An Event's `type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventType {
-    Normal,
-    Warning,
-}
-
-impl EventType {
-    /// The value of the Event's `type` field.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        }
-    }
-}
-
-impl fmt::Display for EventType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// An event type other than `Normal` or `Warning`, which the API server refuses.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown event type {0:?} (want Normal or Warning)")]
-pub struct UnknownEventType(pub String);
-
-impl FromStr for EventType {
-    type Err = UnknownEventType;
-    /// Exact names only: the API server matches them case-sensitively.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "Normal" => Ok(EventType::Normal),
-            "Warning" => Ok(EventType::Warning),
-            other => Err(UnknownEventType(other.to_owned())),
-        }
-    }
-}
-
-/// The object an Event is about (the Event's `regarding`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ObjectRef {
-    pub api_version: String,
-    pub kind: String,
-    /// `None` (or empty) for cluster-scoped objects, whose Events go to `default`.
-    pub namespace: Option<String>,
-    pub name: String,
-    /// Lets `kubectl describe` tell this object from an earlier one of the same name.
-    pub uid: Option<String>,
-}
-
-impl ObjectRef {
-    /// Empty namespace and uid mean absent, so that both spellings are one identity.
-    fn normalized(mut self) -> Self {
-        if self.namespace.as_deref() == Some("") {
-            self.namespace = None;
-        }
-        if self.uid.as_deref() == Some("") {
-            self.uid = None;
-        }
-        self
-    }
-}
-
-impl fmt::Display for ObjectRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.namespace {
-            Some(ns) => write!(f, "{} {}/{}", self.kind, ns, self.name),
-            None => write!(f, "{} {}", self.kind, self.name),
-        }
-    }
-}
-
-/// One occurrence, as a controller reports it.
-#[derive(Debug, Clone)]
-pub struct NewEvent {
-    pub regarding: ObjectRef,
-    pub event_type: EventType,
-    /// Why the action was taken, in PascalCase (`Expired`); part of the series identity.
-    pub reason: String,
-    /// What was done (`Delete`); part of the series identity.
-    pub action: String,
-    /// Human-readable detail; cut to [`NOTE_LIMIT`] bytes. Not part of the identity: a series
-    /// keeps its first note.
-    pub note: Option<String>,
-}
-
-impl NewEvent {
-    /// The event cut to what the API server accepts: `reason` and `action` to [`FIELD_LIMIT`]
-    /// bytes, `note` to [`NOTE_LIMIT`], at character boundaries. For events that come from
-    /// outside the process (a guest's import call), cut where they enter rather than refused
-    /// later by the server, away from the caller.
-    pub fn within_api_limits(mut self) -> Self {
-        truncate_at(&mut self.reason, FIELD_LIMIT);
-        truncate_at(&mut self.action, FIELD_LIMIT);
-        if let Some(n) = &mut self.note {
-            truncate_note(n);
-        }
-        self
-    }
-}
 
 /// How the recorder aggregates, limits and writes.
 #[derive(Debug, Clone)]
@@ -236,45 +131,6 @@ struct Counters {
 
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
-}
-
-/// What makes events isomorphic: client-go's `tools/events` `getKey` field by field (type,
-/// action, reason, reporting controller, reporting instance, regarding, related), checked
-/// against its source. The note is not in it there either: a series keeps its first note. The
-/// reporting instance is one per recorder (the host's identity) and no recorded Event names a
-/// related object, so neither needs a field here.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct SeriesKey {
-    controller: String,
-    regarding: ObjectRef,
-    event_type: EventType,
-    reason: String,
-    action: String,
-}
-
-/// One Event on the server and the occurrences counted into it.
-struct Series {
-    key: Arc<SeriesKey>,
-    name: String,
-    namespace: String,
-    event_time: SystemTime,
-    note: Option<String>,
-    count: u64,
-    /// The count last written (or being written); `count > sent` means a patch is due.
-    sent: u64,
-    last_observed: SystemTime,
-    /// Monotonic twin of `last_observed`, for expiry.
-    last_seen: Instant,
-    /// The create went through (or found the Event already there).
-    created: bool,
-    /// Still the series new occurrences join; a finished one only waits for its last write.
-    live: bool,
-}
-
-impl Series {
-    fn dirty(&self) -> bool {
-        self.count > self.sent
-    }
 }
 
 /// A queued write; the series is looked up when it is written, so it carries current counts.
@@ -972,126 +828,6 @@ where
             Err(e) => return Err(e),
         }
     }
-}
-
-/// The body of an `events.k8s.io/v1` Event, in the field order of client-go's requests.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct EventBody<'a> {
-    api_version: &'static str,
-    kind: &'static str,
-    metadata: BodyMeta<'a>,
-    event_time: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    series: Option<SeriesBody>,
-    reporting_controller: &'a str,
-    reporting_instance: &'a str,
-    action: &'a str,
-    reason: &'a str,
-    #[serde(rename = "type")]
-    event_type: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    note: Option<&'a str>,
-    regarding: BodyRef<'a>,
-}
-
-#[derive(Serialize)]
-struct BodyMeta<'a> {
-    name: &'a str,
-    namespace: &'a str,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct BodyRef<'a> {
-    api_version: &'a str,
-    kind: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    namespace: Option<&'a str>,
-    name: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    uid: Option<&'a str>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct SeriesBody {
-    count: u64,
-    last_observed_time: String,
-}
-
-#[derive(Serialize)]
-struct SeriesPatch {
-    series: SeriesBody,
-}
-
-fn event_body(
-    s: &Series,
-    reporting_instance: &str,
-    with_series: bool,
-) -> Result<Bytes, serde_json::Error> {
-    let k = &*s.key;
-    let body = EventBody {
-        api_version: "events.k8s.io/v1",
-        kind: "Event",
-        metadata: BodyMeta {
-            name: &s.name,
-            namespace: &s.namespace,
-        },
-        event_time: micro_time(s.event_time),
-        series: (with_series && s.count > 1).then(|| SeriesBody {
-            count: s.count,
-            last_observed_time: micro_time(s.last_observed),
-        }),
-        reporting_controller: &k.controller,
-        reporting_instance,
-        action: &k.action,
-        reason: &k.reason,
-        event_type: k.event_type.as_str(),
-        note: s.note.as_deref(),
-        regarding: BodyRef {
-            api_version: &k.regarding.api_version,
-            kind: &k.regarding.kind,
-            namespace: k.regarding.namespace.as_deref(),
-            name: &k.regarding.name,
-            uid: k.regarding.uid.as_deref(),
-        },
-    };
-    serde_json::to_vec(&body).map(Bytes::from)
-}
-
-/// The merge patch that sets a series' count (client-go sends the same fields).
-fn series_patch(count: u64, last_observed: SystemTime) -> Result<Bytes, serde_json::Error> {
-    let patch = SeriesPatch {
-        series: SeriesBody {
-            count,
-            last_observed_time: micro_time(last_observed),
-        },
-    };
-    serde_json::to_vec(&patch).map(Bytes::from)
-}
-
-/// client-go's Event name: the object's name and the creation time in hex nanoseconds, unique
-/// per object without a round trip for `generateName`.
-fn event_name(object: &str, unix_nanos: u64) -> String {
-    format!("{object}.{unix_nanos:x}")
-}
-
-fn unix_nanos(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
-/// Cut to [`NOTE_LIMIT`] bytes at a character boundary: a longer note makes the server refuse
-/// the whole Event.
-fn truncate_note(note: &mut String) {
-    truncate_at(note, NOTE_LIMIT);
-}
-
-/// Cut to at most `max` bytes, at a character boundary.
-fn truncate_at(s: &mut String, max: usize) {
-    s.truncate(crate::clip::floor_char_boundary(s, max));
 }
 
 #[cfg(test)]

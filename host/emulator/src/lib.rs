@@ -84,6 +84,7 @@ pub mod openapi;
 pub mod patch;
 pub mod protobuf;
 pub use kwh_client::registry;
+pub mod request;
 pub mod request_info;
 pub mod response;
 pub mod reviews;

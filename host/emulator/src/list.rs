@@ -13,8 +13,8 @@ use serde_json::value::RawValue;
 
 use super::accept::{self, MetaVersion, Representation};
 use super::registry::ResourceDef;
+use super::request::{Query, ResourceRequest};
 use super::response::{self, Body, FieldError};
-use super::router::{Query, ResourceRequest};
 use super::{events, Shared};
 use kwh_client::object::Object;
 use kwh_client::selector::{FieldSelector, LabelSelector, GENERIC_FIELDS};

@@ -12,7 +12,7 @@
 use http::Method;
 
 use super::authz::Attributes;
-use super::router::Query;
+use super::request::Query;
 use kwh_client::selector::FieldSelector;
 
 /// Path prefixes under which resources are served (`/api` holds only the core group).

@@ -13,7 +13,7 @@ use tracing::{debug, Instrument};
 use super::accept::{self, Representation};
 use super::authn::UserInfo;
 use super::authz::{self, Attributes};
-use super::registry::ResourceDef;
+use super::request::{Query, ResourceRequest};
 use super::request_info::RequestInfo;
 use super::response::{self, Body};
 use super::reviews::{self, Asker};
@@ -22,57 +22,6 @@ use kwh_client::Status;
 
 /// Largest request body accepted (the real server's limit is 3 MiB).
 const MAX_BODY: usize = 3 * 1024 * 1024;
-
-/// Query parameters, decoded once.
-#[derive(Debug, Default)]
-pub struct Query(Vec<(String, String)>);
-
-impl Query {
-    /// Parse a raw query string.
-    pub fn parse(q: Option<&str>) -> Self {
-        Query(
-            form_urlencoded::parse(q.unwrap_or("").as_bytes())
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect(),
-        )
-    }
-    /// The first value of `key`.
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-    /// A boolean parameter the way the server reads it (`1`, `true` → true).
-    pub fn flag(&self, key: &str) -> bool {
-        matches!(self.get(key), Some("1" | "true" | "True" | "TRUE"))
-    }
-    /// `watch=` present and not false (spec 6.1).
-    pub fn is_watch(&self) -> bool {
-        matches!(self.get("watch"), Some(v) if !matches!(v, "0" | "false" | "False" | "FALSE"))
-    }
-}
-
-/// A request for a resource (collection or one object).
-#[derive(Debug, Clone)]
-pub struct ResourceRequest {
-    pub def: Arc<ResourceDef>,
-    pub namespace: Option<String>,
-    pub name: Option<String>,
-    pub subresource: Option<String>,
-    /// Reached through the deprecated `/watch/` path prefix (a watch without `watch=1`).
-    pub watch_path: bool,
-}
-
-impl ResourceRequest {
-    /// Store-key prefix for the collection: `ns/` or "" (all namespaces, cluster-scoped).
-    pub fn prefix(&self) -> String {
-        match &self.namespace {
-            Some(ns) => format!("{ns}/"),
-            None => String::new(),
-        }
-    }
-}
 
 enum Route {
     Version,
@@ -249,62 +198,26 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     };
     shared.counters.count(v);
     if let Some(user) = &user {
-        // Authorized from the path alone, before routing matters, as kube-apiserver does.
         let decoded = percent_decode_str(&path).decode_utf8_lossy();
         let info = RequestInfo::parse(&method, &decoded, &segs, &q);
-        let attrs = info.attributes();
-        let decision = authz::authorize(&shared, user, &attrs);
-        if !decision.allowed {
-            debug!(user = %user.name, reason = %decision.reason, "forbidden");
-            let mut r = response::status(&authz::forbidden(user, &attrs, &decision.reason));
-            // kube-apiserver's authorization filter adds it; refusals from handlers (the
-            // apply that creates) do not.
-            r.headers_mut().insert(
-                "x-content-type-options",
-                http::HeaderValue::from_static("nosniff"),
-            );
-            return r;
+        if let Some(refused) = authorize(&shared, user, &info) {
+            return refused;
         }
     }
-    if let Some(by) = shared.faults.take_delay(v) {
-        debug!(?by, verb = v, "injected delay");
-        tokio::time::sleep(by).await;
+    if let Some(failed) = inject_faults(&shared, v).await {
+        return failed;
     }
-    if let Some(f) = shared.faults.take_failure(v) {
-        debug!(code = f.code, verb = v, "injected failure");
-        return response::status(&match f.code {
-            429 => response::too_many_requests(f.retry_after),
-            // As kube-apiserver words a too old resourceVersion: clients act on the reason.
-            410 => response::expired("too old resource version: injected failure"),
-            c => {
-                let mut s = Status::failure(
-                    c,
-                    "InternalError",
-                    "Internal error occurred: injected failure",
-                );
-                s.code = c;
-                s
-            }
-        });
+    // TokenRequests and the access reviews are created, never read.
+    let post_only = matches!(
+        route,
+        Route::SelfSubjectAccessReview | Route::SelfSubjectReview
+    ) || matches!(&route, Route::Resource(r) if r.subresource.as_deref() == Some("token"));
+    if post_only && method != Method::POST {
+        return response::status(&response::method_not_allowed());
     }
-    let accept = req
-        .headers()
-        .get(http::header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
-    let content_type = req
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
-    let user_agent = req
-        .headers()
-        .get(http::header::USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
+    let heads = Heads::of(&req);
+    let manager =
+        || super::fields::manager_or_user_agent(q.get("fieldManager"), Some(&heads.user_agent));
     match route {
         Route::Version => discovery::version(),
         Route::Health => response::text(StatusCode::OK, "ok"),
@@ -317,127 +230,207 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         Route::OpenApiGroupVersion(g, v) => openapi::group_version(&shared, &g, &v),
         Route::NotFound | Route::Admin(_) => response::status(&response::no_route()),
         Route::Resource(r) if r.subresource.as_deref() == Some("token") => {
-            if method != Method::POST {
-                return response::status(&response::method_not_allowed());
-            }
-            let manager =
-                super::fields::manager_or_user_agent(q.get("fieldManager"), Some(&user_agent));
-            match read_json(req, &content_type).await {
-                Ok(body) => super::token::request(&shared, &r, &body, &manager)
+            match read_json(req, &heads.content_type).await {
+                Ok(body) => super::token::request(&shared, &r, &body, &manager())
                     .unwrap_or_else(|s| response::status(&s)),
                 Err(s) => response::status(&s),
             }
         }
         Route::SelfSubjectAccessReview | Route::SelfSubjectReview => {
-            if method != Method::POST {
-                return response::status(&response::method_not_allowed());
-            }
             let asker = match &user {
                 Some(u) => Asker::User(u),
                 None => Asker::Anyone {
                     token: shared.token.is_some(),
                 },
             };
-            let body = match read_json(req, &content_type).await {
+            let body = match read_json(req, &heads.content_type).await {
                 Ok(b) => b,
                 Err(s) => return response::status(&s),
             };
             if matches!(route, Route::SelfSubjectReview) {
                 return reviews::self_subject_review(&shared, &asker);
             }
-            let manager =
-                super::fields::manager_or_user_agent(q.get("fieldManager"), Some(&user_agent));
-            reviews::self_subject_access_review(&shared, &asker, &body, &manager)
+            reviews::self_subject_access_review(&shared, &asker, &body, &manager())
                 .unwrap_or_else(|s| response::status(&s))
         }
         Route::Resource(r) => {
-            let body = if matches!(
-                method,
-                Method::POST | Method::PUT | Method::PATCH | Method::DELETE
-            ) {
-                match read_body(req).await {
-                    Ok(b) => b,
-                    Err(s) => return response::status(&s),
-                }
-            } else {
-                Bytes::new()
+            let body = match resource_body(req, &method, &heads.content_type).await {
+                Ok(b) => b,
+                Err(s) => return response::status(&s),
             };
-            let body = if matches!(method, Method::POST | Method::PUT) {
-                match body_to_json(&content_type, body) {
-                    Ok(b) => b,
-                    Err(s) => return response::status(&s),
-                }
-            } else {
-                body
-            };
-            let manager =
-                super::fields::manager_or_user_agent(q.get("fieldManager"), Some(&user_agent));
-            let w = write::WriteOpts {
+            let manager = manager();
+            let asked = Asked {
+                r: &r,
+                verb: v,
+                q: &q,
+                heads: &heads,
+                user: user.as_ref(),
                 manager: &manager,
-                dry_run: q.get("dryRun") == Some("All"),
-                apply: false,
+                body: &body,
             };
-            if v == "list" {
-                shared.faults.before_list(&r.def.store_key).await;
-            }
-            let out = match v {
-                "list" => list::list(&shared, &r, &q, &accept),
-                "watch" => Ok(watch::watch(&shared, &r, &q, &accept)),
-                "get" => write::get(
-                    &shared,
-                    &r.def,
-                    r.namespace.as_deref(),
-                    r.name.as_deref().unwrap_or(""),
-                )
-                .map(|o| match accept::negotiate(&accept, accept::Read::Single) {
-                    Representation::Table => {
-                        let rv = o.resource_version().parse().unwrap_or(0);
-                        let t = list::table_json(std::slice::from_ref(&o), rv, None, None);
-                        response::json(StatusCode::OK, t)
-                    }
-                    Representation::Metadata(v) => {
-                        response::json(StatusCode::OK, list::metadata_json(o.raw(), v))
-                    }
-                    Representation::Object => response::json(StatusCode::OK, o.raw_bytes()),
-                }),
-                "create" => write::create(&shared, &r, &body, w)
-                    .map(|o| response::json(StatusCode::CREATED, o.raw_bytes())),
-                "update" => write::update(&shared, &r, &body, w)
-                    .map(|o| response::json(StatusCode::OK, o.raw_bytes())),
-                "patch"
-                    if apply_would_create_unauthorized(
-                        &shared,
-                        user.as_ref(),
-                        &r,
-                        &content_type,
-                    ) =>
-                {
-                    Err(authz::apply_create_forbidden(
-                        &r.def.group,
-                        &r.def.plural,
-                        r.name.as_deref().unwrap_or(""),
-                    ))
-                }
-                "patch" => write::patch(
-                    &shared,
-                    &r,
-                    &content_type,
-                    &body,
-                    w,
-                    write::PatchQuery {
-                        field_manager: q.get("fieldManager"),
-                        force: q.flag("force"),
-                        force_given: q.get("force").is_some(),
-                    },
-                )
-                .map(|(code, o)| response::json(code, o.raw_bytes())),
-                "delete" => write::delete_request(&shared, &r, &q, &body),
-                "deletecollection" => write::delete_collection(&shared, &r, &q, &body),
-                _ => Err(response::method_not_allowed()),
-            };
-            out.unwrap_or_else(|s| response::status(&s))
+            resource(&shared, asked)
+                .await
+                .unwrap_or_else(|s| response::status(&s))
         }
     }
+}
+
+/// The headers a handler reads, as text (empty when absent or not text).
+struct Heads {
+    accept: String,
+    content_type: String,
+    user_agent: String,
+}
+
+impl Heads {
+    fn of(req: &Request<Incoming>) -> Heads {
+        let text = |name| {
+            req.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned()
+        };
+        Heads {
+            accept: text(http::header::ACCEPT),
+            content_type: text(http::header::CONTENT_TYPE),
+            user_agent: text(http::header::USER_AGENT),
+        }
+    }
+}
+
+/// Authorized from the path alone, before routing matters, as kube-apiserver does: the 403
+/// when `user` may not.
+fn authorize(shared: &Shared, user: &UserInfo, info: &RequestInfo) -> Option<Response<Body>> {
+    let attrs = info.attributes();
+    let decision = authz::authorize(shared, user, &attrs);
+    if decision.allowed {
+        return None;
+    }
+    debug!(user = %user.name, reason = %decision.reason, "forbidden");
+    let mut r = response::status(&authz::forbidden(user, &attrs, &decision.reason));
+    // kube-apiserver's authorization filter adds it; refusals from handlers (the apply that
+    // creates) do not.
+    r.headers_mut().insert(
+        "x-content-type-options",
+        http::HeaderValue::from_static("nosniff"),
+    );
+    Some(r)
+}
+
+/// The delay and the failure injected for the verb `v`, if any (`/_emulator/faults`).
+async fn inject_faults(shared: &Shared, v: &str) -> Option<Response<Body>> {
+    if let Some(by) = shared.faults.take_delay(v) {
+        debug!(?by, verb = v, "injected delay");
+        tokio::time::sleep(by).await;
+    }
+    let f = shared.faults.take_failure(v)?;
+    debug!(code = f.code, verb = v, "injected failure");
+    Some(response::status(&match f.code {
+        429 => response::too_many_requests(f.retry_after),
+        // As kube-apiserver words a too old resourceVersion: clients act on the reason.
+        410 => response::expired("too old resource version: injected failure"),
+        c => {
+            let mut s = Status::failure(
+                c,
+                "InternalError",
+                "Internal error occurred: injected failure",
+            );
+            s.code = c;
+            s
+        }
+    }))
+}
+
+/// A resource request's body: read for the verbs that carry one, and as JSON for POST and PUT.
+async fn resource_body(
+    req: Request<Incoming>,
+    method: &Method,
+    content_type: &str,
+) -> Result<Bytes, Status> {
+    match *method {
+        Method::POST | Method::PUT => body_to_json(content_type, read_body(req).await?),
+        Method::PATCH | Method::DELETE => read_body(req).await,
+        _ => Ok(Bytes::new()),
+    }
+}
+
+/// What a request for a resource asks, once read.
+struct Asked<'a> {
+    r: &'a ResourceRequest,
+    verb: &'static str,
+    q: &'a Query,
+    heads: &'a Heads,
+    user: Option<&'a UserInfo>,
+    manager: &'a str,
+    body: &'a Bytes,
+}
+
+/// A request for a resource, by its verb.
+async fn resource(shared: &Arc<Shared>, a: Asked<'_>) -> Result<Response<Body>, Status> {
+    let (r, q, body) = (a.r, a.q, a.body);
+    let w = write::WriteOpts {
+        manager: a.manager,
+        dry_run: q.get("dryRun") == Some("All"),
+        apply: false,
+    };
+    match a.verb {
+        "list" => {
+            shared.faults.before_list(&r.def.store_key).await;
+            list::list(shared, r, q, &a.heads.accept)
+        }
+        "watch" => Ok(watch::watch(shared, r, q, &a.heads.accept)),
+        "get" => get(shared, r, &a.heads.accept),
+        "create" => write::create(shared, r, body, w)
+            .map(|o| response::json(StatusCode::CREATED, o.raw_bytes())),
+        "update" => {
+            write::update(shared, r, body, w).map(|o| response::json(StatusCode::OK, o.raw_bytes()))
+        }
+        "patch" if apply_would_create_unauthorized(shared, a.user, r, &a.heads.content_type) => {
+            Err(authz::apply_create_forbidden(
+                &r.def.group,
+                &r.def.plural,
+                r.name.as_deref().unwrap_or(""),
+            ))
+        }
+        "patch" => write::patch(
+            shared,
+            r,
+            &a.heads.content_type,
+            body,
+            w,
+            write::PatchQuery {
+                field_manager: q.get("fieldManager"),
+                force: q.flag("force"),
+                force_given: q.get("force").is_some(),
+            },
+        )
+        .map(|(code, o)| response::json(code, o.raw_bytes())),
+        "delete" => write::delete_request(shared, r, q, body),
+        "deletecollection" => write::delete_collection(shared, r, q, body),
+        _ => Err(response::method_not_allowed()),
+    }
+}
+
+/// One object, as the client's `Accept` asks: the object, a Table or its metadata.
+fn get(shared: &Shared, r: &ResourceRequest, accept: &str) -> Result<Response<Body>, Status> {
+    let o = write::get(
+        shared,
+        &r.def,
+        r.namespace.as_deref(),
+        r.name.as_deref().unwrap_or(""),
+    )?;
+    Ok(match accept::negotiate(accept, accept::Read::Single) {
+        Representation::Table => {
+            let rv = o.resource_version().parse().unwrap_or(0);
+            let t = list::table_json(std::slice::from_ref(&o), rv, None, None);
+            response::json(StatusCode::OK, t)
+        }
+        Representation::Metadata(v) => {
+            response::json(StatusCode::OK, list::metadata_json(o.raw(), v))
+        }
+        Representation::Object => response::json(StatusCode::OK, o.raw_bytes()),
+    })
 }
 
 /// A server-side apply of an object that does not exist yet is authorized as `create` too,

@@ -10,8 +10,8 @@ use http::Response;
 use serde_json::{json, Value};
 
 use super::authn::UserInfo;
+use super::request::ResourceRequest;
 use super::response::{self, Body, FieldError};
-use super::router::ResourceRequest;
 use super::{reviews, write, Shared};
 use kwh_client::Status;
 

@@ -21,8 +21,8 @@ use tracing::{debug, Instrument};
 use super::accept::{self, Representation};
 use super::list::{metadata_json, table_json, Selectors};
 use super::registry::ResourceDef;
+use super::request::{Query, ResourceRequest};
 use super::response::{self, Body, FieldError};
-use super::router::{Query, ResourceRequest};
 use super::store::{event_line, put_event, Event, EventType};
 use super::{events, Shared};
 use kwh_client::object::Object;
@@ -178,39 +178,9 @@ impl Watcher {
         let mut kicks = self.shared.faults.kicks();
         let expire_gen = kicks.borrow_and_update().expire;
         let deadline = Instant::now() + self.opts.timeout;
-        // spec 1.12: with sendInitialEvents=true the current state is sent whatever the RV
-        // (NotOlderThan); with sendInitialEvents=false and no RV, only changes from now.
-        let start = match (
-            self.opts.initial_events,
-            self.opts.send_initial_given,
-            self.opts.start,
-        ) {
-            (true, _, _) => Start::Now,
-            (false, true, Start::Now) => Start::After(store.current_rv()),
-            (_, _, s) => s,
-        };
-        let mut cursor = match start {
-            Start::Now => {
-                let (rv, items) = store.snapshot(&res, &self.prefix);
-                for o in &items {
-                    if self.opts.sel.matches(o) {
-                        self.put("ADDED", o.raw(), rv_of(o));
-                        if self.buf.len() >= CHUNK && self.flush().await.is_err() {
-                            return;
-                        }
-                    }
-                }
-                rv
-            }
-            Start::After(rv) => rv,
-        };
-        if self.opts.initial_events && !self.shared.faults.omits_initial_events_end() {
-            let line = self.bookmark(cursor, true);
-            self.buf.put_slice(&line);
-        }
-        if self.flush().await.is_err() {
+        let Some(mut cursor) = self.initial(&res).await else {
             return;
-        }
+        };
         let interval = self.shared.bookmark_interval;
         let final_bookmark = deadline.checked_sub(Duration::from_secs(2));
         let mut next_bookmark = Instant::now() + interval;
@@ -225,12 +195,7 @@ impl Watcher {
                     r = kicks.changed() => {
                         if r.is_err() { return; }
                         if kicks.borrow_and_update().expire != expire_gen {
-                            let s = response::expired(format!(
-                                "too old resource version: {cursor} ({})",
-                                store.current_rv()
-                            ));
-                            self.error_and_close(&s).await;
-                            self.shared.faults.count_expiry_delivered();
+                            self.expire(cursor).await;
                             return;
                         }
                     }
@@ -238,40 +203,10 @@ impl Watcher {
                 }
                 continue;
             }
-            // Drain everything available.
-            loop {
-                events.clear();
-                let upto = match store.events_after(&res, cursor, BATCH, &mut events) {
-                    Ok(u) => u,
-                    Err(e) => {
-                        let s = response::expired(e.to_string());
-                        self.error_and_close(&s).await;
-                        self.shared.faults.count_watch_too_old();
-                        return;
-                    }
-                };
-                let full = events.len() == BATCH;
-                match self.write_events(&events).await {
-                    Ok(()) => {}
-                    Err(End::Closed) => return,
-                    Err(End::Done) => {
-                        let _ = self.flush().await;
-                        self.shared.faults.count_closed_after();
-                        return;
-                    }
-                }
-                cursor = if full {
-                    events.last().map_or(cursor, |e| e.rv)
-                } else {
-                    upto
-                };
-                if self.flush().await.is_err() {
-                    return;
-                }
-                if !full {
-                    break;
-                }
-            }
+            let Some(c) = self.drain(&res, cursor, &mut events).await else {
+                return;
+            };
+            cursor = c;
             let bookmark_at = match (self.opts.bookmarks, final_bookmark) {
                 (true, Some(f)) if f > Instant::now() => next_bookmark.min(f),
                 (true, _) => next_bookmark,
@@ -303,18 +238,104 @@ impl Watcher {
                 r = kicks.changed() => {
                     if r.is_err() { return; }
                     if kicks.borrow_and_update().expire != expire_gen {
-                        let s = response::expired(format!(
-                            "too old resource version: {cursor} ({})",
-                            store.current_rv()
-                        ));
-                        self.error_and_close(&s).await;
-                        self.shared.faults.count_expiry_delivered();
+                        self.expire(cursor).await;
                         return;
                     }
                 }
                 _ = self.tx.closed() => return,
             }
         }
+    }
+
+    /// The initial events and the initial-events-end bookmark, as asked (spec 1.12: with
+    /// sendInitialEvents=true the current state is sent whatever the RV, NotOlderThan; with
+    /// sendInitialEvents=false and no RV, only changes from now); the cursor after them,
+    /// `None` once the client is gone.
+    async fn initial(&mut self, res: &str) -> Option<u64> {
+        let store = self.shared.store.clone();
+        let start = match (
+            self.opts.initial_events,
+            self.opts.send_initial_given,
+            self.opts.start,
+        ) {
+            (true, _, _) => Start::Now,
+            (false, true, Start::Now) => Start::After(store.current_rv()),
+            (_, _, s) => s,
+        };
+        let cursor = match start {
+            Start::Now => {
+                let (rv, items) = store.snapshot(res, &self.prefix);
+                for o in &items {
+                    if self.opts.sel.matches(o) {
+                        self.put("ADDED", o.raw(), rv_of(o));
+                        if self.buf.len() >= CHUNK && self.flush().await.is_err() {
+                            return None;
+                        }
+                    }
+                }
+                rv
+            }
+            Start::After(rv) => rv,
+        };
+        if self.opts.initial_events && !self.shared.faults.omits_initial_events_end() {
+            let line = self.bookmark(cursor, true);
+            self.buf.put_slice(&line);
+        }
+        self.flush().await.ok()?;
+        Some(cursor)
+    }
+
+    /// Every event after `cursor` available now, written and flushed in batches; the cursor
+    /// after them, `None` when the watch ended (the client gone, the history expired, the
+    /// close-after fault).
+    async fn drain(
+        &mut self,
+        res: &str,
+        mut cursor: u64,
+        events: &mut Vec<Arc<Event>>,
+    ) -> Option<u64> {
+        let store = self.shared.store.clone();
+        loop {
+            events.clear();
+            let upto = match store.events_after(res, cursor, BATCH, events) {
+                Ok(u) => u,
+                Err(e) => {
+                    let s = response::expired(e.to_string());
+                    self.error_and_close(&s).await;
+                    self.shared.faults.count_watch_too_old();
+                    return None;
+                }
+            };
+            let full = events.len() == BATCH;
+            match self.write_events(events).await {
+                Ok(()) => {}
+                Err(End::Closed) => return None,
+                Err(End::Done) => {
+                    let _ = self.flush().await;
+                    self.shared.faults.count_closed_after();
+                    return None;
+                }
+            }
+            cursor = if full {
+                events.last().map_or(cursor, |e| e.rv)
+            } else {
+                upto
+            };
+            self.flush().await.ok()?;
+            if !full {
+                return Some(cursor);
+            }
+        }
+    }
+
+    /// The 410 an expiry kick (`injectExpired`) ends the stream with.
+    async fn expire(&mut self, cursor: u64) {
+        let s = response::expired(format!(
+            "too old resource version: {cursor} ({})",
+            self.shared.store.current_rv()
+        ));
+        self.error_and_close(&s).await;
+        self.shared.faults.count_expiry_delivered();
     }
 
     /// Append the events that pass this watch's filters; `Err(Done)` when the close-after fault

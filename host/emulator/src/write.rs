@@ -20,13 +20,12 @@
 use std::sync::Arc;
 
 use http::{Response, StatusCode};
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::list::{list_body, Selectors};
 use super::registry::{Registry, ResourceDef};
+use super::request::{Query, ResourceRequest};
 use super::response::{self, Body, FieldError};
-use super::router::{Query, ResourceRequest};
 use super::store::{key_of, Mutation, Outcome, StoreError};
 use super::util::{name_suffix, new_uid, validate_dns_subdomain, validate_path_segment_name};
 use super::{events, fields, patch, Shared};
@@ -39,17 +38,15 @@ impl From<StoreError> for Status {
     }
 }
 
-const NAMESPACES: &str = "/namespaces";
-const CRDS: &str = "apiextensions.k8s.io/customresourcedefinitions";
+mod body;
+mod delete_options;
 
-/// How dependents are treated when their owner goes (`propagationPolicy`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Propagation {
-    #[default]
-    Background,
-    Foreground,
-    Orphan,
-}
+use body::{
+    check_type, kind_defaults, meta_mut, meta_str, object_body, parse_body, spec_changed,
+    unchanged, CRDS, NAMESPACES,
+};
+use delete_options::delete_options;
+pub use delete_options::{default_propagation, DeleteOptions, Propagation};
 
 /// Per-request options of create, update and patch.
 #[derive(Debug, Clone, Copy)]
@@ -71,37 +68,6 @@ impl<'a> WriteOpts<'a> {
             apply: false,
         }
     }
-}
-
-/// The parts of `DeleteOptions` the emulator honours.
-#[derive(Debug, Clone, Default)]
-pub struct DeleteOptions {
-    /// `None` uses the kind's default ([`default_propagation`]).
-    pub propagation: Option<Propagation>,
-    /// `dryRun=All`.
-    pub dry_run: bool,
-    pub precondition_uid: Option<String>,
-    pub precondition_rv: Option<String>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct DeleteOptionsBody {
-    #[serde(default)]
-    propagation_policy: Option<String>,
-    #[serde(default)]
-    orphan_dependents: Option<bool>,
-    #[serde(default)]
-    preconditions: Option<Preconditions>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct Preconditions {
-    #[serde(default)]
-    uid: Option<String>,
-    #[serde(default)]
-    resource_version: Option<String>,
 }
 
 /// The definition serving `apiVersion`/`kind` (404 when nothing serves it).
@@ -141,73 +107,6 @@ pub fn get(
         .get(&def.store_key, &key_of(ns_of(def, ns), name))
         .map(|o| events::serve(def, o))
         .ok_or_else(|| response::not_found(&def.plural, name))
-}
-
-fn parse_body(body: &[u8]) -> Result<Value, Status> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| {
-        response::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
-    })?;
-    if !v.is_object() {
-        return Err(response::bad_request(
-            "couldn't get version/kind; json parse error: the body is not a JSON object",
-        ));
-    }
-    Ok(v)
-}
-
-/// `metadata` as a map, created when missing. Callers have checked that `v` is an object
-/// ([`object_body`]); a non-object is replaced rather than indexed (which would panic).
-fn meta_mut(v: &mut Value) -> &mut Map<String, Value> {
-    if !v.is_object() {
-        *v = Value::Object(Map::new());
-    }
-    if !v.get("metadata").is_some_and(Value::is_object) {
-        v["metadata"] = json!({});
-    }
-    match v.get_mut("metadata") {
-        Some(Value::Object(m)) => m,
-        _ => unreachable!("metadata was just made an object"),
-    }
-}
-
-/// Reject anything but a JSON object as an object body.
-fn object_body(v: &Value) -> Result<(), Status> {
-    if v.is_object() {
-        Ok(())
-    } else {
-        Err(response::bad_request(
-            "the body of the request must be a JSON object",
-        ))
-    }
-}
-
-fn meta_str<'a>(v: &'a Value, field: &str) -> Option<&'a str> {
-    v.get("metadata")?.get(field)?.as_str()
-}
-
-/// Fill or check `kind`/`apiVersion` against the resource.
-fn check_type(def: &ResourceDef, v: &mut Value) -> Result<(), Status> {
-    let av = def.api_version();
-    match v.get("kind").and_then(Value::as_str) {
-        Some(k) if k != def.kind => {
-            return Err(response::bad_request(format!(
-            "the object provided is unrecognized: kind {k:?} does not match the {} being written",
-            def.kind
-        )))
-        }
-        Some(_) => {}
-        None => v["kind"] = def.kind.clone().into(),
-    }
-    match v.get("apiVersion").and_then(Value::as_str) {
-        Some(a) if a != av => {
-            return Err(response::bad_request(format!(
-                "the API version in the data ({a}) does not match the expected API version ({av})"
-            )))
-        }
-        Some(_) => {}
-        None => v["apiVersion"] = av.into(),
-    }
-    Ok(())
 }
 
 /// Everything a create needs that is decided outside the store lock: name, namespace,
@@ -316,66 +215,6 @@ fn prepare_create(
         fields::record_update(None, v, manager, "Update", None, now);
     }
     Ok(key_of(ns.as_deref(), &name))
-}
-
-/// Server-populated fields of particular kinds.
-fn kind_defaults(def: &ResourceDef, v: &mut Value, name: &str, now: &str) -> Result<(), Status> {
-    match &*def.store_key {
-        // The API server's SetDefaults_Secret: a Secret without a type is Opaque (what
-        // `kubectl create secret generic` relies on: its protobuf body carries an empty type).
-        "/secrets"
-            if v.get("type")
-                .and_then(Value::as_str)
-                .is_none_or(str::is_empty) =>
-        {
-            v["type"] = "Opaque".into();
-        }
-        NAMESPACES => {
-            let m = meta_mut(v);
-            if !m.get("labels").is_some_and(Value::is_object) {
-                m.insert("labels".into(), json!({}));
-            }
-            m["labels"]["kubernetes.io/metadata.name"] = name.into();
-            v["spec"] = json!({"finalizers": ["kubernetes"]});
-            v["status"] = json!({"phase": "Active"});
-        }
-        CRDS => {
-            Registry::crd_defs(v).map_err(|e| {
-                response::invalid(
-                    &def.kind,
-                    &def.group,
-                    name,
-                    &[FieldError {
-                        reason: "FieldValueInvalid",
-                        field: e.field.into(),
-                        detail: e.message,
-                    }],
-                )
-            })?;
-            let stored: Vec<Value> = v
-                .pointer("/spec/versions")
-                .and_then(Value::as_array)
-                .map(|vs| {
-                    vs.iter()
-                        .filter(|x| x.get("storage").and_then(Value::as_bool) == Some(true))
-                        .filter_map(|x| x.get("name").cloned())
-                        .collect()
-                })
-                .unwrap_or_default();
-            let now = now.to_owned();
-            let cond = |t: &str, reason: &str, msg: &str| json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": reason, "message": msg});
-            v["status"] = json!({
-                "conditions": [
-                    cond("NamesAccepted", "NoConflicts", "no conflicts found"),
-                    cond("Established", "InitialNamesAccepted", "the initial names have been accepted"),
-                ],
-                "acceptedNames": v.pointer("/spec/names").cloned().unwrap_or(json!({})),
-                "storedVersions": stored,
-            });
-        }
-        _ => {}
-    }
-    Ok(())
 }
 
 /// POST to a collection.
@@ -589,42 +428,6 @@ fn finish(
         Outcome::Unchanged(None) => return Err(response::not_found(&def.plural, name)),
     };
     Ok(events::serve(def, o))
-}
-
-/// Whether two JSON objects hold the same members, leaving out those `skip` names (compared in
-/// place: a write compares the old and new object twice, and copies of a 4 KB Pod to compare
-/// were most of the emulator's time per patch).
-fn same_except(
-    a: &Map<String, Value>,
-    b: &Map<String, Value>,
-    skip: impl Fn(&str) -> bool,
-) -> bool {
-    let kept = |m: &Map<String, Value>| m.keys().filter(|k| !skip(k)).count();
-    kept(a) == kept(b)
-        && a.iter()
-            .filter(|(k, _)| !skip(k))
-            .all(|(k, v)| b.get(k) == Some(v))
-}
-
-/// Whether a write changes nothing but what the server sets on every write
-/// (`metadata.resourceVersion`, `metadata.managedFields`).
-fn unchanged(old: &Value, new: &Value) -> bool {
-    let (Some(o), Some(n)) = (old.as_object(), new.as_object()) else {
-        return old == new;
-    };
-    let server_set = |k: &str| k == "resourceVersion" || k == "managedFields";
-    let same_meta = match (o.get("metadata"), n.get("metadata")) {
-        (Some(Value::Object(a)), Some(Value::Object(b))) => same_except(a, b, server_set),
-        (a, b) => a == b,
-    };
-    same_meta && same_except(o, n, |k| k == "metadata")
-}
-
-fn spec_changed(old: &Value, new: &Value) -> bool {
-    match (old.as_object(), new.as_object()) {
-        (Some(o), Some(n)) => !same_except(o, n, |k| k == "metadata" || k == "status"),
-        _ => old != new,
-    }
 }
 
 /// The state an update leads to, decided under the store lock.
@@ -877,48 +680,6 @@ pub(crate) fn delete_request(
     Ok(response::json(StatusCode::OK, o.raw_bytes()))
 }
 
-fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, Status> {
-    let b: DeleteOptionsBody = if body.iter().all(u8::is_ascii_whitespace) {
-        DeleteOptionsBody::default()
-    } else {
-        serde_json::from_slice(body)
-            .map_err(|e| response::bad_request(format!("invalid DeleteOptions: {e}")))?
-    };
-    let policy = q
-        .get("propagationPolicy")
-        .map(str::to_owned)
-        .or(b.propagation_policy);
-    let orphan = q
-        .get("orphanDependents")
-        .map(|v| v == "true")
-        .or(b.orphan_dependents);
-    let propagation = match (policy.as_deref(), orphan) {
-        (Some("Foreground"), _) => Some(Propagation::Foreground),
-        (Some("Orphan"), _) | (None, Some(true)) => Some(Propagation::Orphan),
-        (Some("Background"), _) | (None, Some(false)) => Some(Propagation::Background),
-        (None, None) => None,
-        (Some(p), _) => {
-            return Err(response::invalid(
-                "DeleteOptions",
-                "meta.k8s.io",
-                "",
-                &[FieldError {
-                    reason: "FieldValueNotSupported",
-                    field: "propagationPolicy".into(),
-                    detail: format!("Unsupported value: \"{p}\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""),
-                }],
-            ))
-        }
-    };
-    let pre = b.preconditions.unwrap_or_default();
-    Ok(DeleteOptions {
-        propagation,
-        dry_run: q.get("dryRun") == Some("All"),
-        precondition_uid: pre.uid,
-        precondition_rv: pre.resource_version,
-    })
-}
-
 /// Delete one object: preconditions, finalizers (deletionTimestamp set, removal deferred until
 /// they are emptied), then garbage collection of dependents.
 pub(crate) fn delete(
@@ -929,21 +690,6 @@ pub(crate) fn delete(
     opts: &DeleteOptions,
 ) -> Result<Object, Status> {
     delete_inner(shared, def, ns, name, opts).map(|(o, _)| o)
-}
-
-/// The propagation a DELETE without a policy gets. Like kube-apiserver, `batch/v1` Jobs and `v1`
-/// ReplicationControllers orphan their dependents by default (kept for compatibility with their
-/// first versions), so a client deleting a Job must ask for `Background` to take its Pods along;
-/// every other kind deletes dependents in the background.
-pub fn default_propagation(def: &ResourceDef) -> Propagation {
-    match (
-        def.group.as_str(),
-        def.version.as_str(),
-        def.plural.as_str(),
-    ) {
-        ("batch", "v1", "jobs") | ("", "v1", "replicationcontrollers") => Propagation::Orphan,
-        _ => Propagation::Background,
-    }
 }
 
 /// `delete`, also telling whether the object is gone (rather than waiting on finalizers).

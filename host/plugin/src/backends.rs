@@ -322,6 +322,113 @@ fn delete_params(d: DeleteParams) -> Result<kwh_client::client::DeleteParams, Ap
     })
 }
 
+/// One write sent as the guest asked it: the verb its operation maps to, PATCH of
+/// `.../status` for the status writes (the server keeps only their status there).
+async fn send(
+    client: Client,
+    res: ApiResource,
+    req: WriteRequest,
+    params: WriteParams,
+) -> Result<Option<Bytes>, ApiError> {
+    let ns = if res.namespaced {
+        match req.namespace.as_deref() {
+            Some(ns) => Some(ns),
+            None => {
+                return Err(ApiError::bad_request(format!(
+                    "{} is namespaced: a namespace is required",
+                    res.kind
+                )))
+            }
+        }
+    } else {
+        None
+    };
+    let body = Bytes::from(req.body);
+    let name = || {
+        req.name
+            .as_deref()
+            .ok_or_else(|| ApiError::bad_request("a name is required"))
+    };
+    // PATCH .../status for the status writes: the server keeps only their status.
+    let sub = req.op.subresource();
+    let obj = match req.op {
+        WriteOp::Create => client.create(&res, ns, body, &params).await?,
+        WriteOp::Replace => client.replace(&res, ns, name()?, body, &params).await?,
+        WriteOp::ReplaceStatus => {
+            client
+                .replace_status(&res, ns, name()?, body, &params)
+                .await?
+        }
+        WriteOp::Patch(kind) | WriteOp::PatchStatus(kind) => {
+            let patch = match kind {
+                PatchKind::Json => Patch::Json(body),
+                PatchKind::Merge => Patch::Merge(body),
+                PatchKind::StrategicMerge => Patch::Strategic(body),
+            };
+            client
+                .patch(&res, ns, name()?, sub, &patch, &params)
+                .await?
+        }
+        WriteOp::Apply {
+            field_manager,
+            force,
+        }
+        | WriteOp::ApplyStatus {
+            field_manager,
+            force,
+        } => {
+            let params = WriteParams {
+                field_manager: Some(field_manager.to_string()),
+                force,
+                dry_run: false,
+            };
+            client
+                .patch(&res, ns, name()?, sub, &Patch::Apply(body), &params)
+                .await?
+        }
+        WriteOp::Delete(d) => {
+            let p = delete_params(d)?;
+            return match client.delete(&res, ns, name()?, &p).await? {
+                Deleted::Object(o) => Ok(Some(o.raw_bytes())),
+                Deleted::Status(_) => Ok(None),
+            };
+        }
+    };
+    Ok(Some(obj.raw_bytes()))
+}
+
+impl KubeClientBackend {
+    /// Why this write may not be sent, if it may not: this replica is not active, the key
+    /// being reconciled moved to another replica, or the object is outside the plugin's
+    /// namespace.
+    fn refusal(&self, req: &WriteRequest, res: &ApiResource) -> Option<ApiError> {
+        if !self.own.active() {
+            let msg = format!(
+                "plugin {:?}: this replica is not the leader or lost its lease; write of {} refused",
+                self.field_manager, req.kind
+            );
+            return Some(ApiError::unavailable(msg));
+        }
+        if let Some(key) = &req.reconciling {
+            if self.own.admit(key) == Admit::No {
+                let msg = format!(
+                    "plugin {:?}: key {key} moved to another replica during its reconcile; write of {} refused",
+                    self.field_manager, req.kind
+                );
+                return Some(ApiError::unavailable(msg));
+            }
+        }
+        refuse_outside_scope(
+            self.confined_to.as_deref(),
+            &self.field_manager,
+            &res.kind,
+            res.namespaced,
+            req.namespace.as_deref(),
+        )
+        .err()
+    }
+}
+
 impl ClientBackend for KubeClientBackend {
     fn write(&self, req: WriteRequest) -> BoxFuture<'static, Result<Option<Bytes>, ApiError>> {
         let Some(res) = self
@@ -335,29 +442,7 @@ impl ClientBackend for KubeClientBackend {
             );
             return Box::pin(async move { Err(ApiError::new(500, "InternalError", msg)) });
         };
-        if !self.own.active() {
-            let msg = format!(
-                "plugin {:?}: this replica is not the leader or lost its lease; write of {} refused",
-                self.field_manager, req.kind
-            );
-            return Box::pin(async move { Err(ApiError::unavailable(msg)) });
-        }
-        if let Some(key) = &req.reconciling {
-            if self.own.admit(key) == Admit::No {
-                let msg = format!(
-                    "plugin {:?}: key {key} moved to another replica during its reconcile; write of {} refused",
-                    self.field_manager, req.kind
-                );
-                return Box::pin(async move { Err(ApiError::unavailable(msg)) });
-            }
-        }
-        if let Err(e) = refuse_outside_scope(
-            self.confined_to.as_deref(),
-            &self.field_manager,
-            &res.kind,
-            res.namespaced,
-            req.namespace.as_deref(),
-        ) {
+        if let Some(e) = self.refusal(&req, &res) {
             return Box::pin(async move { Err(e) });
         }
         let client = self.client.clone();
@@ -368,73 +453,7 @@ impl ClientBackend for KubeClientBackend {
         let fence = self.own.fence().clone();
         let plugin = self.field_manager.clone();
         let kind = req.kind.clone();
-        let write = async move {
-            let ns = if res.namespaced {
-                match req.namespace.as_deref() {
-                    Some(ns) => Some(ns),
-                    None => {
-                        return Err(ApiError::bad_request(format!(
-                            "{} is namespaced: a namespace is required",
-                            res.kind
-                        )))
-                    }
-                }
-            } else {
-                None
-            };
-            let body = Bytes::from(req.body);
-            let name = || {
-                req.name
-                    .as_deref()
-                    .ok_or_else(|| ApiError::bad_request("a name is required"))
-            };
-            // PATCH .../status for the status writes: the server keeps only their status.
-            let sub = req.op.subresource();
-            let obj = match req.op {
-                WriteOp::Create => client.create(&res, ns, body, &params).await?,
-                WriteOp::Replace => client.replace(&res, ns, name()?, body, &params).await?,
-                WriteOp::ReplaceStatus => {
-                    client
-                        .replace_status(&res, ns, name()?, body, &params)
-                        .await?
-                }
-                WriteOp::Patch(kind) | WriteOp::PatchStatus(kind) => {
-                    let patch = match kind {
-                        PatchKind::Json => Patch::Json(body),
-                        PatchKind::Merge => Patch::Merge(body),
-                        PatchKind::StrategicMerge => Patch::Strategic(body),
-                    };
-                    client
-                        .patch(&res, ns, name()?, sub, &patch, &params)
-                        .await?
-                }
-                WriteOp::Apply {
-                    field_manager,
-                    force,
-                }
-                | WriteOp::ApplyStatus {
-                    field_manager,
-                    force,
-                } => {
-                    let params = WriteParams {
-                        field_manager: Some(field_manager.to_string()),
-                        force,
-                        dry_run: false,
-                    };
-                    client
-                        .patch(&res, ns, name()?, sub, &Patch::Apply(body), &params)
-                        .await?
-                }
-                WriteOp::Delete(d) => {
-                    let p = delete_params(d)?;
-                    return match client.delete(&res, ns, name()?, &p).await? {
-                        Deleted::Object(o) => Ok(Some(o.raw_bytes())),
-                        Deleted::Status(_) => Ok(None),
-                    };
-                }
-            };
-            Ok(Some(obj.raw_bytes()))
-        };
+        let write = send(client, res, req, params);
         // Bounded by the fence, not only by the client's timeout: a write still in flight
         // when this replica's lease may lapse is abandoned before another replica can act.
         Box::pin(async move {

@@ -34,6 +34,7 @@ pub mod loader;
 pub mod manifest;
 pub mod membership;
 pub mod ops;
+pub mod options;
 pub mod ownership;
 pub mod rbac;
 pub mod reconcile;
@@ -56,7 +57,6 @@ pub use health::{Health, HealthSnapshot, Phase, QuarantinePolicy};
 pub use instance::{GuestClock, GuestError, Limits, Outcome, PluginInstance, ReconcileResult};
 pub use loader::{Contract, LoadCause, LoadError, LoadedPlugin, Plugin};
 pub use manifest::{Manifest, ManifestError};
-pub use runtime::{
-    PluginRuntime, RunningPlugin, RuntimeOptions, RuntimeStatus, StartError, Started,
-};
+pub use options::RuntimeOptions;
+pub use runtime::{PluginRuntime, RunningPlugin, RuntimeStatus, StartError, Started};
 pub use spec::PluginSpec;

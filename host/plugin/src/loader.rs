@@ -15,7 +15,7 @@ use wasmtime::Engine;
 
 use super::backend::Backends;
 use super::bindings::{v0_1, v0_2};
-use super::cache::ComponentError;
+use super::cache::{ComponentError, Origin};
 use super::engine::PluginEngine;
 use super::guest_log::GuestLog;
 use super::handover::HandedOver;
@@ -236,82 +236,9 @@ impl PluginEngine {
             limits.memory_bytes = engine_cap;
         }
         check_header(&bytes).map_err(fail)?;
-        // On the blocking pool: a cache miss compiles for seconds (in a child process or here),
-        // and on a one-thread runtime that would stall every informer, Lease renewal and probe.
-        // Its log lines keep this task's subscriber and span (the plugin it is for).
-        let compiled = {
-            let engine = self.clone();
-            let bytes = bytes.clone();
-            let span = tracing::Span::current();
-            let logs = tracing::dispatcher::get_default(|d| d.clone());
-            tokio::task::spawn_blocking(move || {
-                tracing::dispatcher::with_default(&logs, || {
-                    span.in_scope(|| engine.component(&bytes))
-                })
-            })
-            .await
-        };
-        let (component, origin) = match compiled {
-            Ok(r) => r.map_err(|e| {
-                fail(match e {
-                    ComponentError::Compile(e) => LoadCause::Compile(format!("{e:#}")),
-                    ComponentError::Child(e) => LoadCause::ChildCompile(e),
-                })
-            })?,
-            Err(e) => {
-                return Err(fail(LoadCause::Compile(format!(
-                    "the compile task failed: {e}"
-                ))))
-            }
-        };
-        let instance_pre = self.0.linker.instantiate_pre(&component).map_err(|e| {
-            // Named plainly when it is an import from outside what any controller gets;
-            // wasmtime's own wording ("has the wrong type") reads as a version mismatch.
-            let engine = self.engine();
-            let foreign = component
-                .component_type()
-                .imports(engine)
-                .map(|(name, _)| name)
-                .find(|name| !name.starts_with("kube:controller/") && !name.starts_with("wasi:"))
-                .map(str::to_owned);
-            fail(match foreign {
-                Some(name) => LoadCause::UngrantedImport(name),
-                None => LoadCause::World(format!("{e:#}")),
-            })
-        })?;
-        let contract =
-            Contract::of(&component, self.engine()).map_err(|e| fail(LoadCause::World(e)))?;
-        // The generated world checks every export's signature, so a mismatch is reported here,
-        // as the component's fault, not later as a failed call.
-        let checked = match contract {
-            Contract::V0_1 => v0_1::ControllerPre::new(instance_pre.clone()).map(drop),
-            Contract::V0_2 => v0_2::ControllerBasePre::new(instance_pre.clone()).map(drop),
-        };
-        checked.map_err(|e| {
-            fail(LoadCause::World(format!(
-                "built against {}: {e:#}",
-                contract.version()
-            )))
-        })?;
-        let index = |name: &str| {
-            component
-                .get_export_index(None, name)
-                .ok_or_else(|| fail(LoadCause::World(format!("no export named `{name}`"))))
-        };
-        let validate_config = match contract {
-            Contract::V0_1 => None,
-            Contract::V0_2 => component.get_export_index(None, "validate-config"),
-        };
-        let exports = ExportIndices {
-            contract,
-            manifest: index("manifest")?,
-            on_add: index("on-add")?,
-            on_update: index("on-update")?,
-            on_delete: index("on-delete")?,
-            reconcile: index("reconcile")?,
-            validate_config,
-        };
-        let pre = instance_pre;
+        let (component, origin) = self.compile_off_thread(&bytes).await.map_err(fail)?;
+        let (pre, exports) = self.link(&component).map_err(fail)?;
+        let contract = exports.contract;
         let config_json = config_bytes(&config);
         let stem = path
             .file_stem()
@@ -386,6 +313,79 @@ impl PluginEngine {
             config_json,
         });
         Ok(LoadedPlugin { inner })
+    }
+
+    /// The component for `bytes`, from the cache or compiled, on the blocking pool: a cache
+    /// miss compiles for seconds (in a child process or here), and on a one-thread runtime
+    /// that would stall every informer, Lease renewal and probe. Its log lines keep this
+    /// task's subscriber and span (the plugin it is for).
+    async fn compile_off_thread(&self, bytes: &Bytes) -> Result<(Component, Origin), LoadCause> {
+        let engine = self.clone();
+        let bytes = bytes.clone();
+        let span = tracing::Span::current();
+        let logs = tracing::dispatcher::get_default(|d| d.clone());
+        let compiled = tokio::task::spawn_blocking(move || {
+            tracing::dispatcher::with_default(&logs, || span.in_scope(|| engine.component(&bytes)))
+        })
+        .await;
+        match compiled {
+            Ok(r) => r.map_err(|e| match e {
+                ComponentError::Compile(e) => LoadCause::Compile(format!("{e:#}")),
+                ComponentError::Child(e) => LoadCause::ChildCompile(e),
+            }),
+            Err(e) => Err(LoadCause::Compile(format!("the compile task failed: {e}"))),
+        }
+    }
+
+    /// `component` linked against the host's imports, its contract found and every export's
+    /// signature checked: a mismatch is the component's fault, reported here, not later as a
+    /// failed call.
+    fn link(
+        &self,
+        component: &Component,
+    ) -> Result<(InstancePre<HostState>, ExportIndices), LoadCause> {
+        let instance_pre = self.0.linker.instantiate_pre(component).map_err(|e| {
+            // Named plainly when it is an import from outside what any controller gets;
+            // wasmtime's own wording ("has the wrong type") reads as a version mismatch.
+            let engine = self.engine();
+            let foreign = component
+                .component_type()
+                .imports(engine)
+                .map(|(name, _)| name)
+                .find(|name| !name.starts_with("kube:controller/") && !name.starts_with("wasi:"))
+                .map(str::to_owned);
+            match foreign {
+                Some(name) => LoadCause::UngrantedImport(name),
+                None => LoadCause::World(format!("{e:#}")),
+            }
+        })?;
+        let contract = Contract::of(component, self.engine()).map_err(LoadCause::World)?;
+        let checked = match contract {
+            Contract::V0_1 => v0_1::ControllerPre::new(instance_pre.clone()).map(drop),
+            Contract::V0_2 => v0_2::ControllerBasePre::new(instance_pre.clone()).map(drop),
+        };
+        checked.map_err(|e| {
+            LoadCause::World(format!("built against {}: {e:#}", contract.version()))
+        })?;
+        let index = |name: &str| {
+            component
+                .get_export_index(None, name)
+                .ok_or_else(|| LoadCause::World(format!("no export named `{name}`")))
+        };
+        let validate_config = match contract {
+            Contract::V0_1 => None,
+            Contract::V0_2 => component.get_export_index(None, "validate-config"),
+        };
+        let exports = ExportIndices {
+            contract,
+            manifest: index("manifest")?,
+            on_add: index("on-add")?,
+            on_update: index("on-update")?,
+            on_delete: index("on-delete")?,
+            reconcile: index("reconcile")?,
+            validate_config,
+        };
+        Ok((instance_pre, exports))
     }
 }
 

@@ -23,13 +23,14 @@ use tracing::Instrument;
 use super::backend::Backends;
 use super::backends::{InformerLister, KubeClientBackend, QueueRefusals, WorkqueueBackend};
 use super::cache_sync::CacheSync;
-use super::dispatch::{Dispatcher, RetryPolicy};
+use super::dispatch::Dispatcher;
 use super::engine::PluginEngine;
-use super::health::{Health, QuarantinePolicy};
+use super::health::Health;
 use super::index::register as register_indexes;
-use super::instance::{GuestError, Limits};
+use super::instance::GuestError;
 use super::loader::{LoadError, LoadedPlugin, Plugin};
-use super::ownership::{GainedKeys, Ownership, PluginOwnership};
+use super::options::RuntimeOptions;
+use super::ownership::{GainedKeys, PluginOwnership};
 use super::rbac::namespace_scope;
 use super::reconcile::{spawn_workers, PluginQueue, ReconcileStats};
 use super::spec::PluginSpec;
@@ -38,7 +39,6 @@ use super::status::{metrics_registry, RunningStatus, Slot, Slots, WaitingStatus,
 use super::watch_counters::{CounterMap, CountingLw};
 use kwh_client::events::{EventRecorder, RecorderConfig};
 use kwh_client::{ApiResource, Client, Discovery, ResourceClient};
-use kwh_informer::backoff::Backoff;
 use kwh_informer::factory::{FactoryRegistration, InformerKey, SharedInformerFactory};
 use kwh_informer::processor::PanicPolicy;
 use kwh_informer::reflector::ReflectorOptions;
@@ -101,52 +101,6 @@ pub enum StartError {
 /// How often shared informers check whether a handler is due a resync.
 const INFORMER_RESYNC_CHECK: Duration = Duration::from_secs(30);
 
-/// Host-wide settings of the plugin runtime.
-#[derive(Debug, Clone)]
-pub struct RuntimeOptions {
-    /// Sandbox limits of every plugin started without its own ([`PluginSpec::with_defaults`]).
-    pub limits: Limits,
-    /// Restricts watches that name no namespace to this one (namespaced kinds only), for every
-    /// plugin started without its own.
-    pub namespace: Option<String>,
-    /// Stop at the first plugin that fails to start, including one whose kinds do not
-    /// resolve yet (instead of waiting for them).
-    pub fail_fast: bool,
-    /// When a plugin whose instances keep failing is quarantined, and for how long.
-    pub quarantine: QuarantinePolicy,
-    /// How a notification whose handler failed in the sandbox is retried.
-    pub handler_retry: RetryPolicy,
-    /// The waits between attempts to start a plugin whose kinds do not resolve yet.
-    pub start_retry: Backoff,
-    /// The shortest interval between two discovery requests for one group-version.
-    pub discovery_refresh: Duration,
-    /// Who this host is: the `reportingInstance` of the Events its plugins record.
-    pub identity: String,
-    /// Which work this replica may do (leader election, shards); everything when alone.
-    pub ownership: Ownership,
-    /// The page size of every informer's LISTs (client-go's `WatchListPageSize`); `None`
-    /// pages only where client-go does (see [`ReflectorOptions::page_size`]).
-    pub list_page_size: Option<u32>,
-}
-
-impl Default for RuntimeOptions {
-    fn default() -> Self {
-        RuntimeOptions {
-            limits: Limits::default(),
-            namespace: None,
-            fail_fast: false,
-            quarantine: QuarantinePolicy::default(),
-            handler_retry: RetryPolicy::default(),
-            // client-go's reflector backoff: 0.8 s doubling to 30 s, with jitter.
-            start_retry: Backoff::default(),
-            discovery_refresh: Duration::from_secs(5),
-            identity: crate::identity::default_identity(),
-            ownership: Ownership::single(),
-            list_page_size: None,
-        }
-    }
-}
-
 /// What `start` made of a plugin that loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Started {
@@ -154,6 +108,14 @@ pub enum Started {
     Running,
     /// Waiting for a kind to be served, or for the API server; the reason as logged.
     Waiting(String),
+}
+
+/// What registering a plugin's watches made: the factory registrations (undone at shutdown),
+/// each watch's status, and what a gain of keys replays.
+struct Registered {
+    regs: Vec<FactoryRegistration<CountingLw>>,
+    watches: Vec<WatchStatus>,
+    replays: Vec<(SharedIndexInformer<CountingLw>, HandlerRegistration)>,
 }
 
 /// The parts of a running plugin that only shutdown takes apart.
@@ -733,10 +695,55 @@ impl Wiring {
         let synced = CacheSync::new();
         let workers =
             spawn_workers(&plugin, &queue, &stats, &health, &synced, &own).map_err(instance_err)?;
+        let Registered {
+            regs,
+            watches,
+            replays,
+        } = self.register_watches(&plugin, &dispatcher, resources, namespace, &lister, &synced)?;
+        let replay_task = tokio::spawn(
+            replay_on_gain(own, dispatcher.clone(), replays)
+                .instrument(tracing::info_span!("replay", plugin = %name)),
+        );
+        let sync_task = synced.open_when(&name, {
+            let handlers: Vec<_> = watches.iter().map(|w| w.reg.clone()).collect();
+            move || handlers.iter().all(|h| h.has_synced())
+        });
+        Ok(RunningPlugin {
+            status: Arc::new(RunningStatus {
+                plugin,
+                stats,
+                dispatcher,
+                health,
+                watches,
+                synced,
+                queue_refusals,
+            }),
+            queue,
+            teardown: Mutex::new(Some(Teardown {
+                regs,
+                workers,
+                sync_task,
+                replay_task,
+            })),
+        })
+    }
+
+    /// One informer handler per watch of the plugin's manifest (informers shared through the
+    /// factory), each watch's cache added to the plugin's lister.
+    fn register_watches(
+        &self,
+        plugin: &Plugin,
+        dispatcher: &Arc<Dispatcher>,
+        resources: &HashMap<(String, String), ApiResource>,
+        namespace: Option<&str>,
+        lister: &InformerLister,
+        synced: &CacheSync,
+    ) -> Result<Registered, StartError> {
         let mut regs = Vec::new();
         let mut watches = Vec::new();
         let mut replays = Vec::new();
         let manifest = plugin.manifest().clone();
+        let path = plugin.path();
         for (i, w) in manifest.watches.iter().enumerate() {
             let Some(res) = resources.get(&(w.api_version.clone(), w.kind.clone())) else {
                 continue;
@@ -772,7 +779,7 @@ impl Wiring {
                     // Closing the gate ends the workers, which have reconciled nothing.
                     synced.close();
                     StartError::Informer {
-                        path: path.clone(),
+                        path: path.to_path_buf(),
                         key: key.to_string(),
                         source,
                     }
@@ -797,31 +804,10 @@ impl Wiring {
             }
             regs.push(reg);
         }
-        let replay_task = tokio::spawn(
-            replay_on_gain(own, dispatcher.clone(), replays)
-                .instrument(tracing::info_span!("replay", plugin = %name)),
-        );
-        let sync_task = synced.open_when(&name, {
-            let handlers: Vec<_> = watches.iter().map(|w| w.reg.clone()).collect();
-            move || handlers.iter().all(|h| h.has_synced())
-        });
-        Ok(RunningPlugin {
-            status: Arc::new(RunningStatus {
-                plugin,
-                stats,
-                dispatcher,
-                health,
-                watches,
-                synced,
-                queue_refusals,
-            }),
-            queue,
-            teardown: Mutex::new(Some(Teardown {
-                regs,
-                workers,
-                sync_task,
-                replay_task,
-            })),
+        Ok(Registered {
+            regs,
+            watches,
+            replays,
         })
     }
 }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::instance::Limits;
-use super::runtime::RuntimeOptions;
+use super::options::RuntimeOptions;
 
 /// One plugin to start, with everything the operator set for it alone.
 #[derive(Debug, Clone, PartialEq)]

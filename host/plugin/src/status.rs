@@ -553,6 +553,122 @@ fn plugin_label(name: &str) -> [(&'static str, &str); 1] {
     [("plugin", name)]
 }
 
+type Get = fn(&RunningStatus) -> u64;
+
+/// The per-plugin counter families: name, help, value. Named without `_total`: the
+/// OpenMetrics encoder appends it.
+const PLUGIN_COUNTERS: [(&str, &str, Get); 14] = [
+    ("plugin_reconcile", "Reconcile calls.", |p| {
+        p.stats.total.load(Ordering::Relaxed)
+    }),
+    (
+        "plugin_reconcile_errors",
+        "Reconcile calls that failed (guest error or sandbox failure).",
+        |p| p.stats.errors.load(Ordering::Relaxed),
+    ),
+    (
+        "plugin_reconcile_requeue_after",
+        "Reconcile calls that asked to be requeued after a delay.",
+        |p| p.stats.requeue_after.load(Ordering::Relaxed),
+    ),
+    ("plugin_guest_traps", "Guest calls that trapped.", |p| {
+        p.plugin.stats().traps.load(Ordering::Relaxed)
+    }),
+    (
+        "plugin_guest_deadline_hits",
+        "Guest calls stopped at their deadline.",
+        |p| p.plugin.stats().deadline_hits.load(Ordering::Relaxed),
+    ),
+    (
+        "plugin_guest_memory_exhaustions",
+        "Guest calls stopped at the memory cap.",
+        |p| p.plugin.stats().memory_exhaustions.load(Ordering::Relaxed),
+    ),
+    (
+        "plugin_instantiations",
+        "Guest instances created (first ones and replacements).",
+        |p| p.plugin.stats().instantiations.load(Ordering::Relaxed),
+    ),
+    (
+        "plugin_notifications",
+        "Informer notifications handled: delivered to the guest's handlers, or enqueued by the host for a handler the guest handed over.",
+        |p| p.dispatcher.delivered.load(Ordering::Relaxed),
+    ),
+    (
+        "plugin_notifications_enqueued_by_host",
+        "Of those, notifications whose handler the guest handed over (it only enqueues the object's key): the host enqueued the key without a guest call.",
+        |p| p.dispatcher.enqueued_by_host.load(Ordering::Relaxed),
+    ),
+    (
+        "plugin_notification_retries",
+        "Handler calls retried on a fresh instance after a sandbox failure.",
+        |p| p.dispatcher.retries.load(Ordering::Relaxed),
+    ),
+    (
+        "plugin_notifications_dropped",
+        "Notifications dropped after every handler attempt failed.",
+        |p| p.dispatcher.dropped.load(Ordering::Relaxed),
+    ),
+    (
+        "plugin_notifications_held_back",
+        "Notifications not delivered while the plugin was quarantined; its caches are replayed to it once it may be called again.",
+        |p| p.dispatcher.held_back.load(Ordering::Relaxed),
+    ),
+    (
+        "plugin_log_lines_dropped",
+        "Lines the plugin logged (log import, stdout, stderr) over its budget of 100 a second (bursts of 1,000), not written.",
+        |p| p.plugin.ctx().log.dropped(),
+    ),
+    (
+        "plugin_quarantines",
+        "Times the plugin was quarantined (repeated instance failures, failed probation).",
+        |p| p.health.quarantines(),
+    ),
+];
+
+type Flag = fn(&RunningStatus) -> bool;
+
+/// The per-plugin 0/1 gauges: name, help, value.
+const PLUGIN_FLAGS: [(&str, &str, Flag); 3] = [
+    (
+        "plugin_quarantined",
+        "Whether the plugin is quarantined or on probation (1) or running (0).",
+        |p| p.health.is_quarantined(),
+    ),
+    (
+        "plugin_informers_synced",
+        "Whether all of a plugin's informers have synced.",
+        RunningStatus::synced,
+    ),
+    (
+        "plugin_workers_started",
+        "Whether the plugin's reconcile workers have passed the cache-sync gate.",
+        |p| p.synced.is_open(),
+    ),
+];
+
+type Count = fn(&LwCounters) -> u64;
+
+/// The per-informer counter families: name, help, value.
+const INFORMER_COUNTERS: [(&str, &str, Count); 3] = [
+    (
+        "informer_relists",
+        "Full lists after an informer's first one (410 Gone, errors, restarts).",
+        LwCounters::relists,
+    ),
+    (
+        "informer_watch_restarts",
+        "Watch requests after an informer's first one.",
+        LwCounters::watch_restarts,
+    ),
+    (
+        "informer_decode_errors",
+        "LIST responses and watch events that could not be decoded (malformed, over \
+         the size bound, a resourceVersion that is not an integer).",
+        LwCounters::decode_errors,
+    ),
+];
+
 impl Collector for PluginMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let slots = self.slots.lock().clone();
@@ -563,77 +679,7 @@ impl Collector for PluginMetrics {
                 Slot::Waiting(_) => None,
             })
             .collect();
-        type Get = fn(&RunningStatus) -> u64;
-        // Counter families are named without `_total`: the OpenMetrics encoder appends it.
-        let counters: [(&str, &str, Get); 14] = [
-            ("plugin_reconcile", "Reconcile calls.", |p| {
-                p.stats.total.load(Ordering::Relaxed)
-            }),
-            (
-                "plugin_reconcile_errors",
-                "Reconcile calls that failed (guest error or sandbox failure).",
-                |p| p.stats.errors.load(Ordering::Relaxed),
-            ),
-            (
-                "plugin_reconcile_requeue_after",
-                "Reconcile calls that asked to be requeued after a delay.",
-                |p| p.stats.requeue_after.load(Ordering::Relaxed),
-            ),
-            ("plugin_guest_traps", "Guest calls that trapped.", |p| {
-                p.plugin.stats().traps.load(Ordering::Relaxed)
-            }),
-            (
-                "plugin_guest_deadline_hits",
-                "Guest calls stopped at their deadline.",
-                |p| p.plugin.stats().deadline_hits.load(Ordering::Relaxed),
-            ),
-            (
-                "plugin_guest_memory_exhaustions",
-                "Guest calls stopped at the memory cap.",
-                |p| p.plugin.stats().memory_exhaustions.load(Ordering::Relaxed),
-            ),
-            (
-                "plugin_instantiations",
-                "Guest instances created (first ones and replacements).",
-                |p| p.plugin.stats().instantiations.load(Ordering::Relaxed),
-            ),
-            (
-                "plugin_notifications",
-                "Informer notifications handled: delivered to the guest's handlers, or enqueued by the host for a handler the guest handed over.",
-                |p| p.dispatcher.delivered.load(Ordering::Relaxed),
-            ),
-            (
-                "plugin_notifications_enqueued_by_host",
-                "Of those, notifications whose handler the guest handed over (it only enqueues the object's key): the host enqueued the key without a guest call.",
-                |p| p.dispatcher.enqueued_by_host.load(Ordering::Relaxed),
-            ),
-            (
-                "plugin_notification_retries",
-                "Handler calls retried on a fresh instance after a sandbox failure.",
-                |p| p.dispatcher.retries.load(Ordering::Relaxed),
-            ),
-            (
-                "plugin_notifications_dropped",
-                "Notifications dropped after every handler attempt failed.",
-                |p| p.dispatcher.dropped.load(Ordering::Relaxed),
-            ),
-            (
-                "plugin_notifications_held_back",
-                "Notifications not delivered while the plugin was quarantined; its caches are replayed to it once it may be called again.",
-                |p| p.dispatcher.held_back.load(Ordering::Relaxed),
-            ),
-            (
-                "plugin_log_lines_dropped",
-                "Lines the plugin logged (log import, stdout, stderr) over its budget of 100 a second (bursts of 1,000), not written.",
-                |p| p.plugin.ctx().log.dropped(),
-            ),
-            (
-                "plugin_quarantines",
-                "Times the plugin was quarantined (repeated instance failures, failed probation).",
-                |p| p.health.quarantines(),
-            ),
-        ];
-        for (name, help, get) in counters {
+        for (name, help, get) in PLUGIN_COUNTERS {
             encode_family(
                 &mut encoder,
                 name,
@@ -672,25 +718,7 @@ impl Collector for PluginMetrics {
                 .iter()
                 .map(|p| (plugin_label(p.plugin.name()), p.stats.histogram())),
         )?;
-        type Flag = fn(&RunningStatus) -> bool;
-        let flags: [(&str, &str, Flag); 3] = [
-            (
-                "plugin_quarantined",
-                "Whether the plugin is quarantined or on probation (1) or running (0).",
-                |p| p.health.is_quarantined(),
-            ),
-            (
-                "plugin_informers_synced",
-                "Whether all of a plugin's informers have synced.",
-                RunningStatus::synced,
-            ),
-            (
-                "plugin_workers_started",
-                "Whether the plugin's reconcile workers have passed the cache-sync gate.",
-                |p| p.synced.is_open(),
-            ),
-        ];
-        for (name, help, get) in flags {
+        for (name, help, get) in PLUGIN_FLAGS {
             encode_family(
                 &mut encoder,
                 name,
@@ -715,26 +743,7 @@ impl Collector for PluginMetrics {
             }),
         )?;
         let informers = live_counters(&self.lw_counters);
-        type Count = fn(&LwCounters) -> u64;
-        let informer_counters: [(&str, &str, Count); 3] = [
-            (
-                "informer_relists",
-                "Full lists after an informer's first one (410 Gone, errors, restarts).",
-                LwCounters::relists,
-            ),
-            (
-                "informer_watch_restarts",
-                "Watch requests after an informer's first one.",
-                LwCounters::watch_restarts,
-            ),
-            (
-                "informer_decode_errors",
-                "LIST responses and watch events that could not be decoded (malformed, over \
-                 the size bound, a resourceVersion that is not an integer).",
-                LwCounters::decode_errors,
-            ),
-        ];
-        for (name, help, get) in informer_counters {
+        for (name, help, get) in INFORMER_COUNTERS {
             encode_family(
                 &mut encoder,
                 name,

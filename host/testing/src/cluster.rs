@@ -15,7 +15,7 @@ use super::clock::VirtualClock;
 use kwh_client::object::Object;
 use kwh_client::Status;
 use kwh_emulator::registry::ResourceDef;
-use kwh_emulator::router::ResourceRequest;
+use kwh_emulator::request::ResourceRequest;
 use kwh_emulator::write::{self, DeleteOptions, PatchQuery, WriteOpts};
 use kwh_emulator::{self as emulator, Shared};
 use kwh_plugin::backend::{ApiError, DeleteParams, Propagation, WriteOp, WriteRequest};

@@ -105,91 +105,20 @@ pub struct ApplyRequest<'a> {
 pub fn server_side_apply_with(req: &ApplyRequest<'_>) -> Result<Value, PatchError> {
     let &ApplyRequest {
         current,
-        body,
         field_manager,
         force,
         builtin,
         now,
         subresource,
-        ignore_status,
+        ..
     } = req;
     let _span = tracing::debug_span!("server_side_apply", field_manager, force).entered();
     super::validate_patch_options(super::PatchType::Apply, Some(field_manager), force)?;
-    let mut applied = parse_configuration(body)?;
-    check_list_keys(&applied, builtin.is_some())?;
-    if let (Some(cur), Some(rv)) = (
-        current,
-        applied
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str),
-    ) {
-        if cur
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str)
-            != Some(rv)
-        {
-            return Err(PatchError::StaleResourceVersion);
-        }
-    }
-    // Server-set metadata in a configuration (`creationTimestamp: null` from a generated
-    // manifest, a copied uid) is not the applier's to change.
-    if let Some(meta) = applied.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.retain(|k, _| !fields::SERVER_SET_METADATA.contains(&k.as_str()));
-    }
-    let api_version = applied
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned();
+    let (applied, api_version) = configuration(req)?;
     let is_builtin = builtin.is_some();
-
-    // What this apply may touch: only status on the status subresource, everything but
-    // status on the main resource of a kind with a status subresource.
-    let applied = match subresource {
-        Some("status") => {
-            let mut m = Map::new();
-            if let Some(s) = applied.get("status") {
-                m.insert("status".into(), s.clone());
-            }
-            Value::Object(m)
-        }
-        _ if ignore_status => {
-            let mut applied = applied;
-            if let Some(m) = applied.as_object_mut() {
-                m.remove("status");
-            }
-            applied
-        }
-        _ => applied,
-    };
-
     let empty = Value::Object(Map::new());
     let base = current.unwrap_or(&empty);
-    let mut entries = match fields::read_managed(base) {
-        Ok(Some(e)) => e,
-        // An existing object nobody is recorded for (seeded, or written before tracking):
-        // like the real server, its fields belong to `before-first-apply` so the first apply
-        // cannot silently overwrite them.
-        Ok(None) => match current {
-            Some(cur) => vec![ManagedEntry {
-                manager: BEFORE_FIRST_APPLY.into(),
-                operation: "Update".into(),
-                api_version: cur
-                    .get("apiVersion")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned(),
-                time: Some(now.to_owned()),
-                subresource: None,
-                fields: fields::object_fields(cur, is_builtin).into_keys().collect(),
-            }],
-            None => Vec::new(),
-        },
-        Err(e) => {
-            tracing::debug!(error = %e, "resetting unreadable managedFields");
-            Vec::new()
-        }
-    };
+    let mut entries = managed_entries(current, base, now, is_builtin);
     let is_self = |e: &ManagedEntry| e.is_for(field_manager, "Apply", subresource, &api_version);
     let previous: fields::FieldSet = entries
         .iter()
@@ -212,23 +141,7 @@ pub fn server_side_apply_with(req: &ApplyRequest<'_>) -> Result<Value, PatchErro
         .collect();
     fields::restrict_to_subresource(&mut applied_set, subresource);
 
-    // Conflicts: leaves the configuration changes that someone else owns.
-    let conflicts: Vec<(usize, fields::Path)> = {
-        let current_fields = fields::object_fields(base, is_builtin);
-        let mut out = Vec::new();
-        for (path, value) in &applied_fields {
-            let Some(value) = value else { continue };
-            if current_fields.get(path) == Some(&Some(*value)) {
-                continue;
-            }
-            for (i, e) in entries.iter().enumerate() {
-                if !is_self(e) && e.fields.contains(path) {
-                    out.push((i, path.clone()));
-                }
-            }
-        }
-        out
-    };
+    let conflicts = conflicts(&applied_fields, base, &entries, &is_self, is_builtin);
     if !conflicts.is_empty() {
         if !force {
             return Err(PatchError::Conflicts(
@@ -248,27 +161,7 @@ pub fn server_side_apply_with(req: &ApplyRequest<'_>) -> Result<Value, PatchErro
 
     let mut merged = base.clone();
     merge_top(&mut merged, &applied, is_builtin);
-
-    // Fields this manager no longer applies go, unless someone else still owns them (or
-    // something under them). Ancestors come first in path order, so a removed list item or
-    // map takes its children with it; the key fields of a surviving list item stay, or the
-    // item could no longer be addressed.
-    let mut removed: Vec<&fields::Path> = Vec::new();
-    for path in previous.difference(&applied_set) {
-        if removed.iter().any(|r| path.starts_with(r)) || is_item_key_field(path) {
-            continue;
-        }
-        let owned_elsewhere = entries.iter().any(|e| {
-            !is_self(e)
-                && e.fields
-                    .range(path.clone()..)
-                    .next()
-                    .is_some_and(|p| p.starts_with(path))
-        });
-        if !owned_elsewhere && fields::remove_path(&mut merged, path) {
-            removed.push(path);
-        }
-    }
+    drop_unapplied(&mut merged, &previous, &applied_set, &entries, &is_self);
 
     // Ownership only of what exists now.
     let present: BTreeSet<fields::Path> = fields::object_fields(&merged, is_builtin)
@@ -298,6 +191,142 @@ pub fn server_side_apply_with(req: &ApplyRequest<'_>) -> Result<Value, PatchErro
     });
     fields::write_managed(&mut merged, entries);
     Ok(merged)
+}
+
+/// The configuration as this apply may use it, and its apiVersion: parsed and checked, its
+/// resourceVersion (if any) the current one, server-set metadata dropped, and only status on
+/// the status subresource, everything but status on the main resource of a kind with a
+/// status subresource.
+fn configuration(req: &ApplyRequest<'_>) -> Result<(Value, String), PatchError> {
+    let mut applied = parse_configuration(req.body)?;
+    check_list_keys(&applied, req.builtin.is_some())?;
+    if let (Some(cur), Some(rv)) = (
+        req.current,
+        applied
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str),
+    ) {
+        if cur
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            != Some(rv)
+        {
+            return Err(PatchError::StaleResourceVersion);
+        }
+    }
+    // Server-set metadata in a configuration (`creationTimestamp: null` from a generated
+    // manifest, a copied uid) is not the applier's to change.
+    if let Some(meta) = applied.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.retain(|k, _| !fields::SERVER_SET_METADATA.contains(&k.as_str()));
+    }
+    let api_version = applied
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let applied = match req.subresource {
+        Some("status") => {
+            let mut m = Map::new();
+            if let Some(s) = applied.get("status") {
+                m.insert("status".into(), s.clone());
+            }
+            Value::Object(m)
+        }
+        _ if req.ignore_status => {
+            if let Some(m) = applied.as_object_mut() {
+                m.remove("status");
+            }
+            applied
+        }
+        _ => applied,
+    };
+    Ok((applied, api_version))
+}
+
+/// The object's managedFields entries. An existing object nobody is recorded for (seeded, or
+/// written before tracking): like the real server, its fields belong to
+/// `before-first-apply`, so the first apply cannot silently overwrite them.
+fn managed_entries(
+    current: Option<&Value>,
+    base: &Value,
+    now: &str,
+    is_builtin: bool,
+) -> Vec<ManagedEntry> {
+    match fields::read_managed(base) {
+        Ok(Some(e)) => e,
+        Ok(None) => match current {
+            Some(cur) => vec![ManagedEntry {
+                manager: BEFORE_FIRST_APPLY.into(),
+                operation: "Update".into(),
+                api_version: cur
+                    .get("apiVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned(),
+                time: Some(now.to_owned()),
+                subresource: None,
+                fields: fields::object_fields(cur, is_builtin).into_keys().collect(),
+            }],
+            None => Vec::new(),
+        },
+        Err(e) => {
+            tracing::debug!(error = %e, "resetting unreadable managedFields");
+            Vec::new()
+        }
+    }
+}
+
+/// The leaves the configuration changes that another manager owns: (its entry, the path).
+fn conflicts(
+    applied_fields: &fields::FieldValues<'_>,
+    base: &Value,
+    entries: &[ManagedEntry],
+    is_self: &impl Fn(&ManagedEntry) -> bool,
+    is_builtin: bool,
+) -> Vec<(usize, fields::Path)> {
+    let current_fields = fields::object_fields(base, is_builtin);
+    let mut out = Vec::new();
+    for (path, value) in applied_fields {
+        let Some(value) = value else { continue };
+        if current_fields.get(path) == Some(&Some(*value)) {
+            continue;
+        }
+        for (i, e) in entries.iter().enumerate() {
+            if !is_self(e) && e.fields.contains(path) {
+                out.push((i, path.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// Removes the fields this manager applied before and no longer does, unless someone else
+/// still owns them (or something under them). Ancestors come first in path order, so a
+/// removed list item or map takes its children with it; the key fields of a surviving list
+/// item stay, or the item could no longer be addressed.
+fn drop_unapplied(
+    merged: &mut Value,
+    previous: &fields::FieldSet,
+    applied_set: &fields::FieldSet,
+    entries: &[ManagedEntry],
+    is_self: &impl Fn(&ManagedEntry) -> bool,
+) {
+    let mut removed: Vec<&fields::Path> = Vec::new();
+    for path in previous.difference(applied_set) {
+        if removed.iter().any(|r| path.starts_with(r)) || is_item_key_field(path) {
+            continue;
+        }
+        let owned_elsewhere = entries.iter().any(|e| {
+            !is_self(e)
+                && e.fields
+                    .range(path.clone()..)
+                    .next()
+                    .is_some_and(|p| p.starts_with(path))
+        });
+        if !owned_elsewhere && fields::remove_path(merged, path) {
+            removed.push(path);
+        }
+    }
 }
 
 /// Whether two versions of an object differ only in their managedFields, if at all.

@@ -1,9 +1,12 @@
 //! Reading a step's `expect:` block.
 
+use std::time::Duration;
+
 use serde_json::Value;
 
-use super::parse::{object, object_ref};
-use super::yaml::{duration, fail, join, kind_of, list, map, only, string, strings, R};
+use super::yaml::{
+    duration, fail, join, kind_of, list_of, map, object, object_ref, only, string, strings, R,
+};
 use super::{
     Action, EnqueueExpect, EventExpect, Expect, LogExpect, OutcomeExpect, RegardingExpect,
     ResultExpect, WriteExpect,
@@ -11,6 +14,15 @@ use super::{
 use crate::{LogLevel, LogSource};
 use kwh_client::duration::parse_duration;
 use kwh_client::events::EventType;
+
+/// A key expected in the queue's waiting set: `{key, in}`.
+fn waiting(v: &Value, at: &str) -> R<(String, Duration)> {
+    let m = map(v, at)?;
+    only(m, at, &["key", "in"])?;
+    let key = string(m.get("key").unwrap_or(&Value::Null), &join(at, "key"))?;
+    let d = duration(m.get("in").unwrap_or(&Value::Null), &join(at, "in"))?;
+    Ok((key, d))
+}
 
 pub(super) fn expect(v: &Value, at: &str, action: &Action) -> R<Expect> {
     let m = map(v, at)?;
@@ -51,79 +63,33 @@ pub(super) fn expect(v: &Value, at: &str, action: &Action) -> R<Expect> {
     }
     if let Some(q) = m.get("enqueued") {
         let here = join(at, "enqueued");
-        e.enqueued = Some(
-            list(q, &here)?
-                .iter()
-                .enumerate()
-                .map(|(i, x)| enqueue(x, &format!("{here}[{i}]")))
-                .collect::<R<_>>()?,
-        );
+        e.enqueued = Some(list_of(q, &here, enqueue)?);
     }
     if let Some(w) = m.get("writes") {
         let here = join(at, "writes");
-        e.writes = Some(
-            list(w, &here)?
-                .iter()
-                .enumerate()
-                .map(|(i, x)| write(x, &format!("{here}[{i}]")))
-                .collect::<R<_>>()?,
-        );
+        e.writes = Some(list_of(w, &here, write)?);
     }
     if let Some(v) = m.get("events") {
         let here = join(at, "events");
-        e.events = Some(
-            list(v, &here)?
-                .iter()
-                .enumerate()
-                .map(|(i, x)| event(x, &format!("{here}[{i}]")))
-                .collect::<R<_>>()?,
-        );
+        e.events = Some(list_of(v, &here, event)?);
     }
     if let Some(l) = m.get("logs") {
         let here = join(at, "logs");
-        e.logs = Some(
-            list(l, &here)?
-                .iter()
-                .enumerate()
-                .map(|(i, x)| log(x, &format!("{here}[{i}]")))
-                .collect::<R<_>>()?,
-        );
+        e.logs = Some(list_of(l, &here, log)?);
     }
     if let Some(r) = m.get("ready") {
         e.ready = Some(strings(r, &join(at, "ready"))?);
     }
     if let Some(w) = m.get("waiting") {
-        let here = join(at, "waiting");
-        e.waiting = Some(
-            list(w, &here)?
-                .iter()
-                .enumerate()
-                .map(|(i, x)| {
-                    let a = format!("{here}[{i}]");
-                    let wm = map(x, &a)?;
-                    only(wm, &a, &["key", "in"])?;
-                    let key = string(wm.get("key").unwrap_or(&Value::Null), &join(&a, "key"))?;
-                    let d = duration(wm.get("in").unwrap_or(&Value::Null), &join(&a, "in"))?;
-                    Ok((key, d))
-                })
-                .collect::<R<_>>()?,
-        );
+        e.waiting = Some(list_of(w, &join(at, "waiting"), waiting)?);
     }
     if let Some(o) = m.get("objects") {
         let here = join(at, "objects");
-        e.objects = list(o, &here)?
-            .iter()
-            .enumerate()
-            .map(|(i, x)| object(x, &format!("{here}[{i}]")))
-            .collect::<R<_>>()?;
+        e.objects = list_of(o, &here, object)?;
     }
     if let Some(a) = m.get("absent") {
         let here = join(at, "absent");
-        e.absent = list(a, &here)?
-            .iter()
-            .enumerate()
-            .map(|(i, x)| object_ref(x, &format!("{here}[{i}]")))
-            .collect::<R<_>>()?;
+        e.absent = list_of(a, &here, object_ref)?;
     }
     if let Some(h) = m.get("handlerFailure") {
         let here = join(at, "handlerFailure");

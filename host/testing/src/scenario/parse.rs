@@ -7,8 +7,10 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde_json::Value;
 
 use super::expect::expect;
-use super::yaml::{duration, fail, join, kind_of, list, map, only, string, R};
-use super::{Action, Expect, ObjectRef, Scenario, Step};
+use super::yaml::{
+    duration, fail, join, kind_of, list, list_of, map, object, object_ref, only, string, R,
+};
+use super::{Action, Expect, Scenario, Step};
 
 /// A scenario file that cannot be run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -114,11 +116,7 @@ fn scenario(file: &Path, doc: &Value) -> R<Scenario> {
     let steps_v = m
         .get("steps")
         .ok_or_else(|| (String::new(), "missing `steps`".to_string()))?;
-    let steps = list(steps_v, "steps")?
-        .iter()
-        .enumerate()
-        .map(|(i, s)| step(s, &format!("steps[{i}]")))
-        .collect::<R<Vec<_>>>()?;
+    let steps = list_of(steps_v, "steps", step)?;
     if steps.is_empty() {
         return fail("steps", "no steps");
     }
@@ -146,41 +144,6 @@ fn objects_text(v: &Value, at: &str) -> R<Vec<String>> {
         Value::Object(_) => Ok(vec![object(v, at)?.to_string()]),
         other => fail(at, format!("expected objects, found {}", kind_of(other))),
     }
-}
-
-/// A Kubernetes object: a mapping with apiVersion, kind and metadata.name.
-pub(super) fn object(v: &Value, at: &str) -> R<Value> {
-    map(v, at)?;
-    for (ptr, field) in [
-        ("/apiVersion", "apiVersion"),
-        ("/kind", "kind"),
-        ("/metadata/name", "metadata.name"),
-    ] {
-        if !v.pointer(ptr).is_some_and(Value::is_string) {
-            return fail(at, format!("an object needs `{field}`"));
-        }
-    }
-    Ok(v.clone())
-}
-
-pub(super) fn object_ref(v: &Value, at: &str) -> R<ObjectRef> {
-    let m = map(v, at)?;
-    only(m, at, &["apiVersion", "kind", "namespace", "name"])?;
-    let get = |f: &str| -> R<String> {
-        match m.get(f) {
-            Some(v) => string(v, &join(at, f)),
-            None => fail(at, format!("missing `{f}`")),
-        }
-    };
-    Ok(ObjectRef {
-        api_version: get("apiVersion")?,
-        kind: get("kind")?,
-        namespace: match m.get("namespace") {
-            Some(v) => Some(string(v, &join(at, "namespace"))?),
-            None => None,
-        },
-        name: get("name")?,
-    })
 }
 
 fn step(v: &Value, at: &str) -> R<Step> {

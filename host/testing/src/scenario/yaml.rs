@@ -7,6 +7,8 @@ use serde_json::{Map, Value};
 
 use kwh_client::duration::parse_duration;
 
+use super::ObjectRef;
+
 /// A result whose error is (path of the field, message).
 pub(super) type R<T> = Result<T, (String, String)>;
 
@@ -26,6 +28,15 @@ pub(super) fn list<'a>(v: &'a Value, at: &str) -> R<&'a Vec<Value>> {
         Some(l) => Ok(l),
         None => fail(at, format!("expected a list, found {}", kind_of(v))),
     }
+}
+
+/// A list whose every element `read` takes, each reported at its index.
+pub(super) fn list_of<T>(v: &Value, at: &str, read: impl Fn(&Value, &str) -> R<T>) -> R<Vec<T>> {
+    list(v, at)?
+        .iter()
+        .enumerate()
+        .map(|(i, x)| read(x, &format!("{at}[{i}]")))
+        .collect()
 }
 
 pub(super) fn string(v: &Value, at: &str) -> R<String> {
@@ -87,4 +98,40 @@ pub(super) fn strings(v: &Value, at: &str) -> R<Vec<String>> {
         .enumerate()
         .map(|(i, x)| string(x, &format!("{at}[{i}]")))
         .collect()
+}
+
+/// A Kubernetes object: a mapping with apiVersion, kind and metadata.name.
+pub(super) fn object(v: &Value, at: &str) -> R<Value> {
+    map(v, at)?;
+    for (ptr, field) in [
+        ("/apiVersion", "apiVersion"),
+        ("/kind", "kind"),
+        ("/metadata/name", "metadata.name"),
+    ] {
+        if !v.pointer(ptr).is_some_and(Value::is_string) {
+            return fail(at, format!("an object needs `{field}`"));
+        }
+    }
+    Ok(v.clone())
+}
+
+/// A reference to one object: apiVersion, kind, name and optionally namespace.
+pub(super) fn object_ref(v: &Value, at: &str) -> R<ObjectRef> {
+    let m = map(v, at)?;
+    only(m, at, &["apiVersion", "kind", "namespace", "name"])?;
+    let get = |f: &str| -> R<String> {
+        match m.get(f) {
+            Some(v) => string(v, &join(at, f)),
+            None => fail(at, format!("missing `{f}`")),
+        }
+    };
+    Ok(ObjectRef {
+        api_version: get("apiVersion")?,
+        kind: get("kind")?,
+        namespace: match m.get("namespace") {
+            Some(v) => Some(string(v, &join(at, "namespace"))?),
+            None => None,
+        },
+        name: get("name")?,
+    })
 }
