@@ -757,4 +757,33 @@ impl ResourceClient {
             and_selectors(self.field_selector.as_deref(), p.field_selector.as_deref());
         p
     }
+
+    /// A LIST of this scope (its selectors ANDed with `params`').
+    pub async fn list(&self, params: &ListParams) -> Result<ObjectList, Error> {
+        let p = self.scope_list(params);
+        self.client
+            .list(&self.resource, self.namespace.as_deref(), &p)
+            .await
+    }
+
+    /// A LIST of this scope that may return `pool`'s object for an item of the same version
+    /// (a relist: see [`ObjectPool`]).
+    pub async fn list_reusing(
+        &self,
+        params: &ListParams,
+        pool: Arc<dyn ObjectPool>,
+    ) -> Result<ObjectList, Error> {
+        let p = self.scope_list(params);
+        self.client
+            .list_reusing(&self.resource, self.namespace.as_deref(), &p, Some(pool))
+            .await
+    }
+
+    /// A WATCH of this scope (its selectors ANDed with `params`').
+    pub async fn watch(&self, params: &WatchParams) -> Result<WatchStream, Error> {
+        let p = self.scope_watch(params);
+        self.client
+            .watch(&self.resource, self.namespace.as_deref(), &p)
+            .await
+    }
 }

@@ -27,7 +27,6 @@ use kwh_client::params::{ListParams, WatchParams};
 use kwh_client::resource::ApiResource;
 use kwh_client::watch::WatchEvent;
 use kwh_client::Error;
-use kwh_informer::lister_watcher::ListerWatcher;
 
 const SAMPLES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -1154,7 +1153,7 @@ async fn lister_lists_pages_with_scope_selectors_spec_6_2() {
         .await;
         let rc = ResourceClient::new(Client::new(plain_config(&s)).unwrap(), cm_res(), None)
             .fields("metadata.namespace=samples");
-        // The reflector drives a ListerWatcher from spawned tasks: the futures must be Send.
+        // The reflector lists from spawned tasks: the futures must be Send.
         let rc2 = rc.clone();
         let p1 = tokio::spawn(async move { rc2.list(&ListParams::default().limit(2)).await })
             .await

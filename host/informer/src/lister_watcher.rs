@@ -46,10 +46,7 @@ impl ListerWatcher for ResourceClient {
     }
 
     async fn list(&self, params: &ListParams) -> Result<ObjectList, Error> {
-        let p = self.scope_list(params);
-        self.client
-            .list(&self.resource, self.namespace.as_deref(), &p)
-            .await
+        ResourceClient::list(self, params).await
     }
 
     async fn list_reusing(
@@ -57,16 +54,10 @@ impl ListerWatcher for ResourceClient {
         params: &ListParams,
         pool: Arc<dyn ObjectPool>,
     ) -> Result<ObjectList, Error> {
-        let p = self.scope_list(params);
-        self.client
-            .list_reusing(&self.resource, self.namespace.as_deref(), &p, Some(pool))
-            .await
+        ResourceClient::list_reusing(self, params, pool).await
     }
 
     async fn watch(&self, params: &WatchParams) -> Result<WatchStream, Error> {
-        let p = self.scope_watch(params);
-        self.client
-            .watch(&self.resource, self.namespace.as_deref(), &p)
-            .await
+        ResourceClient::watch(self, params).await
     }
 }

@@ -1588,3 +1588,96 @@ async fn convergence_under_faults_5000_writes_500_objects() {
     r.stop().await;
     e.h.shutdown().await;
 }
+
+// ---- moved from the emulator's tests: the informer is above the emulator's crate ----
+
+/// The next notification line of `informer_syncs_and_recovers_from_faults`, within `STEP`.
+async fn next_line(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> String {
+    tokio::time::timeout(STEP, rx.recv())
+        .await
+        .expect("no informer notification in time")
+        .expect("handler channel closed")
+}
+
+/// The informer pipeline (reflector, DeltaFIFO, store, handlers) against the emulator, through
+/// an injected 410 and dropped connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn informer_syncs_and_recovers_from_faults() {
+    let h = Emulator::builder().start().await.unwrap();
+    let cfg = Config::from_kubeconfig_str(
+        &h.kubeconfig(),
+        &std::env::temp_dir(),
+        &KubeconfigOptions::default(),
+    )
+    .unwrap();
+    let client = Client::new(cfg).unwrap();
+    let cm = Discovery::new(client.clone())
+        .resolve("v1", "ConfigMap")
+        .await
+        .unwrap();
+    let mk = |name: &str, app: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default", "labels": {"app": app}}});
+    h.create(mk("a", "web")).unwrap();
+    h.create(mk("b", "db")).unwrap();
+    let lw = ResourceClient::new(client, cm, Some("default".into())).labels("app=web");
+    let inf = SharedIndexInformer::new(lw, InformerOptions::default());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let (tx2, tx3) = (tx.clone(), tx.clone());
+    inf.add_event_handler(Arc::new(HandlerFns {
+        add: Some(Box::new(move |o, _| {
+            drop(tx.send(format!("add {}", o.name())))
+        })),
+        update: Some(Box::new(move |_, n| {
+            drop(tx2.send(format!("update {}", n.name())))
+        })),
+        delete: Some(Box::new(move |_| drop(tx3.send("delete".into())))),
+    }))
+    .unwrap();
+    let runner = {
+        let inf = inf.clone();
+        tokio::spawn(async move { inf.run().await })
+    };
+    assert!(tokio::time::timeout(STEP, inf.wait_for_sync())
+        .await
+        .unwrap());
+    assert_eq!(
+        tokio::time::timeout(STEP, rx.recv())
+            .await
+            .unwrap()
+            .unwrap(),
+        "add a"
+    );
+    assert_eq!(inf.indexer().list_keys(), ["default/a"]);
+
+    assert!(h.wait_for_open_watches("/configmaps", 1, STEP).await);
+    h.faults().inject_expired();
+    h.create(mk("c", "web")).unwrap();
+    // The 410 makes the reflector relist: `a` comes back as an update (a Replaced delta).
+    let mut seen = vec![next_line(&mut rx).await, next_line(&mut rx).await];
+    seen.sort();
+    assert_eq!(seen, ["add c", "update a"]);
+
+    assert!(h.wait_for_open_watches("/configmaps", 1, STEP).await);
+    h.faults().drop_connections();
+    let mut moved = h.get("v1", "ConfigMap", Some("default"), "a").unwrap();
+    moved["metadata"]["labels"]["app"] = "db".into();
+    h.update(moved).unwrap();
+    // `a` leaving the selector is a delete (the reflector may relist after the broken
+    // connection, which replays the rest as updates).
+    loop {
+        match next_line(&mut rx).await.as_str() {
+            "delete" => break,
+            u if u.starts_with("update ") => continue,
+            other => panic!("unexpected notification {other}"),
+        }
+    }
+    let mut keys = inf.indexer().list_keys();
+    keys.sort();
+    assert_eq!(keys, ["default/c"]);
+    inf.stop();
+    let ran = tokio::time::timeout(STEP, runner)
+        .await
+        .expect("the informer stops when asked")
+        .expect("its task does not panic");
+    assert!(ran.is_ok(), "run ends cleanly: {ran:?}");
+    h.shutdown().await;
+}

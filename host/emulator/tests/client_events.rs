@@ -3,11 +3,11 @@
 //! retries, and the body the API server receives. API writes are counted with the emulator's
 //! request counters; stored Events are read from its store directly (no request counted).
 
-mod support;
+mod emulator_common;
 
 use std::time::{Duration, Instant};
 
-use support::emulator;
+use emulator_common::emulator_and_client as emulator;
 
 use serde_json::{json, Value};
 use tokio::sync::oneshot;

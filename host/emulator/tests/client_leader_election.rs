@@ -4,11 +4,11 @@
 //! closes its own fence before its lease can expire and writes nothing afterwards. The
 //! semantics are client-go's `tools/leaderelection` with a `LeaseLock`.
 
-mod support;
+mod emulator_common;
 
 use std::time::{Duration, Instant};
 
-use support::emulator;
+use emulator_common::emulator_and_client as emulator;
 
 use kwh_client::leader_election::{ElectionConfig, Ended, LeaderElection, Role, Timings};
 use kwh_client::leases::LeaseClient;
