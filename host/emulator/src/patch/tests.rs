@@ -956,14 +956,14 @@ fn kubectl_patch(obj: &Value, ty: &str, patch: &Value) -> Result<Value, String> 
 }
 
 fn strategic_cases() -> Vec<(&'static str, Value, Value)> {
+    let mut cases = merge_cases();
+    cases.extend(order_cases());
+    cases
+}
+
+/// Merges of keyed lists, maps and metadata, with and without directives.
+fn merge_cases() -> Vec<(&'static str, Value, Value)> {
     let d = deployment();
-    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
-                     "spec": {"selector": {"app": "a"},
-                              "ports": [{"port": 80, "targetPort": 8080}, {"port": 443}]}});
-    let abc = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-                     "spec": {"containers": [{"name": "a", "image": "1"},
-                                             {"name": "b", "image": "2"},
-                                             {"name": "c", "image": "3"}]}});
     vec![
         (
             "keyed lists merge",
@@ -1015,6 +1015,20 @@ fn strategic_cases() -> Vec<(&'static str, Value, Value)> {
                 "$setElementOrder/containers": [{"name": "side"}, {"name": "web"}],
                 "containers": [{"name": "side", "image": "busybox:2"}]}}}}),
         ),
+    ]
+}
+
+/// `$setElementOrder`, primitive lists and Service ports.
+fn order_cases() -> Vec<(&'static str, Value, Value)> {
+    let d = deployment();
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+                     "spec": {"selector": {"app": "a"},
+                              "ports": [{"port": 80, "targetPort": 8080}, {"port": 443}]}});
+    let abc = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                     "spec": {"containers": [{"name": "a", "image": "1"},
+                                             {"name": "b", "image": "2"},
+                                             {"name": "c", "image": "3"}]}});
+    vec![
         (
             "primitive order",
             d.clone(),
