@@ -13,7 +13,7 @@ use super::ownership::Ownership;
 /// Host-wide settings of the plugin runtime.
 #[derive(Debug, Clone)]
 pub struct RuntimeOptions {
-    /// Sandbox limits of every plugin started without its own ([`PluginSpec::with_defaults`]).
+    /// Sandbox limits of every plugin started without its own ([`PluginSpec::with_defaults`](crate::PluginSpec::with_defaults)).
     pub limits: Limits,
     /// Restricts watches that name no namespace to this one (namespaced kinds only), for every
     /// plugin started without its own.
