@@ -1603,18 +1603,7 @@ async fn next_line(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> Str
 /// an injected 410 and dropped connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn informer_syncs_and_recovers_from_faults() {
-    let h = Emulator::builder().start().await.unwrap();
-    let cfg = Config::from_kubeconfig_str(
-        &h.kubeconfig(),
-        &std::env::temp_dir(),
-        &KubeconfigOptions::default(),
-    )
-    .unwrap();
-    let client = Client::new(cfg).unwrap();
-    let cm = Discovery::new(client.clone())
-        .resolve("v1", "ConfigMap")
-        .await
-        .unwrap();
+    let Env { h, client, cm } = env(Emulator::builder()).await;
     let mk = |name: &str, app: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default", "labels": {"app": app}}});
     h.create(mk("a", "web")).unwrap();
     h.create(mk("b", "db")).unwrap();
