@@ -304,21 +304,23 @@ async fn membership_rv(rs: &mut Replicas, id: usize) -> Option<String> {
     let (_, body) = rs.replicas[id].get("/statusz").await;
     let v: serde_json::Value = serde_json::from_str(&body).expect("statusz");
     let identity = v["replica"]["identity"].as_str().expect("identity");
-    let name = kwh_plugin::membership::lease_name("kube-wasm-host", identity);
-    let lease = kwh_client::leases::LeaseClient::new(rs.emulator.client.clone(), "default", "test")
-        .get(&name)
-        .await
-        .expect("get");
+    let name = kwh_coordination::membership::lease_name("kube-wasm-host", identity);
+    let lease =
+        kwh_coordination::leases::LeaseClient::new(rs.emulator.client.clone(), "default", "test")
+            .get(&name)
+            .await
+            .expect("get");
     lease.map(|l| l.resource_version)
 }
 
 /// The notes of the host's `LeaderElection` Events on the leader Lease (`default/kube-wasm-host`,
 /// named by its uid too, as `kubectl describe` matches them), as the API server lists them.
 async fn leader_event_notes(rs: &Replicas) -> BTreeSet<String> {
-    let lease = kwh_client::leases::LeaseClient::new(rs.emulator.client.clone(), "default", "test")
-        .get("kube-wasm-host")
-        .await
-        .expect("get the leader Lease");
+    let lease =
+        kwh_coordination::leases::LeaseClient::new(rs.emulator.client.clone(), "default", "test")
+            .get("kube-wasm-host")
+            .await
+            .expect("get the leader Lease");
     let Some(uid) = lease.map(|l| l.uid).filter(|u| !u.is_empty()) else {
         return BTreeSet::new();
     };

@@ -10,11 +10,11 @@ use clap::Args;
 use serde::Deserialize;
 
 use kwh_client::duration::parse_duration;
-use kwh_client::events::{EventRecorder, EventType, NewEvent, ObjectRef};
-use kwh_client::leader_election::{ElectionConfig, Fence, LeaderElection, Role, Timings};
 use kwh_client::Client;
-use kwh_plugin::membership::{LeaderLink, MemberState, Membership};
-use kwh_plugin::ownership::{ElectionStatus, Gain, Ownership, Shards};
+use kwh_coordination::leader_election::{ElectionConfig, Fence, LeaderElection, Role, Timings};
+use kwh_coordination::membership::{LeaderLink, MemberState, Membership};
+use kwh_coordination::ownership::{ElectionStatus, Gain, Ownership, Shards};
+use kwh_plugin::events::{EventRecorder, EventType, NewEvent, ObjectRef};
 
 /// The flags. Durations are written as kube-controller-manager's flags take them (`15s`,
 /// `1500ms`); the defaults are client-go's.

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use kwh_client::events::NewEvent;
 use kwh_client::object::Object;
 use kwh_plugin::backend::BoxFuture;
+use kwh_plugin::events::NewEvent;
 use kwh_plugin::{
     ApiError, Backends, ClientBackend, EventBackend, ListerBackend, QueueBackend, WriteRequest,
 };

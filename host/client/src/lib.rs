@@ -3,9 +3,10 @@
 //! ## In this crate
 //!
 //! Access to a Kubernetes API server over hyper: configuration, the HTTP client, discovery,
-//! resource paths, the watch-stream decoder, selectors, the `Status` error type, and an Event
-//! recorder that aggregates as client-go does and never waits on the API (`events`), Leases
-//! (`leases`) and leader election over one (`leader_election`).
+//! resource paths, the watch-stream decoder, selectors, the `Status` error type, and the RFC 3339
+//! times the API writes (`time`). Events and Leases, which are controllers' concerns rather than
+//! a client's, live above it: the Event recorder in `kwh-plugin`, Leases and leader election in
+//! `kwh-coordination`.
 
 mod auth;
 pub mod client;
@@ -15,12 +16,9 @@ pub mod decode;
 pub mod discovery;
 pub mod duration;
 pub mod error;
-pub mod events;
 #[doc(hidden)]
 pub mod fuzzing;
 mod json;
-pub mod leader_election;
-pub mod leases;
 pub mod object;
 pub mod params;
 pub mod proxy;

@@ -408,6 +408,17 @@ impl EmulatorHandle {
         self.kubeconfig_for(self.shared.token.as_deref())
     }
 
+    /// A client of this emulator, configured as [`Self::kubeconfig`] would configure it: what
+    /// tests of code built on `kwh-client` start from.
+    pub fn client(&self) -> Result<kwh_client::Client, kwh_client::Error> {
+        let config = kwh_client::Config::from_kubeconfig_str(
+            &self.kubeconfig(),
+            &std::env::temp_dir(),
+            &kwh_client::config::KubeconfigOptions::default(),
+        )?;
+        kwh_client::Client::new(config)
+    }
+
     /// A kubeconfig that authenticates with `token` (a user's or a ServiceAccount's).
     pub fn kubeconfig_with_token(&self, token: &str) -> String {
         self.kubeconfig_for(Some(token))

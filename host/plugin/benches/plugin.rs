@@ -279,7 +279,7 @@ async fn dispatch(guest: &Path, size: usize, runs: usize, n: u32) -> DispatchCos
         .expect("load")
         .activate(queueing_backends());
     let health = Arc::new(Health::new(plugin.name(), QuarantinePolicy::default()));
-    let own = kwh_plugin::ownership::Ownership::single().for_plugin(plugin.name(), false);
+    let own = kwh_coordination::ownership::Ownership::single().for_plugin(plugin.name(), false);
     let d = Dispatcher::new(&plugin, health, RetryPolicy::default(), own).expect("dispatcher");
     let handler = d.handler(0);
     let obj = object(size);

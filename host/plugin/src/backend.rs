@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use kwh_client::events::NewEvent;
+use crate::events::NewEvent;
 use kwh_client::object::Object;
 
 /// A boxed future: client backends do network I/O, and one allocation per write is noise next to it.
@@ -228,9 +228,9 @@ pub trait EventBackend: Send + Sync {
     fn record(&self, reporting_controller: &str, event: NewEvent);
 }
 
-impl EventBackend for kwh_client::events::EventRecorder {
+impl EventBackend for crate::events::EventRecorder {
     fn record(&self, reporting_controller: &str, event: NewEvent) {
-        kwh_client::events::EventRecorder::record(self, reporting_controller, event);
+        crate::events::EventRecorder::record(self, reporting_controller, event);
     }
 }
 

@@ -17,12 +17,12 @@ use super::backend::{
     QueueBackend, WriteOp, WriteRequest,
 };
 use super::index::IndexNames;
-use super::ownership::{Admit, Ownership, PluginOwnership};
 use super::reconcile::PluginQueue;
 use kwh_client::client::{Deleted, Patch, WriteParams};
 use kwh_client::object::{with_object_key, Object};
 use kwh_client::selector::LabelSelector;
 use kwh_client::{ApiResource, Client};
+use kwh_coordination::ownership::{Admit, Ownership, PluginOwnership};
 use kwh_informer::store::{Store, NAMESPACE_INDEX};
 
 /// One watched scope's cache: the informer's indexer, the namespace it is limited to, and the
@@ -670,8 +670,8 @@ mod tests {
 
     #[tokio::test]
     async fn writes_are_refused_when_not_active_or_for_a_key_that_moved_away() {
-        use super::super::ownership::Shards;
-        use kwh_client::leader_election::Fence;
+        use kwh_coordination::leader_election::Fence;
+        use kwh_coordination::ownership::Shards;
         use std::time::Instant;
         let client = Client::new(kwh_client::Config::new(
             "http://127.0.0.1:9".parse().unwrap(),

@@ -20,9 +20,9 @@ use super::handover::{Change, HandedOver};
 use super::health::{Admission, Health};
 use super::instance::{GuestError, PluginInstance};
 use super::loader::Plugin;
-use super::ownership::PluginOwnership;
 use kwh_client::clip::clip;
 use kwh_client::object::Object;
+use kwh_coordination::ownership::PluginOwnership;
 use kwh_informer::processor::{
     listen_with, EventHandler, Notification, Notifications, ResourceEventHandler,
 };

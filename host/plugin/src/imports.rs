@@ -21,7 +21,7 @@ use super::bindings::v0_2::ControllerBase;
 use super::handover::Change;
 use super::instance::HostState;
 use super::manifest::Verb;
-use kwh_client::events::{EventType, NewEvent, ObjectRef};
+use crate::events::{EventType, NewEvent, ObjectRef};
 use kwh_client::object::{object_key, Object};
 
 /// The linker every plugin is pre-linked against: WASI p2 (with nothing ambient granted per store)

@@ -8,7 +8,7 @@ use kwh_informer::backoff::Backoff;
 use super::dispatch::RetryPolicy;
 use super::health::QuarantinePolicy;
 use super::instance::Limits;
-use super::ownership::Ownership;
+use kwh_coordination::ownership::Ownership;
 
 /// Host-wide settings of the plugin runtime.
 #[derive(Debug, Clone)]

@@ -16,8 +16,8 @@ use super::fairness::Slice;
 use super::health::Health;
 use super::instance::{GuestError, Outcome, PluginInstance};
 use super::loader::Plugin;
-use super::ownership::{Admit, PluginOwnership};
 use kwh_client::clip::clip;
+use kwh_coordination::ownership::{Admit, PluginOwnership};
 use kwh_informer::workqueue::metrics::HistogramSnapshot;
 use kwh_informer::workqueue::RateLimitingQueue;
 

@@ -26,10 +26,10 @@ use super::engine::PluginEngine;
 use super::health::{Health, HealthSnapshot, Phase};
 use super::instance::Limits;
 use super::loader::Plugin;
-use super::ownership::Ownership;
 use super::reconcile::ReconcileStats;
 use super::watch_counters::{live_counters, CounterMap, CountingLw, LwCounters};
-use kwh_client::events::EventRecorder;
+use crate::events::EventRecorder;
+use kwh_coordination::ownership::Ownership;
 use kwh_informer::shared::{HandlerRegistration, SharedIndexInformer};
 use kwh_informer::workqueue::metrics::encode_family;
 use kwh_informer::workqueue::Registry;
@@ -314,7 +314,7 @@ fn replica_json(own: &Ownership) -> serde_json::Value {
 
 /// The replica's role as one `/readyz` line, and whether it lost its lease; none when alone.
 fn replica_line(own: &Ownership) -> Option<(bool, String)> {
-    use kwh_client::leader_election::Role;
+    use kwh_coordination::leader_election::Role;
     let mut line = String::new();
     let mut lost = false;
     if let Some(e) = own.election() {
@@ -360,8 +360,8 @@ fn replica_line(own: &Ownership) -> Option<(bool, String)> {
     Some((lost, line))
 }
 
-fn role_name(r: &kwh_client::leader_election::Role) -> &'static str {
-    use kwh_client::leader_election::Role;
+fn role_name(r: &kwh_coordination::leader_election::Role) -> &'static str {
+    use kwh_coordination::leader_election::Role;
     match r {
         Role::Standby { .. } => "standby",
         Role::Leader => "leader",

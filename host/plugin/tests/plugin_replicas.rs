@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use kwh_client::leader_election::{Fence, Role, Timings};
-use kwh_plugin::membership::{MemberState, Membership};
-use kwh_plugin::ownership::{ElectionStatus, Ownership, Shards};
+use kwh_coordination::leader_election::{Fence, Role, Timings};
+use kwh_coordination::membership::{MemberState, Membership};
+use kwh_coordination::ownership::{ElectionStatus, Ownership, Shards};
 use kwh_plugin::RuntimeOptions;
 use support::cluster::{client, cm, emulator, eventually, get_cm, runtime_with, start};
 
@@ -92,7 +92,7 @@ async fn a_standby_acts_on_nothing_and_a_new_leader_catches_up_from_its_cache() 
     // Leading: the cache is replayed to the handlers, every object is reconciled.
     fence.open_until(Instant::now() + Duration::from_secs(3600));
     role.send_replace(Role::Leader);
-    own.gained(kwh_plugin::ownership::Gain::Leadership);
+    own.gained(kwh_coordination::ownership::Gain::Leadership);
     assert!(
         eventually(T, || copies(&em) == 20).await,
         "the new leader made {} of 20 copies",
@@ -354,7 +354,7 @@ async fn takeovers_during_a_stream_of_updates_and_deletes_keep_each_objects_orde
     fence.open_until(Instant::now() + Duration::from_secs(3600));
     let mut takeovers = 0;
     while !writer.is_finished() {
-        own.gained(kwh_plugin::ownership::Gain::Leadership);
+        own.gained(kwh_coordination::ownership::Gain::Leadership);
         takeovers += 1;
         tokio::time::sleep(Duration::from_millis(15)).await;
     }
@@ -480,7 +480,7 @@ async fn a_join_replays_nothing_and_a_leave_replays_only_the_keys_that_moved() {
     // B's keys: those B admits under the two-member view it still holds.
     let b_keys: std::collections::BTreeSet<String> = (0..N)
         .map(|i| format!("{NS}/cm-{i}"))
-        .filter(|k| shards_b.admit("journal", k) != kwh_plugin::ownership::Admit::No)
+        .filter(|k| shards_b.admit("journal", k) != kwh_coordination::ownership::Admit::No)
         .collect();
     assert!(
         (30..90).contains(&b_keys.len()),
@@ -519,10 +519,10 @@ async fn a_join_replays_nothing_and_a_leave_replays_only_the_keys_that_moved() {
 /// before another replica could count the lease as expired (4 s here), and say why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_held_across_the_fence_closing_is_abandoned_before_the_lease_runs_out() {
-    use kwh_client::events::{EventRecorder, EventType, NewEvent, ObjectRef, RecorderConfig};
     use kwh_client::{ApiResource, Config};
     use kwh_plugin::backend::{ClientBackend, PatchKind, WriteOp, WriteRequest};
     use kwh_plugin::backends::KubeClientBackend;
+    use kwh_plugin::events::{EventRecorder, EventType, NewEvent, ObjectRef, RecorderConfig};
     use support::freeze_proxy::FreezeProxy;
 
     const RENEW_DEADLINE: Duration = Duration::from_secs(2);

@@ -1,6 +1,6 @@
 //! The Events a guest records, kept in order instead of written, so tests assert on them.
 //!
-//! Production aggregates and rate-limits before writing (`kwh_client::events`); a unit test
+//! Production aggregates and rate-limits before writing (`kwh_plugin::events`); a unit test
 //! wants to see every `record` call as the guest made it, so nothing is aggregated here.
 
 use std::time::SystemTime;
@@ -8,8 +8,8 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 
 use super::clock::VirtualClock;
-use kwh_client::events::{EventType, NewEvent};
 use kwh_plugin::backend::EventBackend;
+use kwh_plugin::events::{EventType, NewEvent};
 
 /// One `events.record` call.
 #[derive(Debug, Clone)]

@@ -335,16 +335,3 @@ pub async fn run(c: &mut tokio::process::Command) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
-
-/// A fresh in-process emulator on a loopback port, and a `kwh_client::Client` through its
-/// kubeconfig (for the tests of the client's recorder and leader election against it).
-pub async fn emulator_and_client() -> (kwh_emulator::EmulatorHandle, kwh_client::Client) {
-    let h = kwh_emulator::Emulator::builder().start().await.unwrap();
-    let cfg = kwh_client::Config::from_kubeconfig_str(
-        &h.kubeconfig(),
-        &std::env::temp_dir(),
-        &kwh_client::config::KubeconfigOptions::default(),
-    )
-    .unwrap();
-    (h, kwh_client::Client::new(cfg).unwrap())
-}

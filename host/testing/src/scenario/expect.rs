@@ -13,7 +13,7 @@ use super::{
 };
 use crate::{LogLevel, LogSource};
 use kwh_client::duration::parse_duration;
-use kwh_client::events::EventType;
+use kwh_plugin::events::EventType;
 
 /// A key expected in the queue's waiting set: `{key, in}`.
 fn waiting(v: &Value, at: &str) -> R<(String, Duration)> {

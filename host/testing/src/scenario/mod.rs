@@ -16,7 +16,7 @@ mod yaml;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use kwh_client::events::EventType;
+use kwh_plugin::events::EventType;
 use serde_json::Value;
 
 pub use kwh_client::duration::parse_duration;

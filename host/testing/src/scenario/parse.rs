@@ -212,7 +212,7 @@ mod tests {
         EnqueueExpect, EventExpect, OutcomeExpect, RegardingExpect, ResultExpect,
     };
     use crate::LogLevel;
-    use kwh_client::events::EventType;
+    use kwh_plugin::events::EventType;
 
     fn p(text: &str) -> Result<Scenario, ScenarioError> {
         parse(Path::new("s.yaml"), text)

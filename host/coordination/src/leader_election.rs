@@ -28,11 +28,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use crate::client::Client;
-use crate::error::Error;
 use crate::leases::{lease_resource, Lease, LeaseClient, LeaseSpec};
-use crate::params::WatchParams;
-use crate::watch::WatchStream;
+use kwh_client::client::Client;
+use kwh_client::params::WatchParams;
+use kwh_client::watch::WatchStream;
+use kwh_client::Error;
 
 /// The timings of an election: client-go's defaults are 15 s, 10 s and 2 s.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -351,7 +351,7 @@ impl Candidate {
         if self.is_leader() && self.observed_expiry().is_some_and(|e| now < e) {
             if let Some(cur) = self.observed.clone() {
                 let spec = LeaseSpec {
-                    renew_time: Some(crate::time::micro_time(wall)),
+                    renew_time: Some(kwh_client::time::micro_time(wall)),
                     lease_duration_seconds: Some(secs),
                     holder_identity: Some(self.cfg.identity.clone()),
                     ..cur.spec.clone()
@@ -401,7 +401,7 @@ impl Candidate {
         let Some(cur) = self.observed.clone() else {
             return Ok(());
         };
-        let wall = crate::time::micro_time(SystemTime::now());
+        let wall = kwh_client::time::micro_time(SystemTime::now());
         let spec = LeaseSpec {
             holder_identity: Some(String::new()),
             lease_duration_seconds: Some(1),

@@ -22,9 +22,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use super::ownership::{Ownership, Shards};
-use kwh_client::leader_election::{Fence, LeaderSeen, Timings};
-use kwh_client::leases::{Lease, LeaseClient, LeaseSpec};
+use crate::leader_election::{Fence, LeaderSeen, Timings};
+use crate::leases::{Lease, LeaseClient, LeaseSpec};
+use crate::ownership::{Ownership, Shards};
 use kwh_client::{Client, Error};
 
 /// The label that marks a group's membership Leases; its value is the group.

@@ -3,23 +3,27 @@
 //! retries, and the body the API server receives. API writes are counted with the emulator's
 //! request counters; stored Events are read from its store directly (no request counted).
 
-mod emulator_common;
-
 use std::time::{Duration, Instant};
-
-use emulator_common::emulator_and_client as emulator;
 
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use kwh_client::events::{
+use kwh_emulator::EmulatorHandle;
+use kwh_plugin::events::{
     EventRecorder, EventStats, EventType, EventWriter, NewEvent, ObjectRef, RecorderConfig,
 };
-use kwh_emulator::EmulatorHandle;
 
 /// Bound on every wait; the tests finish far sooner.
 const LIMIT: Duration = Duration::from_secs(20);
+
+/// A fresh emulator on a loopback port, and a client of it.
+async fn emulator() -> (kwh_emulator::EmulatorHandle, kwh_client::Client) {
+    let h = kwh_emulator::Emulator::builder().start().await.unwrap();
+    let client = h.client().unwrap();
+    (h, client)
+}
+
 const CONTROLLER: &str = "janitor";
 
 fn cm(name: &str) -> ObjectRef {
@@ -467,7 +471,7 @@ async fn created_events_have_the_shape_of_the_recorded_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_fence_stops_every_event_write() {
     let (h, client) = emulator().await;
-    let fence = kwh_client::leader_election::Fence::closed();
+    let fence = kwh_coordination::leader_election::Fence::closed();
     let (recorder, writer) = EventRecorder::new(
         client,
         RecorderConfig {

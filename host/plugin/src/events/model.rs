@@ -121,5 +121,5 @@ pub(super) fn truncate_note(note: &mut String) {
 
 /// Cut to at most `max` bytes, at a character boundary.
 pub(super) fn truncate_at(s: &mut String, max: usize) {
-    s.truncate(crate::clip::floor_char_boundary(s, max));
+    s.truncate(kwh_client::clip::floor_char_boundary(s, max));
 }

@@ -13,11 +13,11 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::client::{Client, WriteParams};
-use crate::error::Error;
-use crate::params::ListParams;
-use crate::resource::ApiResource;
-use crate::time::{self, micro_time};
+use kwh_client::client::{Client, WriteParams};
+use kwh_client::params::ListParams;
+use kwh_client::resource::ApiResource;
+use kwh_client::time::{self, micro_time};
+use kwh_client::Error;
 
 /// The Lease resource.
 pub fn lease_resource() -> ApiResource {
@@ -240,7 +240,7 @@ impl LeaseClient {
     /// DELETE a Lease if it still has the resourceVersion given (a precondition: a lease that
     /// changed hands meanwhile is left alone). A missing lease is not an error.
     pub async fn delete(&self, current: &Lease) -> Result<(), Error> {
-        let params = crate::client::DeleteParams {
+        let params = kwh_client::client::DeleteParams {
             precondition_resource_version: Some(current.resource_version.clone()),
             ..Default::default()
         };

@@ -4,18 +4,21 @@
 //! closes its own fence before its lease can expire and writes nothing afterwards. The
 //! semantics are client-go's `tools/leaderelection` with a `LeaseLock`.
 
-mod emulator_common;
-
 use std::time::{Duration, Instant};
 
-use emulator_common::emulator_and_client as emulator;
-
-use kwh_client::leader_election::{ElectionConfig, Ended, LeaderElection, Role, Timings};
-use kwh_client::leases::LeaseClient;
 use kwh_client::Client;
+use kwh_coordination::leader_election::{ElectionConfig, Ended, LeaderElection, Role, Timings};
+use kwh_coordination::leases::LeaseClient;
 
 /// Bound on every wait; the tests finish far sooner.
 const LIMIT: Duration = Duration::from_secs(20);
+
+/// A fresh emulator on a loopback port, and a client of it.
+async fn emulator() -> (kwh_emulator::EmulatorHandle, kwh_client::Client) {
+    let h = kwh_emulator::Emulator::builder().start().await.unwrap();
+    let client = h.client().unwrap();
+    (h, client)
+}
 
 fn timings() -> Timings {
     Timings {
@@ -188,7 +191,7 @@ async fn three_candidates_never_hold_open_fences_at_once_through_crashes_and_rel
         candidate(&client, "c"),
     ];
     let fences: Vec<_> = alive.iter().map(|e| e.fence()).collect();
-    let sample = |fences: &[kwh_client::leader_election::Fence]| {
+    let sample = |fences: &[kwh_coordination::leader_election::Fence]| {
         fences.iter().filter(|f| f.is_open()).count()
     };
     let sampler = {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use parking_lot::RwLock;
 use tokio::sync::{broadcast, watch};
 
-use kwh_client::leader_election::{Fence, Role};
+use crate::leader_election::{Fence, Role};
 
 /// What a replica may do with a key now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

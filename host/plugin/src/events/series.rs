@@ -8,7 +8,7 @@ use bytes::Bytes;
 use serde::Serialize;
 
 use super::model::{EventType, ObjectRef};
-use crate::time::micro_time;
+use kwh_client::time::micro_time;
 
 /// What makes events isomorphic: client-go's `tools/events` `getKey` field by field (type,
 /// action, reason, reporting controller, reporting instance, regarding, related), checked

@@ -35,9 +35,9 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tracing::Instrument;
 
-use crate::client::{Client, Patch, WriteParams};
-use crate::error::Error;
-use crate::resource::ApiResource;
+use kwh_client::client::{Client, Patch, WriteParams};
+use kwh_client::resource::ApiResource;
+use kwh_client::Error;
 
 mod model;
 mod series;
@@ -80,7 +80,7 @@ pub struct RecorderConfig {
     pub shutdown_grace: Duration,
     /// While closed, nothing is written (a standby, or a leader whose lease may have passed
     /// to another replica): the write is given up and counted as a failure.
-    pub fence: Option<crate::leader_election::Fence>,
+    pub fence: Option<kwh_coordination::leader_election::Fence>,
 }
 
 impl RecorderConfig {
@@ -747,7 +747,7 @@ impl EventWriter {
     }
 
     /// Runs a write (its retries included) behind the configured fence: refused while it is
-    /// closed, abandoned the moment it closes (see [`crate::leader_election::Fence::guard`]).
+    /// closed, abandoned the moment it closes (see [`kwh_coordination::leader_election::Fence::guard`]).
     async fn fenced<T>(&self, write: impl Future<Output = T>) -> Result<T, WriteError> {
         match &self.shared.config.fence {
             Some(f) => f.guard(write).await.map_err(|_| WriteError::Fenced),
@@ -1090,7 +1090,7 @@ mod tests {
             "/../../../shared/apiserver-samples/rbac-leases-events/ev.request.json"
         ))
         .unwrap();
-        let when = crate::time::parse("2026-11-24T22:59:48.085870Z").unwrap();
+        let when = kwh_client::time::parse("2026-11-24T22:59:48.085870Z").unwrap();
         let s = Series {
             key: Arc::new(SeriesKey {
                 controller: "janitor".into(),
@@ -1124,7 +1124,7 @@ mod tests {
             "/../../../shared/apiserver-samples/rbac-leases-events/evseries.request.json"
         ))
         .unwrap();
-        let observed = crate::time::parse("2026-11-24T22:59:48.420308Z").unwrap();
+        let observed = kwh_client::time::parse("2026-11-24T22:59:48.420308Z").unwrap();
         let patch = series_patch(2, observed).unwrap();
         assert_eq!(
             std::str::from_utf8(&patch).unwrap(),
