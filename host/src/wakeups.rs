@@ -55,12 +55,12 @@ impl Batching {
     }
 
     /// Adds the park and unpark hooks to `builder`. Even with a zero window a thread about to
-    /// park disarms its guest-deadline timer ([`kwh_plugin::watchdog::thread_idle`]): an idle
+    /// park disarms its guest-deadline timer ([`kwh_sandbox::watchdog::thread_idle`]): an idle
     /// thread then gets no timer signal, where it would otherwise get one more after its last
     /// guest call.
     pub fn install(self, builder: &mut tokio::runtime::Builder) {
         if self.window.is_zero() {
-            builder.on_thread_park(kwh_plugin::watchdog::thread_idle);
+            builder.on_thread_park(kwh_sandbox::watchdog::thread_idle);
             return;
         }
         builder
@@ -69,7 +69,7 @@ impl Batching {
     }
 
     fn before_park(self) {
-        kwh_plugin::watchdog::thread_idle();
+        kwh_sandbox::watchdog::thread_idle();
         if self.waits(Instant::now()) {
             std::thread::sleep(self.window);
         }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use wasmtime::component::{HasSelf, Linker, WasmStr};
-use wasmtime::{Engine, StoreContextMut};
+use wasmtime::StoreContextMut;
 
 use super::backend::{
     ApiError, BoxFuture, DeleteParams, PatchKind, Propagation, WriteOp, WriteRequest,
@@ -19,19 +19,22 @@ use super::bindings::v0_2::kube::controller::{
 };
 use super::bindings::v0_2::ControllerBase;
 use super::handover::Change;
-use super::instance::HostState;
+use super::instance::GuestState;
 use super::manifest::Verb;
 use crate::events::{EventType, NewEvent, ObjectRef};
 use kwh_client::object::{object_key, Object};
+use kwh_sandbox::Sandboxed;
 
 /// The linker every plugin is pre-linked against: WASI p2 (with nothing ambient granted per store)
 /// and the `kube:controller` imports of every contract version the host serves, side by side
 /// (each version's interfaces are separate instances, `…/lister@0.1.0` and `…/lister@0.2.0`).
-pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
-    let mut linker = Linker::new(engine);
-    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-    ControllerBase::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
-    v0_1::Controller::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+pub(crate) fn linker(
+    engine: &kwh_sandbox::Engine,
+) -> wasmtime::Result<Linker<Sandboxed<GuestState>>> {
+    let mut linker = engine.linker::<GuestState>()?;
+    type Own = HasSelf<GuestState>;
+    ControllerBase::add_to_linker::<_, Own>(&mut linker, Sandboxed::data_mut)?;
+    v0_1::Controller::add_to_linker::<_, Own>(&mut linker, Sandboxed::data_mut)?;
     for version in ["0.1.0", "0.2.0"] {
         add_zero_copy_lister(&mut linker, version)?;
     }
@@ -45,7 +48,10 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
 /// store's shared `Bytes` instead (a reference-count bump) leaves one copy: straight into the
 /// guest's memory. The checks and backend calls are the same helpers the generated trait
 /// methods use, so both paths answer alike.
-fn add_zero_copy_lister(linker: &mut Linker<HostState>, version: &str) -> wasmtime::Result<()> {
+fn add_zero_copy_lister(
+    linker: &mut Linker<Sandboxed<GuestState>>,
+    version: &str,
+) -> wasmtime::Result<()> {
     type Found = Result<Option<Bytes>, wit::ApiError>;
     type Many = Result<Vec<Bytes>, wit::ApiError>;
     fn raw(objs: Vec<Object>) -> Vec<Bytes> {
@@ -57,10 +63,11 @@ fn add_zero_copy_lister(linker: &mut Linker<HostState>, version: &str) -> wasmti
     // not copied into host `String`s, which cost more than the lookup itself).
     lister.func_wrap(
         "get",
-        |store: StoreContextMut<'_, HostState>,
+        |store: StoreContextMut<'_, Sandboxed<GuestState>>,
          (api_version, kind, namespace, name): (WasmStr, WasmStr, Option<WasmStr>, WasmStr)| {
             let namespace = namespace.as_ref().map(|n| n.to_str(&store)).transpose()?;
             let found: Found = store
+                .data()
                 .data()
                 .lister_get(
                     &api_version.to_str(&store)?,
@@ -74,7 +81,7 @@ fn add_zero_copy_lister(linker: &mut Linker<HostState>, version: &str) -> wasmti
     )?;
     lister.func_wrap(
         "list",
-        |mut store: StoreContextMut<'_, HostState>,
+        |mut store: StoreContextMut<'_, Sandboxed<GuestState>>,
          (api_version, kind, namespace, selector): (
             String,
             String,
@@ -82,6 +89,7 @@ fn add_zero_copy_lister(linker: &mut Linker<HostState>, version: &str) -> wasmti
             Option<String>,
         )| {
             let objs: Many = store
+                .data_mut()
                 .data_mut()
                 .lister_list(
                     &api_version,
@@ -96,9 +104,10 @@ fn add_zero_copy_lister(linker: &mut Linker<HostState>, version: &str) -> wasmti
     )?;
     lister.func_wrap(
         "by-index",
-        |mut store: StoreContextMut<'_, HostState>,
+        |mut store: StoreContextMut<'_, Sandboxed<GuestState>>,
          (api_version, kind, index_name, index_value): (String, String, String, String)| {
             let objs: Many = store
+                .data_mut()
                 .data_mut()
                 .lister_by_index(&api_version, &kind, &index_name, &index_value, "by-index")
                 .map(raw);
@@ -109,8 +118,9 @@ fn add_zero_copy_lister(linker: &mut Linker<HostState>, version: &str) -> wasmti
     if version != "0.1.0" {
         lister.func_wrap(
             "get-by-key",
-            |store: StoreContextMut<'_, HostState>, (watch, key): (u32, WasmStr)| {
+            |store: StoreContextMut<'_, Sandboxed<GuestState>>, (watch, key): (u32, WasmStr)| {
                 let found: Found = store
+                    .data()
                     .data()
                     .lister_get_by_key(watch, &key.to_str(&store)?)
                     .map(|o| o.map(|o| o.raw_bytes()));
@@ -132,7 +142,7 @@ impl From<ApiError> for wit::ApiError {
     }
 }
 
-impl HostState {
+impl GuestState {
     fn check_read(&self, api_version: &str, kind: &str, call: &str) -> Result<(), wit::ApiError> {
         if self.ctx.manifest.may_read(api_version, kind) {
             return Ok(());
@@ -302,9 +312,9 @@ fn key_of(o: &Object) -> String {
     object_key(o.namespace(), o.name())
 }
 
-impl wit::Host for HostState {}
+impl wit::Host for GuestState {}
 
-impl lister::Host for HostState {
+impl lister::Host for GuestState {
     fn get(
         &mut self,
         api_version: String,
@@ -436,7 +446,7 @@ impl From<wit::DeleteOptions> for DeleteParams {
     }
 }
 
-impl client::Host for HostState {
+impl client::Host for GuestState {
     async fn create(
         &mut self,
         api_version: String,
@@ -554,7 +564,7 @@ impl client::Host for HostState {
     }
 }
 
-impl queue::Host for HostState {
+impl queue::Host for GuestState {
     fn add(&mut self, key: String) {
         self.ctx.backends.queue.add(&key);
     }
@@ -580,7 +590,7 @@ impl queue::Host for HostState {
     }
 }
 
-impl log::Host for HostState {
+impl log::Host for GuestState {
     fn log(&mut self, level: wit::Level, message: String) {
         if !self.ctx.log.admit() {
             return;
@@ -607,13 +617,13 @@ impl log::Host for HostState {
     }
 }
 
-impl config::Host for HostState {
+impl config::Host for GuestState {
     fn get(&mut self) -> Vec<u8> {
         self.ctx.config_json.to_vec()
     }
 }
 
-impl events::Host for HostState {
+impl events::Host for GuestState {
     fn record(
         &mut self,
         regarding: wit::ObjectReference,
@@ -655,12 +665,12 @@ impl events::Host for HostState {
 /// its 0.2.0 twin and both versions answer alike.
 mod v0_1_imports {
     use super::super::bindings::v0_1::kube::controller::{client, lister, log, queue};
-    use super::{wit, HostState};
+    use super::{wit, GuestState};
 
     type Res<T> = Result<T, wit::ApiError>;
     type Ns = Option<String>;
 
-    impl lister::Host for HostState {
+    impl lister::Host for GuestState {
         fn get(&mut self, av: String, kind: String, ns: Ns, name: String) -> Res<Option<Vec<u8>>> {
             super::lister::Host::get(self, av, kind, ns, name)
         }
@@ -699,7 +709,7 @@ mod v0_1_imports {
         }
     }
 
-    impl client::Host for HostState {
+    impl client::Host for GuestState {
         async fn create(&mut self, av: String, kind: String, ns: Ns, obj: Vec<u8>) -> Res<Vec<u8>> {
             super::client::Host::create(self, av, kind, ns, obj).await
         }
@@ -779,7 +789,7 @@ mod v0_1_imports {
         }
     }
 
-    impl queue::Host for HostState {
+    impl queue::Host for GuestState {
         fn add(&mut self, key: String) {
             super::queue::Host::add(self, key)
         }
@@ -788,7 +798,7 @@ mod v0_1_imports {
         }
     }
 
-    impl log::Host for HostState {
+    impl log::Host for GuestState {
         fn log(&mut self, level: wit::Level, message: String) {
             super::log::Host::log(self, level, message)
         }

@@ -8,21 +8,21 @@
 //! store is thrown away (its state may be inconsistent) and the next call starts from a fresh
 //! instance.
 
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_util::future::Either;
 use kwh_client::object::Object;
-use wasmtime::component::{ComponentType, Func, Lower, ResourceTable, TypedFunc};
-use wasmtime::{ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
-use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
+use kwh_sandbox::{Backstop, GuestClock, Instance, Sandboxed, StoreLimits};
+use wasmtime::component::{ComponentType, Func, Lower, TypedFunc};
+use wasmtime::Store;
+use wasmtime_wasi::WasiCtx;
+
+pub use kwh_sandbox::GuestError;
 
 use super::backend::Backends;
 use super::bindings::v0_2::kube::controller::types as wit;
-use super::engine::{PluginEngine, DEFAULT_MAX_MEMORY};
 use super::guest_log::GuestLog;
 use super::handover::HandedOver;
 use super::loader::{Contract, PluginInner};
@@ -59,7 +59,7 @@ impl Default for Limits {
         Limits {
             handler_deadline: Duration::from_secs(1),
             reconcile_deadline: Duration::from_secs(10),
-            memory_bytes: DEFAULT_MAX_MEMORY,
+            memory_bytes: kwh_sandbox::DEFAULT_MAX_MEMORY,
             table_elements: 20_000,
             max_instances: 16,
             // Far above the objects a plugin's caches hold in practice (the benchmarks watch
@@ -70,34 +70,14 @@ impl Default for Limits {
     }
 }
 
-/// Why a guest call failed. After any of these the instance has been discarded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum GuestError {
-    /// The call ran past its deadline.
-    #[error("deadline exceeded after {0:?}")]
-    DeadlineExceeded(Duration),
-    /// The guest tried to grow its memory beyond the cap.
-    #[error("memory limit of {limit} bytes exceeded")]
-    MemoryExhausted {
-        /// The cap in bytes.
-        limit: usize,
-    },
-    /// The guest trapped (panic, unreachable, out-of-bounds access, stack overflow, ...).
-    #[error("guest trapped: {0}")]
-    Trap(String),
-    /// A fresh instance could not be created.
-    #[error("instantiation failed: {0}")]
-    Instantiate(String),
-    /// The plugin already has its maximum number of instances.
-    #[error("instance limit of {0} reached")]
-    TooManyInstances(u32),
-    /// A reconcile's error message was longer than [`MAX_ERROR_MESSAGE`]: taken as a fault of
-    /// the plugin, not as its report on the key.
-    #[error("reconcile returned an error message of {bytes} bytes, over the {MAX_ERROR_MESSAGE} allowed")]
-    ErrorTooLong {
-        /// The message's length.
-        bytes: usize,
-    },
+impl Limits {
+    /// The caps of each of the plugin's stores.
+    fn store_limits(&self) -> StoreLimits {
+        StoreLimits {
+            memory_bytes: self.memory_bytes,
+            table_elements: self.table_elements,
+        }
+    }
 }
 
 /// The longest error message a reconcile may return, in bytes. The host must copy the whole
@@ -106,56 +86,6 @@ pub enum GuestError {
 /// it. Past this bound the attempt counts as a failure of the plugin, so that quarantine
 /// stops the repeats; a real message is far shorter (an Event's note is at most 1 KiB).
 pub const MAX_ERROR_MESSAGE: usize = 64 << 10;
-
-/// The clocks a guest reads through WASI (`wasi:clocks`), when they are not the host's own.
-///
-/// Production instances always see the real clocks. The test harness substitutes a virtual
-/// clock, so a guest that computes an expiry from `SystemTime::now()` (or measures an interval
-/// with `Instant`) can be driven through time deterministically instead of by sleeping.
-pub trait GuestClock: Send + Sync + 'static {
-    /// Wall-clock time as a duration since the Unix epoch (`wasi:clocks/wall-clock.now`).
-    fn wall(&self) -> Duration;
-    /// Monotonic time in nanoseconds since an arbitrary fixed point; never goes backwards
-    /// (`wasi:clocks/monotonic-clock.now`).
-    fn monotonic_ns(&self) -> u64;
-}
-
-/// Adapts a shared [`GuestClock`] to wasmtime-wasi's wall-clock trait (one per store).
-struct WallOf(Arc<dyn GuestClock>);
-
-impl HostWallClock for WallOf {
-    fn resolution(&self) -> Duration {
-        Duration::from_nanos(1)
-    }
-    fn now(&self) -> Duration {
-        self.0.wall()
-    }
-}
-
-/// Adapts a shared [`GuestClock`] to wasmtime-wasi's monotonic-clock trait (one per store).
-struct MonotonicOf(Arc<dyn GuestClock>);
-
-impl HostMonotonicClock for MonotonicOf {
-    fn resolution(&self) -> u64 {
-        1
-    }
-    fn now(&self) -> u64 {
-        self.0.monotonic_ns()
-    }
-}
-
-/// Counters of what happened to a plugin's instances (metrics read these).
-#[derive(Debug, Default)]
-pub struct PluginStats {
-    /// Instances created (first ones and replacements).
-    pub instantiations: AtomicU64,
-    /// Calls that trapped.
-    pub traps: AtomicU64,
-    /// Calls that ran past their deadline.
-    pub deadline_hits: AtomicU64,
-    /// Calls that hit the memory cap.
-    pub memory_exhaustions: AtomicU64,
-}
 
 /// What the host-side import implementations see of their plugin.
 pub(crate) struct PluginCtx {
@@ -172,13 +102,8 @@ pub(crate) struct PluginCtx {
     pub(crate) log: Arc<GuestLog>,
 }
 
-/// The data of a guest's store.
-pub struct HostState {
-    wasi: WasiCtx,
-    table: ResourceTable,
-    limiter: Limiter,
-    deadline: Instant,
-    deadline_hit: bool,
+/// What a plugin's imports see in its store (the sandbox's part around it: [`Sandboxed`]).
+pub struct GuestState {
     pub(crate) ctx: Arc<PluginCtx>,
     /// The key of the reconcile running in this store, when `reconciling`: a buffer reused
     /// call to call (every reconcile sets it; only a write reads it).
@@ -186,93 +111,16 @@ pub struct HostState {
     reconciling: bool,
 }
 
-impl HostState {
+impl GuestState {
     /// The key of the reconcile running in this store, if one is.
     pub(crate) fn reconciling(&self) -> Option<&str> {
         self.reconciling.then_some(self.reconcile_key.as_str())
     }
 }
 
-impl WasiView for HostState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
-    }
-}
-
-/// `StoreLimits` plus a record of whether the memory cap was what stopped the guest, so a trap
-/// after a refused `memory.grow` is reported as memory exhaustion rather than a generic trap.
-struct Limiter {
-    limits: StoreLimits,
-    memory_cap: usize,
-    memory_denied: bool,
-}
-
-/// The marker error the epoch callback raises when a call's deadline has passed.
-#[derive(Debug)]
-struct DeadlineExceeded;
-
-impl std::fmt::Display for DeadlineExceeded {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("deadline exceeded")
-    }
-}
-
-impl std::error::Error for DeadlineExceeded {}
-
-impl ResourceLimiter for Limiter {
-    fn memory_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        let ok = self.limits.memory_growing(current, desired, maximum)?;
-        if !ok && desired > self.memory_cap {
-            self.memory_denied = true;
-        }
-        Ok(ok)
-    }
-
-    fn table_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        self.limits.table_growing(current, desired, maximum)
-    }
-
-    fn instances(&self) -> usize {
-        self.limits.instances()
-    }
-    fn tables(&self) -> usize {
-        self.limits.tables()
-    }
-    fn memories(&self) -> usize {
-        self.limits.memories()
-    }
-}
-
-/// A live instance: its store and the exports called on the hot path.
-/// Drops a failed instance off the runtime's threads when there is a runtime: giving back its
-/// pool slot resets its memory (up to its cap, 64 MiB by default) and tables, milliseconds
-/// that every other plugin on the thread would otherwise wait out.
-fn discard(live: Live) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(rt) => {
-            rt.spawn_blocking(move || drop(live));
-        }
-        Err(_) => drop(live),
-    }
-}
-
+/// A live instance: the sandbox's, and the exports called on the hot path.
 pub(crate) struct Live {
-    pub(crate) store: Store<HostState>,
-    /// Runs the calls into `store` under deadlines.
-    engine: PluginEngine,
+    pub(crate) inst: Instance<GuestState>,
     contract: Contract,
     pub(crate) manifest: Func,
     on_add: Func,
@@ -344,7 +192,7 @@ pub(crate) type ManifestFn = TypedFunc<(), (wit::Manifest,)>;
 /// `func` checked against the signature `P -> R` (the caller names it by its alias).
 fn typed<P, R>(
     func: wasmtime::component::Func,
-    store: &Store<HostState>,
+    store: &Store<Sandboxed<GuestState>>,
 ) -> Result<TypedFunc<P, R>, GuestError>
 where
     P: wasmtime::component::ComponentNamedList + wasmtime::component::Lower,
@@ -370,60 +218,32 @@ async fn instantiate_with_clock(
 ) -> Result<Live, GuestError> {
     let mut wasi = WasiCtx::builder();
     wasi.stdout(LogStream::new(ctx.log.clone(), Stream::Stdout))
-        .stderr(LogStream::new(ctx.log.clone(), Stream::Stderr))
-        .allow_tcp(false)
-        .allow_udp(false)
-        .allow_ip_name_lookup(false);
+        .stderr(LogStream::new(ctx.log.clone(), Stream::Stderr));
     if let Some(c) = clock {
-        wasi.wall_clock(WallOf(c.clone()))
-            .monotonic_clock(MonotonicOf(c.clone()));
+        kwh_sandbox::clock::use_clock(&mut wasi, c);
     }
     let limits = &inner.limits;
-    let state = HostState {
-        wasi: wasi.build(),
-        table: ResourceTable::new(),
-        limiter: Limiter {
-            limits: StoreLimitsBuilder::new()
-                .memory_size(limits.memory_bytes)
-                .table_elements(limits.table_elements)
-                .instances(64)
-                .tables(64)
-                .memories(8)
-                .build(),
-            memory_cap: limits.memory_bytes,
-            memory_denied: false,
-        },
-        deadline: Instant::now() + limits.handler_deadline,
-        deadline_hit: false,
+    let state = GuestState {
         reconcile_key: String::new(),
         reconciling: false,
         ctx: ctx.clone(),
     };
-    let mut store = Store::new(inner.engine.engine(), state);
-    store.limiter(|s| &mut s.limiter);
-    store.epoch_deadline_callback(|mut ctx| {
-        if Instant::now() >= ctx.data().deadline {
-            ctx.data_mut().deadline_hit = true;
-            Err(wasmtime::Error::new(DeadlineExceeded))
-        } else {
-            // Not late yet: let the other tasks run, then check again next tick.
-            Ok(UpdateDeadline::YieldCustom(
-                1,
-                Box::pin(crate::fairness::yield_behind_woken()),
-            ))
-        }
-    });
-    store.set_epoch_deadline(1);
-    let instance = inner
-        .engine
-        .watch(inner.pre.instantiate_async(&mut store))
-        .await
-        .map_err(|e| GuestError::Instantiate(format!("{e:#}")))?;
-    inner.stats.instantiations.fetch_add(1, Ordering::Relaxed);
+    let sandbox = inner.engine.sandbox();
+    let store = sandbox.store(&limits.store_limits(), wasi, state);
+    let mut inst = Instance::new(
+        sandbox,
+        &inner.pre,
+        store,
+        limits.handler_deadline,
+        &inner.stats,
+    )
+    .await?;
+    let instance = *inst.component();
+    let store = inst.store_mut();
     let ex = &inner.exports;
     let mut get = |idx| {
         instance
-            .get_func(&mut store, idx)
+            .get_func(&mut *store, idx)
             .ok_or_else(|| GuestError::Instantiate("export missing after instantiation".into()))
     };
     let (manifest, on_add, on_update, on_delete, reconcile) = (
@@ -439,26 +259,26 @@ async fn instantiate_with_clock(
     };
     // Type-check once per instance, so the per-call `new_unchecked` below is sound. Each
     // check is spelled with the alias its call uses: the two cannot drift apart.
-    let _: ManifestFn = typed(manifest, &store)?;
+    let store = inst.store();
+    let _: ManifestFn = typed(manifest, store)?;
     match ex.contract {
         Contract::V0_1 => {
-            let _: OnAdd<'_> = typed(on_add, &store)?;
-            let _: OnUpdate<'_> = typed(on_update, &store)?;
-            let _: OnDelete<'_> = typed(on_delete, &store)?;
+            let _: OnAdd<'_> = typed(on_add, store)?;
+            let _: OnUpdate<'_> = typed(on_update, store)?;
+            let _: OnDelete<'_> = typed(on_delete, store)?;
         }
         Contract::V0_2 => {
-            let _: OnAdd2<'_> = typed(on_add, &store)?;
-            let _: OnUpdate2<'_> = typed(on_update, &store)?;
-            let _: OnDelete2<'_> = typed(on_delete, &store)?;
+            let _: OnAdd2<'_> = typed(on_add, store)?;
+            let _: OnUpdate2<'_> = typed(on_update, store)?;
+            let _: OnDelete2<'_> = typed(on_delete, store)?;
         }
     }
-    let _: Reconcile<'_> = typed(reconcile, &store)?;
+    let _: Reconcile<'_> = typed(reconcile, store)?;
     if let Some(f) = validate_config {
-        let _: ValidateConfig<'_> = typed(f, &store)?;
+        let _: ValidateConfig<'_> = typed(f, store)?;
     }
     Ok(Live {
-        store,
-        engine: inner.engine.clone(),
+        inst,
         contract: ex.contract,
         manifest,
         on_add,
@@ -470,16 +290,18 @@ async fn instantiate_with_clock(
 }
 
 impl Live {
-    /// Sets the call's deadline `deadline` from now, and returns now (one clock read per call).
-    fn arm(&mut self, deadline: Duration) -> Instant {
-        self.arm_at(deadline, Instant::now())
-    }
-
-    /// [`Self::arm`] from `now`, a clock read the caller just made.
-    fn arm_at(&mut self, deadline: Duration, now: Instant) -> Instant {
-        self.store.data_mut().deadline = now + deadline;
-        self.store.set_epoch_deadline(1);
-        now
+    /// Calls `f` with `args` under the engine's deadlines (armed by the caller).
+    async fn call<P, R>(&mut self, f: TypedFunc<P, R>, args: P) -> wasmtime::Result<R>
+    where
+        P: wasmtime::component::ComponentNamedList + Lower + Send + Sync,
+        R: wasmtime::component::ComponentNamedList
+            + wasmtime::component::Lift
+            + Send
+            + Sync
+            + 'static,
+    {
+        let (store, engine) = self.inst.parts();
+        engine.watch(f.call_async(store, args)).await
     }
 
     /// Calls `manifest` (load time only).
@@ -487,16 +309,13 @@ impl Live {
         &mut self,
         deadline: Duration,
     ) -> Result<wit::Manifest, GuestError> {
-        self.arm(deadline);
+        self.inst.arm(deadline);
         // SAFETY: the signature was checked by `typed` in `instantiate`.
         let f: ManifestFn = unsafe { TypedFunc::new_unchecked(self.manifest) };
-        match self.engine.watch(f.call_async(&mut self.store, ())).await {
+        let (store, engine) = self.inst.parts();
+        match engine.watch(f.call_async(store, ())).await {
             Ok((m,)) => Ok(m),
-            Err(_) if self.store.data().deadline_hit => Err(GuestError::DeadlineExceeded(deadline)),
-            Err(_) if self.store.data().limiter.memory_denied => Err(GuestError::MemoryExhausted {
-                limit: self.store.data().limiter.memory_cap,
-            }),
-            Err(e) => Err(GuestError::Trap(e.root_cause().to_string())),
+            Err(e) => Err(self.inst.fault(&e, deadline)),
         }
     }
 
@@ -509,20 +328,13 @@ impl Live {
         let Some(func) = self.validate_config else {
             return Ok(Ok(()));
         };
-        self.arm(deadline);
+        self.inst.arm(deadline);
         // SAFETY: the signature was checked by `typed` in `instantiate`.
         let f: ValidateConfig<'_> = unsafe { TypedFunc::new_unchecked(func) };
-        match self
-            .engine
-            .watch(f.call_async(&mut self.store, (config,)))
-            .await
-        {
+        let (store, engine) = self.inst.parts();
+        match engine.watch(f.call_async(store, (config,))).await {
             Ok((verdict,)) => Ok(verdict),
-            Err(_) if self.store.data().deadline_hit => Err(GuestError::DeadlineExceeded(deadline)),
-            Err(_) if self.store.data().limiter.memory_denied => Err(GuestError::MemoryExhausted {
-                limit: self.store.data().limiter.memory_cap,
-            }),
-            Err(e) => Err(GuestError::Trap(e.root_cause().to_string())),
+            Err(e) => Err(self.inst.fault(&e, deadline)),
         }
     }
 }
@@ -546,10 +358,8 @@ pub struct PluginInstance {
     clock: Option<Arc<dyn GuestClock>>,
     /// The `meta` blocks of one notification's objects (old and new), reused call to call.
     meta: [Vec<u32>; 2],
-    /// The reconcile backstop's timer, reused call to call (a new timer per call is an
-    /// insertion into and a removal from the timer wheel under the driver's lock) and moved
-    /// only when it fires before the running call's backstop.
-    backstop: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The reconcile's wall-clock bound, its timer reused call to call.
+    backstop: Backstop,
 }
 
 impl Drop for PluginInstance {
@@ -565,7 +375,7 @@ impl PluginInstance {
             live: None,
             clock: None,
             meta: Default::default(),
-            backstop: None,
+            backstop: Backstop::default(),
         }
     }
 
@@ -613,8 +423,8 @@ impl PluginInstance {
             .as_mut()
             .ok_or_else(|| GuestError::Instantiate("no instance".into()))?;
         let armed = match now {
-            Some(now) => live.arm_at(deadline, now),
-            None => live.arm(deadline),
+            Some(now) => live.inst.arm_at(deadline, now),
+            None => live.inst.arm(deadline),
         };
         Ok((live, armed))
     }
@@ -629,16 +439,12 @@ impl PluginInstance {
             match live.contract {
                 Contract::V0_1 => {
                     let f: OnAdd<'_> = unsafe { TypedFunc::new_unchecked(live.on_add) };
-                    live.engine
-                        .watch(f.call_async(&mut live.store, (watch, obj.raw())))
-                        .await
+                    live.call(f, (watch, obj.raw())).await
                 }
                 Contract::V0_2 => {
                     let f: OnAdd2<'_> = unsafe { TypedFunc::new_unchecked(live.on_add) };
                     let arg = ObjectArg::of(obj, &mut meta[0]);
-                    live.engine
-                        .watch(f.call_async(&mut live.store, (watch, arg)))
-                        .await
+                    live.call(f, (watch, arg)).await
                 }
             }
         };
@@ -661,15 +467,13 @@ impl PluginInstance {
             match live.contract {
                 Contract::V0_1 => {
                     let f: OnUpdate<'_> = unsafe { TypedFunc::new_unchecked(live.on_update) };
-                    live.engine
-                        .watch(f.call_async(&mut live.store, (watch, old.raw(), new.raw())))
-                        .await
+                    live.call(f, (watch, old.raw(), new.raw())).await
                 }
                 Contract::V0_2 => {
                     let f: OnUpdate2<'_> = unsafe { TypedFunc::new_unchecked(live.on_update) };
                     let [a, b] = &mut meta;
                     let args = (watch, ObjectArg::of(old, a), ObjectArg::of(new, b));
-                    live.engine.watch(f.call_async(&mut live.store, args)).await
+                    live.call(f, args).await
                 }
             }
         };
@@ -692,14 +496,12 @@ impl PluginInstance {
             match live.contract {
                 Contract::V0_1 => {
                     let f: OnDelete<'_> = unsafe { TypedFunc::new_unchecked(live.on_delete) };
-                    live.engine
-                        .watch(f.call_async(&mut live.store, (watch, obj.raw(), tombstone)))
-                        .await
+                    live.call(f, (watch, obj.raw(), tombstone)).await
                 }
                 Contract::V0_2 => {
                     let f: OnDelete2<'_> = unsafe { TypedFunc::new_unchecked(live.on_delete) };
                     let args = (watch, ObjectArg::of(obj, &mut meta[0]), tombstone);
-                    live.engine.watch(f.call_async(&mut live.store, args)).await
+                    live.call(f, args).await
                 }
             }
         };
@@ -724,47 +526,19 @@ impl PluginInstance {
         // Epoch checks only run while guest code runs; a host call that never returns (a stalled
         // API request) is caught by this wall-clock backstop one tick later.
         let backstop = d + self.inner.engine.config().epoch_tick;
-        let mut timer = self.backstop.take();
+        let mut timer = std::mem::take(&mut self.backstop);
         let r = async {
             let (live, armed) = self.live_armed(d, Some(started)).await?;
             let at = tokio::time::Instant::from_std(armed + backstop);
-            let timer = match &mut timer {
-                Some(t) => t,
-                None => timer.insert(Box::pin(tokio::time::sleep_until(at))),
-            };
-            // The timer is re-armed only when it fires before this call's backstop. It is never
-            // set later than that (each call's backstop is later than the last one's), and
-            // resetting it for every call cost a timer-wheel removal and insertion each.
-            let backstop_passed = async {
-                loop {
-                    timer.as_mut().await;
-                    if tokio::time::Instant::now() >= at {
-                        return;
-                    }
-                    timer.as_mut().reset(at);
-                }
-            };
             // SAFETY: the signature was checked by `typed` in `instantiate`.
             let f: Reconcile<'_> = unsafe { TypedFunc::new_unchecked(live.reconcile) };
-            let data = live.store.data_mut();
+            let data = live.inst.store_mut().data_mut().data_mut();
             data.reconcile_key.clear();
             data.reconcile_key.push_str(key);
             data.reconciling = true;
-            let res = {
-                let call = std::pin::pin!(live.engine.watch(f.call_async(&mut live.store, (key,))));
-                let backstop_passed = std::pin::pin!(backstop_passed);
-                match futures_util::future::select(call, backstop_passed).await {
-                    Either::Left((res, _)) => Some(res),
-                    Either::Right(_) => None,
-                }
-            };
-            let data = live.store.data_mut();
-            data.reconciling = false;
-            let res = res.unwrap_or_else(|| {
-                data.deadline_hit = true;
-                Err(wasmtime::Error::new(DeadlineExceeded))
-            });
-            Ok::<_, GuestError>(res)
+            let r = timer.run(live.call(f, (key,)), at).await;
+            live.inst.store_mut().data_mut().data_mut().reconciling = false;
+            Ok::<_, GuestError>(r)
         }
         .await;
         self.backstop = timer;
@@ -772,9 +546,13 @@ impl PluginInstance {
         let (res,) = self.settle(r, d)?;
         if let Err(msg) = &res {
             if msg.len() > MAX_ERROR_MESSAGE {
-                let err = GuestError::ErrorTooLong { bytes: msg.len() };
+                let err = GuestError::ResultTooLarge {
+                    what: "reconcile returned an error message",
+                    bytes: msg.len(),
+                    limit: MAX_ERROR_MESSAGE,
+                };
                 if let Some(live) = self.live.take() {
-                    discard(live);
+                    live.inst.discard();
                 }
                 tracing::warn!(plugin = %self.inner.ctx.name, error = %err, "guest call failed; instance discarded");
                 return Err(err);
@@ -793,25 +571,15 @@ impl PluginInstance {
             Ok(v) => return Ok(v),
             Err(e) => e,
         };
-        let (deadline_hit, memory_denied) = self.live.take().map_or((false, false), |l| {
-            let data = l.store.data();
-            let seen = (data.deadline_hit, data.limiter.memory_denied);
-            discard(l);
-            seen
-        });
-        let stats = &self.inner.stats;
-        let err = if deadline_hit || e.is::<DeadlineExceeded>() {
-            stats.deadline_hits.fetch_add(1, Ordering::Relaxed);
-            GuestError::DeadlineExceeded(deadline)
-        } else if memory_denied {
-            stats.memory_exhaustions.fetch_add(1, Ordering::Relaxed);
-            GuestError::MemoryExhausted {
-                limit: self.inner.limits.memory_bytes,
+        let err = match self.live.take() {
+            Some(live) => {
+                let err = live.inst.fault(&e, deadline);
+                live.inst.discard();
+                err
             }
-        } else {
-            stats.traps.fetch_add(1, Ordering::Relaxed);
-            GuestError::Trap(e.root_cause().to_string())
+            None => GuestError::Trap(e.root_cause().to_string()),
         };
+        self.inner.stats.count(&err);
         tracing::warn!(plugin = %self.inner.ctx.name, error = %err, "guest call failed; instance discarded");
         tracing::debug!(plugin = %self.inner.ctx.name, detail = ?e, "guest failure detail");
         Err(err)

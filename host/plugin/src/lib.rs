@@ -2,28 +2,29 @@
 //!
 //! ## In this crate
 //!
-//! The Wasm plugin runtime: controllers as WebAssembly components of the `kube:controller` world.
-//!
-//! [`engine`] owns the one wasmtime engine and the on-disk compile cache (its misses compile
-//! where [`compiler`] says: in this process, or in a child process); [`loader`] turns a
-//! `.wasm` file into a [`loader::LoadedPlugin`] (validated manifest, pre-linked instance);
-//! [`instance`] runs guest calls in a sandboxed store with deadlines and memory caps and replaces
-//! an instance that failed; [`watchdog`] advances the epoch the deadlines are checked against. Everything the guest can reach in the host goes through the
-//! [`backend`] traits, checked against the manifest by [`imports`]; [`backends`] implements them
-//! over the shared informer stores, the API client and the plugin's workqueue. [`runtime`] wires
-//! it all, each plugin by its [`spec`] (its own limits, workers, namespace and configuration): [`dispatch`] feeds informer notifications to the guest, [`reconcile`] runs the
-//! workers, [`ops`] serves metrics and health.
+//! The controller runtime: what makes a sandboxed component (`kwh-sandbox`) a Kubernetes
+//! controller. [`engine`] pairs the sandbox's engine with the linker of the `kube:controller`
+//! imports (`bindings`, one module per contract version; their host side in [`imports`],
+//! each call checked against the [`manifest`]); [`loader`] turns a `.wasm` file into a
+//! [`loader::LoadedPlugin`] (contract version, world checks, validated manifest, the
+//! operator's configuration offered to `validate-config`); [`instance`] calls its handlers and
+//! `reconcile` in the sandbox's instances and replaces one that failed. Everything a guest can
+//! reach in the host goes through the [`backend`] traits; [`backends`] implements them over the
+//! shared informer stores, the API client, the plugin's workqueue and the [`events`] recorder.
+//! [`runtime`] wires it all, each plugin by its [`spec`] (its own limits, workers, namespace
+//! and configuration): [`dispatch`] feeds informer notifications to the guest, [`reconcile`]
+//! runs the workers once [`cache_sync`] says every cache is synced, [`health`] quarantines a
+//! plugin that keeps failing, [`status`] and [`ops`] serve metrics and health, and [`rbac`]
+//! derives the RBAC a set of plugins needs. Whether this replica may act at all is
+//! `kwh-coordination`'s to say.
 
 pub mod backend;
 pub mod backends;
 mod bindings;
-pub mod cache;
 pub mod cache_sync;
-pub mod compiler;
 pub mod dispatch;
 pub mod engine;
 pub mod events;
-mod fairness;
 pub mod guest_log;
 pub mod handover;
 pub mod health;
@@ -41,19 +42,17 @@ pub mod runtime;
 pub mod spec;
 pub mod status;
 mod stdio;
-mod ticker;
 pub mod watch_counters;
-pub mod watchdog;
 
 pub use backend::{
     ApiError, Backends, ClientBackend, EventBackend, ListerBackend, QueueBackend, WriteRequest,
 };
-pub use cache::{Origin, PrecompileError, Precompiled};
-pub use compiler::Compiler;
 pub use dispatch::RetryPolicy;
-pub use engine::{EngineConfig, PluginEngine};
+pub use engine::PluginEngine;
 pub use health::{Health, HealthSnapshot, Phase, QuarantinePolicy};
-pub use instance::{GuestClock, GuestError, Limits, Outcome, PluginInstance, ReconcileResult};
+pub use instance::{GuestError, Limits, Outcome, PluginInstance, ReconcileResult};
+/// The sandbox's types in this crate's API, so that a plugin runtime is set up from here.
+pub use kwh_sandbox::{Compiler, EngineConfig, GuestClock, Origin, PrecompileError, Precompiled};
 pub use loader::{Contract, LoadCause, LoadError, LoadedPlugin, Plugin};
 pub use manifest::{Manifest, ManifestError};
 pub use options::RuntimeOptions;

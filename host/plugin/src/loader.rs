@@ -13,15 +13,14 @@ use wasmtime::component::types::{ComponentItem, Type};
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre};
 use wasmtime::Engine;
 
+use kwh_sandbox::{ComponentError, InstanceStats, NotComponent, Origin, Sandboxed};
+
 use super::backend::Backends;
 use super::bindings::{v0_1, v0_2};
-use super::cache::{ComponentError, Origin};
 use super::engine::PluginEngine;
 use super::guest_log::GuestLog;
 use super::handover::HandedOver;
-use super::instance::{
-    instantiate, GuestError, HostState, Limits, PluginCtx, PluginInstance, PluginStats,
-};
+use super::instance::{instantiate, GuestError, GuestState, Limits, PluginCtx, PluginInstance};
 use super::manifest::{Manifest, ManifestError};
 
 /// A plugin that could not be loaded.
@@ -40,20 +39,14 @@ pub enum LoadCause {
     /// The file could not be read.
     #[error("cannot read the file: {0}")]
     Read(std::io::Error),
-    /// Not WebAssembly at all.
-    #[error("not a WebAssembly file (missing the \\0asm header)")]
-    NotWasm,
-    /// A core module: the host only runs components.
-    #[error("a core WebAssembly module, not a component; build it with `--target wasm32-wasip2` or wrap it with `wasm-tools component new`")]
-    CoreModule,
-    /// A WebAssembly binary of an unknown version or layer.
-    #[error("unsupported WebAssembly binary (version/layer bytes {0:02x?})")]
-    UnknownVersion([u8; 4]),
+    /// Not a component: garbage, a core module, an unknown version or layer.
+    #[error("{0}")]
+    NotComponent(NotComponent),
     /// wasmtime refused to compile it.
     #[error("invalid component: {0}")]
     Compile(String),
     /// The child process compiling it failed (the component is invalid, or the process was
-    /// killed or ran past its time; see [`crate::compiler`]).
+    /// killed or ran past its time; see [`kwh_sandbox::compiler`]).
     #[error("compiling in a child process failed: {0}")]
     ChildCompile(String),
     /// A component, but not of a `kube:controller` world this host serves.
@@ -140,11 +133,11 @@ pub(crate) struct ExportIndices {
 pub(crate) struct PluginInner {
     pub(crate) path: PathBuf,
     pub(crate) engine: PluginEngine,
-    pub(crate) pre: InstancePre<HostState>,
+    pub(crate) pre: InstancePre<Sandboxed<GuestState>>,
     pub(crate) exports: ExportIndices,
     pub(crate) limits: Limits,
     pub(crate) ctx: Arc<PluginCtx>,
-    pub(crate) stats: PluginStats,
+    pub(crate) stats: InstanceStats,
     pub(crate) live_instances: AtomicU32,
 }
 
@@ -235,7 +228,8 @@ impl PluginEngine {
                 "per-instance memory limit above the engine's maximum; using the maximum");
             limits.memory_bytes = engine_cap;
         }
-        check_header(&bytes).map_err(fail)?;
+        kwh_sandbox::component::check_header(&bytes)
+            .map_err(|e| fail(LoadCause::NotComponent(e)))?;
         let (component, origin) = self.compile_off_thread(&bytes).await.map_err(fail)?;
         let (pre, exports) = self.link(&component).map_err(fail)?;
         let contract = exports.contract;
@@ -267,7 +261,7 @@ impl PluginEngine {
             exports,
             limits,
             ctx: load_ctx.clone(),
-            stats: PluginStats::default(),
+            stats: InstanceStats::default(),
             live_instances: AtomicU32::new(0),
         };
         let mut live = instantiate(&inner, &load_ctx)
@@ -315,26 +309,13 @@ impl PluginEngine {
         Ok(LoadedPlugin { inner })
     }
 
-    /// The component for `bytes`, from the cache or compiled, on the blocking pool: a cache
-    /// miss compiles for seconds (in a child process or here), and on a one-thread runtime
-    /// that would stall every informer, Lease renewal and probe. Its log lines keep this
-    /// task's subscriber and span (the plugin it is for).
+    /// The component for `bytes`, from the cache or compiled, off the runtime's threads.
     async fn compile_off_thread(&self, bytes: &Bytes) -> Result<(Component, Origin), LoadCause> {
-        let engine = self.clone();
-        let bytes = bytes.clone();
-        let span = tracing::Span::current();
-        let logs = tracing::dispatcher::get_default(|d| d.clone());
-        let compiled = tokio::task::spawn_blocking(move || {
-            tracing::dispatcher::with_default(&logs, || span.in_scope(|| engine.component(&bytes)))
+        let compiled = self.sandbox().component_off_thread(bytes.clone()).await;
+        compiled.map_err(|e| match e {
+            ComponentError::Compile(e) => LoadCause::Compile(format!("{e:#}")),
+            ComponentError::Child(e) => LoadCause::ChildCompile(e),
         })
-        .await;
-        match compiled {
-            Ok(r) => r.map_err(|e| match e {
-                ComponentError::Compile(e) => LoadCause::Compile(format!("{e:#}")),
-                ComponentError::Child(e) => LoadCause::ChildCompile(e),
-            }),
-            Err(e) => Err(LoadCause::Compile(format!("the compile task failed: {e}"))),
-        }
     }
 
     /// `component` linked against the host's imports, its contract found and every export's
@@ -343,8 +324,8 @@ impl PluginEngine {
     fn link(
         &self,
         component: &Component,
-    ) -> Result<(InstancePre<HostState>, ExportIndices), LoadCause> {
-        let instance_pre = self.0.linker.instantiate_pre(component).map_err(|e| {
+    ) -> Result<(InstancePre<Sandboxed<GuestState>>, ExportIndices), LoadCause> {
+        let instance_pre = self.linker().instantiate_pre(component).map_err(|e| {
             // Named plainly when it is an import from outside what any controller gets;
             // wasmtime's own wording ("has the wrong type") reads as a version mismatch.
             let engine = self.engine();
@@ -402,20 +383,6 @@ fn imports_events(component: &Component, engine: &Engine) -> bool {
         .component_type()
         .imports(engine)
         .any(|(name, _)| name.starts_with("kube:controller/events@"))
-}
-
-/// Distinguishes garbage, core modules and components by the 8-byte preamble, so the common
-/// mistake (a `wasm32-unknown-unknown` or wasip1 core module) gets an actionable message.
-pub(crate) fn check_header(bytes: &[u8]) -> Result<(), LoadCause> {
-    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
-        return Err(LoadCause::NotWasm);
-    }
-    let version = [bytes[4], bytes[5], bytes[6], bytes[7]];
-    match version {
-        [1, 0, 0, 0] => Err(LoadCause::CoreModule),
-        [_, _, 1, 0] => Ok(()),
-        other => Err(LoadCause::UnknownVersion(other)),
-    }
 }
 
 impl LoadedPlugin {
@@ -527,7 +494,7 @@ impl Plugin {
     }
 
     /// Instance counters.
-    pub fn stats(&self) -> &PluginStats {
+    pub fn stats(&self) -> &InstanceStats {
         &self.0.stats
     }
 

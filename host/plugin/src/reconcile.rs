@@ -12,7 +12,6 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::cache_sync::CacheSync;
-use super::fairness::Slice;
 use super::health::Health;
 use super::instance::{GuestError, Outcome, PluginInstance};
 use super::loader::Plugin;
@@ -20,6 +19,7 @@ use kwh_client::clip::clip;
 use kwh_coordination::ownership::{Admit, PluginOwnership};
 use kwh_informer::workqueue::metrics::HistogramSnapshot;
 use kwh_informer::workqueue::RateLimitingQueue;
+use kwh_sandbox::fairness::Slice;
 
 /// A plugin's workqueue. Keys are shared, not copied, between its dirty set, its FIFO and
 /// the worker holding one; the host's enqueues hand it borrowed keys

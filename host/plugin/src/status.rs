@@ -19,7 +19,6 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 
 use super::backends::QueueRefusals;
-use super::cache::CacheStats;
 use super::cache_sync::CacheSync;
 use super::dispatch::Dispatcher;
 use super::engine::PluginEngine;
@@ -33,6 +32,7 @@ use kwh_coordination::ownership::Ownership;
 use kwh_informer::shared::{HandlerRegistration, SharedIndexInformer};
 use kwh_informer::workqueue::metrics::encode_family;
 use kwh_informer::workqueue::Registry;
+use kwh_sandbox::CacheStats;
 
 /// A plugin's sandbox limits as `/statusz` shows them (the plugins file's keys and units).
 fn limits_json(l: &Limits) -> serde_json::Value {
@@ -429,7 +429,9 @@ pub(crate) fn metrics_registry(
     }));
     registry.register_collector(Box::new(EventMetrics(events.clone())));
     registry.register_collector(Box::new(ReplicaMetrics(ownership.clone())));
-    registry.register_collector(Box::new(CompileMetrics(engine.0.stats.clone())));
+    registry.register_collector(Box::new(CompileMetrics(
+        engine.sandbox().cache_stats_shared(),
+    )));
     Arc::new(registry)
 }
 

@@ -69,7 +69,13 @@ async fn load_err(bytes: &[u8], name: &str) -> (String, LoadCause) {
 #[tokio::test]
 async fn garbage_is_not_webassembly() {
     let (msg, cause) = load_err(b"#!/bin/sh\necho hi\n", "script.wasm").await;
-    assert!(matches!(cause, LoadCause::NotWasm), "{msg}");
+    assert!(
+        matches!(
+            cause,
+            LoadCause::NotComponent(kwh_sandbox::NotComponent::NotWasm)
+        ),
+        "{msg}"
+    );
     assert!(
         msg.starts_with("plugin /plugins/script.wasm: not a WebAssembly file"),
         "{msg}"
@@ -80,7 +86,13 @@ async fn garbage_is_not_webassembly() {
 async fn core_module_is_refused_with_a_hint() {
     // The smallest valid core module: magic and version 1, no sections.
     let (msg, cause) = load_err(b"\0asm\x01\0\0\0", "core.wasm").await;
-    assert!(matches!(cause, LoadCause::CoreModule), "{msg}");
+    assert!(
+        matches!(
+            cause,
+            LoadCause::NotComponent(kwh_sandbox::NotComponent::CoreModule)
+        ),
+        "{msg}"
+    );
     assert!(msg.contains("/plugins/core.wasm"), "{msg}");
     assert!(msg.contains("not a component"), "{msg}");
     assert!(msg.contains("wasm32-wasip2"), "{msg}");

@@ -560,7 +560,14 @@ async fn a_huge_return_value_is_a_failure_of_the_plugin() {
         .await
         .expect("in time")
         .expect_err("a failure of the plugin");
-    assert_eq!(err, GuestError::ErrorTooLong { bytes: 24 << 20 });
+    assert_eq!(
+        err,
+        GuestError::ResultTooLarge {
+            what: "reconcile returned an error message",
+            bytes: 24 << 20,
+            limit: kwh_plugin::instance::MAX_ERROR_MESSAGE,
+        }
+    );
     assert!(err.to_string().len() < 200, "{err}");
     // The next call gets a fresh instance.
     havoc_cm(&fakes, "fine", "none");

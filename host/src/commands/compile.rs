@@ -49,7 +49,10 @@ pub fn compile(args: CompileArgs) -> std::process::ExitCode {
             }
         }
     }
-    let Some(cache_dir) = args.cache_dir.or_else(kwh_plugin::cache::default_cache_dir) else {
+    let Some(cache_dir) = args
+        .cache_dir
+        .or_else(kwh_sandbox::cache::default_cache_dir)
+    else {
         eprintln!("error: no compile cache directory (no HOME or XDG_CACHE_HOME); give one with --cache-dir");
         return ExitCode::from(2);
     };
@@ -95,7 +98,7 @@ pub fn compile(args: CompileArgs) -> std::process::ExitCode {
         let took = started.elapsed();
         match result {
             Ok(Precompiled::Compiled(_)) => {
-                let peak = kwh_plugin::compiler::peak_rss_bytes()
+                let peak = kwh_sandbox::compiler::peak_rss_bytes()
                     .map(|b| format!(" (peak RSS {} MiB)", b >> 20))
                     .unwrap_or_default();
                 println!("compiled {name} in {}{peak}", human(took));
@@ -117,7 +120,7 @@ pub fn compile(args: CompileArgs) -> std::process::ExitCode {
     if failed {
         ExitCode::FAILURE
     } else if unwritten {
-        ExitCode::from(kwh_plugin::compiler::EXIT_CACHE_NOT_WRITTEN as u8)
+        ExitCode::from(kwh_sandbox::compiler::EXIT_CACHE_NOT_WRITTEN as u8)
     } else {
         ExitCode::SUCCESS
     }
@@ -129,7 +132,7 @@ fn read_component(file: &Path) -> (String, std::io::Result<Vec<u8>>) {
     if file.as_os_str() == "-" {
         let mut b = Vec::new();
         let read = std::io::stdin().lock().read_to_end(&mut b).map(|_| b);
-        (kwh_plugin::compiler::STDIN_NAME.to_string(), read)
+        (kwh_sandbox::compiler::STDIN_NAME.to_string(), read)
     } else {
         (file.display().to_string(), std::fs::read(file))
     }

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use kwh_plugin::engine::DEFAULT_MAX_MEMORY;
 use kwh_plugin::{Compiler, Limits, Manifest};
+use kwh_sandbox::DEFAULT_MAX_MEMORY;
 
 use super::engine;
 

@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use kwh_client::config::KubeconfigOptions;
 use kwh_client::Config;
-use kwh_plugin::engine::DEFAULT_MAX_MEMORY;
 use kwh_plugin::{Compiler, EngineConfig, Limits, PluginEngine};
+use kwh_sandbox::DEFAULT_MAX_MEMORY;
 
 /// The engine, with pool slots for `instances` instances (at least one plugin's default
 /// limit, for the commands that load plugins one at a time): a run needs every plugin's worker

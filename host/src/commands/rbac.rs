@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::Args;
 use kwh_client::{Client, Discovery};
-use kwh_plugin::engine::DEFAULT_MAX_MEMORY;
 use kwh_plugin::rbac::{guess, OfflineKinds, Resolved};
 use kwh_plugin::{Compiler, Limits, Manifest};
+use kwh_sandbox::DEFAULT_MAX_MEMORY;
 
 use super::{engine, kube_config};
 use crate::plugins_file;

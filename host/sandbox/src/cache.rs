@@ -12,7 +12,7 @@
 //!
 //! On a miss the component is compiled in this process or, with [`Compiler::Child`], in a child
 //! process (`host compile`) that writes the entry, which this process then loads as a hit would
-//! be: see [`crate::compiler`]. [`PluginEngine::precompile`](crate::PluginEngine::precompile)
+//! be: see [`crate::compiler`]. [`Engine::precompile`](crate::Engine::precompile)
 //! fills the cache ahead of time (`host compile`).
 
 use std::ffi::OsString;
@@ -75,7 +75,7 @@ impl Origin {
 
 /// Why a component could not be had.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ComponentError {
+pub enum ComponentError {
     /// Cranelift (in this process) refused it.
     #[error("{0:#}")]
     Compile(wasmtime::Error),
@@ -84,7 +84,7 @@ pub(crate) enum ComponentError {
     Child(String),
 }
 
-/// What [`PluginEngine::precompile`](crate::PluginEngine::precompile) did.
+/// What [`Engine::precompile`](crate::Engine::precompile) did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Precompiled {
     /// The cache held a usable entry already.
@@ -101,7 +101,7 @@ pub enum PrecompileError {
     NoCache,
     /// Not a component (garbage, a core module, an unknown version).
     #[error("{0}")]
-    NotComponent(super::loader::LoadCause),
+    NotComponent(crate::component::NotComponent),
     /// Cranelift refused it.
     #[error("invalid component: {0}")]
     Compile(String),

@@ -1,0 +1,49 @@
+//! What a file must be before it is compiled: a WebAssembly component, not a core module.
+
+/// Why bytes are not a component, told apart by the 8-byte preamble so that the common
+/// mistake (a `wasm32-unknown-unknown` or wasip1 core module) gets an actionable message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotComponent {
+    /// Not WebAssembly at all.
+    #[error("not a WebAssembly file (missing the \\0asm header)")]
+    NotWasm,
+    /// A core module: only components run here.
+    #[error("a core WebAssembly module, not a component; build it with `--target wasm32-wasip2` or wrap it with `wasm-tools component new`")]
+    CoreModule,
+    /// A WebAssembly binary of an unknown version or layer.
+    #[error("unsupported WebAssembly binary (version/layer bytes {0:02x?})")]
+    UnknownVersion([u8; 4]),
+}
+
+/// Checks the preamble of `bytes`: `\0asm`, then a component's version and layer.
+pub fn check_header(bytes: &[u8]) -> Result<(), NotComponent> {
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return Err(NotComponent::NotWasm);
+    }
+    let version = [bytes[4], bytes[5], bytes[6], bytes[7]];
+    match version {
+        [1, 0, 0, 0] => Err(NotComponent::CoreModule),
+        [_, _, 1, 0] => Ok(()),
+        other => Err(NotComponent::UnknownVersion(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn garbage_core_modules_and_unknown_layers_are_told_apart() {
+        assert_eq!(check_header(b"\0asm\x0d\0\x01\0"), Ok(()));
+        assert_eq!(check_header(b"\0asm"), Err(NotComponent::NotWasm));
+        assert_eq!(check_header(b"not wasm"), Err(NotComponent::NotWasm));
+        assert_eq!(
+            check_header(b"\0asm\x01\0\0\0"),
+            Err(NotComponent::CoreModule)
+        );
+        assert_eq!(
+            check_header(b"\0asm\x01\0\x02\0"),
+            Err(NotComponent::UnknownVersion([1, 0, 2, 0]))
+        );
+    }
+}
