@@ -12,7 +12,7 @@ use kwh_sandbox::{
     CacheStats, Engine, EngineConfig, EngineError, PrecompileError, Precompiled, Sandboxed,
 };
 
-use super::instance::GuestState;
+use super::state::GuestState;
 
 /// The engine plugins load on. Cheap to clone.
 #[derive(Clone)]

@@ -19,8 +19,8 @@ use super::bindings::v0_2::kube::controller::{
 };
 use super::bindings::v0_2::ControllerBase;
 use super::handover::Change;
-use super::instance::GuestState;
 use super::manifest::Verb;
+use super::state::GuestState;
 use crate::events::{EventType, NewEvent, ObjectRef};
 use kwh_client::object::{object_key, Object};
 use kwh_sandbox::Sandboxed;

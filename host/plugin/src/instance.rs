@@ -8,25 +8,23 @@
 //! store is thrown away (its state may be inconsistent) and the next call starts from a fresh
 //! instance.
 
-use std::sync::atomic::Ordering;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use kwh_client::object::Object;
-use kwh_sandbox::{Backstop, GuestClock, Instance, Sandboxed, StoreLimits};
-use wasmtime::component::{ComponentType, Func, Lower, TypedFunc};
+use kwh_sandbox::{Backstop, GuestClock, Instance, InstanceStats, Sandboxed, StoreLimits};
+use wasmtime::component::{ComponentType, Func, InstancePre, Lower, TypedFunc};
 use wasmtime::Store;
 use wasmtime_wasi::WasiCtx;
 
 pub use kwh_sandbox::GuestError;
 
-use super::backend::Backends;
 use super::bindings::v0_2::kube::controller::types as wit;
-use super::guest_log::GuestLog;
-use super::handover::HandedOver;
-use super::loader::{Contract, PluginInner};
-use super::manifest::Manifest;
+use super::contract::{Contract, ExportIndices};
+use super::engine::PluginEngine;
+use super::state::{GuestState, PluginCtx};
 use super::stdio::{LogStream, Stream};
 
 /// Per-plugin sandbox limits.
@@ -87,35 +85,16 @@ impl Limits {
 /// stops the repeats; a real message is far shorter (an Event's note is at most 1 KiB).
 pub const MAX_ERROR_MESSAGE: usize = 64 << 10;
 
-/// What the host-side import implementations see of their plugin.
-pub(crate) struct PluginCtx {
-    pub(crate) name: Arc<str>,
-    pub(crate) manifest: Arc<Manifest>,
-    pub(crate) backends: Backends,
-    /// The operator's configuration of this plugin, as JSON (`null` when none).
-    pub(crate) config: Arc<serde_json::Value>,
-    /// `config` serialized once, as `config.get` and `validate-config` hand it to the guest.
-    pub(crate) config_json: Bytes,
-    /// The handlers the guest has handed over to the host (`queue.enqueue-own-keys`).
-    pub(crate) handed_over: Arc<HandedOver>,
-    /// What the plugin may put in the host's log (its `log` import, stdout and stderr).
-    pub(crate) log: Arc<GuestLog>,
-}
-
-/// What a plugin's imports see in its store (the sandbox's part around it: [`Sandboxed`]).
-pub struct GuestState {
+/// Everything instances of one plugin share.
+pub(crate) struct PluginInner {
+    pub(crate) path: PathBuf,
+    pub(crate) engine: PluginEngine,
+    pub(crate) pre: InstancePre<Sandboxed<GuestState>>,
+    pub(crate) exports: ExportIndices,
+    pub(crate) limits: Limits,
     pub(crate) ctx: Arc<PluginCtx>,
-    /// The key of the reconcile running in this store, when `reconciling`: a buffer reused
-    /// call to call (every reconcile sets it; only a write reads it).
-    reconcile_key: String,
-    reconciling: bool,
-}
-
-impl GuestState {
-    /// The key of the reconcile running in this store, if one is.
-    pub(crate) fn reconciling(&self) -> Option<&str> {
-        self.reconciling.then_some(self.reconcile_key.as_str())
-    }
+    pub(crate) stats: InstanceStats,
+    pub(crate) live_instances: AtomicU32,
 }
 
 /// A live instance: the sandbox's, and the exports called on the hot path.

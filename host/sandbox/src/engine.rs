@@ -10,13 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use wasmtime::component::{Component, Linker};
+use wasmtime::component::Component;
 use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::cache::{self, CacheStats, CompileCache, ComponentError, Origin};
 use crate::cache::{PrecompileError, Precompiled};
 use crate::compiler::Compiler;
-use crate::store::Sandboxed;
 use crate::watchdog::Watchdog;
 
 /// Engine-wide settings.
@@ -127,15 +126,6 @@ impl Engine {
     /// The wasmtime engine.
     pub fn engine(&self) -> &wasmtime::Engine {
         &self.0.engine
-    }
-
-    /// A linker for stores of guest data `T` with WASI 0.2 in it: what a store grants is
-    /// decided per store ([`Engine::store`]: nothing ambient), the embedder adds its own
-    /// imports.
-    pub fn linker<T: Send + 'static>(&self) -> wasmtime::Result<Linker<Sandboxed<T>>> {
-        let mut linker = Linker::new(&self.0.engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-        Ok(linker)
     }
 
     /// The settings it was built with.

@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use wasmtime::component::ResourceTable;
+use wasmtime::component::{Linker, ResourceTable};
 use wasmtime::{ResourceLimiter, Store, StoreLimitsBuilder, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -113,6 +113,15 @@ impl std::fmt::Display for DeadlineExceeded {
 impl std::error::Error for DeadlineExceeded {}
 
 impl Engine {
+    /// A linker for stores of guest data `T` with WASI 0.2 in it: what a store grants is
+    /// decided per store ([`Engine::store`]: nothing ambient), the embedder adds its own
+    /// imports.
+    pub fn linker<T: Send + 'static>(&self) -> wasmtime::Result<Linker<Sandboxed<T>>> {
+        let mut linker = Linker::new(self.engine());
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        Ok(linker)
+    }
+
     /// A store for one guest instance, holding `data`. WASI comes from `wasi`, where the
     /// embedder sets what it grants (where stdout and stderr go, a clock: see
     /// [`crate::clock::use_clock`]); sockets and name lookups are refused whatever it says, and
