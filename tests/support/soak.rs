@@ -1022,10 +1022,25 @@ impl SoakReport {
 
     /// The report as Markdown tables.
     pub fn table(&self) -> String {
-        let mut s = String::new();
-        let mut row = |cells: &[String]| s.push_str(&format!("| {} |\n", cells.join(" | ")));
-        row(&["what".into(), "figure".into()]);
-        row(&["---".into(), "---".into()]);
+        [
+            self.summary_table(),
+            self.faults_table(),
+            self.actions_table(),
+            self.hosts_table(),
+            markdown(
+                &["floor", "figure", "met"],
+                self.floors()
+                    .into_iter()
+                    .map(|(what, figure, met)| vec![what, figure, met.to_string()]),
+            ),
+        ]
+        .join("\n")
+    }
+
+    /// What was written, killed and reconciled, and the hosts' counters summed.
+    fn summary_table(&self) -> String {
+        let mut rows = Vec::new();
+        let mut row = |cells: &[String]| rows.push(cells.to_vec());
         let rate = self.events as f64 / self.write_seconds.max(1e-9);
         for (what, figure) in [
             ("ConfigMaps", self.objects.to_string()),
@@ -1081,18 +1096,15 @@ impl SoakReport {
                 v.to_string(),
             ]);
         }
-        s.push('\n');
-        let mut row = |cells: &[String]| s.push_str(&format!("| {} |\n", cells.join(" | ")));
-        row(&[
-            "fault (emulator's counter)".into(),
-            "confirmed".into(),
-            "wanted".into(),
-            "met".into(),
-        ]);
-        row(&["---".into(), "---".into(), "---".into(), "---".into()]);
+        markdown(&["what", "figure"], rows)
+    }
+
+    /// Each fault kind: how many the emulator confirmed, against how many are wanted.
+    fn faults_table(&self) -> String {
+        let mut rows = Vec::new();
         for (counter, label, _) in COUNTERS {
             let (n, want) = self.fault_count(counter);
-            row(&[
+            rows.push(vec![
                 format!("{label} `{counter}`"),
                 n.to_string(),
                 want.to_string(),
@@ -1100,43 +1112,32 @@ impl SoakReport {
             ]);
         }
         for k in ["compacted", "historyExpired", "failed"] {
-            row(&[
+            rows.push(vec![
                 format!("(acts) `{k}`"),
                 self.faults.get(k).copied().unwrap_or(0).to_string(),
                 "-".into(),
                 "-".into(),
             ]);
         }
-        s.push('\n');
-        let mut row = |cells: &[String]| s.push_str(&format!("| {} |\n", cells.join(" | ")));
-        row(&[
-            "injector action".into(),
-            "posted".into(),
-            "confirmed".into(),
-        ]);
-        row(&["---".into(), "---".into(), "---".into()]);
-        for (a, p) in &self.actions {
-            row(&[a.to_string(), p.posted.to_string(), p.confirmed.to_string()]);
-        }
-        s.push('\n');
-        let mut row = |cells: &[String]| s.push_str(&format!("| {} |\n", cells.join(" | ")));
-        row(&[
-            "host".into(),
-            "pid".into(),
-            "from update".into(),
-            "ended".into(),
-            "role: RSS as it began, level → end (KiB)".into(),
-            "peak RSS (KiB)".into(),
-        ]);
-        row(&[
-            "---".into(),
-            "---".into(),
-            "---".into(),
-            "---".into(),
-            "---".into(),
-            "---".into(),
-        ]);
-        for h in &self.hosts {
+        markdown(
+            &["fault (emulator's counter)", "confirmed", "wanted", "met"],
+            rows,
+        )
+    }
+
+    /// What the injector posted, and what the emulator confirmed of it.
+    fn actions_table(&self) -> String {
+        markdown(
+            &["injector action", "posted", "confirmed"],
+            self.actions
+                .iter()
+                .map(|(a, p)| vec![a.to_string(), p.posted.to_string(), p.confirmed.to_string()]),
+        )
+    }
+
+    /// Each host process: its roles' memory, why it ended, its RSS over the run.
+    fn hosts_table(&self) -> String {
+        let rows = self.hosts.iter().map(|h| {
             let phases: Vec<String> = h
                 .phases
                 .iter()
@@ -1150,15 +1151,24 @@ impl SoakReport {
                     format!("{}: {}, {level} → {end}", p.role, p.began.0)
                 })
                 .collect();
-            row(&[
+            vec![
                 h.id.to_string(),
                 h.pid.to_string(),
                 h.started_at.to_string(),
                 h.ended.clone(),
                 phases.join("; "),
                 h.peak_kib.to_string(),
-            ]);
-        }
+            ]
+        });
+        let header = [
+            "host",
+            "pid",
+            "from update",
+            "ended",
+            "role: RSS as it began, level → end (KiB)",
+            "peak RSS (KiB)",
+        ];
+        let mut s = markdown(&header, rows);
         for h in self.hosts.iter().filter(|h| !h.why.is_empty()) {
             s.push_str(&format!("\nhost {} {}:\n", h.id, h.ended));
             for l in &h.why {
@@ -1178,15 +1188,20 @@ impl SoakReport {
                 samples.join(" ")
             ));
         }
-        s.push('\n');
-        let mut row = |cells: &[String]| s.push_str(&format!("| {} |\n", cells.join(" | ")));
-        row(&["floor".into(), "figure".into(), "met".into()]);
-        row(&["---".into(), "---".into(), "---".into()]);
-        for (what, figure, met) in self.floors() {
-            row(&[what, figure, met.to_string()]);
-        }
         s
     }
+}
+
+/// A Markdown table: the header, its rule, one line per row.
+fn markdown(header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) -> String {
+    let line = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
+    let head: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    let mut s = line(&head);
+    s.push_str(&line(&vec!["---".to_string(); header.len()]));
+    for r in rows {
+        s.push_str(&line(&r));
+    }
+    s
 }
 
 /// The soak's state between its steps.
@@ -1496,242 +1511,13 @@ impl Soak {
 
 /// Runs a soak; the report says what happened and which floors were met.
 pub async fn run(cfg: SoakConfig) -> SoakReport {
-    let rs = Replicas::start().await;
-    let client = rs.emulator.client.clone();
-    rs.emulator.create_namespace(NS).await;
-    seed(&client, cfg.objects, cfg.writers).await;
-    for i in 0..cfg.shards {
-        rs.emulator.create_namespace(&shard_ns(i)).await;
-    }
-    seed_shards(&client, &cfg).await;
-    let plugins = plugins_file(&rs.dir, &cfg);
-    let mut soak = Soak {
-        args: host_args(&plugins, cfg.page_size),
-        tracker: Tracker::new(cfg.objects),
-        hosts: Vec::new(),
-        written: Arc::new(AtomicU64::new(0)),
-        kills: 0,
-        events: cfg.events as u64,
-        shards: cfg.shards,
-        rs,
-    };
-    soak.spawn().await;
-    soak.spawn().await;
-
-    // The first sync: a leader that reconciled every object with both plugins, a ready standby.
-    let deadline = Instant::now() + WAIT;
-    loop {
-        soak.survey().await;
-        let leading = soak.hosts.iter().any(|h| h.leader);
-        let standby = soak.hosts.iter().any(|h| h.ready && !h.leader);
-        if leading && standby {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no first sync of two hosts:\n{}",
-            soak.rs.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-
-    // The load and the faults.
-    let injector = Arc::new(Injector {
-        client: client.clone(),
-        stop: AtomicBool::new(false),
-        cfg: cfg.clone(),
-        actions: Mutex::new(BTreeMap::new()),
-        rng: AtomicU64::new(crate::support::replicas::now_ns() | 1),
-    });
-    let lanes: Vec<_> = (0..4)
-        .map(|lane| {
-            let inj = injector.clone();
-            tokio::spawn(async move {
-                match lane {
-                    0 => inj.streams_lane().await,
-                    1 => inj.requests_lane().await,
-                    2 => inj.compactions_lane().await,
-                    _ => inj.relists_lane().await,
-                }
-            })
-        })
-        .collect();
-    let retries = Arc::new(AtomicU64::new(0));
-    let paused = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
-    let writers = write(
-        &client,
-        &cfg,
-        soak.written.clone(),
-        retries.clone(),
-        paused.clone(),
-        started,
-    );
-    let shards_done = Arc::new(AtomicBool::new(false));
-    let shard_writer = write_shards(&client, &cfg, paused.clone(), shards_done.clone());
-    // Before each kill a quiet point, then a hundredth of `kill_every` more updates: the kill
-    // comes mid-stream, the roles it ends are read quiet; halfway between two kills another,
-    // where the roles begun since the last are given their level (see `Phase`).
-    let mut next_quiet = cfg.kill_every as u64;
-    let mut next_level = cfg.kill_every as u64 / 2;
-    let mut kill_at = None;
-    let mut quiet_seconds = 0.0;
-    while !writers.iter().all(|w| w.is_finished()) {
-        soak.survey().await;
-        let written = soak.written.load(Ordering::Relaxed);
-        let before_end = written < cfg.events as u64;
-        if cfg.kill_every > 0 && written >= next_level && before_end {
-            let t = Instant::now();
-            soak.quiet_point(&client, &paused, cfg.converge_within, Quiet::Level)
-                .await;
-            quiet_seconds += t.elapsed().as_secs_f64();
-            next_level += cfg.kill_every as u64;
-        }
-        if cfg.kill_every > 0 && kill_at.is_none() && written >= next_quiet && before_end {
-            let t = Instant::now();
-            soak.quiet_point(&client, &paused, cfg.converge_within, Quiet::End)
-                .await;
-            quiet_seconds += t.elapsed().as_secs_f64();
-            kill_at = Some(written + (cfg.kill_every as u64 / 100).max(1));
-            next_quiet += cfg.kill_every as u64;
-        }
-        if kill_at.is_some_and(|k| written >= k) && before_end {
-            soak.kill_leader().await;
-            kill_at = None;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    for w in writers {
-        w.await.expect("a writer failed");
-    }
-    let write_seconds = started.elapsed().as_secs_f64() - quiet_seconds;
-    // The faults go on after the last write until every kind was confirmed at least once (but
-    // those of `NEED_WRITES`), for at most a minute: a short run can write faster than a
-    // relist's sequence of faults takes (each relist comes after the informer's backoff).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        let seen = stats(&client).await.is_some_and(|s| {
-            COUNTERS
-                .iter()
-                .filter(|(c, _, _)| !NEED_WRITES.contains(c))
-                .all(|(c, _, _)| s["faults"][*c].as_u64().unwrap_or(0) > 0)
-        });
-        if seen {
-            break;
-        }
-        soak.survey().await;
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    injector.stop.store(true, Ordering::Relaxed);
-    shards_done.store(true, Ordering::Relaxed);
-    let shard_writes = shard_writer.await.expect("the shards' writer failed");
-    for l in lanes {
-        l.await.expect("an injector lane failed");
-    }
-    post_fault(&client, &json!({"clear": true})).await;
-    let faults_end = stats(&client).await.map(|s| s["faults"].clone());
-    let converged_from = Instant::now();
-
-    // Convergence: the emulator's state, every running host's caches, every final version.
-    let list = client
-        .list(&configmaps(), Some(NS), &Default::default())
-        .await
-        .expect("list the final state");
-    let mut finals = vec![0u64; cfg.objects];
-    for o in &list.items {
-        if let Some(i) = object_index(&o.key(), cfg.objects) {
-            finals[i] = o.resource_version().parse().unwrap_or(0);
-        }
-    }
-    let want_text = digest_text(&list.items);
-    let deadline = Instant::now() + cfg.converge_within;
-    let (convergence, mismatches) = loop {
-        soak.survey().await;
-        let mismatches = soak.mismatches(&client).await;
-        let missing = soak.tracker.missing(&finals);
-        if mismatches.is_empty() && missing.is_empty() {
-            break (Some(converged_from.elapsed().as_secs_f64()), mismatches);
-        }
-        if Instant::now() >= deadline {
-            break (None, mismatches);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    // The end of every role still open, after convergence and one of the host's memory trims
-    // (every 10 s, `host/src/trim.rs`): what is read is then what the host holds, not pages
-    // it freed and the allocator kept. A leak would still show.
-    tokio::time::sleep(TRIM_SETTLE).await;
-    for id in soak.live() {
-        soak.scrape(id).await;
-        soak.end_phase(id);
-    }
-    soak.ingest();
-
-    let unreconciled: Vec<String> = soak
-        .tracker
-        .missing(&finals)
-        .into_iter()
-        .map(|(p, i)| {
-            format!(
-                "{} {} (final {}, reconciled {})",
-                PLUGINS[p],
-                object_key(i),
-                finals[i],
-                soak.tracker.best[i][p]
-            )
-        })
-        .collect();
-    let overlapping: Vec<String> = soak
-        .tracker
-        .overlapping()
-        .iter()
-        .map(|(a, b)| format!("{a:?} / {b:?}"))
-        .collect();
-    let mut panics = Vec::new();
-    let mut crashes = Vec::new();
-    for r in &mut soak.rs.replicas {
-        r.process.drain();
-        for l in &r.process.seen {
-            let own = !l.text.contains("plugin::stdout") && !l.text.contains("plugin::stderr");
-            if own && l.text.contains("panicked") {
-                panics.push(format!("host {}: {}", r.id, l.text));
-            }
-        }
-    }
-    for l in &soak.rs.emulator.process.seen {
-        if l.text.contains("panicked") {
-            panics.push(format!("emulator: {}", l.text));
-        }
-    }
-    // Without convergence, what the running hosts said last (their own lines, not the guests').
-    let mut tails = Vec::new();
-    if convergence.is_none() {
-        for id in soak.live() {
-            let own: Vec<&str> = soak.rs.replicas[id]
-                .process
-                .seen
-                .iter()
-                .filter(|l| !l.text.contains("plugin::stdout"))
-                .map(|l| l.text.as_str())
-                .collect();
-            let from = own.len().saturating_sub(40);
-            tails.push(format!("host {id}:\n{}", own[from..].join("\n")));
-        }
-    }
-    for h in &soak.hosts {
-        if h.ended == "exited by itself" {
-            let tail: Vec<String> = soak.rs.replicas[h.id]
-                .process
-                .seen
-                .iter()
-                .rev()
-                .take(20)
-                .map(|l| l.text.clone())
-                .collect();
-            crashes.push(format!("host {} (pid {}): {tail:#?}", h.id, h.pid));
-        }
-    }
-    let faults: BTreeMap<String, u64> = faults_end
+    let mut soak = Soak::start(&cfg).await;
+    let client = soak.rs.emulator.client.clone();
+    let load = soak.load(&client, &cfg).await;
+    let end = soak.converge(&client, &cfg).await;
+    let seen = soak.problems(end.convergence.is_some());
+    let faults: BTreeMap<String, u64> = load
+        .faults_end
         .as_ref()
         .and_then(Value::as_object)
         .map(|m| {
@@ -1743,42 +1529,346 @@ pub async fn run(cfg: SoakConfig) -> SoakReport {
     let report = SoakReport {
         objects: cfg.objects,
         events: soak.written.load(Ordering::Relaxed),
-        write_seconds,
-        write_retries: retries.load(Ordering::Relaxed),
+        write_seconds: load.write_seconds,
+        write_retries: load.retries,
         shards: cfg.shards,
         shard_objects: cfg.shard_objects,
-        shard_writes,
+        shard_writes: load.shard_writes,
         faults,
         fault_target: cfg.faults,
         relist_target: cfg.relist_faults,
-        actions: injector.actions.lock().clone(),
+        actions: load.actions,
         kills: soak.kills,
-        quiet_seconds,
+        quiet_seconds: load.quiet_seconds,
         hosts: soak.hosts.clone(),
-        convergence_seconds: convergence,
-        digest_mismatches: mismatches,
-        tails,
-        emulator_digest: want_text,
-        unreconciled,
+        convergence_seconds: end.convergence,
+        digest_mismatches: end.mismatches,
+        tails: seen.tails,
+        emulator_digest: end.want_text,
+        unreconciled: end.unreconciled,
         reconciles: soak.tracker.reconciles,
         reconcile_traps: soak.tracker.reconcile_traps,
         handler_traps: soak.tracker.handler_traps,
         stray_lines: soak.tracker.strays,
-        overlaps: overlapping,
-        panics,
-        crashes,
+        overlaps: end.overlaps,
+        panics: seen.panics,
+        crashes: seen.crashes,
     };
-    for id in soak.live() {
-        soak.rs.replicas[id].process.sigterm();
-    }
-    for id in soak.live() {
-        let _ = tokio::time::timeout(
-            Duration::from_secs(30),
-            soak.rs.replicas[id].process.exit(Duration::from_secs(30)),
-        )
-        .await;
-    }
+    soak.stop().await;
     report
+}
+
+/// What the load phase leaves for the report.
+struct Load {
+    write_seconds: f64,
+    quiet_seconds: f64,
+    retries: u64,
+    shard_writes: u64,
+    actions: BTreeMap<&'static str, Posted>,
+    faults_end: Option<Value>,
+}
+
+/// What convergence found.
+struct End {
+    convergence: Option<f64>,
+    mismatches: Vec<String>,
+    want_text: String,
+    unreconciled: Vec<String>,
+    overlaps: Vec<String>,
+}
+
+/// What the processes said that no host should.
+struct Seen {
+    panics: Vec<String>,
+    crashes: Vec<String>,
+    tails: Vec<String>,
+}
+
+impl Soak {
+    /// The emulator seeded, two hosts started, and their first sync: a leader that reconciled
+    /// every object with both plugins, a ready standby.
+    async fn start(cfg: &SoakConfig) -> Soak {
+        let rs = Replicas::start().await;
+        let client = rs.emulator.client.clone();
+        rs.emulator.create_namespace(NS).await;
+        seed(&client, cfg.objects, cfg.writers).await;
+        for i in 0..cfg.shards {
+            rs.emulator.create_namespace(&shard_ns(i)).await;
+        }
+        seed_shards(&client, cfg).await;
+        let plugins = plugins_file(&rs.dir, cfg);
+        let mut soak = Soak {
+            args: host_args(&plugins, cfg.page_size),
+            tracker: Tracker::new(cfg.objects),
+            hosts: Vec::new(),
+            written: Arc::new(AtomicU64::new(0)),
+            kills: 0,
+            events: cfg.events as u64,
+            shards: cfg.shards,
+            rs,
+        };
+        soak.spawn().await;
+        soak.spawn().await;
+        let deadline = Instant::now() + WAIT;
+        loop {
+            soak.survey().await;
+            let leading = soak.hosts.iter().any(|h| h.leader);
+            let standby = soak.hosts.iter().any(|h| h.ready && !h.leader);
+            if leading && standby {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no first sync of two hosts:\n{}",
+                soak.rs.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        soak
+    }
+
+    /// The writers, the fault injector's lanes and the kills, until every update is written
+    /// and every kind of fault was seen (the faults then cleared).
+    async fn load(&mut self, client: &Client, cfg: &SoakConfig) -> Load {
+        let injector = Arc::new(Injector {
+            client: client.clone(),
+            stop: AtomicBool::new(false),
+            cfg: cfg.clone(),
+            actions: Mutex::new(BTreeMap::new()),
+            rng: AtomicU64::new(crate::support::replicas::now_ns() | 1),
+        });
+        let lanes: Vec<_> = (0..4)
+            .map(|lane| {
+                let inj = injector.clone();
+                tokio::spawn(async move {
+                    match lane {
+                        0 => inj.streams_lane().await,
+                        1 => inj.requests_lane().await,
+                        2 => inj.compactions_lane().await,
+                        _ => inj.relists_lane().await,
+                    }
+                })
+            })
+            .collect();
+        let retries = Arc::new(AtomicU64::new(0));
+        let paused = Arc::new(AtomicBool::new(false));
+        let started = Instant::now();
+        let writers = write(
+            client,
+            cfg,
+            self.written.clone(),
+            retries.clone(),
+            paused.clone(),
+            started,
+        );
+        let shards_done = Arc::new(AtomicBool::new(false));
+        let shard_writer = write_shards(client, cfg, paused.clone(), shards_done.clone());
+        // Before each kill a quiet point, then a hundredth of `kill_every` more updates: the kill
+        // comes mid-stream, the roles it ends are read quiet; halfway between two kills another,
+        // where the roles begun since the last are given their level (see `Phase`).
+        let mut next_quiet = cfg.kill_every as u64;
+        let mut next_level = cfg.kill_every as u64 / 2;
+        let mut kill_at = None;
+        let mut quiet_seconds = 0.0;
+        while !writers.iter().all(|w| w.is_finished()) {
+            self.survey().await;
+            let written = self.written.load(Ordering::Relaxed);
+            let before_end = written < cfg.events as u64;
+            if cfg.kill_every > 0 && written >= next_level && before_end {
+                let t = Instant::now();
+                self.quiet_point(client, &paused, cfg.converge_within, Quiet::Level)
+                    .await;
+                quiet_seconds += t.elapsed().as_secs_f64();
+                next_level += cfg.kill_every as u64;
+            }
+            if cfg.kill_every > 0 && kill_at.is_none() && written >= next_quiet && before_end {
+                let t = Instant::now();
+                self.quiet_point(client, &paused, cfg.converge_within, Quiet::End)
+                    .await;
+                quiet_seconds += t.elapsed().as_secs_f64();
+                kill_at = Some(written + (cfg.kill_every as u64 / 100).max(1));
+                next_quiet += cfg.kill_every as u64;
+            }
+            if kill_at.is_some_and(|k| written >= k) && before_end {
+                self.kill_leader().await;
+                kill_at = None;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for w in writers {
+            w.await.expect("a writer failed");
+        }
+        let write_seconds = started.elapsed().as_secs_f64() - quiet_seconds;
+        // The faults go on after the last write until every kind was confirmed at least once (but
+        // those of `NEED_WRITES`), for at most a minute: a short run can write faster than a
+        // relist's sequence of faults takes (each relist comes after the informer's backoff).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            let seen = stats(client).await.is_some_and(|s| {
+                COUNTERS
+                    .iter()
+                    .filter(|(c, _, _)| !NEED_WRITES.contains(c))
+                    .all(|(c, _, _)| s["faults"][*c].as_u64().unwrap_or(0) > 0)
+            });
+            if seen {
+                break;
+            }
+            self.survey().await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        injector.stop.store(true, Ordering::Relaxed);
+        shards_done.store(true, Ordering::Relaxed);
+        let shard_writes = shard_writer.await.expect("the shards' writer failed");
+        for l in lanes {
+            l.await.expect("an injector lane failed");
+        }
+        post_fault(client, &json!({"clear": true})).await;
+        let faults_end = stats(client).await.map(|s| s["faults"].clone());
+        let actions = injector.actions.lock().clone();
+        Load {
+            write_seconds,
+            quiet_seconds,
+            retries: retries.load(Ordering::Relaxed),
+            shard_writes,
+            actions,
+            faults_end,
+        }
+    }
+
+    /// Convergence: the emulator's state, every running host's caches, every final version;
+    /// then the end of every role still open.
+    async fn converge(&mut self, client: &Client, cfg: &SoakConfig) -> End {
+        let converged_from = Instant::now();
+        let list = client
+            .list(&configmaps(), Some(NS), &Default::default())
+            .await
+            .expect("list the final state");
+        let mut finals = vec![0u64; cfg.objects];
+        for o in &list.items {
+            if let Some(i) = object_index(&o.key(), cfg.objects) {
+                finals[i] = o.resource_version().parse().unwrap_or(0);
+            }
+        }
+        let want_text = digest_text(&list.items);
+        let deadline = Instant::now() + cfg.converge_within;
+        let (convergence, mismatches) = loop {
+            self.survey().await;
+            let mismatches = self.mismatches(client).await;
+            let missing = self.tracker.missing(&finals);
+            if mismatches.is_empty() && missing.is_empty() {
+                break (Some(converged_from.elapsed().as_secs_f64()), mismatches);
+            }
+            if Instant::now() >= deadline {
+                break (None, mismatches);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        // The end of every role still open, after convergence and one of the host's memory trims
+        // (every 10 s, `host/src/trim.rs`): what is read is then what the host holds, not pages
+        // it freed and the allocator kept. A leak would still show.
+        tokio::time::sleep(TRIM_SETTLE).await;
+        for id in self.live() {
+            self.scrape(id).await;
+            self.end_phase(id);
+        }
+        self.ingest();
+
+        let unreconciled: Vec<String> = self
+            .tracker
+            .missing(&finals)
+            .into_iter()
+            .map(|(p, i)| {
+                format!(
+                    "{} {} (final {}, reconciled {})",
+                    PLUGINS[p],
+                    object_key(i),
+                    finals[i],
+                    self.tracker.best[i][p]
+                )
+            })
+            .collect();
+        let overlapping: Vec<String> = self
+            .tracker
+            .overlapping()
+            .iter()
+            .map(|(a, b)| format!("{a:?} / {b:?}"))
+            .collect();
+        End {
+            convergence,
+            mismatches,
+            want_text,
+            unreconciled,
+            overlaps: overlapping,
+        }
+    }
+
+    /// Panics in any process, hosts that exited by themselves, and, without convergence, what
+    /// the running hosts said last.
+    fn problems(&mut self, converged: bool) -> Seen {
+        let mut panics = Vec::new();
+        let mut crashes = Vec::new();
+        for r in &mut self.rs.replicas {
+            r.process.drain();
+            for l in &r.process.seen {
+                let own = !l.text.contains("plugin::stdout") && !l.text.contains("plugin::stderr");
+                if own && l.text.contains("panicked") {
+                    panics.push(format!("host {}: {}", r.id, l.text));
+                }
+            }
+        }
+        for l in &self.rs.emulator.process.seen {
+            if l.text.contains("panicked") {
+                panics.push(format!("emulator: {}", l.text));
+            }
+        }
+        // Without convergence, what the running hosts said last (their own lines, not the guests').
+        let mut tails = Vec::new();
+        if !converged {
+            for id in self.live() {
+                let own: Vec<&str> = self.rs.replicas[id]
+                    .process
+                    .seen
+                    .iter()
+                    .filter(|l| !l.text.contains("plugin::stdout"))
+                    .map(|l| l.text.as_str())
+                    .collect();
+                let from = own.len().saturating_sub(40);
+                tails.push(format!("host {id}:\n{}", own[from..].join("\n")));
+            }
+        }
+        for h in &self.hosts {
+            if h.ended == "exited by itself" {
+                let tail: Vec<String> = self.rs.replicas[h.id]
+                    .process
+                    .seen
+                    .iter()
+                    .rev()
+                    .take(20)
+                    .map(|l| l.text.clone())
+                    .collect();
+                crashes.push(format!("host {} (pid {}): {tail:#?}", h.id, h.pid));
+            }
+        }
+        Seen {
+            panics,
+            crashes,
+            tails,
+        }
+    }
+
+    /// SIGTERM to every running host, each given 30 s to exit.
+    async fn stop(mut self) {
+        for id in self.live() {
+            self.rs.replicas[id].process.sigterm();
+        }
+        for id in self.live() {
+            let _ = tokio::time::timeout(
+                Duration::from_secs(30),
+                self.rs.replicas[id].process.exit(Duration::from_secs(30)),
+            )
+            .await;
+        }
+    }
 }
 
 fn configmaps() -> ApiResource {

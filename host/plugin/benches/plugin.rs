@@ -37,7 +37,7 @@ use kwh_informer::processor::ResourceEventHandler;
 use kwh_informer::shared::{InformerOptions, SharedIndexInformer};
 use kwh_informer::tombstone::ObjOrTombstone;
 use kwh_informer::workqueue::{default_controller_rate_limiter, RateLimitingQueue};
-use kwh_plugin::backends::{InformerLister, WorkqueueBackend};
+use kwh_plugin::backend::{informer::InformerLister, workqueue::WorkqueueBackend};
 use kwh_plugin::dispatch::Dispatcher;
 use kwh_plugin::{
     Backends, EngineConfig, Health, Limits, PluginEngine, PluginRuntime, QuarantinePolicy,

@@ -16,10 +16,10 @@ use futures_util::FutureExt;
 use tracing::Instrument;
 
 use super::backend::QueueBackend;
-use super::handover::{Change, HandedOver};
 use super::health::{Admission, Health};
 use super::instance::{GuestError, PluginInstance};
 use super::loader::Plugin;
+use super::own_keys::{Change, OwnKeyHandlers};
 use kwh_client::clip::clip;
 use kwh_client::object::Object;
 use kwh_coordination::ownership::PluginOwnership;
@@ -96,7 +96,7 @@ pub struct Dispatcher {
     health: Arc<Health>,
     retry: RetryPolicy,
     /// The handlers the guest handed over, and the queue the host then enqueues keys into.
-    handed_over: Arc<HandedOver>,
+    own_keys: Arc<OwnKeyHandlers>,
     queue: Arc<dyn QueueBackend>,
     /// Whether this replica may call the guest now (a standby or a fenced leader may not).
     own: PluginOwnership,
@@ -169,7 +169,7 @@ impl Dispatcher {
             instance: tokio::sync::Mutex::new(plugin.instance()?),
             health,
             retry,
-            handed_over: plugin.ctx().handed_over.clone(),
+            own_keys: plugin.ctx().own_keys.clone(),
             queue: plugin.ctx().backends.queue.clone(),
             own,
             skipped: AtomicU64::new(0),
@@ -201,7 +201,7 @@ impl Dispatcher {
     /// the key the handler would have (no lock: the queue orders nothing by arrival that
     /// matters, it deduplicates keys).
     async fn deliver(&self, watch: u32, call: Call<'_>) {
-        if self.handed_over.handed_over(watch, call.change()) {
+        if self.own_keys.own_keys(watch, call.change()) {
             call.object().with_key(|k| self.enqueue(k));
             return;
         }
@@ -378,7 +378,7 @@ impl ResourceEventHandler for WatchHandler {
             Notification::Update { .. } => Change::Update,
             Notification::Delete(_) => Change::Delete,
         };
-        if !d.handed_over.handed_over(self.watch, change) {
+        if !d.own_keys.own_keys(self.watch, change) {
             return false;
         }
         match n {

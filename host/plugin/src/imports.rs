@@ -18,8 +18,8 @@ use super::bindings::v0_2::kube::controller::{
     client, config, events, lister, log, queue, types as wit,
 };
 use super::bindings::v0_2::ControllerBase;
-use super::handover::Change;
 use super::manifest::Verb;
+use super::own_keys::Change;
 use super::state::GuestState;
 use crate::events::{EventType, NewEvent, ObjectRef};
 use kwh_client::object::{object_key, Object};
@@ -585,7 +585,7 @@ impl queue::Host for GuestState {
         .into_iter()
         .filter(|(wit, _)| changes.contains(*wit))
         .fold(0, |bits, (_, c)| bits | c as u8);
-        self.ctx.handed_over.hand_over(watch, bits);
+        self.ctx.own_keys.hand_over(watch, bits);
         tracing::debug!(plugin = %self.ctx.name, watch, ?changes, "handlers handed over: the host enqueues their keys");
     }
 }

@@ -9,8 +9,9 @@
 //! [`loader::LoadedPlugin`] (contract version, world checks, validated manifest, the
 //! operator's configuration offered to `validate-config`); [`instance`] calls its handlers and
 //! `reconcile` in the sandbox's instances and replaces one that failed. Everything a guest can
-//! reach in the host goes through the [`backend`] traits; [`backends`] implements them over the
-//! shared informer stores, the API client, the plugin's workqueue and the [`events`] recorder.
+//! reach in the host goes through the [`backend`] traits, implemented in its submodules over the
+//! shared informer stores, the API client and the plugin's workqueue; Events go to the [`events`]
+//! recorder.
 //! [`runtime`] wires it all, each plugin by its [`spec`] (its own limits, workers, namespace
 //! and configuration): [`dispatch`] feeds informer notifications to the guest, [`reconcile`]
 //! runs the workers once [`cache_sync`] says every cache is synced, [`health`] quarantines a
@@ -19,7 +20,6 @@
 //! `kwh-coordination`'s to say.
 
 pub mod backend;
-pub mod backends;
 mod bindings;
 pub mod cache_sync;
 pub mod contract;
@@ -27,7 +27,6 @@ pub mod dispatch;
 pub mod engine;
 pub mod events;
 pub mod guest_log;
-pub mod handover;
 pub mod health;
 pub mod identity;
 pub mod imports;
@@ -37,6 +36,7 @@ pub mod loader;
 pub mod manifest;
 pub mod ops;
 pub mod options;
+pub mod own_keys;
 pub mod rbac;
 pub mod reconcile;
 pub mod runtime;

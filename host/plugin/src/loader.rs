@@ -20,9 +20,9 @@ pub use super::contract::Contract;
 use super::contract::ExportIndices;
 use super::engine::PluginEngine;
 use super::guest_log::GuestLog;
-use super::handover::HandedOver;
 use super::instance::{instantiate, GuestError, Limits, PluginInner, PluginInstance};
 use super::manifest::{Manifest, ManifestError};
+use super::own_keys::OwnKeyHandlers;
 use super::state::{GuestState, PluginCtx};
 
 /// A plugin that could not be loaded.
@@ -183,7 +183,7 @@ impl PluginEngine {
             backends: Backends::unavailable(),
             config: config.clone(),
             config_json: config_json.clone(),
-            handed_over: Arc::new(HandedOver::default()),
+            own_keys: Arc::new(OwnKeyHandlers::default()),
         });
         let mut inner = PluginInner {
             path: path.to_path_buf(),
@@ -231,7 +231,7 @@ impl PluginEngine {
                 inner.limits.log_lines_per_second,
             )),
             name,
-            handed_over: Arc::new(HandedOver::new(manifest.watches.len())),
+            own_keys: Arc::new(OwnKeyHandlers::new(manifest.watches.len())),
             manifest: Arc::new(manifest),
             backends: Backends::unavailable(),
             config,
@@ -346,7 +346,7 @@ impl LoadedPlugin {
             backends,
             config: ctx.config.clone(),
             config_json: ctx.config_json.clone(),
-            handed_over: ctx.handed_over.clone(),
+            own_keys: ctx.own_keys.clone(),
             log: ctx.log.clone(),
         });
         Plugin(Arc::new(self.inner))
@@ -365,7 +365,7 @@ impl LoadedPlugin {
             backends: ctx.backends.clone(),
             config: ctx.config.clone(),
             config_json: ctx.config_json.clone(),
-            handed_over: ctx.handed_over.clone(),
+            own_keys: ctx.own_keys.clone(),
             log: ctx.log.clone(),
         });
         self

@@ -21,7 +21,10 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::backend::Backends;
-use super::backends::{InformerLister, KubeClientBackend, QueueRefusals, WorkqueueBackend};
+use super::backend::{
+    informer::InformerLister, kube::KubeClientBackend, workqueue::QueueRefusals,
+    workqueue::WorkqueueBackend,
+};
 use super::cache_sync::CacheSync;
 use super::dispatch::Dispatcher;
 use super::engine::PluginEngine;
@@ -46,7 +49,7 @@ use kwh_informer::shared::{
     HandlerRegistration, InformerError, InformerOptions, SharedIndexInformer,
 };
 use kwh_informer::workqueue::{
-    default_controller_rate_limiter, MetricsError, RateLimitingQueue, Registry,
+    default_controller_rate_limiter, MetricsError, QueuesCollector, RateLimitingQueue,
 };
 
 /// Why one plugin did not start. Every variant names the file.
@@ -173,7 +176,7 @@ struct Wiring {
     client: Client,
     discovery: Arc<Discovery>,
     factory: SharedInformerFactory<CountingLw>,
-    registry: Registry,
+    registry: QueuesCollector,
     /// What `/metrics` encodes: the queues of `registry` and the plugins of `slots`.
     metrics: Arc<prometheus_client::registry::Registry>,
     lw_counters: CounterMap,
@@ -198,7 +201,7 @@ pub struct PluginRuntime {
 impl PluginRuntime {
     /// A runtime with no plugins yet. Must be called inside a tokio runtime.
     pub fn new(engine: PluginEngine, client: Client, opts: RuntimeOptions) -> Self {
-        let registry = Registry::new();
+        let registry = QueuesCollector::new();
         let lw_counters = CounterMap::default();
         let slots = Slots::default();
         let (events, writer) = EventRecorder::new(

@@ -7,8 +7,8 @@ use bytes::Bytes;
 
 use super::backend::Backends;
 use super::guest_log::GuestLog;
-use super::handover::HandedOver;
 use super::manifest::Manifest;
+use super::own_keys::OwnKeyHandlers;
 
 /// What the host-side import implementations see of their plugin.
 pub(crate) struct PluginCtx {
@@ -20,7 +20,7 @@ pub(crate) struct PluginCtx {
     /// `config` serialized once, as `config.get` and `validate-config` hand it to the guest.
     pub(crate) config_json: Bytes,
     /// The handlers the guest has handed over to the host (`queue.enqueue-own-keys`).
-    pub(crate) handed_over: Arc<HandedOver>,
+    pub(crate) own_keys: Arc<OwnKeyHandlers>,
     /// What the plugin may put in the host's log (its `log` import, stdout and stderr).
     pub(crate) log: Arc<GuestLog>,
 }

@@ -18,7 +18,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 
-use super::backends::QueueRefusals;
+use super::backend::workqueue::QueueRefusals;
 use super::cache_sync::CacheSync;
 use super::dispatch::Dispatcher;
 use super::engine::PluginEngine;
@@ -31,7 +31,7 @@ use crate::events::EventRecorder;
 use kwh_coordination::ownership::Ownership;
 use kwh_informer::shared::{HandlerRegistration, SharedIndexInformer};
 use kwh_informer::workqueue::metrics::encode_family;
-use kwh_informer::workqueue::Registry;
+use kwh_informer::workqueue::QueuesCollector;
 use kwh_sandbox::CacheStats;
 
 /// A plugin's sandbox limits as `/statusz` shows them (the plugins file's keys and units).
@@ -415,7 +415,7 @@ pub enum ScrapeError {
 /// The registry `/metrics` encodes: the workqueues' collector, then the runtime's own.
 pub(crate) fn metrics_registry(
     engine: &PluginEngine,
-    queues: &Registry,
+    queues: &QueuesCollector,
     slots: &Slots,
     lw_counters: &CounterMap,
     events: &EventRecorder,

@@ -520,8 +520,8 @@ async fn a_join_replays_nothing_and_a_leave_replays_only_the_keys_that_moved() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_held_across_the_fence_closing_is_abandoned_before_the_lease_runs_out() {
     use kwh_client::{ApiResource, Config};
+    use kwh_plugin::backend::kube::KubeClientBackend;
     use kwh_plugin::backend::{ClientBackend, PatchKind, WriteOp, WriteRequest};
-    use kwh_plugin::backends::KubeClientBackend;
     use kwh_plugin::events::{EventRecorder, EventType, NewEvent, ObjectRef, RecorderConfig};
     use support::freeze_proxy::FreezeProxy;
 

@@ -582,7 +582,7 @@ async fn a_huge_return_value_is_a_failure_of_the_plugin() {
 /// counts the rest as refused; the call ends (done, or at its deadline).
 #[tokio::test]
 async fn an_enqueue_storm_meets_the_queues_bound() {
-    use kwh_plugin::backends::{QueueRefusals, WorkqueueBackend};
+    use kwh_plugin::backend::workqueue::{QueueRefusals, WorkqueueBackend};
     let fakes = Fakes::new();
     havoc_cm(&fakes, "storm", "storm");
     let queue = kwh_plugin::reconcile::PluginQueue::new(

@@ -20,10 +20,10 @@ use kwh_emulator::list::Selectors;
 use kwh_emulator::registry::ResourceDef;
 use kwh_emulator::store::{Event, EventType};
 use kwh_informer::store::Store;
+use kwh_plugin::backend::{informer::InformerLister, kube::refuse_outside_scope};
 use kwh_plugin::backend::{
     ApiError, BoxFuture, ClientBackend, DeleteParams, PatchKind, Propagation, WriteOp, WriteRequest,
 };
-use kwh_plugin::backends::{refuse_outside_scope, InformerLister};
 use kwh_plugin::index::register as register_indexes;
 use kwh_plugin::manifest::Manifest;
 use kwh_plugin::rbac::namespace_scope;

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
-use super::metrics::{MetricsError, Registry};
+use super::metrics::{MetricsError, QueuesCollector};
 use super::queue::Queue;
 use super::sharded::ShardedMap;
 use super::Key;
@@ -101,7 +101,7 @@ impl<T: Key> DelayingQueue<T> {
     }
 
     /// A delaying queue with metrics labelled `name` in `registry`.
-    pub fn named(name: &str, registry: &Registry) -> Result<Self, MetricsError> {
+    pub fn named(name: &str, registry: &QueuesCollector) -> Result<Self, MetricsError> {
         Ok(Self::wrap(Queue::named(name, registry)?))
     }
 

@@ -212,18 +212,18 @@ struct Entry {
 
 /// A set of named workqueues whose metrics are scraped together: a prometheus-client
 /// [`Collector`], to register with
-/// [`Registry::register_collector`](prometheus_client::registry::Registry::register_collector).
+/// [`QueuesCollector::register_collector`](prometheus_client::registry::Registry::register_collector).
 ///
 /// Cloning is cheap and shares the set. Queues are held weakly: a dropped queue disappears from
 /// the output, which is what a host unloading a plugin wants.
 #[derive(Clone, Default)]
-pub struct Registry {
+pub struct QueuesCollector {
     entries: Arc<Mutex<Vec<Entry>>>,
 }
 
-impl fmt::Debug for Registry {
+impl fmt::Debug for QueuesCollector {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Registry")
+        f.debug_struct("QueuesCollector")
             .field("queues", &self.queue_names())
             .finish()
     }
@@ -231,7 +231,7 @@ impl fmt::Debug for Registry {
 
 type Live = (Arc<QueueMetrics>, Arc<dyn InFlightSource>);
 
-impl Registry {
+impl QueuesCollector {
     /// An empty registry.
     pub fn new() -> Self {
         Self::default()
@@ -277,7 +277,7 @@ fn name_label(m: &QueueMetrics) -> [(&'static str, &str); 1] {
     [("name", m.name())]
 }
 
-impl Collector for Registry {
+impl Collector for QueuesCollector {
     /// Every family is written only when some queue is live, so a host without named queues
     /// exposes no empty workqueue families.
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
@@ -359,7 +359,7 @@ impl Collector for Registry {
 
 /// The OpenMetrics exposition of `registry` alone, as a scrape would return it.
 #[cfg(test)]
-pub(crate) fn exposition(registry: &Registry) -> String {
+pub(crate) fn exposition(registry: &QueuesCollector) -> String {
     let mut om = prometheus_client::registry::Registry::default();
     om.register_collector(Box::new(registry.clone()));
     let mut out = String::new();
@@ -475,7 +475,7 @@ mod tests {
 
     #[test]
     fn an_empty_registry_encodes_only_the_eof_marker() {
-        assert_eq!(exposition(&Registry::new()), "# EOF\n");
+        assert_eq!(exposition(&QueuesCollector::new()), "# EOF\n");
     }
 
     mod with_queues {
@@ -487,7 +487,7 @@ mod tests {
 
         #[tokio::test(start_paused = true)]
         async fn spec_5_7_named_queue_exports_every_client_go_metric() {
-            let registry = Registry::new();
+            let registry = QueuesCollector::new();
             let q = DelayingQueue::named("plugin-a", &registry).expect("registered");
             q.add("x");
             q.add("x"); // deduplicated: not an add
@@ -585,7 +585,7 @@ mod tests {
 
         #[tokio::test]
         async fn spec_5_7_depth_counts_items_readded_while_processing() {
-            let registry = Registry::new();
+            let registry = QueuesCollector::new();
             let q = Queue::named("q", &registry).expect("registered");
             q.add(1);
             let one = q.get().await.expect("1");
@@ -598,7 +598,7 @@ mod tests {
 
         #[tokio::test]
         async fn spec_5_7_unnamed_queue_records_nothing() {
-            let registry = Registry::new();
+            let registry = QueuesCollector::new();
             let unnamed = Queue::named("", &registry).expect("empty name is allowed");
             let plain: Queue<u8> = Queue::new();
             unnamed.add(1u8);
@@ -611,7 +611,7 @@ mod tests {
 
         #[tokio::test]
         async fn one_registry_encodes_many_queues_once_per_family() {
-            let registry = Registry::new();
+            let registry = QueuesCollector::new();
             let b = Queue::named("b", &registry).expect("b");
             let a = Queue::named("a\"quoted", &registry).expect("a");
             a.add(1);

@@ -15,7 +15,7 @@ mod sharded;
 use std::hash::Hash;
 
 pub use delaying::DelayingQueue;
-pub use metrics::{MetricsError, Registry};
+pub use metrics::{MetricsError, QueuesCollector};
 pub use queue::Queue;
 pub use rate_limiter::{
     default_controller_rate_limiter, Bucket, ItemExponential, ItemFastSlow, MaxOf, RateLimiter,

@@ -15,7 +15,7 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::metrics::{InFlight, InFlightSource, MetricsError, QueueMetrics, Registry};
+use super::metrics::{InFlight, InFlightSource, MetricsError, QueueMetrics, QueuesCollector};
 use super::sharded::ShardedMap;
 use super::Key;
 
@@ -114,7 +114,7 @@ impl<T: Key> Queue<T> {
 
     /// A queue whose metrics are labelled `name="<name>"` and rendered by `registry`. An empty
     /// name gives an unnamed queue that records nothing, as in client-go.
-    pub fn named(name: &str, registry: &Registry) -> Result<Self, MetricsError> {
+    pub fn named(name: &str, registry: &QueuesCollector) -> Result<Self, MetricsError> {
         if name.is_empty() {
             return Ok(Self::new());
         }

@@ -5,7 +5,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use super::delaying::DelayingQueue;
-use super::metrics::{MetricsError, Registry};
+use super::metrics::{MetricsError, QueuesCollector};
 use super::rate_limiter::RateLimiter;
 use super::Key;
 
@@ -71,7 +71,7 @@ impl<T: Key> RateLimitingQueue<T> {
     /// A queue with metrics labelled `name` in `registry`, limited by `limiter`.
     pub fn named(
         name: &str,
-        registry: &Registry,
+        registry: &QueuesCollector,
         limiter: impl RateLimiter<T> + 'static,
     ) -> Result<Self, MetricsError> {
         Ok(Self {

@@ -59,7 +59,7 @@ async fn spec_5_6_forget_only_clears_the_counter_and_done_is_still_required() {
 
 #[tokio::test(start_paused = true)]
 async fn spec_5_6_metrics_count_rate_limited_adds_as_retries() {
-    let registry = Registry::new();
+    let registry = QueuesCollector::new();
     let q = RateLimitingQueue::named("ctrl", &registry, default_controller_rate_limiter())
         .expect("registered");
     q.add_rate_limited("a".to_owned());

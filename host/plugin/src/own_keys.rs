@@ -1,4 +1,5 @@
-//! The handlers a guest has handed over to the host (`queue.enqueue-own-keys`).
+//! The handlers whose work the host does in the guest's place: enqueue the object's own key
+//! (`queue.enqueue-own-keys`).
 //!
 //! Most controllers' handlers only enqueue the changed object's key (the SDK's defaults,
 //! controller-runtime's `EnqueueRequestForObject`). Calling a guest for that costs a sandbox
@@ -20,12 +21,12 @@ pub enum Change {
 
 /// Per watch of the manifest, the changes whose handler the host runs in place of the guest's.
 #[derive(Debug, Default)]
-pub struct HandedOver(Box<[AtomicU8]>);
+pub struct OwnKeyHandlers(Box<[AtomicU8]>);
 
-impl HandedOver {
+impl OwnKeyHandlers {
     /// Nothing handed over yet, for a manifest of `watches` watches.
     pub fn new(watches: usize) -> Self {
-        HandedOver((0..watches).map(|_| AtomicU8::new(0)).collect())
+        OwnKeyHandlers((0..watches).map(|_| AtomicU8::new(0)).collect())
     }
 
     /// Records that the guest's handler for `changes` (bits of [`Change`]) of `watch` only
@@ -40,7 +41,7 @@ impl HandedOver {
     /// Whether the host enqueues the key for `change` of `watch` itself. One relaxed load: the
     /// flag is a hint that only ever turns on, and a notification that misses it a moment
     /// after it turned on is delivered to the guest, which enqueues the same key.
-    pub fn handed_over(&self, watch: u32, change: Change) -> bool {
+    pub fn own_keys(&self, watch: u32, change: Change) -> bool {
         self.0
             .get(watch as usize)
             .is_some_and(|f| f.load(Ordering::Relaxed) & change as u8 != 0)
@@ -53,18 +54,18 @@ mod tests {
 
     #[test]
     fn flags_are_per_watch_and_change_and_only_turn_on() {
-        let h = HandedOver::new(2);
-        assert!(!h.handed_over(0, Change::Add));
+        let h = OwnKeyHandlers::new(2);
+        assert!(!h.own_keys(0, Change::Add));
         h.hand_over(0, Change::Add as u8 | Change::Delete as u8);
-        assert!(h.handed_over(0, Change::Add));
-        assert!(!h.handed_over(0, Change::Update));
-        assert!(h.handed_over(0, Change::Delete));
-        assert!(!h.handed_over(1, Change::Add), "watch 1 untouched");
+        assert!(h.own_keys(0, Change::Add));
+        assert!(!h.own_keys(0, Change::Update));
+        assert!(h.own_keys(0, Change::Delete));
+        assert!(!h.own_keys(1, Change::Add), "watch 1 untouched");
         h.hand_over(0, Change::Update as u8);
-        assert!(h.handed_over(0, Change::Add), "earlier bits stay");
-        assert!(h.handed_over(0, Change::Update));
+        assert!(h.own_keys(0, Change::Add), "earlier bits stay");
+        assert!(h.own_keys(0, Change::Update));
         // Out of the manifest's range: ignored.
         h.hand_over(7, 0xff);
-        assert!(!h.handed_over(7, Change::Add));
+        assert!(!h.own_keys(7, Change::Add));
     }
 }

@@ -1,9 +1,14 @@
 //! What a plugin's imports reach in the host, as small traits.
 //!
-//! The runtime does not depend on the informer, the API client or the workqueue directly: the
-//! integration layer implements these traits over the shared store (reads), `kube::client`
-//! (writes) and the plugin's workqueue. Tests implement them with in-memory fakes. Permission
-//! checks happen before a backend is called, so backends never see a call the manifest forbids.
+//! The imports do not depend on the informer, the API client or the workqueue directly: the
+//! submodules implement these traits over the shared informer stores ([`informer`]), the API
+//! client ([`kube`]) and the plugin's workqueue ([`workqueue`]); the test harness implements
+//! them with in-memory fakes. Permission checks happen before a backend is called, so backends
+//! never see a call the manifest forbids.
+
+pub mod informer;
+pub mod kube;
+pub mod workqueue;
 
 use std::future::Future;
 use std::pin::Pin;

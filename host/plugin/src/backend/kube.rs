@@ -1,0 +1,375 @@
+//! The guest's `client` import over the API client, with kinds resolved to resources by
+//! discovery once, at load: nothing here talks to discovery again, so a write never waits on a
+//! discovery round trip.
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+use super::{
+    ApiError, BoxFuture, ClientBackend, DeleteParams, PatchKind, Propagation, WriteOp,
+    WriteRequest,
+};
+use kwh_client::client::{Deleted, Patch, WriteParams};
+use kwh_client::{ApiResource, Client};
+use kwh_coordination::ownership::{Admit, Ownership, PluginOwnership};
+
+/// Writes through the API client, with kinds resolved at load.
+pub struct KubeClientBackend {
+    client: Client,
+    field_manager: String,
+    resources: HashMap<(String, String), ApiResource>,
+    confined_to: Option<String>,
+    own: PluginOwnership,
+}
+
+impl KubeClientBackend {
+    /// A backend writing as `field_manager` (the plugin's name) with the given resolved kinds,
+    /// keyed by (apiVersion, kind).
+    pub fn new(
+        client: Client,
+        field_manager: &str,
+        resources: HashMap<(String, String), ApiResource>,
+    ) -> Self {
+        KubeClientBackend {
+            client,
+            field_manager: field_manager.to_string(),
+            resources,
+            confined_to: None,
+            own: Ownership::single().for_plugin(field_manager, false),
+        }
+    }
+
+    /// Refuses every write while `own` is not active: a standby, or a leader whose lease may
+    /// have passed to another replica, sends nothing.
+    pub fn owned_by(mut self, own: PluginOwnership) -> Self {
+        self.own = own;
+        self
+    }
+
+    /// Refuses writes outside `namespace` (see [`crate::rbac::namespace_scope`]): the plugin's
+    /// RBAC is then a Role in that namespace, and a write elsewhere must fail the same way
+    /// whether or not the cluster's RBAC is that tight.
+    pub fn confined_to(mut self, namespace: Option<String>) -> Self {
+        self.confined_to = namespace;
+        self
+    }
+}
+
+/// The confinement rule of [`crate::rbac::namespace_scope`]: a write of a namespaced kind
+/// outside the plugin's one namespace is refused (403), and the log names it. One function for
+/// the host's client and the test harness's fake one, so a guest's tests see what production does.
+pub fn refuse_outside_scope(
+    scope: Option<&str>,
+    plugin: &str,
+    kind: &str,
+    namespaced: bool,
+    namespace: Option<&str>,
+) -> Result<(), ApiError> {
+    let Some(scope) = scope.filter(|_| namespaced) else {
+        return Ok(());
+    };
+    match namespace {
+        Some(ns) if ns != scope => {
+            tracing::warn!(
+                plugin,
+                kind,
+                namespace = ns,
+                scope,
+                "client write refused: outside the plugin's namespace"
+            );
+            Err(ApiError::forbidden(format!(
+                "plugin {plugin:?} is confined to namespace {scope:?} (all its watches are there) and may not write {kind} in namespace {ns:?}"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+impl From<kwh_client::Error> for ApiError {
+    fn from(e: kwh_client::Error) -> Self {
+        use kwh_client::Error as E;
+        match e {
+            E::Api(s) => ApiError::new(s.code, s.reason, s.message),
+            E::Timeout(d) => {
+                ApiError::new(504, "Timeout", format!("request timed out after {d:?}"))
+            }
+            other => ApiError::unavailable(other.to_string()),
+        }
+    }
+}
+
+fn delete_params(d: DeleteParams) -> Result<kwh_client::client::DeleteParams, ApiError> {
+    let grace = match d.grace_period_seconds {
+        Some(g) => Some(u32::try_from(g).map_err(|_| {
+            ApiError::bad_request(format!("gracePeriodSeconds must be non-negative, got {g}"))
+        })?),
+        None => None,
+    };
+    Ok(kwh_client::client::DeleteParams {
+        propagation_policy: d.propagation.map(|p| {
+            match p {
+                Propagation::Orphan => "Orphan",
+                Propagation::Background => "Background",
+                Propagation::Foreground => "Foreground",
+            }
+            .to_string()
+        }),
+        grace_period_seconds: grace,
+        precondition_uid: d.precondition_uid,
+        precondition_resource_version: d.precondition_resource_version,
+        dry_run: false,
+    })
+}
+
+/// One write sent as the guest asked it: the verb its operation maps to, PATCH of
+/// `.../status` for the status writes (the server keeps only their status there).
+async fn send(
+    client: Client,
+    res: ApiResource,
+    req: WriteRequest,
+    params: WriteParams,
+) -> Result<Option<Bytes>, ApiError> {
+    let ns = if res.namespaced {
+        match req.namespace.as_deref() {
+            Some(ns) => Some(ns),
+            None => {
+                return Err(ApiError::bad_request(format!(
+                    "{} is namespaced: a namespace is required",
+                    res.kind
+                )))
+            }
+        }
+    } else {
+        None
+    };
+    let body = Bytes::from(req.body);
+    let name = || {
+        req.name
+            .as_deref()
+            .ok_or_else(|| ApiError::bad_request("a name is required"))
+    };
+    // PATCH .../status for the status writes: the server keeps only their status.
+    let sub = req.op.subresource();
+    let obj = match req.op {
+        WriteOp::Create => client.create(&res, ns, body, &params).await?,
+        WriteOp::Replace => client.replace(&res, ns, name()?, body, &params).await?,
+        WriteOp::ReplaceStatus => {
+            client
+                .replace_status(&res, ns, name()?, body, &params)
+                .await?
+        }
+        WriteOp::Patch(kind) | WriteOp::PatchStatus(kind) => {
+            let patch = match kind {
+                PatchKind::Json => Patch::Json(body),
+                PatchKind::Merge => Patch::Merge(body),
+                PatchKind::StrategicMerge => Patch::Strategic(body),
+            };
+            client
+                .patch(&res, ns, name()?, sub, &patch, &params)
+                .await?
+        }
+        WriteOp::Apply {
+            field_manager,
+            force,
+        }
+        | WriteOp::ApplyStatus {
+            field_manager,
+            force,
+        } => {
+            let params = WriteParams {
+                field_manager: Some(field_manager.to_string()),
+                force,
+                dry_run: false,
+            };
+            client
+                .patch(&res, ns, name()?, sub, &Patch::Apply(body), &params)
+                .await?
+        }
+        WriteOp::Delete(d) => {
+            let p = delete_params(d)?;
+            return match client.delete(&res, ns, name()?, &p).await? {
+                Deleted::Object(o) => Ok(Some(o.raw_bytes())),
+                Deleted::Status(_) => Ok(None),
+            };
+        }
+    };
+    Ok(Some(obj.raw_bytes()))
+}
+
+impl KubeClientBackend {
+    /// Why this write may not be sent, if it may not: this replica is not active, the key
+    /// being reconciled moved to another replica, or the object is outside the plugin's
+    /// namespace.
+    fn refusal(&self, req: &WriteRequest, res: &ApiResource) -> Option<ApiError> {
+        if !self.own.active() {
+            let msg = format!(
+                "plugin {:?}: this replica is not the leader or lost its lease; write of {} refused",
+                self.field_manager, req.kind
+            );
+            return Some(ApiError::unavailable(msg));
+        }
+        if let Some(key) = &req.reconciling {
+            if self.own.admit(key) == Admit::No {
+                let msg = format!(
+                    "plugin {:?}: key {key} moved to another replica during its reconcile; write of {} refused",
+                    self.field_manager, req.kind
+                );
+                return Some(ApiError::unavailable(msg));
+            }
+        }
+        refuse_outside_scope(
+            self.confined_to.as_deref(),
+            &self.field_manager,
+            &res.kind,
+            res.namespaced,
+            req.namespace.as_deref(),
+        )
+        .err()
+    }
+}
+
+impl ClientBackend for KubeClientBackend {
+    fn write(&self, req: WriteRequest) -> BoxFuture<'static, Result<Option<Bytes>, ApiError>> {
+        let Some(res) = self
+            .resources
+            .get(&(req.api_version.clone(), req.kind.clone()))
+            .cloned()
+        else {
+            let msg = format!(
+                "kind {} ({}) was not resolved at load",
+                req.kind, req.api_version
+            );
+            return Box::pin(async move { Err(ApiError::new(500, "InternalError", msg)) });
+        };
+        if let Some(e) = self.refusal(&req, &res) {
+            return Box::pin(async move { Err(e) });
+        }
+        let client = self.client.clone();
+        let params = WriteParams {
+            field_manager: Some(self.field_manager.clone()),
+            ..WriteParams::default()
+        };
+        let fence = self.own.fence().clone();
+        let plugin = self.field_manager.clone();
+        let kind = req.kind.clone();
+        let write = send(client, res, req, params);
+        // Bounded by the fence, not only by the client's timeout: a write still in flight
+        // when this replica's lease may lapse is abandoned before another replica can act.
+        Box::pin(async move {
+            match fence.guard(write).await {
+                Ok(r) => r,
+                Err(closed) => {
+                    tracing::warn!(plugin = %plugin, kind = %kind, "client write abandoned: {closed}");
+                    Err(ApiError::unavailable(format!(
+                        "plugin {plugin:?}: write of {kind}: {closed}"
+                    )))
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_confined_plugin_may_not_write_in_another_namespace() {
+        // Nothing listens there: a refused write never gets as far as a request.
+        let client = Client::new(kwh_client::Config::new(
+            "http://127.0.0.1:9".parse().unwrap(),
+        ))
+        .unwrap();
+        let mut resources = HashMap::new();
+        resources.insert(
+            ("v1".to_string(), "ConfigMap".to_string()),
+            ApiResource::new("v1", "ConfigMap", "configmaps", true),
+        );
+        let b = KubeClientBackend::new(client, "p", resources).confined_to(Some("team".into()));
+        let req = |ns: &str| WriteRequest {
+            op: WriteOp::Create,
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: Some(ns.into()),
+            name: None,
+            body: b"{}".to_vec(),
+            reconciling: None,
+        };
+        let e = b.write(req("other")).await.unwrap_err();
+        assert_eq!(e.code, 403);
+        assert!(e.message.contains("confined to namespace \"team\""), "{e}");
+        // In its own namespace the write is attempted (and fails only for want of a server).
+        let e = b.write(req("team")).await.unwrap_err();
+        assert_ne!(e.code, 403, "{e}");
+    }
+
+    #[tokio::test]
+    async fn writes_are_refused_when_not_active_or_for_a_key_that_moved_away() {
+        use kwh_coordination::leader_election::Fence;
+        use kwh_coordination::ownership::Shards;
+        use std::time::Instant;
+        let client = Client::new(kwh_client::Config::new(
+            "http://127.0.0.1:9".parse().unwrap(),
+        ))
+        .unwrap();
+        let resources = HashMap::from([(
+            ("v1".to_string(), "ConfigMap".to_string()),
+            ApiResource::new("v1", "ConfigMap", "configmaps", true),
+        )]);
+        let fence = Fence::closed();
+        let shards = Arc::new(Shards::new("a", fence.clone(), Duration::ZERO));
+        shards.update(&["a".to_string(), "b".to_string()], Instant::now());
+        let own = Ownership::new(Fence::closed(), Some(shards), None).for_plugin("p", false);
+        let b = KubeClientBackend::new(client, "p", resources).owned_by(own.clone());
+        let req = |key: Option<&str>| WriteRequest {
+            op: WriteOp::Create,
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: Some("default".into()),
+            name: None,
+            body: b"{}".to_vec(),
+            reconciling: key.map(Arc::from),
+        };
+        let e = b.write(req(None)).await.unwrap_err();
+        assert_eq!(e.code, 503, "not a member yet: {e}");
+        assert!(
+            e.message.contains("not the leader or lost its lease"),
+            "{e}"
+        );
+        fence.open_until(Instant::now() + Duration::from_secs(60));
+        let (mine, theirs) = {
+            let mut keys = (0..).map(|i| format!("default/k{i}"));
+            let mine = keys.find(|k| own.admit(k) == Admit::Now).unwrap();
+            let theirs = keys.find(|k| own.admit(k) == Admit::No).unwrap();
+            (mine, theirs)
+        };
+        let e = b.write(req(Some(&theirs))).await.unwrap_err();
+        assert_eq!(e.code, 503, "{e}");
+        assert!(e.message.contains("moved to another replica"), "{e}");
+        // An owned key's write, and a handler's, are attempted (no server: not 503 refusals).
+        for r in [req(Some(&mine)), req(None)] {
+            let e = b.write(r).await.unwrap_err();
+            assert!(e.message.contains("cannot connect"), "{e}");
+        }
+    }
+
+    #[test]
+    fn api_errors_keep_code_reason_and_message() {
+        let s = kwh_client::Status::failure(409, "Conflict", "the object has been modified");
+        let e: ApiError = kwh_client::Error::Api(Box::new(s)).into();
+        assert_eq!(
+            e,
+            ApiError::new(409, "Conflict", "the object has been modified")
+        );
+        let e: ApiError = kwh_client::Error::Timeout(Duration::from_secs(1)).into();
+        assert_eq!(e.code, 504);
+        assert!(delete_params(DeleteParams {
+            grace_period_seconds: Some(-1),
+            ..DeleteParams::default()
+        })
+        .is_err());
+    }
+}
