@@ -7,10 +7,12 @@
 
 mod support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use kwh_emulator::EmulatorHandle;
 use serde_json::{json, Value};
+use support::kubectl::kubectl;
 
 /// The namespace everything is deployed in, the ServiceAccount's and the pod's.
 const NS: &str = "kube-wasm-host";
@@ -324,43 +326,8 @@ fn the_deployment_runs_two_hardened_replicas_with_leader_election_on_the_metrics
         "{args}"
     );
 
-    // The pod runs as the images' user, non-root, with the runtime's seccomp profile; every
-    // container without privileges, capabilities or a writable root filesystem.
     let (_, stages) = dockerfile();
-    let image_user = |name: &str| {
-        non_root_user(
-            stages
-                .iter()
-                .find(|s| s.name == name)
-                .expect("stage")
-                .one("USER"),
-        )
-    };
-    assert_eq!(image_user("host"), image_user("plugins"));
-    let (uid, gid) = image_user("host");
-    let sc = &pod["securityContext"];
-    assert_eq!(sc["runAsNonRoot"], true);
-    assert_eq!(
-        (sc["runAsUser"].as_u64(), sc["runAsGroup"].as_u64()),
-        (Some(uid.into()), Some(gid.into()))
-    );
-    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
-    for c in [
-        host,
-        container(&d, "initContainers", "plugins"),
-        container(&d, "initContainers", "compile"),
-    ] {
-        let sc = &c["securityContext"];
-        assert_eq!(sc["allowPrivilegeEscalation"], false, "{c}");
-        assert_eq!(sc["readOnlyRootFilesystem"], true, "{c}");
-        assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]), "{c}");
-        assert!(c["resources"]["requests"]["memory"].is_string(), "{c}");
-        assert!(c["resources"]["limits"]["memory"].is_string(), "{c}");
-    }
-    assert_eq!(
-        host["resources"],
-        json!({"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}})
-    );
+    runs_hardened_as_the_images_user(&d, &stages);
 
     // The one writable path the host has is its compile cache, an emptyDir: both --cache-dir
     // and the image's default ($XDG_CACHE_HOME/kube-wasm-host) lie there.
@@ -406,6 +373,55 @@ fn the_deployment_runs_two_hardened_replicas_with_leader_election_on_the_metrics
         ]
     );
 
+    probes_use_the_metrics_port_the_service_targets(&d);
+}
+
+/// The deployment test's security checks, apart to keep it short.
+fn runs_hardened_as_the_images_user(d: &Value, stages: &[Stage]) {
+    let pod = &d["spec"]["template"]["spec"];
+    let host = container(d, "containers", "host");
+    // The pod runs as the images' user, non-root, with the runtime's seccomp profile; every
+    // container without privileges, capabilities or a writable root filesystem.
+    let image_user = |name: &str| {
+        non_root_user(
+            stages
+                .iter()
+                .find(|s| s.name == name)
+                .expect("stage")
+                .one("USER"),
+        )
+    };
+    assert_eq!(image_user("host"), image_user("plugins"));
+    let (uid, gid) = image_user("host");
+    let sc = &pod["securityContext"];
+    assert_eq!(sc["runAsNonRoot"], true);
+    assert_eq!(
+        (sc["runAsUser"].as_u64(), sc["runAsGroup"].as_u64()),
+        (Some(uid.into()), Some(gid.into()))
+    );
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    for c in [
+        host,
+        container(d, "initContainers", "plugins"),
+        container(d, "initContainers", "compile"),
+    ] {
+        let sc = &c["securityContext"];
+        assert_eq!(sc["allowPrivilegeEscalation"], false, "{c}");
+        assert_eq!(sc["readOnlyRootFilesystem"], true, "{c}");
+        assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]), "{c}");
+        assert!(c["resources"]["requests"]["memory"].is_string(), "{c}");
+        assert!(c["resources"]["limits"]["memory"].is_string(), "{c}");
+    }
+    assert_eq!(
+        host["resources"],
+        json!({"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}})
+    );
+}
+
+/// The deployment test's probe and Service checks, apart to keep it short.
+fn probes_use_the_metrics_port_the_service_targets(d: &Value) {
+    let host = container(d, "containers", "host");
+    let args = &host["args"];
     // Probes on the named metrics port, which --metrics-addr serves and the Service targets.
     let port = &host["ports"][0];
     assert_eq!(port["name"], "metrics");
@@ -622,7 +638,6 @@ fn assert_accepted(written: &Value, read: &Value, at: &str) {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_manifest_is_applied_server_side_and_read_back_as_written() {
-    use support::kubectl::kubectl;
     let em = kwh_emulator::Emulator::builder()
         .tls(true)
         .authorize(true)
@@ -644,10 +659,25 @@ async fn every_manifest_is_applied_server_side_and_read_back_as_written() {
         "{out}"
     );
 
+    every_object_reads_back_as_written(&dir).await;
+    the_fields_that_matter_read_back(&dir).await;
+
+    // Applying again changes nothing and is not refused.
+    let (ok, out, err) = kubectl(&dir, &["apply", "--server-side", "-k", &deploy]).await;
+    assert!(ok, "a second apply: {err}\n{out}");
+
+    the_service_account_may_do_what_the_host_does(&em, &dir).await;
+
+    em.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Each manifest's objects read back with `kubectl get -f`, apart to keep the test short.
+async fn every_object_reads_back_as_written(dir: &Path) {
     for f in kustomized() {
         let path = deploy_dir().join(&f).display().to_string();
         let (ok, out, err) = kubectl(
-            &dir,
+            dir,
             &["get", "-f", &path, "-o", "json", "--show-managed-fields"],
         )
         .await;
@@ -672,10 +702,13 @@ async fn every_manifest_is_applied_server_side_and_read_back_as_written() {
             );
         }
     }
+}
 
+/// The Deployment's and the Role's key fields read back by name, apart to keep the test short.
+async fn the_fields_that_matter_read_back(dir: &Path) {
     // The fields that matter, read back in so many words.
     let (ok, out, err) = kubectl(
-        &dir,
+        dir,
         &[
             "get",
             "deployment",
@@ -721,7 +754,7 @@ async fn every_manifest_is_applied_server_side_and_read_back_as_written() {
         true
     );
     let (ok, out, err) = kubectl(
-        &dir,
+        dir,
         &["get", "role", "kube-wasm-host", "-n", NS, "-o", "json"],
     )
     .await;
@@ -732,11 +765,10 @@ async fn every_manifest_is_applied_server_side_and_read_back_as_written() {
         .find(|d| d["kind"] == "Role")
         .expect("Role");
     assert_eq!(role["rules"], committed["rules"]);
+}
 
-    // Applying again changes nothing and is not refused.
-    let (ok, out, err) = kubectl(&dir, &["apply", "--server-side", "-k", &deploy]).await;
-    assert!(ok, "a second apply: {err}\n{out}");
-
+/// The ServiceAccount's token making the host's calls, apart to keep the test short.
+async fn the_service_account_may_do_what_the_host_does(em: &EmulatorHandle, dir: &Path) {
     // The host's ServiceAccount, bound as the manifests bind it, may do its Lease calls in
     // its namespace and read what its plugins watch, and no more than that.
     let token = em
@@ -744,7 +776,7 @@ async fn every_manifest_is_applied_server_side_and_read_back_as_written() {
         .expect("token");
     let config = kwh_client::Config::from_kubeconfig_str(
         &em.kubeconfig_with_token(&token),
-        &dir,
+        dir,
         &kwh_client::config::KubeconfigOptions::default(),
     )
     .expect("kubeconfig");
@@ -773,7 +805,4 @@ async fn every_manifest_is_applied_server_side_and_read_back_as_written() {
         .await
         .expect_err("no list of Leases for leader election");
     assert_eq!(refused.status().map(|s| s.code), Some(403), "{refused}");
-
-    em.shutdown().await;
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -302,6 +302,16 @@ async fn api_resources_and_api_versions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deployments_over_tls_with_token_patch_and_apply() {
     let k = Kube::start(true, Some("s3cret")).await;
+    web_is_patched_merge_json_and_strategic(&k).await;
+    api_is_applied_client_side(&k).await;
+    ssa_is_applied_server_side(&k).await;
+    k.ok(&["delete", "deploy", "web", "api", "ssa"]).await;
+    assert!(names(&k.json(&["get", "deploy"]).await).is_empty());
+    k.stop().await;
+}
+
+/// The patch steps of the Deployment test (`web`), apart to keep it short.
+async fn web_is_patched_merge_json_and_strategic(k: &Kube) {
     let f = k.file("deploy.yaml", DEPLOYMENT);
     k.ok(&["create", "-f", &f]).await;
     let d = k.json(&["get", "deployment", "web"]).await;
@@ -340,6 +350,10 @@ async fn deployments_over_tls_with_token_patch_and_apply() {
         d["metadata"]["generation"], 3,
         "two spec changes bump generation twice"
     );
+}
+
+/// The client-side apply steps of the Deployment test (`api`), apart to keep it short.
+async fn api_is_applied_client_side(k: &Kube) {
     // Client-side apply keeps the last-applied annotation; a second apply is a no-op.
     let a = k.file(
         "applied.yaml",
@@ -364,6 +378,10 @@ async fn deployments_over_tls_with_token_patch_and_apply() {
         k.json(&["get", "deploy", "api"]).await["spec"]["replicas"],
         4
     );
+}
+
+/// The server-side apply steps of the Deployment test (`ssa`), apart to keep it short.
+async fn ssa_is_applied_server_side(k: &Kube) {
     // Server-side apply creates and updates.
     let s = k.file(
         "ssa.yaml",
@@ -423,9 +441,6 @@ async fn deployments_over_tls_with_token_patch_and_apply() {
         k.json(&["get", "deploy", "ssa"]).await["spec"]["replicas"],
         6
     );
-    k.ok(&["delete", "deploy", "web", "api", "ssa"]).await;
-    assert!(names(&k.json(&["get", "deploy"]).await).is_empty());
-    k.stop().await;
 }
 
 #[cfg_attr(

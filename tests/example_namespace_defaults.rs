@@ -91,20 +91,30 @@ fn namespace(name: &str, labels: Value) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn defaults_follow_namespaces_and_spec_and_the_finalizer_cleans_up() {
     let (em, rt) = setup().await;
+    the_example_namespace_gets_owned_defaults(&em).await;
+    a_later_namespace_and_a_spec_change_are_followed(&em).await;
+    a_terminating_namespace_is_left_alone(&em).await;
+    drift_is_repaired_and_an_unmatched_namespace_is_pruned(&em).await;
+    the_finalizer_cleans_up(&em).await;
+    assert!(rt.shutdown(Duration::from_secs(5)).await);
+    em.shutdown().await;
+}
 
+/// The end-to-end test's first step, split out to keep it short: team-a gets its defaults.
+async fn the_example_namespace_gets_owned_defaults(em: &EmulatorHandle) {
     // The example's namespace gets both objects, owned by the NamespaceDefaults.
     assert!(
-        eventually(WAIT, || settings(&em, "team-a").is_some()
-            && quota(&em, "team-a").is_some())
+        eventually(WAIT, || settings(em, "team-a").is_some()
+            && quota(em, "team-a").is_some())
         .await,
         "team-a gets its defaults"
     );
-    let o = owner(&em).expect("owner");
+    let o = owner(em).expect("owner");
     let uid = o["metadata"]["uid"].clone();
     assert!(o["metadata"]["finalizers"]
         .as_array()
         .is_some_and(|f| f.iter().any(|x| x == FINALIZER)));
-    let cm = settings(&em, "team-a").expect("cm");
+    let cm = settings(em, "team-a").expect("cm");
     assert_eq!(
         cm["data"],
         json!({"LOG_LEVEL": "info", "REGION": "eu-west-1"})
@@ -116,60 +126,66 @@ async fn defaults_follow_namespaces_and_spec_and_the_finalizer_cleans_up() {
         "namespace-defaults"
     );
     assert_eq!(
-        quota(&em, "team-a").expect("quota")["spec"]["hard"],
+        quota(em, "team-a").expect("quota")["spec"]["hard"],
         json!({"pods": "20", "requests.cpu": "8", "requests.memory": "16Gi"})
     );
-    assert!(settings(&em, "unselected").is_none() && quota(&em, "unselected").is_none());
+    assert!(settings(em, "unselected").is_none() && quota(em, "unselected").is_none());
     assert!(
-        eventually(WAIT, || managed(&em)
+        eventually(WAIT, || managed(em)
             == [
                 "ConfigMap team-a/team-settings",
                 "ResourceQuota team-a/team-quota"
             ]
-            && ready(&em) == Some(("True".into(), 1)))
+            && ready(em) == Some(("True".into(), 1)))
         .await,
         "status lists what it manages: {:?}",
-        owner(&em).map(|o| o["status"].clone())
+        owner(em).map(|o| o["status"].clone())
     );
+}
 
+/// The end-to-end test's second step, split out to keep it short: team-b and a new spec.
+async fn a_later_namespace_and_a_spec_change_are_followed(em: &EmulatorHandle) {
     // A namespace created later gets its defaults.
     em.create(namespace("team-b", json!({"team": "b"})))
         .expect("namespace");
     assert!(
-        eventually(WAIT, || settings(&em, "team-b").is_some()
-            && quota(&em, "team-b").is_some())
+        eventually(WAIT, || settings(em, "team-b").is_some()
+            && quota(em, "team-b").is_some())
         .await,
         "team-b, created later, gets its defaults"
     );
-    assert!(eventually(WAIT, || managed(&em).len() == 4).await);
+    assert!(eventually(WAIT, || managed(em).len() == 4).await);
 
     // A changed spec updates every managed object; a field dropped from the spec goes.
-    let mut o = owner(&em).expect("owner");
+    let mut o = owner(em).expect("owner");
     o["spec"]["configMap"]["data"]["LOG_LEVEL"] = "debug".into();
     o["spec"]["resourceQuota"]["hard"] = json!({"pods": 30});
     em.update(o).expect("spec update");
     for ns in ["team-a", "team-b"] {
         assert!(
-            eventually(WAIT, || settings(&em, ns)
+            eventually(WAIT, || settings(em, ns)
                 .is_some_and(|c| c["data"]["LOG_LEVEL"] == "debug")
-                && quota(&em, ns)
+                && quota(em, ns)
                     .is_some_and(|q| q["spec"]["hard"] == json!({"pods": "30"})))
             .await,
             "{ns} follows the new spec: {:?}",
-            quota(&em, ns)
+            quota(em, ns)
         );
     }
     assert!(
-        eventually(WAIT, || ready(&em) == Some(("True".into(), 2))).await,
+        eventually(WAIT, || ready(em) == Some(("True".into(), 2))).await,
         "the condition observes the new generation"
     );
+}
 
+/// The end-to-end test's third step, split out to keep it short: team-c terminates.
+async fn a_terminating_namespace_is_left_alone(em: &EmulatorHandle) {
     // A terminating namespace is left to its end: no applies into it (they would be refused),
     // and it drops out of the status.
     em.create(namespace("team-c", json!({"team": "c"})))
         .expect("namespace");
-    assert!(eventually(WAIT, || settings(&em, "team-c").is_some()).await);
-    assert!(eventually(WAIT, || managed(&em).len() == 6).await);
+    assert!(eventually(WAIT, || settings(em, "team-c").is_some()).await);
+    assert!(eventually(WAIT, || managed(em).len() == 6).await);
     em.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "pinned", "namespace": "team-c",
             "finalizers": ["test.kube-wasm.dev/hold"]}}))
@@ -182,26 +198,29 @@ async fn defaults_follow_namespaces_and_spec_and_the_finalizer_cleans_up() {
         "Terminating"
     );
     assert!(
-        eventually(WAIT, || managed(&em).len() == 4
-            && !managed(&em).iter().any(|m| m.contains("team-c/"))
-            && ready(&em) == Some(("True".into(), 2)))
+        eventually(WAIT, || managed(em).len() == 4
+            && !managed(em).iter().any(|m| m.contains("team-c/"))
+            && ready(em) == Some(("True".into(), 2)))
         .await,
         "the terminating namespace leaves the status, without apply failures: {:?}",
-        owner(&em).map(|o| o["status"].clone())
+        owner(em).map(|o| o["status"].clone())
     );
-    assert!(settings(&em, "team-c").is_none() && quota(&em, "team-c").is_none());
+    assert!(settings(em, "team-c").is_none() && quota(em, "team-c").is_none());
     let mut pinned = em
         .get("v1", "ConfigMap", Some("team-c"), "pinned")
         .expect("held by its finalizer");
     pinned["metadata"]["finalizers"] = json!([]);
     em.update(pinned).expect("release");
     assert!(em.get("v1", "Namespace", None, "team-c").is_none());
+}
 
+/// The end-to-end test's fourth step, split out to keep it short: drift and pruning.
+async fn drift_is_repaired_and_an_unmatched_namespace_is_pruned(em: &EmulatorHandle) {
     // Drift is repaired: a managed object deleted by hand comes back.
     em.delete("v1", "ConfigMap", Some("team-b"), "team-settings")
         .expect("delete");
     assert!(
-        eventually(WAIT, || settings(&em, "team-b").is_some()).await,
+        eventually(WAIT, || settings(em, "team-b").is_some()).await,
         "the deleted ConfigMap is recreated"
     );
 
@@ -213,49 +232,49 @@ async fn defaults_follow_namespaces_and_spec_and_the_finalizer_cleans_up() {
         .remove("team");
     em.update(a).expect("relabel");
     assert!(
-        eventually(WAIT, || settings(&em, "team-a").is_none()
-            && quota(&em, "team-a").is_none())
+        eventually(WAIT, || settings(em, "team-a").is_none()
+            && quota(em, "team-a").is_none())
         .await,
         "team-a no longer matches and is pruned"
     );
     assert!(
-        eventually(WAIT, || managed(&em)
+        eventually(WAIT, || managed(em)
             == [
                 "ConfigMap team-b/team-settings",
                 "ResourceQuota team-b/team-quota"
             ])
         .await
     );
+}
 
+/// The end-to-end test's last step, split out to keep it short: the owner is deleted.
+async fn the_finalizer_cleans_up(em: &EmulatorHandle) {
     // Deleting the owner: a second finalizer (this test's) holds it after the controller is
     // done, which shows the cleanup came from the controller's finalizer, not the collector.
-    let mut o = owner(&em).expect("owner");
+    let mut o = owner(em).expect("owner");
     o["metadata"]["finalizers"] = json!([FINALIZER, "test.kube-wasm.dev/hold"]);
     em.update(o).expect("hold");
     em.delete(API, KIND, None, "team-defaults").expect("delete");
     assert!(
-        eventually(WAIT, || owner(&em).is_some_and(|o| o["metadata"]
+        eventually(WAIT, || owner(em).is_some_and(|o| o["metadata"]
             ["finalizers"]
             == json!(["test.kube-wasm.dev/hold"])))
         .await,
         "the controller removes its finalizer: {:?}",
-        owner(&em).map(|o| o["metadata"].clone())
+        owner(em).map(|o| o["metadata"].clone())
     );
     assert!(
-        owner(&em).is_some_and(|o| o["metadata"]["deletionTimestamp"].is_string()),
+        owner(em).is_some_and(|o| o["metadata"]["deletionTimestamp"].is_string()),
         "the owner is still there, held by the test's finalizer"
     );
     assert!(
-        settings(&em, "team-b").is_none() && quota(&em, "team-b").is_none(),
+        settings(em, "team-b").is_none() && quota(em, "team-b").is_none(),
         "the finalizer deleted the managed objects before letting go"
     );
-    let mut o = owner(&em).expect("owner");
+    let mut o = owner(em).expect("owner");
     o["metadata"]["finalizers"] = json!([]);
     em.update(o).expect("release");
-    assert!(owner(&em).is_none());
-
-    assert!(rt.shutdown(Duration::from_secs(5)).await);
-    em.shutdown().await;
+    assert!(owner(em).is_none());
 }
 
 // ---- unit tests through the harness --------------------------------------------------------

@@ -15,7 +15,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use kwh_client::client::{Patch, WriteParams};
-use kwh_client::ApiResource;
+use kwh_client::{ApiResource, Client};
 use serde_json::json;
 
 use support::process::{HostProcess, WAIT};
@@ -57,10 +57,34 @@ fn synced_to(statusz: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// A plugin metric's value from a `/metrics` body (0 when absent).
+fn metric(body: &str, name: &str) -> u64 {
+    body.lines()
+        .find(|l| l.starts_with(&format!("{name}{{plugin=\"relapse\"}}")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quarantined_plugin_holds_no_backlog_and_recovers_every_object() {
     let em = EmulatorProcess::start(&[]).await;
     let client = em.client.clone();
+    seed(&client).await;
+    let (mut host, ops) = quarantined_host(&em).await;
+    stream_updates(&client, &ops, &host).await;
+    let body = support::cluster::http_get(&ops, "/metrics").await.1;
+    assert!(
+        metric(&body, "plugin_notifications_held_back_total") > 0,
+        "{body}"
+    );
+    every_secret_reaches_the_recovered_plugin(&client, &host).await;
+    host.sigterm();
+    host.exit(Duration::from_secs(30)).await;
+}
+
+/// Creates the [`ITEMS`] Secrets the stream updates, apart to keep the test short.
+async fn seed(client: &Client) {
     for i in 0..ITEMS {
         let body = json!({"apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": format!("item-{i}"), "namespace": "default"},
@@ -75,6 +99,11 @@ async fn a_quarantined_plugin_holds_no_backlog_and_recovers_every_object() {
             .await
             .expect("seed");
     }
+}
+
+/// Starts the host with the `relapse` guest and waits until it quarantines it (the test's
+/// precondition, apart to keep the test short); the host and its ops address.
+async fn quarantined_host(em: &EmulatorProcess) -> (HostProcess, String) {
     let mut host = HostProcess::spawn(
         [
             "--kubeconfig".into(),
@@ -91,53 +120,23 @@ async fn a_quarantined_plugin_holds_no_backlog_and_recovers_every_object() {
         "info",
     );
     let ops = host.ops_addr().await;
-    let metric = |body: &str, name: &str| -> u64 {
-        body.lines()
-            .find(|l| l.starts_with(&format!("{name}{{plugin=\"relapse\"}}")))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
     let quarantined = support::cluster::get_until(&ops, "/metrics", WAIT, |_, body| {
         metric(body, "plugin_quarantines_total") > 0
     })
     .await;
     assert!(quarantined.is_some(), "never quarantined:\n{}", host.log());
+    (host, ops)
+}
 
-    // The stream: WRITERS tasks, each updating its share of the Secrets in turn.
+/// The stream, apart to keep the test short: [`WARM_UP`] updates, then the rest, each batch
+/// read by the host before its memory is taken; the second may not grow it by over 10 %.
+async fn stream_updates(client: &Client, ops: &str, host: &HostProcess) {
     let started = Instant::now();
     let mut level = 0;
     let mut written = 0;
     let updates = updates();
     for batch in [WARM_UP, updates - WARM_UP] {
-        let per = batch / WRITERS;
-        let tasks: Vec<_> = (0..WRITERS)
-            .map(|w| {
-                let client = client.clone();
-                let from = written + w * per;
-                tokio::spawn(async move {
-                    for n in from..from + per {
-                        let name = format!("item-{}", n % ITEMS);
-                        let patch =
-                            Patch::Merge(json!({"stringData": payload(n + 1)}).to_string().into());
-                        client
-                            .patch(
-                                &secrets(),
-                                Some("default"),
-                                &name,
-                                None,
-                                &patch,
-                                &WriteParams::default(),
-                            )
-                            .await
-                            .expect("update");
-                    }
-                })
-            })
-            .collect();
-        for t in tasks {
-            t.await.expect("writer");
-        }
+        write_batch(client, written, batch).await;
         written += batch;
         // The host has read every update once its informer synced to a marker written last.
         let mark = json!({"apiVersion": "v1", "kind": "Secret",
@@ -152,7 +151,7 @@ async fn a_quarantined_plugin_holds_no_backlog_and_recovers_every_object() {
             .await
             .expect("marker");
         let mark_rv: u64 = mark.resource_version().parse().expect("numeric RV");
-        let caught_up = support::cluster::get_until(&ops, "/statusz", WAIT, |_, body| {
+        let caught_up = support::cluster::get_until(ops, "/statusz", WAIT, |_, body| {
             synced_to(body) >= mark_rv
         })
         .await;
@@ -176,13 +175,44 @@ async fn a_quarantined_plugin_holds_no_backlog_and_recovers_every_object() {
             );
         }
     }
-    let body = support::cluster::http_get(&ops, "/metrics").await.1;
-    assert!(
-        metric(&body, "plugin_notifications_held_back_total") > 0,
-        "{body}"
-    );
+}
 
-    // The switch: the plugin recovers and every Secret's last version reaches it.
+/// `batch` updates from update number `written` on, by [`WRITERS`] tasks, each updating its
+/// share of the Secrets in turn (apart to keep the stream's loop short).
+async fn write_batch(client: &Client, written: usize, batch: usize) {
+    let per = batch / WRITERS;
+    let tasks: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let client = client.clone();
+            let from = written + w * per;
+            tokio::spawn(async move {
+                for n in from..from + per {
+                    let name = format!("item-{}", n % ITEMS);
+                    let patch =
+                        Patch::Merge(json!({"stringData": payload(n + 1)}).to_string().into());
+                    client
+                        .patch(
+                            &secrets(),
+                            Some("default"),
+                            &name,
+                            None,
+                            &patch,
+                            &WriteParams::default(),
+                        )
+                        .await
+                        .expect("update");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("writer");
+    }
+}
+
+/// The switch, apart to keep the test short: the plugin recovers and every Secret's last
+/// version reaches it within [`WAIT`].
+async fn every_secret_reaches_the_recovered_plugin(client: &Client, host: &HostProcess) {
     let switch = json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "relapse-switch", "namespace": "default", "labels": {"mode": "ok"}}});
     client
@@ -229,6 +259,4 @@ async fn a_quarantined_plugin_holds_no_backlog_and_recovers_every_object() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    host.sigterm();
-    host.exit(Duration::from_secs(30)).await;
 }

@@ -484,13 +484,22 @@ async fn the_printed_lease_rules_allow_leader_election_and_nothing_more() {
         .await
         .expect("a watch of the one Lease");
 
+    nothing_else_on_leases(&api, ns, &col, &own).await;
+    the_leaders_event_in_its_namespace_only(&api, ns).await;
+    c.shutdown().await;
+}
+
+/// The refusals of the leader election test, apart to keep it short: `col` is the Leases of
+/// `ns`, `own` the host's.
+async fn nothing_else_on_leases(api: &LeaseCalls, ns: &str, col: &str, own: &str) {
+    use http::Method;
     // Nothing else: not another Lease (which it may create, as a create has no name yet), not
     // a list, a watch of all, a patch or a delete, not another namespace.
     let scope = format!("in the namespace \"{ns}\"");
     let other = format!("{col}/other");
     api.call(
         Method::POST,
-        &col,
+        col,
         Some((lease(ns, "other", json!({})), "application/json")),
     )
     .await
@@ -503,7 +512,7 @@ async fn the_printed_lease_rules_allow_leader_election_and_nothing_more() {
         "update",
         &scope,
     );
-    refused(api.call(Method::GET, &col, None).await, "list", &scope);
+    refused(api.call(Method::GET, col, None).await, "list", &scope);
     refused(
         api.call(Method::GET, &format!("{col}?watch=1"), None).await,
         "watch",
@@ -514,11 +523,11 @@ async fn the_printed_lease_rules_allow_leader_election_and_nothing_more() {
         "application/merge-patch+json",
     );
     refused(
-        api.call(Method::PATCH, &own, Some(merge)).await,
+        api.call(Method::PATCH, own, Some(merge)).await,
         "patch",
         &scope,
     );
-    refused(api.call(Method::DELETE, &own, None).await, "delete", &scope);
+    refused(api.call(Method::DELETE, own, None).await, "delete", &scope);
     refused(
         api.call(
             Method::POST,
@@ -532,7 +541,11 @@ async fn the_printed_lease_rules_allow_leader_election_and_nothing_more() {
         "create",
         "in the namespace \"default\"",
     );
+}
 
+/// The leader's Event calls of the leader election test, apart to keep it short.
+async fn the_leaders_event_in_its_namespace_only(api: &LeaseCalls, ns: &str) {
+    use http::Method;
     // The new leader's Event on its Lease ("<identity> became leader", as client-go records
     // it): created, then its series patched, in the Leases' namespace only.
     let events = |ns: &str| format!("/apis/events.k8s.io/v1/namespaces/{ns}/events");
@@ -569,7 +582,6 @@ async fn the_printed_lease_rules_allow_leader_election_and_nothing_more() {
         .await
         .expect_err("no Events in another namespace");
     assert_eq!(elsewhere.code, 403, "{elsewhere:?}");
-    c.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use kwh_client::client::WriteParams;
-use kwh_client::ApiResource;
+use kwh_client::{ApiResource, Client};
 use serde_json::{json, Value};
 
 use support::process::{HostProcess, WAIT};
@@ -77,7 +77,16 @@ fn cm(name: String, data: Value) -> (&'static str, String, Value) {
     ("ConfigMap", name, data)
 }
 
+/// Every hostile guest, in the order of the table (the order also numbers their namespaces).
 fn scenarios() -> Vec<Scenario> {
+    let mut all = misbehaving_in_reconcile();
+    all.extend(abusing_the_host());
+    all
+}
+
+/// The guests whose reconciles or handlers run away, trap or fail: what the runtime's limits
+/// and quarantine are for.
+fn misbehaving_in_reconcile() -> Vec<Scenario> {
     vec![
         Scenario {
             name: "hungry",
@@ -153,6 +162,13 @@ fn scenarios() -> Vec<Scenario> {
             proof: Proof::Metric("plugin_notifications_dropped_total"),
             reconcile_deadline_ms: None,
         },
+    ]
+}
+
+/// The guests that push the host's own bounds (stack, message size, queue, log budget, imports,
+/// component size): what the host must refuse or survive.
+fn abusing_the_host() -> Vec<Scenario> {
+    vec![
         Scenario {
             name: "havoc (recursion)",
             module: Module::Guest("havoc"),
@@ -327,12 +343,63 @@ async fn run(
         em.create_namespace(ns).await;
     }
     let s = s.map(|(_, s)| s);
-    let ledger = json!({"module": support::guests::guest("ledger"), "config": {"namespace": CALM}});
-    let mut plugins = vec![ledger];
     let hostile_name = s.map(|s| match s.module {
         Module::Guest(g) => g.to_string(),
         Module::Padded => "noop".to_string(),
     });
+    let (mut host, ops) = start_host(em, dir, s, wild.as_deref()).await;
+
+    // The hostile plugin's feed, four new objects a second, for the whole run.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let feeder = s
+        .and_then(|s| s.feed)
+        .zip(wild.clone())
+        .map(|(feed, ns)| spawn_feeder(client, feed, ns, stop.clone()));
+    let written = calm_load(em, secs, rate).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(f) = feeder {
+        let _ = f.await;
+    }
+    let latencies = reconcile_latencies(&mut host, &written).await;
+    report_worst(&latencies, &written, s);
+    let mut sorted: Vec<f64> = latencies.into_iter().map(|(l, _)| l).collect();
+    sorted.sort_by(f64::total_cmp);
+    let metrics = support::cluster::http_get(&ops, "/metrics").await.1;
+    let counters = hostile_name
+        .as_deref()
+        .map(|p| counters_of(&metrics, p))
+        .unwrap_or_default();
+    host.drain();
+    let first_line = hostile_name
+        .as_deref()
+        .and_then(|p| first_line_about(&host, p));
+    let saw_line = match s.map(|s| &s.proof) {
+        Some(Proof::Line(text)) => host.saw(text),
+        _ => false,
+    };
+    host.sigterm();
+    let _ = host.exit(Duration::from_secs(60)).await;
+    Run {
+        p50_ms: percentile(&sorted, 0.5),
+        p99_ms: percentile(&sorted, 0.99),
+        samples: sorted.len(),
+        counters,
+        first_line,
+        saw_line,
+    }
+}
+
+/// Writes the plugins file (the ledger, and the hostile guest `s` confined to `wild`), starts
+/// a host on it and waits for the ledger: the run measures only once the ledger is running.
+/// The host and its operations address.
+async fn start_host(
+    em: &EmulatorProcess,
+    dir: &Path,
+    s: Option<&Scenario>,
+    wild: Option<&str>,
+) -> (HostProcess, String) {
+    let ledger = json!({"module": support::guests::guest("ledger"), "config": {"namespace": CALM}});
+    let mut plugins = vec![ledger];
     if let Some(s) = s {
         let module = match s.module {
             Module::Guest(g) => support::guests::guest(g),
@@ -375,39 +442,47 @@ async fn run(
     })
     .await;
     assert!(synced.is_some(), "the ledger never synced:\n{}", host.log());
+    (host, ops)
+}
 
-    // The hostile plugin's feed, four new objects a second, for the whole run.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let feeder = s.and_then(|s| s.feed).zip(wild.clone()).map(|(feed, ns)| {
-        let client = client.clone();
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut i = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let (kind, name, data) = feed(i);
-                let name = format!("{name}-{}", now_ns() % 1_000_000_000);
-                let name = if i == 0 && name.starts_with("stall") {
-                    "stall".to_string()
-                } else {
-                    name
-                };
-                let body = json!({"apiVersion": "v1", "kind": kind,
-                    "metadata": {"name": name, "namespace": &ns}, "data": data});
-                let _ = client
-                    .create(
-                        &resource(kind),
-                        Some(ns.as_str()),
-                        body.to_string().into(),
-                        &WriteParams::default(),
-                    )
-                    .await;
-                i += 1;
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        })
-    });
+/// Creates `feed`'s objects in `ns` four times a second until `stop`: keeps the hostile guest
+/// misbehaving for the whole run.
+fn spawn_feeder(
+    client: &Client,
+    feed: Feed,
+    ns: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    let client = client.clone();
+    tokio::spawn(async move {
+        let mut i = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let (kind, name, data) = feed(i);
+            let name = format!("{name}-{}", now_ns() % 1_000_000_000);
+            let name = if i == 0 && name.starts_with("stall") {
+                "stall".to_string()
+            } else {
+                name
+            };
+            let body = json!({"apiVersion": "v1", "kind": kind,
+                "metadata": {"name": name, "namespace": &ns}, "data": data});
+            let _ = client
+                .create(
+                    &resource(kind),
+                    Some(ns.as_str()),
+                    body.to_string().into(),
+                    &WriteParams::default(),
+                )
+                .await;
+            i += 1;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+}
 
-    // The calm load: one update every 1/rate s, round robin over the ConfigMaps.
+/// The calm load: one update every 1/rate s for `secs`, round robin over the ConfigMaps. Each
+/// update's (key, resource version, answered at ns), to match with the ledger's reconciles.
+async fn calm_load(em: &EmulatorProcess, secs: u64, rate: u64) -> Vec<(String, String, u64)> {
     let mut written: Vec<(String, String, u64)> = Vec::new();
     let every = Duration::from_secs_f64(1.0 / rate as f64);
     let started = tokio::time::Instant::now();
@@ -420,18 +495,22 @@ async fn run(
         n += 1;
         tokio::time::sleep_until(started + every * n as u32).await;
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    if let Some(f) = feeder {
-        let _ = f.await;
-    }
-    // Every written version reconciled (or its key's later one), within a bound.
+    written
+}
+
+/// The ledger's latency (ms) for each written version it reconciled, with the write's time:
+/// waits until every version was reconciled (or its key's later one), within a bound.
+async fn reconcile_latencies(
+    host: &mut HostProcess,
+    written: &[(String, String, u64)],
+) -> Vec<(f64, u64)> {
     let deadline = Instant::now() + Duration::from_secs(60);
-    let latencies = loop {
+    loop {
         host.drain();
         let recs = parse_ledger(0, host.seen.iter().map(|l| l.text.as_str()), None);
         let mut lat = Vec::new();
         let mut missing = 0;
-        for (key, rv, at) in &written {
+        for (key, rv, at) in written {
             match recs.iter().find(|r| &r.key == key && &r.rv == rv) {
                 Some(r) => lat.push((r.start_ns.saturating_sub(*at) as f64 / 1e6, *at)),
                 None => missing += 1,
@@ -442,8 +521,13 @@ async fn run(
             break lat;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let mut worst = latencies.clone();
+    }
+}
+
+/// `BENCH_WORST=1`: the run's slowest samples and their time into it, to tell the host's stalls
+/// (spread over the run) from the hostile plugin's setup (a cluster at its start).
+fn report_worst(latencies: &[(f64, u64)], written: &[(String, String, u64)], s: Option<&Scenario>) {
+    let mut worst = latencies.to_vec();
     worst.sort_by(|a, b| b.0.total_cmp(&a.0));
     if std::env::var_os("BENCH_WORST").is_some() {
         let t0 = written.first().map_or(0, |w| w.2);
@@ -454,47 +538,25 @@ async fn run(
             .collect();
         eprintln!("{}: slowest {w:?}", s.map_or("alone", |s| s.name));
     }
-    let mut sorted: Vec<f64> = latencies.into_iter().map(|(l, _)| l).collect();
-    sorted.sort_by(f64::total_cmp);
-    let metrics = support::cluster::http_get(&ops, "/metrics").await.1;
-    let counters = hostile_name
-        .as_deref()
-        .map(|p| counters_of(&metrics, p))
-        .unwrap_or_default();
-    host.drain();
-    let first_line = hostile_name.as_deref().and_then(|p| {
-        // The host's own words about the plugin (not the guest's stderr), or the line saying
-        // its log was cut short.
-        host.seen
-            .iter()
-            .map(|l| l.text.as_str())
-            .find(|t| {
-                (t.contains(" WARN ") || t.contains(" ERROR "))
-                    && (t.contains(&format!("plugin={p}")) || t.contains(&format!("{p}.wasm")))
-                    && (t.contains(" kwh_plugin::")
-                        || t.contains("log lines of this plugin dropped"))
-            })
-            .map(|t| {
-                let t = t.split_once(' ').map_or(t, |(_, rest)| rest);
-                let mut t = t.to_string();
-                t.truncate(220);
-                t
-            })
-    });
-    let saw_line = match s.map(|s| &s.proof) {
-        Some(Proof::Line(text)) => host.saw(text),
-        _ => false,
-    };
-    host.sigterm();
-    let _ = host.exit(Duration::from_secs(60)).await;
-    Run {
-        p50_ms: percentile(&sorted, 0.5),
-        p99_ms: percentile(&sorted, 0.99),
-        samples: sorted.len(),
-        counters,
-        first_line,
-        saw_line,
-    }
+}
+
+/// The first warning or error the host logged about plugin `p`: the host's own words about the
+/// plugin (not the guest's stderr), or the line saying its log was cut short.
+fn first_line_about(host: &HostProcess, p: &str) -> Option<String> {
+    host.seen
+        .iter()
+        .map(|l| l.text.as_str())
+        .find(|t| {
+            (t.contains(" WARN ") || t.contains(" ERROR "))
+                && (t.contains(&format!("plugin={p}")) || t.contains(&format!("{p}.wasm")))
+                && (t.contains(" kwh_plugin::") || t.contains("log lines of this plugin dropped"))
+        })
+        .map(|t| {
+            let t = t.split_once(' ').map_or(t, |(_, rest)| rest);
+            let mut t = t.to_string();
+            t.truncate(220);
+            t
+        })
 }
 
 fn main() {

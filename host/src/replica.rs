@@ -206,16 +206,7 @@ impl Replica {
         });
         let ownership = Ownership::new(leader_fence, shards.clone(), status);
         if let Some(e) = &election {
-            // A new leader replays its caches to its handlers, as a controller that starts.
-            let mut role = e.role();
-            let own = ownership.clone();
-            tokio::spawn(async move {
-                while role.changed().await.is_ok() {
-                    if *role.borrow_and_update() == Role::Leader {
-                        own.gained(Gain::Leadership);
-                    }
-                }
-            });
+            replay_on_leadership(e, &ownership);
         }
         // With an election, the leader counts as a member through its leader Lease and does
         // not renew a membership Lease too.
@@ -357,4 +348,17 @@ impl Replica {
             e.release().await;
         }
     }
+}
+
+/// A new leader replays its caches to its handlers, as a controller that starts.
+fn replay_on_leadership(election: &LeaderElection, ownership: &Ownership) {
+    let mut role = election.role();
+    let own = ownership.clone();
+    tokio::spawn(async move {
+        while role.changed().await.is_ok() {
+            if *role.borrow_and_update() == Role::Leader {
+                own.gained(Gain::Leadership);
+            }
+        }
+    });
 }

@@ -121,15 +121,7 @@ pub fn render(title: &str, x_label: &str, panels: &[Panel], note: &str) -> Strin
         .flat_map(|p| p.series.iter())
         .flat_map(|s| s.points.iter().map(|p| p.0));
     let x_axis = LogAxis::enclosing(xs, PANEL_W);
-    // One entry per label; a dashed series is a second figure of the same clients (their
-    // colours), so its entry is grey.
-    let mut legend: Vec<(&str, &str, bool)> = Vec::new();
-    for s in panels.iter().flat_map(|p| p.series.iter()) {
-        if !legend.iter().any(|(l, _, _)| *l == s.label) {
-            let color = if s.dashed { "#555" } else { s.color };
-            legend.push((&s.label, color, s.dashed));
-        }
-    }
+    let legend = legend_entries(panels);
     let width = MARGIN_L + panels.len() as f64 * (PANEL_W + GAP);
     let legend_top = MARGIN_T + PANEL_H + 50.0;
     let note_lines: Vec<&str> = note.lines().collect();
@@ -147,110 +139,9 @@ pub fn render(title: &str, x_label: &str, panels: &[Panel], note: &str) -> Strin
     );
     for (i, panel) in panels.iter().enumerate() {
         let left = MARGIN_L + i as f64 * (PANEL_W + GAP);
-        let bottom = MARGIN_T + PANEL_H;
-        let ys = panel
-            .series
-            .iter()
-            .flat_map(|s| s.points.iter().map(|p| p.1));
-        let y_axis = LogAxis::enclosing(ys, PANEL_H);
-        let _ = writeln!(
-            o,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="13" font-weight="bold">{}</text>"#,
-            left + PANEL_W / 2.0,
-            MARGIN_T - 12.0,
-            esc(&panel.title)
-        );
-        let _ = writeln!(
-            o,
-            r##"<rect x="{left:.1}" y="{MARGIN_T:.1}" width="{PANEL_W}" height="{PANEL_H}" fill="none" stroke="#444"/>"##
-        );
-        for t in x_axis.ticks() {
-            let x = left + x_axis.pos(t);
-            let _ = writeln!(
-                o,
-                r##"<line x1="{x:.1}" y1="{MARGIN_T:.1}" x2="{x:.1}" y2="{bottom:.1}" stroke="#ddd"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
-                bottom + 16.0,
-                tick_label(t, true)
-            );
-        }
-        for t in y_axis.ticks() {
-            let y = bottom - y_axis.pos(t);
-            let _ = writeln!(
-                o,
-                r##"<line x1="{left:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-                left + PANEL_W,
-                left - 6.0,
-                y + 4.0,
-                tick_label(t, false)
-            );
-        }
-        let _ = writeln!(
-            o,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            left + PANEL_W / 2.0,
-            bottom + 34.0,
-            esc(x_label)
-        );
-        let (yx, yy) = (left - 46.0, MARGIN_T + PANEL_H / 2.0);
-        let _ = writeln!(
-            o,
-            r#"<text x="{yx:.1}" y="{yy:.1}" text-anchor="middle" transform="rotate(-90 {yx:.1} {yy:.1})">{}</text>"#,
-            esc(&panel.y_label)
-        );
-        for s in &panel.series {
-            let pts: Vec<(f64, f64)> = s
-                .points
-                .iter()
-                .filter(|(x, y)| *x > 0.0 && *y > 0.0)
-                .map(|&(x, y)| (left + x_axis.pos(x), bottom - y_axis.pos(y)))
-                .collect();
-            let path: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
-            let dash = if s.dashed {
-                r#" stroke-dasharray="6 4""#
-            } else {
-                ""
-            };
-            let _ = writeln!(
-                o,
-                r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="2"{dash}/>"#,
-                path.join(" "),
-                s.color
-            );
-            for &(x, y) in &pts {
-                let _ = writeln!(
-                    o,
-                    r#"<circle cx="{x:.1}" cy="{y:.1}" r="3" fill="{}"/>"#,
-                    s.color
-                );
-            }
-            if let (Some(k), Some(&(x, y))) = (s.end_slope, pts.last()) {
-                let _ = writeln!(
-                    o,
-                    r#"<text x="{:.1}" y="{:.1}" fill="{}">n<tspan dy="-5" font-size="9">{k:.2}</tspan></text>"#,
-                    x + 7.0,
-                    y + 4.0,
-                    s.color
-                );
-            }
-        }
+        write_panel(&mut o, panel, left, x_axis, x_label);
     }
-    for (i, (label, color, dashed)) in legend.iter().enumerate() {
-        let x = MARGIN_L + (i % 2) as f64 * 420.0;
-        let y = legend_top + (i / 2) as f64 * LEGEND_H;
-        let dash = if *dashed {
-            r#" stroke-dasharray="6 4""#
-        } else {
-            ""
-        };
-        let _ = writeln!(
-            o,
-            r#"<line x1="{x:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="{color}" stroke-width="2"{dash}/><text x="{:.1}" y="{:.1}">{}</text>"#,
-            x + 30.0,
-            x + 38.0,
-            y + 4.0,
-            esc(label)
-        );
-    }
+    write_legend(&mut o, &legend, legend_top);
     for (i, line) in note_lines.iter().enumerate() {
         let _ = writeln!(
             o,
@@ -261,6 +152,140 @@ pub fn render(title: &str, x_label: &str, panels: &[Panel], note: &str) -> Strin
     }
     o.push_str("</svg>\n");
     o
+}
+
+/// The legend's entries, `(label, colour, dashed)`: one per label; a dashed series is a second
+/// figure of the same clients (their colours), so its entry is grey.
+fn legend_entries(panels: &[Panel]) -> Vec<(&str, &str, bool)> {
+    let mut legend: Vec<(&str, &str, bool)> = Vec::new();
+    for s in panels.iter().flat_map(|p| p.series.iter()) {
+        if !legend.iter().any(|(l, _, _)| *l == s.label) {
+            let color = if s.dashed { "#555" } else { s.color };
+            legend.push((&s.label, color, s.dashed));
+        }
+    }
+    legend
+}
+
+/// The stroke attribute of a dashed line (empty for a solid one): lines and legend entries must
+/// look alike.
+fn dash_attr(dashed: bool) -> &'static str {
+    if dashed {
+        r#" stroke-dasharray="6 4""#
+    } else {
+        ""
+    }
+}
+
+/// One panel at `left`: its title, frame, grid with tick labels, axis labels and lines. Each
+/// panel gets a y axis of its own (their units differ); the x axis is shared.
+fn write_panel(o: &mut String, panel: &Panel, left: f64, x_axis: LogAxis, x_label: &str) {
+    let bottom = MARGIN_T + PANEL_H;
+    let ys = panel
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1));
+    let y_axis = LogAxis::enclosing(ys, PANEL_H);
+    let _ = writeln!(
+        o,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="13" font-weight="bold">{}</text>"#,
+        left + PANEL_W / 2.0,
+        MARGIN_T - 12.0,
+        esc(&panel.title)
+    );
+    let _ = writeln!(
+        o,
+        r##"<rect x="{left:.1}" y="{MARGIN_T:.1}" width="{PANEL_W}" height="{PANEL_H}" fill="none" stroke="#444"/>"##
+    );
+    for t in x_axis.ticks() {
+        let x = left + x_axis.pos(t);
+        let _ = writeln!(
+            o,
+            r##"<line x1="{x:.1}" y1="{MARGIN_T:.1}" x2="{x:.1}" y2="{bottom:.1}" stroke="#ddd"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            bottom + 16.0,
+            tick_label(t, true)
+        );
+    }
+    for t in y_axis.ticks() {
+        let y = bottom - y_axis.pos(t);
+        let _ = writeln!(
+            o,
+            r##"<line x1="{left:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+            left + PANEL_W,
+            left - 6.0,
+            y + 4.0,
+            tick_label(t, false)
+        );
+    }
+    let _ = writeln!(
+        o,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+        left + PANEL_W / 2.0,
+        bottom + 34.0,
+        esc(x_label)
+    );
+    let (yx, yy) = (left - 46.0, MARGIN_T + PANEL_H / 2.0);
+    let _ = writeln!(
+        o,
+        r#"<text x="{yx:.1}" y="{yy:.1}" text-anchor="middle" transform="rotate(-90 {yx:.1} {yy:.1})">{}</text>"#,
+        esc(&panel.y_label)
+    );
+    for s in &panel.series {
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .filter(|(x, y)| *x > 0.0 && *y > 0.0)
+            .map(|&(x, y)| (left + x_axis.pos(x), bottom - y_axis.pos(y)))
+            .collect();
+        write_series(o, s, &pts);
+    }
+}
+
+/// One series as a polyline through its points (already in pixels), a dot on each and its
+/// end slope beside the last: the dots show where the measurements are.
+fn write_series(o: &mut String, s: &Series, pts: &[(f64, f64)]) {
+    let path: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
+    let dash = dash_attr(s.dashed);
+    let _ = writeln!(
+        o,
+        r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="2"{dash}/>"#,
+        path.join(" "),
+        s.color
+    );
+    for &(x, y) in pts {
+        let _ = writeln!(
+            o,
+            r#"<circle cx="{x:.1}" cy="{y:.1}" r="3" fill="{}"/>"#,
+            s.color
+        );
+    }
+    if let (Some(k), Some(&(x, y))) = (s.end_slope, pts.last()) {
+        let _ = writeln!(
+            o,
+            r#"<text x="{:.1}" y="{:.1}" fill="{}">n<tspan dy="-5" font-size="9">{k:.2}</tspan></text>"#,
+            x + 7.0,
+            y + 4.0,
+            s.color
+        );
+    }
+}
+
+/// The legend in two columns from `top`: a short line in each entry's colour and dash, then
+/// its label.
+fn write_legend(o: &mut String, legend: &[(&str, &str, bool)], top: f64) {
+    for (i, (label, color, dashed)) in legend.iter().enumerate() {
+        let x = MARGIN_L + (i % 2) as f64 * 420.0;
+        let y = top + (i / 2) as f64 * LEGEND_H;
+        let dash = dash_attr(*dashed);
+        let _ = writeln!(
+            o,
+            r#"<line x1="{x:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="{color}" stroke-width="2"{dash}/><text x="{:.1}" y="{:.1}">{}</text>"#,
+            x + 30.0,
+            x + 38.0,
+            y + 4.0,
+            esc(label)
+        );
+    }
 }
 
 #[cfg(test)]

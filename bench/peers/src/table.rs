@@ -154,28 +154,34 @@ impl ObjectSet {
             rounds
         );
         let metrics = self.metrics();
-        let header = |first: &str| {
-            let mut h = format!("| {first} |");
-            let mut sep = String::from("|---|");
-            for (name, _) in &metrics {
-                let _ = write!(h, " {name} |");
-                sep.push_str("---:|");
-            }
-            format!("{h}\n{sep}\n")
-        };
+        self.write_medians(&mut out, &metrics);
+        self.write_ratios(&mut out, &metrics, rounds);
+        self.write_load(&mut out);
+        self.write_scrape_cost(&mut out);
+        for note in &self.notes {
+            let _ = writeln!(out, "\nNote: {note}");
+        }
+        out
+    }
 
+    /// The first table: each client's median of every column, the figures a reader looks up.
+    fn write_medians(&self, out: &mut String, metrics: &[Column]) {
         let _ = writeln!(out, "Medians per client:\n");
-        out.push_str(&header("client"));
+        out.push_str(&header("client", metrics));
         for &v in &self.variants {
             let samples: Vec<&Sample> = self.samples.iter().filter(|s| s.variant == v).collect();
             let _ = write!(out, "| {} |", v.label());
-            for (name, f) in &metrics {
+            for (name, f) in metrics {
                 let m = median(samples.iter().filter_map(|s| f(s)).collect());
                 let _ = write!(out, " {} |", fmt_metric(name, m));
             }
             out.push('\n');
         }
+    }
 
+    /// The ratios of the pairs that were both run (none, no table): the per-round comparison
+    /// the medians alone cannot give on a machine whose speed drifts.
+    fn write_ratios(&self, out: &mut String, metrics: &[Column], rounds: usize) {
         let pairs: Vec<_> = PAIRS
             .iter()
             .filter(|(a, b)| self.variants.contains(a) && self.variants.contains(b))
@@ -185,17 +191,21 @@ impl ObjectSet {
                 out,
                 "\nRatios, the median of the per-round ratios (below 1: the first uses less or is faster, except events/s):\n"
             );
-            out.push_str(&header("pair"));
+            out.push_str(&header("pair", metrics));
             for &&(a, b) in &pairs {
                 let _ = write!(out, "| {} / {} |", a.label(), b.label());
-                for (_, f) in &metrics {
+                for (_, f) in metrics {
                     let r = pair_ratio(&self.samples, rounds, (a, b), f);
                     let _ = write!(out, " {} |", fmt_ratio(r));
                 }
                 out.push('\n');
             }
         }
+    }
 
+    /// The load table: whether the driver and the emulator kept up, so the figures above can
+    /// be trusted.
+    fn write_load(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "\nThe load (every run; patches sent per second, from the first send to the last, a burst to the last answer), and the host's /metrics scrapes:\n"
@@ -206,51 +216,61 @@ impl ObjectSet {
         );
         let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
         for (i, phase) in self.phases.iter().enumerate() {
-            let ps: Vec<&PhaseSample> = self
-                .samples
-                .iter()
-                .filter_map(|s| s.phases.get(i))
-                .collect();
-            let rates: Vec<f64> = ps.iter().map(|p| p.achieved_rate).collect();
-            let lag = ps.iter().map(|p| p.worst_lag).max().unwrap_or_default();
-            let host_scrapes = median(
-                self.samples
-                    .iter()
-                    .filter(|s| s.variant.is_host())
-                    .filter_map(|s| s.phases.get(i).map(|p| p.scrapes as f64))
-                    .collect(),
-            );
-            let lo = rates.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = rates.iter().copied().fold(0.0, f64::max);
-            let lag = if phase == "burst" {
-                "-".to_owned()
-            } else {
-                format!("{:.2} ms", lag.as_secs_f64() * 1e3)
-            };
-            let per_patch = median(
-                ps.iter()
-                    .filter_map(|p| p.server_cpu.map(|c| micros(c) / p.events.max(1) as f64))
-                    .collect(),
-            );
-            let busy = median(
-                ps.iter()
-                    .filter_map(|p| {
-                        p.server_cpu
-                            .map(|c| c.as_secs_f64() / p.wall.as_secs_f64().max(1e-9))
-                    })
-                    .collect(),
-            );
-            let _ = writeln!(
-                out,
-                "| {phase} | {} | {} | {} | {lag} | {} | {} | {} |",
-                fmt_count(median(rates.clone())),
-                fmt_count(Some(lo).filter(|x| x.is_finite())),
-                fmt_count(Some(hi)),
-                per_patch.map_or("-".into(), |x| format!("{x:.1}")),
-                busy.map_or("-".into(), |x| format!("{x:.2}")),
-                host_scrapes.map_or("-".into(), |x| format!("{x:.0}")),
-            );
+            self.write_load_row(out, i, phase);
         }
+    }
+
+    /// One phase's row of the load table, over every run of that phase.
+    fn write_load_row(&self, out: &mut String, i: usize, phase: &str) {
+        let ps: Vec<&PhaseSample> = self
+            .samples
+            .iter()
+            .filter_map(|s| s.phases.get(i))
+            .collect();
+        let rates: Vec<f64> = ps.iter().map(|p| p.achieved_rate).collect();
+        let lag = ps.iter().map(|p| p.worst_lag).max().unwrap_or_default();
+        let host_scrapes = median(
+            self.samples
+                .iter()
+                .filter(|s| s.variant.is_host())
+                .filter_map(|s| s.phases.get(i).map(|p| p.scrapes as f64))
+                .collect(),
+        );
+        let lo = rates.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = rates.iter().copied().fold(0.0, f64::max);
+        let lag = if phase == "burst" {
+            "-".to_owned()
+        } else {
+            format!("{:.2} ms", lag.as_secs_f64() * 1e3)
+        };
+        let per_patch = median(
+            ps.iter()
+                .filter_map(|p| p.server_cpu.map(|c| micros(c) / p.events.max(1) as f64))
+                .collect(),
+        );
+        let busy = median(
+            ps.iter()
+                .filter_map(|p| {
+                    p.server_cpu
+                        .map(|c| c.as_secs_f64() / p.wall.as_secs_f64().max(1e-9))
+                })
+                .collect(),
+        );
+        let _ = writeln!(
+            out,
+            "| {phase} | {} | {} | {} | {lag} | {} | {} | {} |",
+            fmt_count(median(rates.clone())),
+            fmt_count(Some(lo).filter(|x| x.is_finite())),
+            fmt_count(Some(hi)),
+            per_patch.map_or("-".into(), |x| format!("{x:.1}")),
+            busy.map_or("-".into(), |x| format!("{x:.2}")),
+            host_scrapes.map_or("-".into(), |x| format!("{x:.0}")),
+        );
+    }
+
+    /// What a /metrics scrape cost the host, when it was measured: the host's CPU figures have
+    /// their scrapes taken out, and this says by how much.
+    fn write_scrape_cost(&self, out: &mut String) {
         let costs: Vec<f64> = self
             .samples
             .iter()
@@ -269,11 +289,19 @@ impl ObjectSet {
                 median(sync_scrapes).map_or("-".into(), |x| format!("{x:.0}"))
             );
         }
-        for note in &self.notes {
-            let _ = writeln!(out, "\nNote: {note}");
-        }
-        out
     }
+}
+
+/// A table's header and separator rows: `first` column, then one per metric (the medians and
+/// the ratios share their columns).
+fn header(first: &str, metrics: &[Column]) -> String {
+    let mut h = format!("| {first} |");
+    let mut sep = String::from("|---|");
+    for (name, _) in metrics {
+        let _ = write!(h, " {name} |");
+        sep.push_str("---:|");
+    }
+    format!("{h}\n{sep}\n")
 }
 
 /// The median over rounds of `a`'s figure over `b`'s, each ratio taken within one round.

@@ -10,13 +10,14 @@
 #[path = "../../../tests/bench_common/mod.rs"]
 mod common;
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::*;
 use futures_util::StreamExt;
 use kwh_client::params::WatchParams;
 use kwh_client::{ApiResource, Client, Config};
-use kwh_emulator::Emulator;
+use kwh_emulator::{Emulator, EmulatorHandle};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
@@ -52,7 +53,20 @@ async fn run() {
         .expect("delete probe");
     let pad = 1024usize.saturating_sub(base);
 
-    // Seed through the store's create path, measuring the heap it keeps.
+    store_section(&h, n_objects, pad);
+    // The LISTs' connection stays open, idle, for the rest of the run (the watches beside it).
+    let mut raw = Raw::connect(h.addr()).await;
+    list_section(&mut raw, n_objects, runs).await;
+    let from = prepare_watch(&h, n_objects, pad);
+    let per_event = raw_watch_rows(&h, from, n_objects, runs).await;
+    decoded_watch_row(&h, from, n_objects, runs, per_event).await;
+    println!("\nload average at end: {}", load());
+    h.shutdown().await;
+}
+
+/// Seeds the store through its create path and prints what it keeps per object: the memory
+/// figures are only meaningful for a store filled this way.
+fn store_section(h: &EmulatorHandle, n_objects: usize, pad: usize) {
     let heap0 = live();
     let rss0 = proc_status("VmRSS");
     let t = Instant::now();
@@ -83,28 +97,15 @@ async fn run() {
         "| RSS per stored object (VmRSS delta) | {} B |",
         rss / n_objects
     );
+}
 
-    // LIST.
-    let addr = h.addr();
-    let mut raw = Raw::connect(addr).await;
+/// LIST over one raw connection, paged and unpaged: the two ways clients read a cache's worth
+/// of objects.
+async fn list_section(raw: &mut Raw, n_objects: usize, runs: usize) {
     let mut paged = Vec::new();
     for _ in 0..runs {
         let t = Instant::now();
-        let mut reqs = 0u32;
-        let mut cont = String::new();
-        loop {
-            let mut path = "/api/v1/configmaps?limit=500".to_owned();
-            if !cont.is_empty() {
-                path.push_str("&continue=");
-                path.push_str(&cont);
-            }
-            let body = raw.get_all(&path).await;
-            reqs += 1;
-            match continue_token(&body) {
-                Some(c) => cont = c,
-                None => break,
-            }
-        }
+        let reqs = list_pages(raw).await;
         assert_eq!(reqs as usize, n_objects.div_ceil(500), "page count");
         paged.push(reqs as f64 / secs(t));
     }
@@ -133,8 +134,32 @@ async fn run() {
         rv0,
         thousands(rv0 * n_objects as f64)
     );
+}
 
-    // WATCH: replay an update stream kept in the history.
+/// Reads every page of the ConfigMaps, 500 a page, following the continue tokens; the number
+/// of requests it took (the rate is counted in requests).
+async fn list_pages(raw: &mut Raw) -> u32 {
+    let mut reqs = 0u32;
+    let mut cont = String::new();
+    loop {
+        let mut path = "/api/v1/configmaps?limit=500".to_owned();
+        if !cont.is_empty() {
+            path.push_str("&continue=");
+            path.push_str(&cont);
+        }
+        let body = raw.get_all(&path).await;
+        reqs += 1;
+        match continue_token(&body) {
+            Some(c) => cont = c,
+            None => break,
+        }
+    }
+    reqs
+}
+
+/// Updates every object once, kept in the history, and prints the WATCH table's heading: the
+/// watchers replay this stream from the returned resource version.
+fn prepare_watch(h: &EmulatorHandle, n_objects: usize, pad: usize) -> u64 {
     h.set_history_window(n_objects + 10);
     let from = h.current_resource_version();
     let t = Instant::now();
@@ -152,7 +177,13 @@ async fn run() {
         thousands(n_objects as f64 / upd_s)
     );
     println!("| watchers | events per watcher | total events/s | per watcher events/s | MB/s (bytes read) |\n|---|---|---|---|---|");
-    // Bytes per event as the raw watchers read them, for the decoded row's MB/s.
+    from
+}
+
+/// The raw watchers' rows (1, 10 and 100 of them); returns the bytes per event they read, for
+/// the decoded row's MB/s.
+async fn raw_watch_rows(h: &EmulatorHandle, from: u64, n_objects: usize, runs: usize) -> f64 {
+    let addr = h.addr();
     let per_event = std::sync::Arc::new(parking_lot::Mutex::new(0.0f64));
     let objects = n_objects as u64;
     for (watchers, per) in [
@@ -164,26 +195,7 @@ async fn run() {
         let rate = median_of(runs, || {
             let (bytes_per_s, per_event) = (bytes_per_s.clone(), per_event.clone());
             async move {
-                let path = format!("/api/v1/configmaps?watch=true&resourceVersion={from}");
-                let mut conns = Vec::with_capacity(watchers);
-                for _ in 0..watchers {
-                    conns.push(Raw::connect(addr).await);
-                }
-                let t = Instant::now();
-                let tasks: Vec<_> = conns
-                    .into_iter()
-                    .map(|mut c| {
-                        let path = path.clone();
-                        tokio::spawn(async move { c.count_events(&path, per).await })
-                    })
-                    .collect();
-                let (mut total, mut bytes) = (0, 0);
-                for task in tasks {
-                    let (n, b) = task.await.expect("watch task");
-                    total += n;
-                    bytes += b;
-                }
-                let s = secs(t);
+                let (total, bytes, s) = fan_out(addr, from, watchers, per).await;
                 assert!(
                     total >= per * watchers as u64,
                     "every watcher got its events"
@@ -203,8 +215,44 @@ async fn run() {
             thousands(rate / watchers as f64),
         );
     }
+    let per_event = *per_event.lock();
+    per_event
+}
 
-    // The same stream decoded by the host's client (metadata parsed, managedFields stripped).
+/// One run of `watchers` raw watches from `from`, each until `per` events; (events, bytes,
+/// seconds), timed from when every connection is open so that connecting is not counted.
+async fn fan_out(addr: SocketAddr, from: u64, watchers: usize, per: u64) -> (u64, u64, f64) {
+    let path = format!("/api/v1/configmaps?watch=true&resourceVersion={from}");
+    let mut conns = Vec::with_capacity(watchers);
+    for _ in 0..watchers {
+        conns.push(Raw::connect(addr).await);
+    }
+    let t = Instant::now();
+    let tasks: Vec<_> = conns
+        .into_iter()
+        .map(|mut c| {
+            let path = path.clone();
+            tokio::spawn(async move { c.count_events(&path, per).await })
+        })
+        .collect();
+    let (mut total, mut bytes) = (0, 0);
+    for task in tasks {
+        let (n, b) = task.await.expect("watch task");
+        total += n;
+        bytes += b;
+    }
+    (total, bytes, secs(t))
+}
+
+/// The same stream decoded by the host's client (metadata parsed, managedFields stripped): what
+/// a controller on the host gets of the serving rate.
+async fn decoded_watch_row(
+    h: &EmulatorHandle,
+    from: u64,
+    n_objects: usize,
+    runs: usize,
+    per_event: f64,
+) {
     let client = Client::new(Config::new(h.base_url().parse().expect("url"))).expect("client");
     let cms = ApiResource::new("v1", "ConfigMap", "configmaps", true);
     let decoded = median_of(runs, || {
@@ -236,10 +284,8 @@ async fn run() {
         thousands(n_objects as f64),
         thousands(decoded),
         thousands(decoded),
-        decoded * *per_event.lock() / 1e6
+        decoded * per_event / 1e6
     );
-    println!("\nload average at end: {}", load());
-    h.shutdown().await;
 }
 
 /// The `metadata.continue` of a list body, if non-empty.

@@ -543,6 +543,55 @@ type Causes = Vec<(&'static str, &'static str)>;
 async fn invalid_events_are_refused_in_the_servers_words() {
     let (em, http, _) = setup().await;
     let valid = fixture_json("ev.request.json");
+    for (body, message, causes) in invalid_creates(&valid) {
+        let r = http.post(EVENTS_V1, &body).await;
+        assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{message}");
+        let s = r.json();
+        assert_eq!(s["kind"], "Status");
+        assert_eq!(s["reason"], "Invalid");
+        assert_eq!(s["code"], 422);
+        assert_eq!(s["message"], message);
+        assert_eq!(s["details"]["kind"], "Event");
+        assert!(s["details"].get("group").is_none(), "{s}");
+        assert_eq!(s["details"]["name"], body["metadata"]["name"]);
+        let got: Vec<(&str, &str)> = s["details"]["causes"]
+            .as_array()
+            .expect("causes")
+            .iter()
+            .map(|c| {
+                (
+                    c["reason"].as_str().unwrap_or(""),
+                    c["field"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
+        assert_eq!(got, causes, "{message}");
+    }
+    assert!(
+        em.list("v1", "Event", Some(NS)).is_empty(),
+        "nothing stored"
+    );
+
+    // Through core v1 the old rules only: an Event without eventTime needs no reporting
+    // fields, but its namespace must be its object's.
+    let old = json!({"apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": "old", "namespace": NS},
+        "involvedObject": {"kind": "ConfigMap", "namespace": "other", "name": "x"},
+        "reason": "R", "message": "m"});
+    let r = http.post(CORE, &old).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        r.json()["message"],
+        "Event \"old\" is invalid: involvedObject.namespace: Invalid value: \"other\": does not match event.namespace"
+    );
+
+    updates_may_change_the_series_only(&http, &valid).await;
+    em.shutdown().await;
+}
+
+/// The refused creates of [`invalid_events_are_refused_in_the_servers_words`], a table apart
+/// to keep the test short: each body (`valid` changed), the message and the causes expected.
+fn invalid_creates(valid: &Value) -> Vec<(Value, String, Causes)> {
     let with = |name: &str, f: &dyn Fn(&mut Value)| {
         let mut v = valid.clone();
         v["metadata"]["name"] = name.into();
@@ -550,7 +599,7 @@ async fn invalid_events_are_refused_in_the_servers_words() {
         v
     };
     let name_part = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
-    let cases: Vec<(Value, String, Causes)> = vec![
+    vec![
         (
             with("no-controller", &|v| {
                 v.as_object_mut().map(|m| m.remove("reportingController"));
@@ -603,52 +652,15 @@ async fn invalid_events_are_refused_in_the_servers_words() {
             "Event \"nowhere\" is invalid: involvedObject.namespace: Invalid value: \"\": does not match event.namespace".into(),
             vec![("FieldValueInvalid", "involvedObject.namespace")],
         ),
-    ];
-    for (body, message, causes) in cases {
-        let r = http.post(EVENTS_V1, &body).await;
-        assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{message}");
-        let s = r.json();
-        assert_eq!(s["kind"], "Status");
-        assert_eq!(s["reason"], "Invalid");
-        assert_eq!(s["code"], 422);
-        assert_eq!(s["message"], message);
-        assert_eq!(s["details"]["kind"], "Event");
-        assert!(s["details"].get("group").is_none(), "{s}");
-        assert_eq!(s["details"]["name"], body["metadata"]["name"]);
-        let got: Vec<(&str, &str)> = s["details"]["causes"]
-            .as_array()
-            .expect("causes")
-            .iter()
-            .map(|c| {
-                (
-                    c["reason"].as_str().unwrap_or(""),
-                    c["field"].as_str().unwrap_or(""),
-                )
-            })
-            .collect();
-        assert_eq!(got, causes, "{message}");
-    }
-    assert!(
-        em.list("v1", "Event", Some(NS)).is_empty(),
-        "nothing stored"
-    );
+    ]
+}
 
-    // Through core v1 the old rules only: an Event without eventTime needs no reporting
-    // fields, but its namespace must be its object's.
-    let old = json!({"apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": "old", "namespace": NS},
-        "involvedObject": {"kind": "ConfigMap", "namespace": "other", "name": "x"},
-        "reason": "R", "message": "m"});
-    let r = http.post(CORE, &old).await;
-    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert_eq!(
-        r.json()["message"],
-        "Event \"old\" is invalid: involvedObject.namespace: Invalid value: \"other\": does not match event.namespace"
-    );
-
+/// The update checks of [`invalid_events_are_refused_in_the_servers_words`], apart to keep
+/// the test short: `valid` is created, then patched through either view.
+async fn updates_may_change_the_series_only(http: &Http, valid: &Value) {
     // Updates through events.k8s.io/v1 may change the series, not the rest.
     assert_eq!(
-        http.post(EVENTS_V1, &valid).await.status,
+        http.post(EVENTS_V1, valid).await.status,
         StatusCode::CREATED
     );
     let path = format!("{EVENTS_V1}/{NAME}");
@@ -680,7 +692,6 @@ async fn invalid_events_are_refused_in_the_servers_words() {
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json());
     assert_eq!(http.get(&path).await.json()["note"], "rewritten");
-    em.shutdown().await;
 }
 
 /// `now` as a `MicroTime` (six fraction digits, UTC).

@@ -1386,6 +1386,93 @@ async fn deliver(
     }
 }
 
+/// Injects one fault of kind `kind` (an index of `FAULT_KINDS`) and waits until it took
+/// effect where it should, as the convergence test does 50 times and more for each kind.
+async fn inject_fault(kind: usize, rng: &mut StdRng, log: &Log, h: &EmulatorHandle) {
+    let f = h.faults();
+    match kind {
+        0 => {
+            // Arm the close, then feed events (writes to a probe object) until the
+            // informer's watch has really been closed by the server.
+            let after = rng.gen_range(1..=8);
+            let mut n = 0u64;
+            deliver(
+                "a watch close",
+                (log, h),
+                || f.close_watches_after(after),
+                || {
+                    n += 1;
+                    touch(h, "fault-probe", &n.to_string());
+                },
+                || log.stream_closed.load(Ordering::SeqCst) as usize,
+            )
+            .await
+        }
+        1 => {
+            deliver(
+                "an in-stream 410",
+                (log, h),
+                || {},
+                || f.inject_expired(),
+                || log.stream_expired.load(Ordering::SeqCst) as usize,
+            )
+            .await
+        }
+        2 | 3 => {
+            let code = if kind == 2 { 429 } else { 500 };
+            // Make the reflector send a request soon: end its watch.
+            deliver(
+                FAULT_KINDS[kind],
+                (log, h),
+                || f.fail_next(1, code, 1),
+                || f.inject_expired(),
+                || log.failures(code),
+            )
+            .await
+        }
+        4 => {
+            // A stall takes effect when an open stream has something to send: feed it.
+            let ms = rng.gen_range(10..60);
+            let mut n = 0u64;
+            deliver(
+                "a stall",
+                (log, h),
+                || {},
+                || {
+                    f.stall_streams(Duration::from_millis(ms));
+                    n += 1;
+                    touch(h, "fault-probe", &format!("s{n}"));
+                },
+                || f.delivered().stalled as usize,
+            )
+            .await
+        }
+        5 => {
+            deliver(
+                "a compaction",
+                (log, h),
+                || {},
+                || {
+                    touch(h, "fault-probe", "c");
+                    f.compact_history();
+                },
+                || f.delivered().compacted as usize,
+            )
+            .await
+        }
+        _ => {
+            deliver(
+                "a dropped connection",
+                (log, h),
+                || {},
+                || f.drop_connections(),
+                || f.delivered().dropped as usize,
+            )
+            .await
+        }
+    }
+}
+
 /// Issue 3's convergence test: a seeded writer makes 5,000 random creates, updates and deletes
 /// over 500 objects while the emulator injects at least 50 faults of each kind (watch close
 /// after N events, in-stream 410, 429 and 500 on the next request, stalled streams,
@@ -1430,89 +1517,8 @@ async fn convergence_under_faults_5000_writes_500_objects() {
             continue;
         }
         let kind = (op / 14) % FAULT_KINDS.len();
-        let f = h.faults();
         let t = Instant::now();
-        match kind {
-            0 => {
-                // Arm the close, then feed events (writes to a probe object) until the
-                // informer's watch has really been closed by the server.
-                let after = rng.gen_range(1..=8);
-                let mut n = 0u64;
-                deliver(
-                    "a watch close",
-                    (&*log, h),
-                    || f.close_watches_after(after),
-                    || {
-                        n += 1;
-                        touch(h, "fault-probe", &n.to_string());
-                    },
-                    || log.stream_closed.load(Ordering::SeqCst) as usize,
-                )
-                .await
-            }
-            1 => {
-                deliver(
-                    "an in-stream 410",
-                    (&*log, h),
-                    || {},
-                    || f.inject_expired(),
-                    || log.stream_expired.load(Ordering::SeqCst) as usize,
-                )
-                .await
-            }
-            2 | 3 => {
-                let code = if kind == 2 { 429 } else { 500 };
-                // Make the reflector send a request soon: end its watch.
-                deliver(
-                    FAULT_KINDS[kind],
-                    (&*log, h),
-                    || f.fail_next(1, code, 1),
-                    || f.inject_expired(),
-                    || log.failures(code),
-                )
-                .await
-            }
-            4 => {
-                // A stall takes effect when an open stream has something to send: feed it.
-                let ms = rng.gen_range(10..60);
-                let mut n = 0u64;
-                deliver(
-                    "a stall",
-                    (&*log, h),
-                    || {},
-                    || {
-                        f.stall_streams(Duration::from_millis(ms));
-                        n += 1;
-                        touch(h, "fault-probe", &format!("s{n}"));
-                    },
-                    || f.delivered().stalled as usize,
-                )
-                .await
-            }
-            5 => {
-                deliver(
-                    "a compaction",
-                    (&*log, h),
-                    || {},
-                    || {
-                        touch(h, "fault-probe", "c");
-                        f.compact_history();
-                    },
-                    || f.delivered().compacted as usize,
-                )
-                .await
-            }
-            _ => {
-                deliver(
-                    "a dropped connection",
-                    (&*log, h),
-                    || {},
-                    || f.drop_connections(),
-                    || f.delivered().dropped as usize,
-                )
-                .await
-            }
-        }
+        inject_fault(kind, &mut rng, &log, h).await;
         injected[kind] += 1;
         spent[kind] += t.elapsed();
     }

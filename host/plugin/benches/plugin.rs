@@ -386,74 +386,171 @@ async fn pipeline(base: &str, plugins: usize, n: usize, runs: usize) -> Pipeline
         .await
         .expect("emulator");
     let pad = seed_configmaps(&h, "bench", n, 1024);
-    let res = ApiResource::new("v1", "ConfigMap", "configmaps", true);
-    let mut baseline = None;
-    let mut rt = None;
-    let mut handles = Vec::new();
-    let delivered: Box<dyn Fn() -> u64> = if plugins == 0 {
-        let informer = SharedIndexInformer::new(
-            ResourceClient::new(client(&h), res, None),
-            InformerOptions::default(),
-        );
-        let counter = Arc::new(Counter::default());
-        informer
-            .add_event_handler(counter.clone())
-            .expect("handler");
-        let i = informer.clone();
-        let task = tokio::spawn(async move {
-            let _ = i.run().await;
-        });
-        baseline = Some((informer, task));
-        Box::new(move || counter.n.load(Ordering::Relaxed))
-    } else {
-        let dir = std::env::temp_dir().join(format!("plugin-bench-{}", std::process::id()));
-        let paths = guest_variants(base, &dir, plugins);
-        let mut r = PluginRuntime::new(
-            engine(256),
-            client(&h),
-            RuntimeOptions {
-                namespace: Some("bench".into()),
-                ..RuntimeOptions::default()
-            },
-        );
-        let failed = r.start_all(&paths).await.expect("start");
-        assert!(failed.is_empty(), "{failed:?}");
-        let _ = std::fs::remove_dir_all(dir);
-        let dispatchers: Vec<_> = r.plugins().iter().map(|p| p.dispatcher_handle()).collect();
-        handles = dispatchers.clone();
-        rt = Some(r);
-        Box::new(move || {
-            dispatchers
-                .iter()
-                .map(|d| d.delivered.load(Ordering::Relaxed))
-                .sum()
-        })
-    };
-    let per_event = plugins.max(1) as u64;
-    // The SDK guest's handlers enqueue every key and its reconcile reads the object: an event
-    // is handled when every plugin has reconciled it, so the clock stops only then (the raw
-    // guest enqueues nothing).
-    let reconciles = if base == "bench-sdk" {
-        plugins as u64
-    } else {
-        0
-    };
-    let reconciled = || {
-        rt.as_ref().map_or(0, |r: &PluginRuntime| {
+    let consumers = Consumers::start(&h, base, plugins).await;
+    consumers.handled("initial adds", (0, 0), n).await;
+    let (rates, cpus) = backlog_runs(&h, &consumers, pad, n, runs, plugins).await;
+    let steady_cpu = steady_cpu(&h, &consumers, pad, n, runs).await;
+    consumers.stop().await;
+    h.shutdown().await;
+    let best = rates.iter().copied().fold(0.0, f64::max);
+    Pipeline {
+        rate: median(rates),
+        best,
+        cpu: median(cpus),
+        steady_cpu,
+    }
+}
+
+/// What a pipeline row feeds, and how far it got: a counting handler on an informer (no
+/// plugins) or a runtime with its plugins. The clock stops on these counters.
+struct Consumers {
+    /// The informer without plugins, and its task.
+    baseline: Option<(
+        SharedIndexInformer<ResourceClient>,
+        tokio::task::JoinHandle<()>,
+    )>,
+    rt: Option<PluginRuntime>,
+    /// Every plugin's dispatcher, for its failed and dropped counts.
+    handles: Vec<Arc<Dispatcher>>,
+    /// Notifications handed over so far.
+    delivered: Box<dyn Fn() -> u64>,
+    /// Notifications per event: one per plugin (one without plugins).
+    per_event: u64,
+    /// Reconciles per event: the SDK guest's handlers enqueue every key and its reconcile reads
+    /// the object, so an event is handled when every plugin has reconciled it (the raw guest
+    /// enqueues nothing).
+    reconciles: u64,
+}
+
+impl Consumers {
+    /// The informer with a counter (`plugins` 0), or `plugins` copies of the guest `base` in a
+    /// runtime, started against `h`.
+    async fn start(h: &EmulatorHandle, base: &str, plugins: usize) -> Consumers {
+        let res = ApiResource::new("v1", "ConfigMap", "configmaps", true);
+        let mut baseline = None;
+        let mut rt = None;
+        let mut handles = Vec::new();
+        let delivered: Box<dyn Fn() -> u64> = if plugins == 0 {
+            let informer = SharedIndexInformer::new(
+                ResourceClient::new(client(h), res, None),
+                InformerOptions::default(),
+            );
+            let counter = Arc::new(Counter::default());
+            informer
+                .add_event_handler(counter.clone())
+                .expect("handler");
+            let i = informer.clone();
+            let task = tokio::spawn(async move {
+                let _ = i.run().await;
+            });
+            baseline = Some((informer, task));
+            Box::new(move || counter.n.load(Ordering::Relaxed))
+        } else {
+            let dir = std::env::temp_dir().join(format!("plugin-bench-{}", std::process::id()));
+            let paths = guest_variants(base, &dir, plugins);
+            let mut r = PluginRuntime::new(
+                engine(256),
+                client(h),
+                RuntimeOptions {
+                    namespace: Some("bench".into()),
+                    ..RuntimeOptions::default()
+                },
+            );
+            let failed = r.start_all(&paths).await.expect("start");
+            assert!(failed.is_empty(), "{failed:?}");
+            let _ = std::fs::remove_dir_all(dir);
+            let dispatchers: Vec<_> = r.plugins().iter().map(|p| p.dispatcher_handle()).collect();
+            handles = dispatchers.clone();
+            rt = Some(r);
+            Box::new(move || {
+                dispatchers
+                    .iter()
+                    .map(|d| d.delivered.load(Ordering::Relaxed))
+                    .sum()
+            })
+        };
+        let reconciles = if base == "bench-sdk" {
+            plugins as u64
+        } else {
+            0
+        };
+        Consumers {
+            baseline,
+            rt,
+            handles,
+            delivered,
+            per_event: plugins.max(1) as u64,
+            reconciles,
+        }
+    }
+
+    /// Reconciles so far, over every plugin.
+    fn reconciled(&self) -> u64 {
+        self.rt.as_ref().map_or(0, |r: &PluginRuntime| {
             r.plugins()
                 .iter()
                 .map(|p| p.reconcile_stats().total.load(Ordering::Relaxed))
                 .sum::<u64>()
         })
-    };
-    until("initial adds", DEADLINE, || {
-        delivered() >= n as u64 * per_event && reconciled() >= n as u64 * reconciles
-    })
-    .await;
+    }
+
+    /// The counters now (delivered, reconciled): where a run's events start.
+    fn mark(&self) -> (u64, u64) {
+        ((self.delivered)(), self.reconciled())
+    }
+
+    /// Waits until `n` events since `mark` were handed to every plugin and reconciled by every
+    /// one that reconciles them.
+    async fn handled(&self, what: &str, (before, reconciled_before): (u64, u64), n: usize) {
+        until(what, DEADLINE, || {
+            (self.delivered)() - before >= n as u64 * self.per_event
+                && self.reconciled() - reconciled_before >= n as u64 * self.reconciles
+        })
+        .await;
+    }
+
+    /// Checks that the figures stand and stops the informer or the runtime.
+    async fn stop(self) {
+        // `delivered` counts every notification handed to a dispatcher, failed ones too: the
+        // figures stand only if none failed or was dropped.
+        for d in &self.handles {
+            assert_eq!(
+                d.failures.load(Ordering::Relaxed),
+                0,
+                "failed handler calls"
+            );
+            assert_eq!(
+                d.dropped.load(Ordering::Relaxed),
+                0,
+                "dropped notifications"
+            );
+        }
+        if let Some((informer, task)) = self.baseline {
+            informer.stop();
+            tokio::time::timeout(DEADLINE, task)
+                .await
+                .expect("the informer stops")
+                .expect("its task does not panic");
+        }
+        if let Some(r) = self.rt {
+            assert!(r.shutdown(Duration::from_secs(5)).await, "clean stop");
+        }
+    }
+}
+
+/// `runs` backlogs of `n` updates, queued while the watch is stalled and then released at
+/// once: events/s and µs of CPU per event of each run (the pipeline at full speed).
+async fn backlog_runs(
+    h: &EmulatorHandle,
+    consumers: &Consumers,
+    pad: usize,
+    n: usize,
+    runs: usize,
+    plugins: usize,
+) -> (Vec<f64>, Vec<f64>) {
     let (mut rates, mut cpus) = (Vec::new(), Vec::new());
     for run in 0..runs {
-        let before = delivered();
-        let reconciled_before = reconciled();
+        let since = consumers.mark();
         h.faults().stall_streams(Duration::from_secs(600));
         for i in 0..n {
             h.update(bump(configmap("bench", i, pad), run + 1))
@@ -464,11 +561,7 @@ async fn pipeline(base: &str, plugins: usize, n: usize, runs: usize) -> Pipeline
         let t = Instant::now();
         perf_window(true);
         h.faults().clear();
-        until("all updates", DEADLINE, || {
-            delivered() - before >= n as u64 * per_event
-                && reconciled() - reconciled_before >= n as u64 * reconciles
-        })
-        .await;
+        consumers.handled("all updates", since, n).await;
         perf_window(false);
         rates.push(n as f64 / secs(t));
         cpus.push((cpu_time() - cpu0).as_secs_f64() * 1e6 / n as f64);
@@ -481,11 +574,20 @@ async fn pipeline(base: &str, plugins: usize, n: usize, runs: usize) -> Pipeline
             (waits1 - waits0) as f64 / n as f64
         );
     }
-    // Events one at a time at a steady 1,000/s, as a cluster delivers them (the runs above
-    // release a backlog at once): CPU per event over the whole paced window.
+    (rates, cpus)
+}
+
+/// Events one at a time at a steady 1,000/s, as a cluster delivers them (the backlog runs
+/// release a backlog at once): CPU per event over the whole paced window.
+async fn steady_cpu(
+    h: &EmulatorHandle,
+    consumers: &Consumers,
+    pad: usize,
+    n: usize,
+    runs: usize,
+) -> f64 {
     let steady_n = n.min(5_000);
-    let before = delivered();
-    let reconciled_before = reconciled();
+    let since = consumers.mark();
     let cpu0 = cpu_time();
     let mut tick = tokio::time::interval(Duration::from_millis(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -494,44 +596,10 @@ async fn pipeline(base: &str, plugins: usize, n: usize, runs: usize) -> Pipeline
         h.update(bump(configmap("bench", i, pad), runs + 1))
             .expect("update");
     }
-    until("all paced updates", DEADLINE, || {
-        delivered() - before >= steady_n as u64 * per_event
-            && reconciled() - reconciled_before >= steady_n as u64 * reconciles
-    })
-    .await;
-    let steady_cpu = (cpu_time() - cpu0).as_secs_f64() * 1e6 / steady_n as f64;
-    // `delivered` counts every notification handed to a dispatcher, failed ones too: the
-    // figures stand only if none failed or was dropped.
-    for d in &handles {
-        assert_eq!(
-            d.failures.load(Ordering::Relaxed),
-            0,
-            "failed handler calls"
-        );
-        assert_eq!(
-            d.dropped.load(Ordering::Relaxed),
-            0,
-            "dropped notifications"
-        );
-    }
-    if let Some((informer, task)) = baseline {
-        informer.stop();
-        tokio::time::timeout(DEADLINE, task)
-            .await
-            .expect("the informer stops")
-            .expect("its task does not panic");
-    }
-    if let Some(r) = rt {
-        assert!(r.shutdown(Duration::from_secs(5)).await, "clean stop");
-    }
-    h.shutdown().await;
-    let best = rates.iter().copied().fold(0.0, f64::max);
-    Pipeline {
-        rate: median(rates),
-        best,
-        cpu: median(cpus),
-        steady_cpu,
-    }
+    consumers
+        .handled("all paced updates", since, steady_n)
+        .await;
+    (cpu_time() - cpu0).as_secs_f64() * 1e6 / steady_n as f64
 }
 
 /// Figures of one pipeline row.

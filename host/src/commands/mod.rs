@@ -44,7 +44,7 @@ pub fn engine(
 }
 
 /// A run compiles what the cache lacks in a child process, this same binary's `host compile`:
-/// the compiler's memory goes back to the system when it exits (see `kwh_plugin::compiler`).
+/// the compiler's memory goes back to the system when it exits (see `kwh_sandbox::compiler`).
 pub fn run_compiler() -> Compiler {
     match std::env::current_exe() {
         Ok(exe) => Compiler::child(exe),

@@ -6,8 +6,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 
 use super::{
-    ApiError, BoxFuture, ClientBackend, DeleteParams, PatchKind, Propagation, WriteOp,
-    WriteRequest,
+    ApiError, BoxFuture, ClientBackend, DeleteParams, PatchKind, Propagation, WriteOp, WriteRequest,
 };
 use kwh_client::client::{Deleted, Patch, WriteParams};
 use kwh_client::{ApiResource, Client};
