@@ -2,7 +2,11 @@
 //! guest (`config` import) and is checked at load (`validate-config`), the Events it records
 //! are written as `events.k8s.io/v1` Events aggregated as client-go's broadcaster does, and
 //! components built against 0.1.0 (checked in, built before 0.2.0 existed) still load and run.
+//! The recorder itself, without a guest, in `recorder` (one test binary for both: each one
+//! links wasmtime).
 
+#[path = "plugin_events/recorder.rs"]
+mod recorder;
 #[path = "../../../tests/support/mod.rs"]
 mod support;
 
