@@ -5,6 +5,12 @@
 //! notification at a time, and each registration's notifications in the informer's order (the
 //! processor calls a registration's handler sequentially). The dispatch instance is separate
 //! from the reconcile workers' instances, so a slow reconcile never delays notifications.
+//!
+//! A plugin's registrations outlive its revisions: each handler reaches the guest through the
+//! plugin's [`Route`], which names the current revision's dispatcher. An upgrade switches the
+//! route, then retires the old dispatcher once its delivery in flight has finished; a
+//! notification that reached a retired dispatcher is delivered by the current one instead. So
+//! each notification reaches exactly one revision, and none is lost or replayed by the switch.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -119,6 +125,59 @@ pub struct Dispatcher {
     /// Set when a notification was held back and no replay has been asked for since.
     missed: AtomicBool,
     missed_notify: tokio::sync::Notify,
+    /// For each manifest watch (by index), the plugin-wide id of the registration it listens
+    /// through: registrations are kept across revisions, manifest indexes are not.
+    watch_ids: Vec<u32>,
+    /// Set, under the instance lock, once a newer revision's dispatcher took over the route.
+    retired: AtomicBool,
+}
+
+/// What became of one delivery attempt on a dispatcher.
+enum Delivery {
+    /// Handled (delivered, enqueued, held back or dropped): nothing left to do.
+    Done,
+    /// The dispatcher was retired before it took the notification: the route's current one
+    /// delivers it.
+    Retired,
+}
+
+/// The way from a plugin's informer registrations to the dispatcher of its current revision.
+pub struct Route {
+    current: parking_lot::RwLock<Arc<Dispatcher>>,
+}
+
+impl Route {
+    /// A route to `dispatcher`.
+    pub fn new(dispatcher: Arc<Dispatcher>) -> Arc<Self> {
+        Arc::new(Route {
+            current: parking_lot::RwLock::new(dispatcher),
+        })
+    }
+
+    /// The dispatcher notifications go to now.
+    pub fn current(&self) -> Arc<Dispatcher> {
+        self.current.read().clone()
+    }
+
+    /// The handler for the registration `id` (see [`Dispatcher::with_watch_ids`]).
+    pub fn handler(self: &Arc<Self>, id: u32) -> Arc<dyn ResourceEventHandler> {
+        Arc::new(WatchHandler {
+            route: self.clone(),
+            id,
+        })
+    }
+
+    /// Sends every later notification to `next`, and returns once the previous dispatcher has
+    /// finished the delivery it had in flight (retries included) and is retired: from then on
+    /// no notification reaches the previous revision. Returns the previous dispatcher.
+    pub async fn switch(&self, next: Arc<Dispatcher>) -> Arc<Dispatcher> {
+        let previous = std::mem::replace(&mut *self.current.write(), next);
+        {
+            let _in_flight_done = previous.instance.lock().await;
+            previous.retired.store(true, Ordering::Release);
+        }
+        previous
+    }
 }
 
 /// One notification, borrowed for the duration of its delivery (retries included).
@@ -181,15 +240,43 @@ impl Dispatcher {
             held_back: AtomicU64::new(0),
             missed: AtomicBool::new(false),
             missed_notify: tokio::sync::Notify::new(),
+            watch_ids: (0..u32::try_from(plugin.manifest().watches.len()).unwrap_or(u32::MAX))
+                .collect(),
+            retired: AtomicBool::new(false),
         }))
     }
 
-    /// The handler for watch number `watch` of the manifest.
+    /// The same dispatcher listening through registrations `ids` (one per manifest watch, in
+    /// order) instead of `0..n`. Call before the first notification.
+    pub fn with_watch_ids(mut self: Arc<Self>, ids: Vec<u32>) -> Arc<Self> {
+        if let Some(d) = Arc::get_mut(&mut self) {
+            d.watch_ids = ids;
+        }
+        self
+    }
+
+    /// The handler for watch number `watch` of the manifest, on a route of its own (a plugin
+    /// that never changes revision).
     pub fn handler(self: &Arc<Self>, watch: u32) -> Arc<dyn ResourceEventHandler> {
-        Arc::new(WatchHandler {
-            dispatcher: self.clone(),
-            watch,
-        })
+        let id = self.watch_ids.get(watch as usize).copied().unwrap_or(watch);
+        Route::new(self.clone()).handler(id)
+    }
+
+    /// The manifest watch that registration `id` serves in this revision.
+    fn watch_of(&self, id: u32) -> Option<u32> {
+        let i = self.watch_ids.iter().position(|&w| w == id)?;
+        u32::try_from(i).ok()
+    }
+
+    /// The plugin's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Instantiates the dispatch instance now, so that a component failing to start fails
+    /// here (an upgrade) rather than at its first notification.
+    pub async fn warm(&self) -> Result<(), GuestError> {
+        self.instance.lock().await.warm().await
     }
 
     /// Delivers one notification: holds it back while the plugin is quarantined (see
@@ -200,19 +287,22 @@ impl Dispatcher {
     /// A notification whose handler the guest handed over is not delivered: the host enqueues
     /// the key the handler would have (no lock: the queue orders nothing by arrival that
     /// matters, it deduplicates keys).
-    async fn deliver(&self, watch: u32, call: Call<'_>) {
+    async fn deliver(&self, watch: u32, call: Call<'_>) -> Delivery {
         if self.own_keys.own_keys(watch, call.change()) {
             call.object().with_key(|k| self.enqueue(k));
-            return;
+            return Delivery::Done;
         }
         let mut inst = self.instance.lock().await;
+        if self.retired.load(Ordering::Acquire) {
+            return Delivery::Retired;
+        }
         let mut attempt = 1;
         let mut waited = 0;
         loop {
             // Checked before every attempt: a leader that lost its lease mid-retry stops.
             if !self.own.active() {
                 self.skipped.fetch_add(1, Ordering::Relaxed);
-                return;
+                return Delivery::Done;
             }
             let permit = match self.health.try_admit() {
                 Admission::Go(permit) => permit,
@@ -225,7 +315,7 @@ impl Dispatcher {
                     if !self.missed.swap(true, Ordering::AcqRel) {
                         self.missed_notify.notify_one();
                     }
-                    return;
+                    return Delivery::Done;
                 }
                 Admission::Closed => {
                     tracing::debug!(plugin = %self.name, key = %clip(&call.object().key()), "shutting down; notification not delivered");
@@ -258,6 +348,7 @@ impl Dispatcher {
             attempt += 1;
         }
         self.delivered.fetch_add(1, Ordering::Relaxed);
+        Delivery::Done
     }
 }
 
@@ -289,9 +380,29 @@ impl Dispatcher {
     }
 }
 
+/// One registration's handler: each notification goes to the route's current dispatcher, as
+/// the manifest watch that dispatcher's revision serves through this registration.
 struct WatchHandler {
-    dispatcher: Arc<Dispatcher>,
-    watch: u32,
+    route: Arc<Route>,
+    id: u32,
+}
+
+impl WatchHandler {
+    /// Delivers `call` to exactly one revision: the current one, or its successor when the
+    /// current one was retired while the notification waited for it.
+    async fn deliver(&self, call: Call<'_>) {
+        loop {
+            let d = self.route.current();
+            // A registration the current revision no longer has: being removed.
+            let Some(watch) = d.watch_of(self.id) else {
+                return;
+            };
+            match d.deliver(watch, call).await {
+                Delivery::Done => return,
+                Delivery::Retired => continue,
+            }
+        }
+    }
 }
 
 /// The object handed to `on-delete` for a tombstone whose last state is unknown: enough
@@ -310,21 +421,18 @@ fn tombstone_stub(key: &str) -> Option<Object> {
 
 impl EventHandler for WatchHandler {
     fn added(&self, obj: Object, _is_in_initial_list: bool) -> impl Future<Output = ()> + Send {
-        let d = &self.dispatcher;
         async move {
-            d.deliver(self.watch, Call::Add(&obj)).await;
+            self.deliver(Call::Add(&obj)).await;
         }
     }
 
     fn updated(&self, old: Object, new: Object) -> impl Future<Output = ()> + Send {
-        let d = &self.dispatcher;
         async move {
-            d.deliver(self.watch, Call::Update(&old, &new)).await;
+            self.deliver(Call::Update(&old, &new)).await;
         }
     }
 
     fn deleted(&self, obj: ObjOrTombstone) -> impl Future<Output = ()> + Send {
-        let d = &self.dispatcher;
         async move {
             let tombstone = obj.is_tombstone();
             let stub;
@@ -336,13 +444,13 @@ impl EventHandler for WatchHandler {
                         &stub
                     }
                     None => {
-                        tracing::warn!(plugin = %d.name, key = %clip(&obj.key()),
+                        tracing::warn!(plugin = %self.route.current().name, key = %clip(&obj.key()),
                             "tombstone without a valid key; on-delete not delivered");
                         return;
                     }
                 },
             };
-            d.deliver(self.watch, Call::Delete(last, tombstone)).await;
+            self.deliver(Call::Delete(last, tombstone)).await;
         }
     }
 }
@@ -364,21 +472,24 @@ impl ResourceEventHandler for WatchHandler {
     /// span per call (the span is the listener's: a guest call's future is kilobytes, and each
     /// wrapper would move it once more).
     fn listen(self: Arc<Self>, notifications: Notifications) -> BoxFuture<'static, ()> {
-        let span =
-            tracing::debug_span!("dispatch", plugin = %self.dispatcher.name, watch = self.watch);
+        let span = tracing::debug_span!("dispatch", plugin = %self.route.current().name, registration = self.id);
         listen_with(self, notifications).instrument(span).boxed()
     }
 
     /// A handed-over handler's enqueue runs as the informer distributes the notification:
     /// no trip through the listener's queue and task, once per plugin per event.
     fn handle_inline(&self, n: &Notification) -> bool {
-        let d = &self.dispatcher;
+        let d = self.route.current();
+        let Some(watch) = d.watch_of(self.id) else {
+            // Nothing to deliver to: the registration is being removed.
+            return true;
+        };
         let change = match n {
             Notification::Add { .. } => Change::Add,
             Notification::Update { .. } => Change::Update,
             Notification::Delete(_) => Change::Delete,
         };
-        if !d.own_keys.own_keys(self.watch, change) {
+        if !d.own_keys.own_keys(watch, change) {
             return false;
         }
         match n {

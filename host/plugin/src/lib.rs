@@ -39,6 +39,7 @@ pub mod options;
 pub mod own_keys;
 pub mod rbac;
 pub mod reconcile;
+mod revision;
 pub mod runtime;
 pub mod spec;
 mod state;
@@ -58,5 +59,5 @@ pub use kwh_sandbox::{Compiler, EngineConfig, GuestClock, Origin, PrecompileErro
 pub use loader::{Contract, LoadCause, LoadError, LoadedPlugin, Plugin};
 pub use manifest::{Manifest, ManifestError};
 pub use options::RuntimeOptions;
-pub use runtime::{PluginRuntime, RunningPlugin, RuntimeStatus, StartError, Started};
+pub use runtime::{PluginRuntime, RunningPlugin, RuntimeStatus, StartError, Started, UpgradeError};
 pub use spec::PluginSpec;

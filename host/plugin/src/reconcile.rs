@@ -2,12 +2,16 @@
 //! rate-limited workqueue.
 //!
 //! The queue's processing set guarantees a key is never with two workers at once, and its
-//! dirty set folds adds that arrive during a reconcile into one re-run afterwards.
+//! dirty set folds adds that arrive during a reconcile into one re-run afterwards. So the
+//! workers of two revisions of a plugin may share its queue during an upgrade: the old ones,
+//! told to retire, finish the reconcile they hold and take no other key, and the new ones take
+//! every key still queued.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
@@ -71,7 +75,9 @@ impl ReconcileStats {
 /// Starts `plugin.manifest().workers` workers on `queue`, each calling through `health`'s gate.
 /// They take no key before `synced` opens (every watch of the plugin has synced). Each takes
 /// an instance slot now, so an instance limit too small for the worker count fails the
-/// plugin's start, not a worker. Each key is checked against `own` before its reconcile.
+/// plugin's start, not a worker. Each key is checked against `own` before its reconcile. Once
+/// `retire` turns true (or its sender is dropped), each worker ends after the reconcile it
+/// holds (a newer revision's workers take the queue over).
 pub fn spawn_workers(
     plugin: &Plugin,
     queue: &PluginQueue,
@@ -79,6 +85,7 @@ pub fn spawn_workers(
     health: &Arc<Health>,
     synced: &CacheSync,
     own: &PluginOwnership,
+    retire: &watch::Receiver<bool>,
 ) -> Result<Vec<JoinHandle<()>>, GuestError> {
     let n = plugin.manifest().workers.max(1);
     let instances = (0..n)
@@ -97,6 +104,7 @@ pub fn spawn_workers(
                     health.clone(),
                     synced.clone(),
                     own.clone(),
+                    retire.clone(),
                 )
                 .instrument(span),
             )
@@ -127,15 +135,32 @@ async fn worker(
     health: Arc<Health>,
     synced: CacheSync,
     own: PluginOwnership,
+    mut retire: watch::Receiver<bool>,
 ) {
-    if !synced.wait().await {
+    let synced = tokio::select! {
+        biased;
+        _ = retire.wait_for(|r| *r) => false,
+        s = synced.wait() => s,
+    };
+    if !synced {
         tracing::debug!("worker stopped before the caches synced");
         return;
     }
     // A queue that is never empty, and reconciles that return at once, would keep this task
     // on its thread for as long as the keys last.
     let mut slice = Slice::new();
-    while let Some(key) = queue.get().await {
+    loop {
+        // `get` takes a key only as it returns, so a retirement seen first leaves every key
+        // queued for the next revision's workers.
+        let key = tokio::select! {
+            biased;
+            _ = retire.wait_for(|r| *r) => {
+                tracing::debug!("worker retired: a newer revision took the queue over");
+                return;
+            }
+            key = queue.get() => key,
+        };
+        let Some(key) = key else { break };
         // Ownership is checked again here: the key may have moved to another replica while
         // it was queued (dropped), or have just arrived from one (started after its lease).
         match own.admit(&key) {
@@ -157,7 +182,18 @@ async fn worker(
         }
         // Taken after the key: while the plugin is quarantined the key waits here, marked as
         // processing, so no other worker takes it and the rest stay queued.
-        let Some(permit) = health.admit().await else {
+        // A retirement seen here (the key was taken as it came) hands the key back: queued
+        // again, for the next revision's workers.
+        let permit = tokio::select! {
+            biased;
+            _ = retire.wait_for(|r| *r) => {
+                queue.add(key.clone());
+                queue.done(&key);
+                return;
+            }
+            p = health.admit() => p,
+        };
+        let Some(permit) = permit else {
             queue.done(&key);
             break;
         };

@@ -9,7 +9,6 @@
 //!   workers pass a [`CacheSync`] gate that opens only when every one of its watches has
 //!   synced, so no reconcile reads a partial cache.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,36 +17,23 @@ use std::time::{Duration, SystemTime};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::Instrument;
 
-use super::backend::Backends;
-use super::backend::{
-    informer::InformerLister, kube::KubeClientBackend, workqueue::QueueRefusals,
-    workqueue::WorkqueueBackend,
-};
-use super::cache_sync::CacheSync;
-use super::dispatch::Dispatcher;
 use super::engine::PluginEngine;
-use super::health::Health;
-use super::index::register as register_indexes;
 use super::instance::GuestError;
-use super::loader::{LoadError, LoadedPlugin, Plugin};
+use super::loader::{LoadError, LoadedPlugin};
 use super::options::RuntimeOptions;
-use super::rbac::namespace_scope;
-use super::reconcile::{spawn_workers, PluginQueue, ReconcileStats};
+pub use super::revision::RunningPlugin;
+use super::revision::{Env, Resources, RevisionError};
 use super::spec::PluginSpec;
 pub use super::status::RuntimeStatus;
-use super::status::{metrics_registry, RunningStatus, Slot, Slots, WaitingStatus, WatchStatus};
+use super::status::{metrics_registry, Slot, Slots, WaitingStatus};
 use super::watch_counters::{CounterMap, CountingLw};
 use crate::events::{EventRecorder, RecorderConfig};
-use kwh_client::{ApiResource, Client, Discovery, ResourceClient};
-use kwh_coordination::ownership::{GainedKeys, PluginOwnership};
-use kwh_informer::factory::{FactoryRegistration, InformerKey, SharedInformerFactory};
+use kwh_client::{Client, Discovery};
+use kwh_informer::factory::SharedInformerFactory;
 use kwh_informer::processor::PanicPolicy;
 use kwh_informer::reflector::ReflectorOptions;
-use kwh_informer::shared::{
-    HandlerRegistration, InformerError, InformerOptions, SharedIndexInformer,
-};
+use kwh_informer::shared::{InformerError, InformerOptions};
 use kwh_informer::workqueue::{
     default_controller_rate_limiter, MetricsError, QueuesCollector, RateLimitingQueue,
 };
@@ -104,6 +90,34 @@ pub enum StartError {
 /// How often shared informers check whether a handler is due a resync.
 const INFORMER_RESYNC_CHECK: Duration = Duration::from_secs(30);
 
+/// Why a running plugin could not switch to a new revision; it runs on, unchanged.
+#[derive(Debug, thiserror::Error)]
+pub enum UpgradeError {
+    /// The new revision did not load: not a component, a bad manifest, a refused
+    /// configuration, a failed compile.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// No running plugin has that name.
+    #[error("plugin {name}: not running")]
+    NotRunning {
+        /// The name asked for.
+        name: String,
+    },
+    /// The new revision's manifest names another plugin.
+    #[error("plugin {}: its manifest names plugin {found}, not {expected}", path.display())]
+    OtherPlugin {
+        /// The file.
+        path: PathBuf,
+        /// The running plugin's name.
+        expected: String,
+        /// The new revision's.
+        found: String,
+    },
+    /// A kind of the new revision does not resolve, or it could not be started.
+    #[error(transparent)]
+    Start(#[from] StartError),
+}
+
 /// What `start` made of a plugin that loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Started {
@@ -111,64 +125,6 @@ pub enum Started {
     Running,
     /// Waiting for a kind to be served, or for the API server; the reason as logged.
     Waiting(String),
-}
-
-/// What registering a plugin's watches made: the factory registrations (undone at shutdown),
-/// each watch's status, and what a gain of keys replays.
-struct Registered {
-    regs: Vec<FactoryRegistration<CountingLw>>,
-    watches: Vec<WatchStatus>,
-    replays: Vec<(SharedIndexInformer<CountingLw>, HandlerRegistration)>,
-}
-
-/// The parts of a running plugin that only shutdown takes apart.
-struct Teardown {
-    regs: Vec<FactoryRegistration<CountingLw>>,
-    workers: Vec<JoinHandle<()>>,
-    sync_task: JoinHandle<()>,
-    replay_task: JoinHandle<()>,
-}
-
-/// One running plugin.
-pub struct RunningPlugin {
-    status: Arc<RunningStatus>,
-    queue: PluginQueue,
-    teardown: Mutex<Option<Teardown>>,
-}
-
-impl RunningPlugin {
-    /// The plugin.
-    pub fn plugin(&self) -> &Plugin {
-        &self.status.plugin
-    }
-    /// Its workqueue.
-    pub fn queue(&self) -> &PluginQueue {
-        &self.queue
-    }
-    /// Its reconcile counters.
-    pub fn reconcile_stats(&self) -> &ReconcileStats {
-        &self.status.stats
-    }
-    /// Its dispatcher counters.
-    pub fn dispatcher(&self) -> &Dispatcher {
-        &self.status.dispatcher
-    }
-    /// A shared handle on its dispatcher (counters outliving a borrow of the runtime).
-    pub fn dispatcher_handle(&self) -> Arc<Dispatcher> {
-        self.status.dispatcher.clone()
-    }
-    /// Whether every one of its handlers has seen its informer's initial list.
-    pub fn has_synced(&self) -> bool {
-        self.status.watches.iter().all(|w| w.reg.has_synced())
-    }
-    /// Whether its reconcile workers have been let through the cache-sync gate.
-    pub fn workers_started(&self) -> bool {
-        self.status.synced.is_open()
-    }
-    /// Its health gate (quarantine state).
-    pub fn health(&self) -> &Health {
-        &self.status.health
-    }
 }
 
 /// Everything a plugin is wired to; shared with the tasks that start waiting plugins.
@@ -304,36 +260,21 @@ impl PluginRuntime {
     /// manifest's, its namespace confines its watches, and its configuration is carried with
     /// it ([`Plugin::config`]).
     pub async fn start_spec(&mut self, spec: PluginSpec) -> Result<Started, StartError> {
-        let PluginSpec {
-            path,
-            limits,
-            workers,
-            namespace,
-            config,
-            leader_only,
-        } = spec;
-        let path = path.as_path();
-        let loaded = self
-            .engine
-            .load_configured(path, limits, config)
-            .await?
-            .with_workers(workers);
+        let loaded = self.load(&spec).await?;
         match self.wiring.resolve(&loaded).await {
             Ok(resources) => {
-                let running =
-                    self.wiring
-                        .wire(loaded, &resources, namespace.as_deref(), leader_only)?;
+                let running = self.wiring.wire(loaded, &resources, spec)?;
                 self.wiring.adopt(running, None);
                 Ok(Started::Running)
             }
             Err(e) if self.wiring.opts.fail_fast => Err(e),
             Err(e) => {
                 let reason = waiting_reason(&e);
-                tracing::warn!(plugin = %loaded.name(), file = %path.display(),
+                tracing::warn!(plugin = %loaded.name(), file = %spec.path.display(),
                     "plugin waits to start: {reason}; retrying with backoff until it resolves");
                 let waiting = Arc::new(WaitingStatus {
                     name: loaded.name().to_owned(),
-                    path: path.to_path_buf(),
+                    path: spec.path.clone(),
                     since: SystemTime::now(),
                     reason: Mutex::new(reason.clone()),
                     attempts: AtomicU64::new(1),
@@ -345,8 +286,7 @@ impl PluginRuntime {
                 let task = tokio::spawn(start_when_resolved(
                     self.wiring.clone(),
                     loaded,
-                    namespace,
-                    leader_only,
+                    spec,
                     waiting,
                     self.stop_waiting.subscribe(),
                 ));
@@ -354,6 +294,92 @@ impl PluginRuntime {
                 Ok(Started::Waiting(reason))
             }
         }
+    }
+
+    /// Compiles (or takes from the cache) and validates `spec`'s module with its settings.
+    async fn load(&self, spec: &PluginSpec) -> Result<LoadedPlugin, LoadError> {
+        Ok(self
+            .engine
+            .load_configured(&spec.path, spec.limits.clone(), spec.config.clone())
+            .await?
+            .with_workers(spec.workers))
+    }
+
+    /// Switches the running plugin `name` to a new revision started from `spec`, without a
+    /// restart: the new module is compiled, validated (`validate-config`) and instantiated
+    /// while the running revision carries on, and any failure leaves that one running
+    /// untouched. Then the running revision's delivery in flight finishes, notifications go to
+    /// the new one, the old workers finish the reconciles they hold (within `grace`, in the
+    /// background) and the keys still queued are the new workers'. Informers are shared, not
+    /// relisted: the new manifest's extra watches are registered, the ones it dropped removed.
+    pub async fn upgrade(
+        &self,
+        name: &str,
+        spec: PluginSpec,
+        grace: Duration,
+    ) -> Result<(), UpgradeError> {
+        let running = self
+            .plugin(name)
+            .ok_or_else(|| UpgradeError::NotRunning {
+                name: name.to_owned(),
+            })?;
+        let loaded = self.load(&spec).await?;
+        if loaded.name() != name {
+            return Err(UpgradeError::OtherPlugin {
+                path: spec.path.clone(),
+                expected: name.to_owned(),
+                found: loaded.name().to_owned(),
+            });
+        }
+        let resources = self.wiring.resolve(&loaded).await?;
+        let path = spec.path.clone();
+        let old = running
+            .upgrade(&self.wiring.env(), spec, loaded, &resources, grace)
+            .await
+            .map_err(|e| StartError::from_revision(&path, e))?;
+        let new = Slot::Running(running.status());
+        for slot in self.wiring.slots.lock().iter_mut() {
+            if matches!(slot, Slot::Running(s) if Arc::ptr_eq(s, &old)) {
+                *slot = new;
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the running plugin `name` and forgets it, without touching the others: its
+    /// watches are removed (an informer no other plugin uses stops and frees its cache), its
+    /// queued and in-flight reconciles finish within `grace`. Returns false when it was not
+    /// running, or did not finish in time.
+    pub async fn remove(&self, name: &str, grace: Duration) -> bool {
+        let Some(running) = self.plugin(name) else {
+            return false;
+        };
+        self.wiring
+            .running
+            .lock()
+            .retain(|p| !Arc::ptr_eq(p, &running));
+        let status = running.status();
+        self.wiring
+            .slots
+            .lock()
+            .retain(|s| !matches!(s, Slot::Running(x) if Arc::ptr_eq(x, &status)));
+        drop(status);
+        let clean = running
+            .stop(tokio::time::Instant::now() + grace)
+            .await;
+        tracing::info!(plugin = %name, clean, "plugin removed");
+        clean
+    }
+
+    /// The running plugin named `name`.
+    pub fn plugin(&self, name: &str) -> Option<Arc<RunningPlugin>> {
+        self.wiring
+            .running
+            .lock()
+            .iter()
+            .find(|p| p.name() == name)
+            .cloned()
     }
 
     /// The runtime's Event recorder, for the host's own Events (leader election): written
@@ -417,42 +443,8 @@ impl PluginRuntime {
         let deadline = tokio::time::Instant::now() + grace;
         let mut clean = true;
         let plugins = w.running.lock().clone();
-        for p in &plugins {
-            // Workers that never got past the gate would reconcile on a partial cache.
-            p.status.synced.close();
-            if p.status.health.is_quarantined() {
-                // Its workers wait at the health gate and would only sit out the grace period.
-                tracing::warn!(plugin = %p.plugin().name(), queued = p.queue.len(),
-                    "plugin quarantined at shutdown; its queued keys are not reconciled");
-                p.status.health.close();
-            }
-        }
         for p in plugins {
-            let Some(t) = p.teardown.lock().take() else {
-                continue;
-            };
-            t.sync_task.abort();
-            t.replay_task.abort();
-            drop(t.regs);
-            let drained = tokio::time::timeout_at(deadline, p.queue.shutdown_with_drain())
-                .await
-                .is_ok();
-            p.queue.shutdown();
-            for worker in t.workers {
-                let abort = worker.abort_handle();
-                if tokio::time::timeout_at(deadline, worker).await.is_err() {
-                    abort.abort();
-                    clean = false;
-                }
-            }
-            // Releases a dispatcher still waiting at the gate.
-            p.status.health.close();
-            if !drained {
-                // The caller reports the cut-off once, for all plugins (it returns false).
-                tracing::debug!(plugin = %p.plugin().name(), ?grace,
-                    "grace period over with reconciles in flight; they were abandoned");
-                clean = false;
-            }
+            clean &= p.stop(deadline).await;
         }
         // Last: the workers have stopped recording, so the writer's final flush (bounded by
         // the writer itself) writes every aggregated count.
@@ -463,56 +455,6 @@ impl PluginRuntime {
             tracing::warn!(error = %e, "event writer ended abnormally");
         }
         clean
-    }
-}
-
-/// Replays cached objects to the plugin's handlers, each time it needs them again:
-/// - this replica gained keys (it became the leader, or a membership change gave it keys):
-///   the objects of exactly those keys, as a controller that starts sees its informers'
-///   contents, so they are queued without a relist;
-/// - notifications were held back while the plugin was quarantined: every object, once it
-///   may be called again, so what changed meanwhile reaches it (a level-based reconcile
-///   needs the latest state, not each step).
-///
-/// Replays go through each handler's own queue, in order with its live notifications
-/// ([`SharedIndexInformer::replay`]).
-async fn replay_on_gain(
-    own: PluginOwnership,
-    dispatcher: Arc<Dispatcher>,
-    watches: Vec<(SharedIndexInformer<CountingLw>, HandlerRegistration)>,
-) {
-    use tokio::sync::broadcast::error::{RecvError, TryRecvError};
-    let mut gains = own.gains();
-    loop {
-        let (keys, why) = tokio::select! {
-            r = gains.recv() => {
-                let mut got = Vec::new();
-                let mut lagged = false;
-                match r {
-                    Ok(g) => got.push(g),
-                    Err(RecvError::Lagged(_)) => lagged = true,
-                    Err(RecvError::Closed) => return,
-                }
-                loop {
-                    match gains.try_recv() {
-                        Ok(g) => got.push(g),
-                        Err(TryRecvError::Lagged(_)) => lagged = true,
-                        Err(_) => break,
-                    }
-                }
-                let keys = if lagged { GainedKeys::All } else { own.gained_keys(&got) };
-                (keys, "gained work")
-            }
-            () = dispatcher.missed() => (GainedKeys::All, "back from quarantine"),
-        };
-        if keys.is_none() || !own.active() {
-            continue;
-        }
-        let mut n = 0;
-        for (informer, reg) in &watches {
-            n += informer.replay(reg, |o| o.with_key(|k| keys.contains(k)));
-        }
-        tracing::debug!(objects = n, why, "caches replayed to the handlers");
     }
 }
 
@@ -534,8 +476,7 @@ fn waiting_reason(e: &StartError) -> String {
 async fn start_when_resolved(
     wiring: Arc<Wiring>,
     loaded: LoadedPlugin,
-    namespace: Option<String>,
-    leader_only: bool,
+    spec: PluginSpec,
     waiting: Arc<WaitingStatus>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -554,7 +495,7 @@ async fn start_when_resolved(
         match resolved {
             Ok(resources) => {
                 let name = loaded.name().to_owned();
-                match wiring.wire(loaded, &resources, namespace.as_deref(), leader_only) {
+                match wiring.wire(loaded, &resources, spec) {
                     Ok(running) => wiring.adopt(running, Some(&waiting)),
                     Err(e) => {
                         tracing::error!("{e}");
@@ -581,14 +522,14 @@ impl Wiring {
     async fn resolve(
         &self,
         loaded: &LoadedPlugin,
-    ) -> Result<HashMap<(String, String), ApiResource>, StartError> {
+    ) -> Result<Resources, StartError> {
         let m = loaded.manifest();
         let kinds = m
             .watches
             .iter()
             .map(|w| (&w.api_version, &w.kind))
             .chain(m.writes.iter().map(|w| (&w.api_version, &w.kind)));
-        let mut out = HashMap::new();
+        let mut out = Resources::new();
         for (api_version, kind) in kinds {
             let k = (api_version.clone(), kind.clone());
             if out.contains_key(&k) {
@@ -613,7 +554,7 @@ impl Wiring {
     /// or appended), and says so.
     fn adopt(&self, running: RunningPlugin, waiting: Option<&Arc<WaitingStatus>>) {
         let running = Arc::new(running);
-        let slot = Slot::Running(running.status.clone());
+        let slot = Slot::Running(running.status());
         {
             let mut slots = self.slots.lock();
             let at = waiting.and_then(|w| {
@@ -626,30 +567,34 @@ impl Wiring {
                 None => slots.push(slot),
             }
         }
-        let workers = running
-            .teardown
-            .lock()
-            .as_ref()
-            .map_or(0, |t| t.workers.len());
-        tracing::info!(plugin = %running.plugin().name(), file = %running.plugin().path().display(),
+        let workers = running.workers();
+        tracing::info!(plugin = %running.name(), file = %running.plugin().path().display(),
             workers, "plugin started");
         self.running.lock().push(running);
     }
 
-    /// Connects a loaded plugin to its queue, client, informers and workers; `namespace`
-    /// confines its watches that name none.
+    /// What a revision is built with.
+    fn env(&self) -> Env<'_> {
+        Env {
+            client: &self.client,
+            factory: &self.factory,
+            lw_counters: &self.lw_counters,
+            events: &self.events,
+            opts: &self.opts,
+        }
+    }
+
+    /// Starts the first revision of a loaded plugin: its queue, its watches on the shared
+    /// informers, its workers behind the cache-sync gate.
     fn wire(
         &self,
         loaded: LoadedPlugin,
-        resources: &HashMap<(String, String), ApiResource>,
-        namespace: Option<&str>,
-        leader_only: bool,
+        resources: &Resources,
+        spec: PluginSpec,
     ) -> Result<RunningPlugin, StartError> {
-        let path = loaded.path().to_path_buf();
-        let name = loaded.name().to_string();
-        let own = self.opts.ownership.for_plugin(&name, leader_only);
+        let path = spec.path.clone();
         let queue = RateLimitingQueue::named(
-            &name,
+            loaded.name(),
             &self.registry,
             default_controller_rate_limiter::<Arc<str>>(),
         )
@@ -657,160 +602,23 @@ impl Wiring {
             path: path.clone(),
             source,
         })?;
-        let lister = Arc::new(InformerLister::new());
-        let queue_refusals = Arc::new(QueueRefusals::default());
-        let backends = Backends {
-            lister: lister.clone(),
-            client: Arc::new(
-                KubeClientBackend::new(self.client.clone(), &name, resources.clone())
-                    .confined_to(namespace_scope(loaded.manifest(), namespace, |a, k| {
-                        resources
-                            .get(&(a.to_string(), k.to_string()))
-                            .map(|r| r.namespaced)
-                    }))
-                    .owned_by(own.clone()),
-            ),
-            queue: Arc::new(
-                WorkqueueBackend::new(queue.clone())
-                    .owned_by(own.clone())
-                    .bounded(
-                        &name,
-                        loaded.limits().max_queued_keys,
-                        queue_refusals.clone(),
-                    ),
-            ),
-            events: Arc::new(self.events.clone()),
-        };
-        let plugin = loaded.activate(backends);
-        let instance_err = |source| StartError::Instance {
-            path: path.clone(),
-            source,
-        };
-        let health = Arc::new(Health::new(&name, self.opts.quarantine.clone()));
-        let dispatcher = Dispatcher::new(
-            &plugin,
-            health.clone(),
-            self.opts.handler_retry.clone(),
-            own.clone(),
-        )
-        .map_err(instance_err)?;
-        let stats = Arc::new(ReconcileStats::default());
-        let synced = CacheSync::new();
-        let workers =
-            spawn_workers(&plugin, &queue, &stats, &health, &synced, &own).map_err(instance_err)?;
-        let Registered {
-            regs,
-            watches,
-            replays,
-        } = self.register_watches(&plugin, &dispatcher, resources, namespace, &lister, &synced)?;
-        let replay_task = tokio::spawn(
-            replay_on_gain(own, dispatcher.clone(), replays)
-                .instrument(tracing::info_span!("replay", plugin = %name)),
-        );
-        let sync_task = synced.open_when(&name, {
-            let handlers: Vec<_> = watches.iter().map(|w| w.reg.clone()).collect();
-            move || handlers.iter().all(|h| h.has_synced())
-        });
-        Ok(RunningPlugin {
-            status: Arc::new(RunningStatus {
-                plugin,
-                stats,
-                dispatcher,
-                health,
-                watches,
-                synced,
-                queue_refusals,
-            }),
-            queue,
-            teardown: Mutex::new(Some(Teardown {
-                regs,
-                workers,
-                sync_task,
-                replay_task,
-            })),
-        })
+        RunningPlugin::start(&self.env(), queue, spec, loaded, resources)
+            .map_err(|e| StartError::from_revision(&path, e))
     }
+}
 
-    /// One informer handler per watch of the plugin's manifest (informers shared through the
-    /// factory), each watch's cache added to the plugin's lister.
-    fn register_watches(
-        &self,
-        plugin: &Plugin,
-        dispatcher: &Arc<Dispatcher>,
-        resources: &HashMap<(String, String), ApiResource>,
-        namespace: Option<&str>,
-        lister: &InformerLister,
-        synced: &CacheSync,
-    ) -> Result<Registered, StartError> {
-        let mut regs = Vec::new();
-        let mut watches = Vec::new();
-        let mut replays = Vec::new();
-        let manifest = plugin.manifest().clone();
-        let path = plugin.path();
-        for (i, w) in manifest.watches.iter().enumerate() {
-            let Some(res) = resources.get(&(w.api_version.clone(), w.kind.clone())) else {
-                continue;
-            };
-            let watch_namespace = if res.namespaced {
-                w.namespace.clone().or_else(|| namespace.map(str::to_owned))
-            } else {
-                None
-            };
-            let key = InformerKey::new(
-                &format!("{}/{}", res.api_version, res.plural),
-                watch_namespace.as_deref(),
-                w.label_selector.as_deref(),
-                w.field_selector.as_deref(),
-            );
-            let make_lw = || {
-                let mut lw =
-                    ResourceClient::new(self.client.clone(), res.clone(), watch_namespace.clone());
-                lw.label_selector = w.label_selector.clone();
-                lw.field_selector = w.field_selector.clone();
-                CountingLw::new(lw, key.to_string(), &self.lw_counters)
-            };
-            let reg = self
-                .factory
-                .add_handler(
-                    key.clone(),
-                    make_lw,
-                    dispatcher.handler(i as u32),
-                    // Zero: this plugin asked for no resync (the factory default would apply).
-                    Some(manifest.resync_period.unwrap_or(Duration::ZERO)),
-                )
-                .map_err(|source| {
-                    // Closing the gate ends the workers, which have reconciled nothing.
-                    synced.close();
-                    StartError::Informer {
-                        path: path.to_path_buf(),
-                        key: key.to_string(),
-                        source,
-                    }
-                })?;
-            let store = reg.informer().indexer().clone();
-            let indexes = register_indexes(&store, &w.indexes);
-            lister.add_indexed_store(
-                &w.api_version,
-                &w.kind,
-                watch_namespace.as_deref(),
-                store,
-                indexes,
-            );
-            if let Some(handler) = reg.registration() {
-                replays.push((reg.informer().clone(), handler.clone()));
-                watches.push(WatchStatus {
-                    key: key.to_string(),
-                    informer: reg.informer().clone(),
-                    reg: handler.clone(),
-                    counters: reg.informer().lister_watcher().counters().clone(),
-                });
-            }
-            regs.push(reg);
+impl StartError {
+    fn from_revision(path: &Path, e: RevisionError) -> Self {
+        match e {
+            RevisionError::Instance(source) => StartError::Instance {
+                path: path.to_path_buf(),
+                source,
+            },
+            RevisionError::Informer { key, source } => StartError::Informer {
+                path: path.to_path_buf(),
+                key,
+                source,
+            },
         }
-        Ok(Registered {
-            regs,
-            watches,
-            replays,
-        })
     }
 }

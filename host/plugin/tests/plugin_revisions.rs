@@ -1,0 +1,343 @@
+//! Plugins changed while the host runs (issue "Plugins as managed workloads"): a running plugin
+//! upgraded to a new revision, a broken revision refused while the running one carries on, a
+//! plugin removed. Over loopback HTTP against the emulator, with the `reviser` test guest, whose
+//! every handler call and reconcile prints which revision took it.
+//!
+//! What an upgrade must keep (spec 4.1, 4.5: one reflector per informer, handlers registered on
+//! a running informer see its cache, not a relist): no relist, every notification delivered to
+//! exactly one revision, pending keys reconciled.
+
+#[path = "../../../tests/support/mod.rs"]
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kwh_informer::factory::InformerKey;
+use kwh_plugin::{Limits, PluginRuntime, PluginSpec, RuntimeOptions, UpgradeError};
+use serde_json::json;
+use support::cluster::{cm, emulator, eventually, runtime_with};
+use support::logs::Captured;
+
+const WAIT: Duration = Duration::from_secs(60);
+const GRACE: Duration = Duration::from_secs(10);
+
+fn options() -> RuntimeOptions {
+    RuntimeOptions {
+        limits: Limits {
+            // Every line counts here: no log budget.
+            log_lines_per_second: 0,
+            ..Limits::default()
+        },
+        ..RuntimeOptions::default()
+    }
+}
+
+/// The `reviser` guest as revision `revision`, with `config` merged in.
+fn spec(rt_opts: &RuntimeOptions, revision: &str, config: serde_json::Value) -> PluginSpec {
+    let mut c = json!({"revision": revision});
+    if let (Some(c), Some(extra)) = (c.as_object_mut(), config.as_object()) {
+        c.extend(extra.clone());
+    }
+    PluginSpec {
+        config: Arc::new(c),
+        ..PluginSpec::with_defaults(support::guests::guest("reviser"), rt_opts)
+    }
+}
+
+/// `(revision, what, key, rv)` of every `REV` line of the plugin named `name`, in order.
+fn rev_lines(logs: &Captured, name: &str) -> Vec<(String, String, String, String)> {
+    logs.lines()
+        .into_iter()
+        .filter(|l| l.plugin.as_deref() == Some(name))
+        .filter_map(|l| {
+            let mut f = l.message.strip_prefix("REV ")?.split(' ');
+            let t = (f.next()?, f.next()?, f.next()?, f.next()?);
+            Some((t.0.into(), t.1.into(), t.2.into(), t.3.into()))
+        })
+        .collect()
+}
+
+fn relists(rt: &PluginRuntime, resource: &str) -> Option<u64> {
+    let key = InformerKey::new(resource, None, None, None);
+    Some(
+        rt.factory()
+            .informer(&key)?
+            .lister_watcher()
+            .counters()
+            .relists(),
+    )
+}
+
+/// A plugin with its own name, so that tests sharing the process's log capture tell their
+/// lines apart.
+fn named(name: &str) -> serde_json::Value {
+    json!({ "name": name })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_under_updates_hands_every_notification_to_exactly_one_revision_without_a_relist(
+) {
+    let logs = support::logs::capture_global();
+    let em = emulator().await;
+    let opts = options();
+    let mut rt = runtime_with(&em, opts.clone());
+    let name = "reviser-upgrade";
+    const OBJECTS: usize = 20;
+    const UPDATES: usize = 600;
+    for i in 0..OBJECTS {
+        em.create(cm(&format!("u-{i}"), json!({"n": "0"})))
+            .expect("create");
+    }
+    rt.start_spec(spec(&opts, "a", named(name)))
+        .await
+        .expect("starts");
+    assert!(eventually(WAIT, || rt.is_ready()).await, "ready");
+    let lists_before = relists(&rt, "v1/configmaps").expect("informer");
+
+    // Updates one at a time from another task, while the plugin is upgraded from a to b.
+    let writer = {
+        let em = em.clone();
+        tokio::spawn(async move {
+            let mut made = Vec::with_capacity(UPDATES);
+            for n in 1..=UPDATES {
+                let i = n % OBJECTS;
+                let o = em
+                    .update(cm(&format!("u-{i}"), json!({"n": n.to_string()})))
+                    .expect("update");
+                let rv = o["metadata"]["resourceVersion"]
+                    .as_str()
+                    .expect("rv")
+                    .to_owned();
+                made.push((format!("default/u-{i}"), rv));
+                if n % 50 == 0 {
+                    tokio::task::yield_now().await;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+            made
+        })
+    };
+    // Upgraded once some of the updates have reached revision a.
+    assert!(
+        eventually(WAIT, || rev_lines(&logs, name)
+            .iter()
+            .filter(|l| l.1 == "update")
+            .count()
+            >= UPDATES / 4)
+        .await,
+        "revision a sees updates"
+    );
+    rt.upgrade(name, spec(&opts, "b", named(name)), GRACE)
+        .await
+        .expect("upgrade to b");
+    let made = writer.await.expect("writer");
+
+    // Every update reaches exactly one revision; each revision saw some.
+    let seen_all = || {
+        let seen: Vec<_> = rev_lines(&logs, name)
+            .into_iter()
+            .filter(|l| l.1 == "update")
+            .collect();
+        seen.len() >= made.len()
+    };
+    assert!(eventually(WAIT, seen_all).await, "every update delivered");
+    let mut by_update: HashMap<(String, String), Vec<String>> = HashMap::new();
+    for (rev, what, key, rv) in rev_lines(&logs, name) {
+        if what == "update" {
+            by_update.entry((key, rv)).or_default().push(rev);
+        }
+    }
+    for (key, rv) in &made {
+        let got = by_update
+            .get(&(key.clone(), rv.clone()))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(got.len(), 1, "update {key}@{rv} reached {got:?}");
+    }
+    assert_eq!(by_update.len(), made.len(), "no update delivered twice");
+    let (a, b): (Vec<_>, Vec<_>) = by_update.values().partition(|r| r[0] == "a");
+    assert!(!a.is_empty() && !b.is_empty(), "a: {}, b: {}", a.len(), b.len());
+    // Nothing after the switch reached a: once b took an update, a took none.
+    let order: Vec<_> = rev_lines(&logs, name)
+        .into_iter()
+        .filter(|l| l.1 == "update")
+        .map(|l| l.0)
+        .collect();
+    let first_b = order.iter().position(|r| r == "b").expect("b took updates");
+    assert!(
+        order[first_b..].iter().all(|r| r == "b"),
+        "a took an update after b"
+    );
+
+    // The last version of every object is reconciled by b; nothing was relisted.
+    let last: HashMap<_, _> = made.iter().cloned().collect();
+    assert!(
+        eventually(WAIT, || {
+            let lines = rev_lines(&logs, name);
+            last.iter().all(|(k, rv)| {
+                lines
+                    .iter()
+                    .any(|l| l.0 == "b" && l.1 == "reconcile" && &l.2 == k && &l.3 == rv)
+            })
+        })
+        .await,
+        "every object's last version reconciled by b"
+    );
+    // After b's first line, a finishes at most the reconciles its two workers held at the
+    // switch, and takes no other key.
+    let lines = rev_lines(&logs, name);
+    let first_b = lines.iter().position(|l| l.0 == "b").expect("b ran");
+    let a_after: Vec<_> = lines[first_b..].iter().filter(|l| l.0 == "a").collect();
+    assert!(
+        a_after.len() <= 2 && a_after.iter().all(|l| l.1 == "reconcile"),
+        "a after the switch: {a_after:?}"
+    );
+    assert_eq!(relists(&rt, "v1/configmaps"), Some(lists_before), "no relist");
+    let p = rt.plugin(name).expect("running");
+    assert_eq!(p.revisions(), 2);
+    assert_eq!(p.spec().config["revision"], "b");
+    assert!(rt.is_ready(), "{}", rt.status().readiness().1);
+    assert!(rt.shutdown(GRACE).await, "clean shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_revision_leaves_the_running_one_and_watches_come_and_go_with_the_manifest() {
+    let logs = support::logs::capture_global();
+    let em = emulator().await;
+    let opts = options();
+    let mut rt = runtime_with(&em, opts.clone());
+    let name = "reviser-broken";
+    rt.start_spec(spec(&opts, "a", named(name)))
+        .await
+        .expect("starts");
+    assert!(eventually(WAIT, || rt.is_ready()).await, "ready");
+    assert_eq!(rt.factory().len(), 1, "one informer: ConfigMaps");
+
+    // A configuration its validate-config refuses: the upgrade fails, a runs on.
+    let e = rt
+        .upgrade(name, spec(&opts, "bad", named(name)), GRACE)
+        .await
+        .expect_err("refused");
+    assert!(matches!(e, UpgradeError::Load(_)), "{e}");
+    assert!(e.to_string().contains("revision bad is refused"), "{e}");
+    // Not a component at all: likewise, one line naming the file.
+    let garbage = std::env::temp_dir().join(format!("reviser-garbage-{}.wasm", std::process::id()));
+    std::fs::write(&garbage, b"not wasm").expect("write");
+    let e = rt
+        .upgrade(
+            name,
+            PluginSpec::with_defaults(&garbage, &opts),
+            GRACE,
+        )
+        .await
+        .expect_err("not a component");
+    assert!(e.to_string().contains(&garbage.display().to_string()), "{e}");
+    assert!(!e.to_string().contains('\n'), "{e}");
+    // Another plugin's module is not an upgrade of this one.
+    let e = rt
+        .upgrade(name, spec(&opts, "c", named("someone-else")), GRACE)
+        .await
+        .expect_err("other plugin");
+    assert!(matches!(e, UpgradeError::OtherPlugin { .. }), "{e}");
+    em.create(cm("b-1", json!({}))).expect("create");
+    assert!(
+        eventually(WAIT, || rev_lines(&logs, name)
+            .iter()
+            .any(|l| l.0 == "a" && l.1 == "reconcile" && l.2 == "default/b-1"))
+        .await,
+        "revision a still reconciles"
+    );
+    assert_eq!(rt.plugin(name).expect("running").revisions(), 1);
+
+    // A revision that also watches Secrets: a second informer starts, its cache reaches b.
+    em.create(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "s-1", "namespace": "default"}}))
+        .expect("secret");
+    rt.upgrade(
+        name,
+        spec(&opts, "b", json!({"name": name, "secrets": true})),
+        GRACE,
+    )
+    .await
+    .expect("upgrade to b");
+    assert_eq!(rt.factory().len(), 2, "a Secret informer joined");
+    assert!(
+        eventually(WAIT, || rev_lines(&logs, name)
+            .iter()
+            .any(|l| l.0 == "b" && l.1 == "add" && l.2 == "default/s-1"))
+        .await,
+        "b sees the Secret informer's cache"
+    );
+    assert!(eventually(WAIT, || rt.is_ready()).await, "ready again");
+    let cm_lists = relists(&rt, "v1/configmaps");
+
+    // Back to ConfigMaps only: the Secret informer had no other user, it stops.
+    rt.upgrade(name, spec(&opts, "c", named(name)), GRACE)
+        .await
+        .expect("upgrade to c");
+    assert_eq!(rt.factory().len(), 1, "the Secret informer stopped");
+    assert_eq!(relists(&rt, "v1/configmaps"), cm_lists, "no ConfigMap relist");
+    em.create(cm("c-1", json!({}))).expect("create");
+    assert!(
+        eventually(WAIT, || rev_lines(&logs, name)
+            .iter()
+            .any(|l| l.0 == "c" && l.1 == "reconcile" && l.2 == "default/c-1"))
+        .await,
+        "revision c reconciles"
+    );
+    assert_eq!(rt.plugin(name).expect("running").revisions(), 3);
+    let _ = std::fs::remove_file(&garbage);
+    assert!(rt.shutdown(GRACE).await, "clean shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_plugin_stops_the_informers_only_it_used_and_leaves_the_others() {
+    let logs = support::logs::capture_global();
+    let em = emulator().await;
+    let opts = options();
+    let mut rt = runtime_with(&em, opts.clone());
+    let (one, two) = ("reviser-remove-1", "reviser-remove-2");
+    rt.start_spec(spec(&opts, "a", json!({"name": one, "secrets": true})))
+        .await
+        .expect("starts");
+    rt.start_spec(spec(&opts, "a", named(two)))
+        .await
+        .expect("starts");
+    assert!(eventually(WAIT, || rt.is_ready()).await, "ready");
+    assert_eq!(rt.factory().len(), 2, "ConfigMaps (shared) and Secrets");
+    let cm_lists = relists(&rt, "v1/configmaps");
+
+    assert!(rt.remove(one, GRACE).await, "removed cleanly");
+    assert!(rt.plugin(one).is_none());
+    assert_eq!(rt.factory().len(), 1, "the Secret informer stopped");
+    assert!(
+        relists(&rt, "v1/secrets").is_none(),
+        "and is gone from the factory"
+    );
+    assert_eq!(relists(&rt, "v1/configmaps"), cm_lists, "ConfigMaps kept");
+    assert!(!rt.remove(one, GRACE).await, "not running any more");
+    assert!(!rt.status().render_status().contains(one), "gone from /statusz");
+
+    em.create(cm("r-1", json!({}))).expect("create");
+    assert!(
+        eventually(WAIT, || rev_lines(&logs, two)
+            .iter()
+            .any(|l| l.1 == "reconcile" && l.2 == "default/r-1"))
+        .await,
+        "the other plugin carries on"
+    );
+    assert!(
+        !rev_lines(&logs, one)
+            .iter()
+            .any(|l| l.2 == "default/r-1"),
+        "the removed one took nothing"
+    );
+    // The same plugin can be added again (its queue's metrics name is free).
+    rt.start_spec(spec(&opts, "a", named(one)))
+        .await
+        .expect("added again");
+    assert!(eventually(WAIT, || rt.is_ready()).await, "ready");
+    assert!(rt.shutdown(GRACE).await, "clean shutdown");
+}

@@ -1,0 +1,89 @@
+//! Says which revision of it handled what, for the tests that upgrade a running plugin
+//! (`host/plugin/tests/plugin_revisions.rs`, `tests/plugins_file_live.rs`). One line per call:
+//!
+//! ```text
+//! REV <revision> <add|update|delete> <key> <resourceVersion, or ->
+//! REV <revision> reconcile <key> <resourceVersion, or - when absent>
+//! ```
+//!
+//! Settings: `revision` (required: the label its lines carry; `bad` is refused by
+//! `validate-config`), `secrets` (default false: also watch Secrets, a second informer),
+//! `name` (the manifest's name, default `reviser`), `workers`. Its handlers are its own (never
+//! handed over to the host), so every notification is a guest call that says who took it.
+
+use kube_guest::{Action, Api, Controller, Manifest, Object, Result, Watch};
+
+/// The plugin's settings (`config:` in a plugins file).
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Settings {
+    revision: Option<String>,
+    secrets: Option<bool>,
+    name: Option<String>,
+    workers: Option<u32>,
+}
+
+fn revision() -> &'static str {
+    Reviser::config().revision.as_deref().unwrap_or("-")
+}
+
+fn say(what: &str, obj: &Object) {
+    let key = obj.key();
+    println!(
+        "REV {} {what} {key} {}",
+        revision(),
+        obj.resource_version().unwrap_or("-")
+    );
+    kube_guest::enqueue(&key);
+}
+
+struct Reviser;
+
+impl Controller for Reviser {
+    type Config = Settings;
+
+    fn manifest() -> Manifest {
+        let config = Self::config();
+        let m = Manifest::new(config.name.as_deref().unwrap_or("reviser"))
+            .watch(Watch::new("v1", "ConfigMap"))
+            .workers(config.workers.unwrap_or(2));
+        if config.secrets.unwrap_or(false) {
+            m.watch(Watch::new("v1", "Secret"))
+        } else {
+            m
+        }
+    }
+
+    fn validate_config(config: &Settings) -> std::result::Result<(), String> {
+        match config.revision.as_deref() {
+            None => Err("revision is required".into()),
+            Some("bad") => Err("revision bad is refused".into()),
+            Some(_) => Ok(()),
+        }
+    }
+
+    fn on_add(_watch: u32, obj: Object) {
+        say("add", &obj);
+    }
+
+    fn on_update(_watch: u32, _old: Object, new: Object) {
+        say("update", &new);
+    }
+
+    fn on_delete(_watch: u32, obj: Object, _tombstone: bool) {
+        say("delete", &obj);
+    }
+
+    fn reconcile(key: &str) -> Result<Action> {
+        let cm = Api::all("v1", "ConfigMap").get_by_key(key)?;
+        let rv = cm
+            .as_ref()
+            .and_then(|o| o.resource_version())
+            .unwrap_or("-")
+            .to_string();
+        println!("REV {} reconcile {key} {rv}", revision());
+        Ok(Action::Done)
+    }
+}
+
+kube_guest::export_controller!(Reviser);
