@@ -458,3 +458,110 @@ async fn rbac_from_a_plugins_file_gives_each_plugin_its_own_namespace() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The plugins file is watched (issue "Plugins as managed workloads"): an edit upgrades a
+/// running plugin in place, a broken revision is one line and the running one carries on, and
+/// an entry taken out removes its plugin, all without a restart (the informers' list counter
+/// in `/statusz` does not move).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edits_of_the_plugins_file_upgrade_and_remove_plugins_without_a_restart() {
+    let dir = support::temp_dir("plugins-live");
+    let module = dir.join("reviser.wasm");
+    std::fs::copy(guest("reviser"), &module).expect("copy guest");
+    let plugins = dir.join("plugins.yaml");
+    let entry = |revision: &str| {
+        format!(
+            "- module: reviser.wasm\n  logLinesPerSecond: 0\n  config: {{revision: {revision}}}\n"
+        )
+    };
+    std::fs::write(&plugins, entry("a")).expect("plugins file");
+    let mut host = HostProcess::spawn(
+        [
+            os("--plugins"),
+            plugins.as_os_str(),
+            os("--plugins-poll-interval"),
+            os("200ms"),
+            os("--metrics-addr"),
+            os("127.0.0.1:0"),
+            os("--emulator"),
+            os("--grace-period"),
+            os("5"),
+        ],
+        "info",
+    );
+    let (_, kubeconfig) = host.emulator().await;
+    let addr = host.ops_addr().await;
+    host.line("running; SIGINT or SIGTERM stops").await;
+    let client = support::process::client(&kubeconfig);
+    let cm = ApiResource::new("v1", "ConfigMap", "configmaps", true);
+    let create = |name: &str| {
+        let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default"}});
+        let (client, cm) = (client.clone(), cm.clone());
+        async move {
+            client
+                .create(
+                    &cm,
+                    Some("default"),
+                    body.to_string().into(),
+                    &WriteParams::default(),
+                )
+                .await
+                .expect("create");
+        }
+    };
+    let relists = |status: &serde_json::Value| {
+        status["plugins"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|p| p["informers"].as_array().cloned().unwrap_or_default())
+            .map(|i| i["relists"].as_u64().expect("relists"))
+            .sum::<u64>()
+    };
+    let statusz = || async {
+        let (code, body) = http_get(&addr, "/statusz").await;
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str::<serde_json::Value>(&body).expect("statusz is JSON")
+    };
+
+    create("one").await;
+    host.line("REV a reconcile default/one").await;
+    let relists_before = relists(&statusz().await);
+
+    // Upgrade: the same module with another configuration.
+    std::fs::write(&plugins, entry("b")).expect("edit");
+    host.line("plugin 0 (").await;
+    assert!(host.saw(") upgraded"), "{}", host.log());
+    create("two").await;
+    host.line("REV b reconcile default/two").await;
+    assert!(!host.saw("REV a reconcile default/two"), "{}", host.log());
+
+    // A configuration the guest refuses: one line, b carries on.
+    std::fs::write(&plugins, entry("bad")).expect("edit");
+    let refused = host.line("revision bad is refused").await;
+    assert!(
+        refused.contains("plugin reviser keeps its running revision"),
+        "{refused}"
+    );
+    create("three").await;
+    host.line("REV b reconcile default/three").await;
+    assert_eq!(
+        relists(&statusz().await),
+        relists_before,
+        "nothing relisted"
+    );
+
+    // Taken out of the file: removed, and the host runs on with no plugin.
+    std::fs::write(&plugins, "[]\n").expect("edit");
+    host.line("plugin removed").await;
+    let status = statusz().await;
+    assert_eq!(
+        status["plugins"].as_array().map(Vec::len),
+        Some(0),
+        "{status}"
+    );
+    assert!(!host.has_exited(), "the host runs on");
+    host.sigterm();
+    assert!(host.exit(WAIT).await.success(), "{}", host.log());
+}

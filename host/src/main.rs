@@ -4,6 +4,7 @@
 mod commands;
 mod output;
 mod plugins_file;
+mod plugins_watch;
 mod replica;
 mod shutdown;
 mod trim;

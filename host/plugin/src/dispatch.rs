@@ -12,7 +12,6 @@
 //! notification that reached a retired dispatcher is delivered by the current one instead. So
 //! each notification reaches exactly one revision, and none is lost or replayed by the switch.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -420,38 +419,32 @@ fn tombstone_stub(key: &str) -> Option<Object> {
 }
 
 impl EventHandler for WatchHandler {
-    fn added(&self, obj: Object, _is_in_initial_list: bool) -> impl Future<Output = ()> + Send {
-        async move {
-            self.deliver(Call::Add(&obj)).await;
-        }
+    async fn added(&self, obj: Object, _is_in_initial_list: bool) {
+        self.deliver(Call::Add(&obj)).await;
     }
 
-    fn updated(&self, old: Object, new: Object) -> impl Future<Output = ()> + Send {
-        async move {
-            self.deliver(Call::Update(&old, &new)).await;
-        }
+    async fn updated(&self, old: Object, new: Object) {
+        self.deliver(Call::Update(&old, &new)).await;
     }
 
-    fn deleted(&self, obj: ObjOrTombstone) -> impl Future<Output = ()> + Send {
-        async move {
-            let tombstone = obj.is_tombstone();
-            let stub;
-            let last: &Object = match obj.object() {
-                Some(o) => o,
-                None => match tombstone_stub(&obj.key()) {
-                    Some(o) => {
-                        stub = o;
-                        &stub
-                    }
-                    None => {
-                        tracing::warn!(plugin = %self.route.current().name, key = %clip(&obj.key()),
-                            "tombstone without a valid key; on-delete not delivered");
-                        return;
-                    }
-                },
-            };
-            self.deliver(Call::Delete(last, tombstone)).await;
-        }
+    async fn deleted(&self, obj: ObjOrTombstone) {
+        let tombstone = obj.is_tombstone();
+        let stub;
+        let last: &Object = match obj.object() {
+            Some(o) => o,
+            None => match tombstone_stub(&obj.key()) {
+                Some(o) => {
+                    stub = o;
+                    &stub
+                }
+                None => {
+                    tracing::warn!(plugin = %self.route.current().name, key = %clip(&obj.key()),
+                        "tombstone without a valid key; on-delete not delivered");
+                    return;
+                }
+            },
+        };
+        self.deliver(Call::Delete(last, tombstone)).await;
     }
 }
 

@@ -59,5 +59,7 @@ pub use kwh_sandbox::{Compiler, EngineConfig, GuestClock, Origin, PrecompileErro
 pub use loader::{Contract, LoadCause, LoadError, LoadedPlugin, Plugin};
 pub use manifest::{Manifest, ManifestError};
 pub use options::RuntimeOptions;
-pub use runtime::{PluginRuntime, RunningPlugin, RuntimeStatus, StartError, Started, UpgradeError};
+pub use runtime::{
+    Applied, PluginRuntime, RunningPlugin, RuntimeStatus, StartError, Started, UpgradeError,
+};
 pub use spec::PluginSpec;

@@ -30,9 +30,9 @@ use super::dispatch::{Dispatcher, Route};
 use super::events::EventRecorder;
 use super::health::Health;
 use super::index::register as register_indexes;
-use super::manifest::IndexSpec;
 use super::instance::GuestError;
 use super::loader::{LoadedPlugin, Plugin};
+use super::manifest::IndexSpec;
 use super::options::RuntimeOptions;
 use super::rbac::namespace_scope;
 use super::reconcile::{spawn_workers, PluginQueue, ReconcileStats};
@@ -206,14 +206,27 @@ impl RunningPlugin {
         let stats = Arc::new(ReconcileStats::default());
         let queue_refusals = Arc::new(QueueRefusals::default());
         let mut next_id = 0;
-        let plan = plan(&loaded, resources, spec.namespace.as_deref(), &[], &mut next_id);
+        let plan = plan(
+            &loaded,
+            resources,
+            spec.namespace.as_deref(),
+            &[],
+            &mut next_id,
+        );
         let shared = Shared {
             queue: &queue,
             stats: &stats,
             queue_refusals: &queue_refusals,
             own: &own,
         };
-        let built = build(env, &shared, loaded, resources, &plan, spec.namespace.as_deref())?;
+        let built = build(
+            env,
+            &shared,
+            loaded,
+            resources,
+            &plan,
+            spec.namespace.as_deref(),
+        )?;
         let route = Route::new(built.dispatcher.clone());
         let mut regs = Vec::new();
         register(env, &route, &plan, &mut regs).inspect_err(|_| built.synced.close())?;
@@ -449,7 +462,8 @@ fn register(
 ) -> Result<(), RevisionError> {
     for p in plan.iter().filter(|p| !p.existing) {
         let make_lw = || {
-            let mut lw = ResourceClient::new(env.client.clone(), p.res.clone(), p.namespace.clone());
+            let mut lw =
+                ResourceClient::new(env.client.clone(), p.res.clone(), p.namespace.clone());
             lw.label_selector = p.label_selector.clone();
             lw.field_selector = p.field_selector.clone();
             CountingLw::new(lw, p.key.to_string(), env.lw_counters)
@@ -554,8 +568,13 @@ impl Built {
     fn add_to_lister(&self, p: &Planned, informer: &SharedIndexInformer<CountingLw>) {
         let store = informer.indexer().clone();
         let indexes = register_indexes(&store, &p.indexes);
-        self.lister
-            .add_indexed_store(&p.api_version, &p.kind, p.namespace.as_deref(), store, indexes);
+        self.lister.add_indexed_store(
+            &p.api_version,
+            &p.kind,
+            p.namespace.as_deref(),
+            store,
+            indexes,
+        );
     }
 
     /// Starts the revision on `regs`: the lister reads their caches, the gate opens once every
@@ -586,7 +605,8 @@ impl Built {
                 .instrument(tracing::info_span!("replay", plugin = %name)),
         );
         let sync_task = self.synced.open_when(&name, {
-            let handlers: Vec<HandlerRegistration> = watches.iter().map(|w| w.reg.clone()).collect();
+            let handlers: Vec<HandlerRegistration> =
+                watches.iter().map(|w| w.reg.clone()).collect();
             move || handlers.iter().all(|h| h.has_synced())
         });
         Running {

@@ -118,6 +118,15 @@ pub enum UpgradeError {
     Start(#[from] StartError),
 }
 
+/// What [`PluginRuntime::apply`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// No plugin of its name ran: started (or waiting for its kinds).
+    Started(Started),
+    /// A plugin of its name ran: switched to the new revision.
+    Upgraded,
+}
+
 /// What `start` made of a plugin that loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Started {
@@ -261,6 +270,15 @@ impl PluginRuntime {
     /// it ([`Plugin::config`]).
     pub async fn start_spec(&mut self, spec: PluginSpec) -> Result<Started, StartError> {
         let loaded = self.load(&spec).await?;
+        self.start_loaded(spec, loaded).await
+    }
+
+    /// Starts `loaded` (not running yet) as [`PluginRuntime::start_spec`] does.
+    async fn start_loaded(
+        &mut self,
+        spec: PluginSpec,
+        loaded: LoadedPlugin,
+    ) -> Result<Started, StartError> {
         match self.wiring.resolve(&loaded).await {
             Ok(resources) => {
                 let running = self.wiring.wire(loaded, &resources, spec)?;
@@ -318,12 +336,39 @@ impl PluginRuntime {
         spec: PluginSpec,
         grace: Duration,
     ) -> Result<(), UpgradeError> {
-        let running = self
-            .plugin(name)
-            .ok_or_else(|| UpgradeError::NotRunning {
-                name: name.to_owned(),
-            })?;
+        let running = self.plugin(name).ok_or_else(|| UpgradeError::NotRunning {
+            name: name.to_owned(),
+        })?;
         let loaded = self.load(&spec).await?;
+        self.upgrade_loaded(&running, spec, loaded, grace).await
+    }
+
+    /// Starts `spec`'s plugin, or, when a plugin of the name its manifest gives runs already,
+    /// upgrades that one to it ([`PluginRuntime::upgrade`]): what a changed plugins file or
+    /// resource asks for. Returns the plugin's name and what was done.
+    pub async fn apply(
+        &mut self,
+        spec: PluginSpec,
+        grace: Duration,
+    ) -> Result<(String, Applied), UpgradeError> {
+        let loaded = self.load(&spec).await?;
+        let name = loaded.name().to_owned();
+        if let Some(running) = self.plugin(&name) {
+            self.upgrade_loaded(&running, spec, loaded, grace).await?;
+            return Ok((name, Applied::Upgraded));
+        }
+        let started = self.start_loaded(spec, loaded).await?;
+        Ok((name, Applied::Started(started)))
+    }
+
+    async fn upgrade_loaded(
+        &self,
+        running: &RunningPlugin,
+        spec: PluginSpec,
+        loaded: LoadedPlugin,
+        grace: Duration,
+    ) -> Result<(), UpgradeError> {
+        let name = running.name();
         if loaded.name() != name {
             return Err(UpgradeError::OtherPlugin {
                 path: spec.path.clone(),
@@ -365,9 +410,7 @@ impl PluginRuntime {
             .lock()
             .retain(|s| !matches!(s, Slot::Running(x) if Arc::ptr_eq(x, &status)));
         drop(status);
-        let clean = running
-            .stop(tokio::time::Instant::now() + grace)
-            .await;
+        let clean = running.stop(tokio::time::Instant::now() + grace).await;
         tracing::info!(plugin = %name, clean, "plugin removed");
         clean
     }
@@ -519,10 +562,7 @@ async fn start_when_resolved(
 
 impl Wiring {
     /// Every watched and written kind → its resource, or the first that does not resolve.
-    async fn resolve(
-        &self,
-        loaded: &LoadedPlugin,
-    ) -> Result<Resources, StartError> {
+    async fn resolve(&self, loaded: &LoadedPlugin) -> Result<Resources, StartError> {
         let m = loaded.manifest();
         let kinds = m
             .watches

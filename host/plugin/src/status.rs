@@ -223,6 +223,7 @@ impl RuntimeStatus {
                                 "synced": w.reg.has_synced(),
                                 "lastSyncResourceVersion": w.informer.last_sync_resource_version(),
                                 "lastError": w.counters.last_error(),
+                                "relists": w.counters.relists(),
                             });
                             if digests {
                                 let d = w.informer.indexer().digest();

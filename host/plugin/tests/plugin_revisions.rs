@@ -158,7 +158,12 @@ async fn an_upgrade_under_updates_hands_every_notification_to_exactly_one_revisi
     }
     assert_eq!(by_update.len(), made.len(), "no update delivered twice");
     let (a, b): (Vec<_>, Vec<_>) = by_update.values().partition(|r| r[0] == "a");
-    assert!(!a.is_empty() && !b.is_empty(), "a: {}, b: {}", a.len(), b.len());
+    assert!(
+        !a.is_empty() && !b.is_empty(),
+        "a: {}, b: {}",
+        a.len(),
+        b.len()
+    );
     // Nothing after the switch reached a: once b took an update, a took none.
     let order: Vec<_> = rev_lines(&logs, name)
         .into_iter()
@@ -194,7 +199,11 @@ async fn an_upgrade_under_updates_hands_every_notification_to_exactly_one_revisi
         a_after.len() <= 2 && a_after.iter().all(|l| l.1 == "reconcile"),
         "a after the switch: {a_after:?}"
     );
-    assert_eq!(relists(&rt, "v1/configmaps"), Some(lists_before), "no relist");
+    assert_eq!(
+        relists(&rt, "v1/configmaps"),
+        Some(lists_before),
+        "no relist"
+    );
     let p = rt.plugin(name).expect("running");
     assert_eq!(p.revisions(), 2);
     assert_eq!(p.spec().config["revision"], "b");
@@ -226,14 +235,13 @@ async fn a_broken_revision_leaves_the_running_one_and_watches_come_and_go_with_t
     let garbage = std::env::temp_dir().join(format!("reviser-garbage-{}.wasm", std::process::id()));
     std::fs::write(&garbage, b"not wasm").expect("write");
     let e = rt
-        .upgrade(
-            name,
-            PluginSpec::with_defaults(&garbage, &opts),
-            GRACE,
-        )
+        .upgrade(name, PluginSpec::with_defaults(&garbage, &opts), GRACE)
         .await
         .expect_err("not a component");
-    assert!(e.to_string().contains(&garbage.display().to_string()), "{e}");
+    assert!(
+        e.to_string().contains(&garbage.display().to_string()),
+        "{e}"
+    );
     assert!(!e.to_string().contains('\n'), "{e}");
     // Another plugin's module is not an upgrade of this one.
     let e = rt
@@ -278,7 +286,11 @@ async fn a_broken_revision_leaves_the_running_one_and_watches_come_and_go_with_t
         .await
         .expect("upgrade to c");
     assert_eq!(rt.factory().len(), 1, "the Secret informer stopped");
-    assert_eq!(relists(&rt, "v1/configmaps"), cm_lists, "no ConfigMap relist");
+    assert_eq!(
+        relists(&rt, "v1/configmaps"),
+        cm_lists,
+        "no ConfigMap relist"
+    );
     em.create(cm("c-1", json!({}))).expect("create");
     assert!(
         eventually(WAIT, || rev_lines(&logs, name)
@@ -318,7 +330,10 @@ async fn removing_a_plugin_stops_the_informers_only_it_used_and_leaves_the_other
     );
     assert_eq!(relists(&rt, "v1/configmaps"), cm_lists, "ConfigMaps kept");
     assert!(!rt.remove(one, GRACE).await, "not running any more");
-    assert!(!rt.status().render_status().contains(one), "gone from /statusz");
+    assert!(
+        !rt.status().render_status().contains(one),
+        "gone from /statusz"
+    );
 
     em.create(cm("r-1", json!({}))).expect("create");
     assert!(
@@ -329,9 +344,7 @@ async fn removing_a_plugin_stops_the_informers_only_it_used_and_leaves_the_other
         "the other plugin carries on"
     );
     assert!(
-        !rev_lines(&logs, one)
-            .iter()
-            .any(|l| l.2 == "default/r-1"),
+        !rev_lines(&logs, one).iter().any(|l| l.2 == "default/r-1"),
         "the removed one took nothing"
     );
     // The same plugin can be added again (its queue's metrics name is free).

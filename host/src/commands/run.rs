@@ -19,6 +19,7 @@ use crate::plugins_file::{
     ranged, DEADLINE_MS, LIST_PAGE_SIZE, LOG_LINES_PER_SECOND, MAX_INSTANCES, MAX_QUEUED_KEYS,
     MEMORY_MB, WORKER_THREADS,
 };
+use crate::plugins_watch::PluginsWatch;
 use crate::{replica, shutdown, trim, wakeups};
 use embedded::Embedded;
 use settings::{FileConfig, Settings};
@@ -47,6 +48,12 @@ pub struct RunArgs {
     /// the `--plugin` ones.
     #[arg(long = "plugins", value_name = "FILE")]
     plugins_file: Option<PathBuf>,
+    /// How often the `--plugins` file and its modules are checked for changes (default 5s; 0
+    /// never): an edit adds, upgrades and removes its plugins without a restart, and a
+    /// change that fails leaves the running revision running.
+    #[arg(long, value_name = "DURATION", value_parser = kwh_client::duration::parse_duration,
+        default_value = "5s")]
+    plugins_poll_interval: Option<Duration>,
     /// Kubeconfig file (default: KUBECONFIG, in-cluster, then ~/.kube/config).
     #[arg(long, value_name = "PATH")]
     kubeconfig: Option<PathBuf>,
@@ -161,6 +168,7 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
         limits,
         namespace,
         specs,
+        watched,
         grace,
         quarantine,
         handler_retry,
@@ -172,9 +180,13 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
     } = Settings::resolve(&args, &file)?;
     // Each plugin may hold its `max_instances` instances (its workers and its dispatcher), each
     // with its own memory cap: the pool is sized for all of them and for the largest cap.
-    let slots = specs
+    let mut slots = specs
         .iter()
         .fold(0u32, |n, s| n.saturating_add(s.limits.max_instances));
+    if watched.is_some() {
+        // Room for plugins added later, and for an upgrade's two revisions side by side.
+        slots = slots.saturating_mul(2).max(LIVE_SLOTS);
+    }
     let max_memory = specs
         .iter()
         .map(|s| s.limits.memory_bytes)
@@ -193,8 +205,8 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
         engine,
         client,
         RuntimeOptions {
-            limits,
-            namespace,
+            limits: limits.clone(),
+            namespace: namespace.clone(),
             fail_fast,
             quarantine,
             handler_retry,
@@ -207,12 +219,37 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
     replica.record_leadership(runtime.events());
     let given = specs.len();
     let started = runtime.start_all_specs(specs).await;
+    let watch = watched.map(|w| {
+        PluginsWatch::new(
+            w.path,
+            limits.clone(),
+            namespace.clone(),
+            w.interval,
+            grace,
+            w.specs,
+            &runtime,
+        )
+    });
     let result = match started {
         Err(e) => Err(anyhow::anyhow!("{e}")),
-        Ok(_) if runtime.plugins().is_empty() && runtime.waiting().is_empty() => Err(
-            anyhow::anyhow!("no plugin could be started ({given} given)"),
-        ),
-        Ok(_) => serve(&runtime, &replica, metrics_addr, args.log_format, &mut stop).await,
+        Ok(_)
+            if watch.is_none() && runtime.plugins().is_empty() && runtime.waiting().is_empty() =>
+        {
+            Err(anyhow::anyhow!(
+                "no plugin could be started ({given} given)"
+            ))
+        }
+        Ok(_) => {
+            serve(
+                &mut runtime,
+                watch,
+                &replica,
+                metrics_addr,
+                args.log_format,
+                &mut stop,
+            )
+            .await
+        }
     };
     // Queue handles outlive the runtime's shutdown: what their workers still held then is what
     // the grace period cut off.
@@ -237,6 +274,10 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Instance slots of a run whose plugins file is watched, at least: plugins added later need
+/// theirs (16 each by default), and an upgrade holds two revisions' for a moment.
+const LIVE_SLOTS: u32 = 256;
 
 /// The cluster to run against: the embedded emulator (started here, its address and
 /// kubeconfig announced; handed back to be stopped at the end), else the kubeconfig's.
@@ -289,9 +330,12 @@ pub fn warn_abandoned(grace: Duration, queues: &[(String, kwh_plugin::reconcile:
     );
 }
 
-/// Serves metrics (if asked) until SIGINT/SIGTERM.
+/// Serves metrics (if asked) until SIGINT/SIGTERM, applying the watched plugins file's
+/// changes meanwhile (a signal during an upgrade is handled once that upgrade is done: a
+/// switch of revisions is not cut in half).
 pub async fn serve(
-    runtime: &PluginRuntime,
+    runtime: &mut PluginRuntime,
+    mut watch: Option<PluginsWatch>,
     replica: &replica::Replica,
     metrics_addr: Option<SocketAddr>,
     format: LogFormat,
@@ -318,9 +362,22 @@ pub async fn serve(
         waiting = runtime.waiting().len(),
         "running; SIGINT or SIGTERM stops"
     );
-    let lost = tokio::select! {
-        _ = stop.recv() => None,
-        why = replica.lost() => Some(why),
+    let lost = loop {
+        let changed = async {
+            match watch.as_mut() {
+                Some(w) => w.changed().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = stop.recv() => break None,
+            why = replica.lost() => break Some(why),
+            () = changed => {
+                if let Some(w) = watch.as_mut() {
+                    w.apply(runtime).await;
+                }
+            }
+        }
     };
     if let Some(t) = ops {
         t.abort();

@@ -70,6 +70,8 @@ pub struct Settings {
     pub limits: Limits,
     pub namespace: Option<String>,
     pub specs: Vec<PluginSpec>,
+    /// The `--plugins` file's share of `specs`, when it is watched for changes.
+    pub watched: Option<Watched>,
     pub grace: Duration,
     pub quarantine: QuarantinePolicy,
     pub handler_retry: RetryPolicy,
@@ -87,8 +89,18 @@ impl Settings {
         let limits = limits(args, file)?;
         let list_page_size = in_file(args, "listPageSize", file.list_page_size, &LIST_PAGE_SIZE)?;
         let namespace = args.namespace.clone().or(file.namespace.clone());
-        let specs = plugin_specs(args, file.plugins.clone(), &limits, namespace.as_deref())?;
-        if specs.is_empty() {
+        let (specs, from_file) =
+            plugin_specs(args, file.plugins.clone(), &limits, namespace.as_deref())?;
+        let watched = match (&args.plugins_file, args.plugins_poll_interval) {
+            (Some(path), Some(interval)) if !interval.is_zero() => Some(Watched {
+                path: path.clone(),
+                interval,
+                specs: from_file,
+            }),
+            _ => None,
+        };
+        // A watched plugins file may start empty: plugins are added to it later.
+        if specs.is_empty() && watched.is_none() {
             bail!(
                 "no plugin given: use `--plugin FILE.wasm` or `--plugins FILE` (see `host \
                  --help`), or a subcommand"
@@ -105,6 +117,7 @@ impl Settings {
             limits,
             namespace,
             specs,
+            watched,
             grace: Duration::from_secs(
                 args.grace_period
                     .or(file.grace_period_seconds)
@@ -287,15 +300,23 @@ pub fn wakeup_batching(args: &RunArgs, file: &FileConfig) -> anyhow::Result<Dura
     }
 }
 
+/// The `--plugins` file when it is watched for changes (`--plugins-poll-interval` not 0).
+pub struct Watched {
+    pub path: PathBuf,
+    pub interval: Duration,
+    /// Its plugins as read at start.
+    pub specs: Vec<PluginSpec>,
+}
+
 /// Every plugin to run, in start order: the config file's `plugins:`, the `--plugins` file's,
-/// then each `--plugin` with the global settings. Any mistake in either list is one line and
-/// nothing is returned, so nothing starts.
+/// then each `--plugin` with the global settings; and the `--plugins` file's alone. Any
+/// mistake in either list is one line and nothing is returned, so nothing starts.
 pub fn plugin_specs(
     args: &RunArgs,
     from_config: Option<yaml_serde::Value>,
     limits: &Limits,
     namespace: Option<&str>,
-) -> anyhow::Result<Vec<PluginSpec>> {
+) -> anyhow::Result<(Vec<PluginSpec>, Vec<PluginSpec>)> {
     let defaults = plugins_file::Defaults { limits, namespace };
     let mut specs = Vec::new();
     if let (Some(value), Some(path)) = (from_config, &args.config) {
@@ -303,10 +324,11 @@ pub fn plugin_specs(
             plugins_file::parse(value, path, "config", &defaults).map_err(anyhow::Error::msg)?,
         );
     }
+    let mut from_file = Vec::new();
     if let Some(path) = &args.plugins_file {
-        specs.extend(
-            plugins_file::read(path, "plugins file", &defaults).map_err(anyhow::Error::msg)?,
-        );
+        from_file =
+            plugins_file::read(path, "plugins file", &defaults).map_err(anyhow::Error::msg)?;
+        specs.extend(from_file.iter().cloned());
     }
     specs.extend(args.plugins.iter().map(|p| PluginSpec {
         path: p.clone(),
@@ -316,5 +338,5 @@ pub fn plugin_specs(
         config: std::sync::Arc::new(serde_json::Value::Null),
         leader_only: false,
     }));
-    Ok(specs)
+    Ok((specs, from_file))
 }

@@ -1,0 +1,198 @@
+//! The plugins file, watched: an edit adds, upgrades and removes plugins while the host runs,
+//! without a restart that would relist every informer and interrupt every other plugin.
+//!
+//! Polled, not watched with inotify: the file is usually a ConfigMap mounted in a pod, which
+//! the kubelet replaces by swapping a symlink (no event on the path itself), and a poll every
+//! few seconds reads one small file and the modules' metadata. What a change does:
+//! - the file is read and checked whole first; a mistake is one error line and nothing
+//!   changes (the plugins running carry on);
+//! - each entry whose settings or module file changed is applied
+//!   ([`PluginRuntime::apply`]): a plugin of the name its manifest gives is upgraded in place,
+//!   else started; an entry that fails (compile, `validate-config`, instantiation) is one
+//!   error line, and the revision running for it carries on;
+//! - a running plugin that no entry names any more is removed, unless an entry failed before
+//!   its name was known (it may be that plugin's new revision): then nothing is removed, and
+//!   a line says why.
+//!
+//! Plugins given with `--plugin` or in `--config` are not managed here: they run until the
+//! host stops.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use kwh_plugin::{Applied, Limits, PluginRuntime, PluginSpec};
+
+use crate::commands::LOG_TARGET;
+use crate::plugins_file::{self, Defaults};
+
+/// What a file was when last looked at: its length and modification time (following
+/// symlinks), enough to notice a replaced module without reading it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp(Option<(u64, SystemTime)>);
+
+impl Stamp {
+    fn of(path: &Path) -> Self {
+        Stamp(
+            std::fs::metadata(path)
+                .ok()
+                .and_then(|m| Some((m.len(), m.modified().ok()?))),
+        )
+    }
+}
+
+/// One entry as last applied.
+struct Entry {
+    spec: PluginSpec,
+    module: Stamp,
+    /// The plugin it runs as, once known (its manifest's name).
+    name: Option<String>,
+}
+
+/// The watched plugins file and what was last applied from it.
+pub struct PluginsWatch {
+    path: PathBuf,
+    limits: Limits,
+    namespace: Option<String>,
+    interval: Duration,
+    grace: Duration,
+    text: Option<String>,
+    entries: Vec<Entry>,
+}
+
+impl PluginsWatch {
+    /// Watches `path`, whose `specs` (as read at start) the runtime started; `limits` and
+    /// `namespace` are what unset keys take, `grace` what a removed plugin's reconciles get.
+    pub fn new(
+        path: PathBuf,
+        limits: Limits,
+        namespace: Option<String>,
+        interval: Duration,
+        grace: Duration,
+        specs: Vec<PluginSpec>,
+        runtime: &PluginRuntime,
+    ) -> Self {
+        let running = runtime.plugins();
+        let entries = specs
+            .into_iter()
+            .map(|spec| Entry {
+                module: Stamp::of(&spec.path),
+                name: running
+                    .iter()
+                    .find(|p| p.spec() == spec)
+                    .map(|p| p.name().to_owned()),
+                spec,
+            })
+            .collect();
+        PluginsWatch {
+            text: std::fs::read_to_string(&path).ok(),
+            path,
+            limits,
+            namespace,
+            interval,
+            grace,
+            entries,
+        }
+    }
+
+    /// Resolves at the first poll that finds the file or one of its modules changed.
+    pub async fn changed(&mut self) {
+        loop {
+            tokio::time::sleep(self.interval).await;
+            let text = std::fs::read_to_string(&self.path).ok();
+            if text != self.text
+                || self
+                    .entries
+                    .iter()
+                    .any(|e| Stamp::of(&e.spec.path) != e.module)
+            {
+                return;
+            }
+        }
+    }
+
+    /// Reads the file again and applies what changed (see the module's documentation).
+    pub async fn apply(&mut self, runtime: &mut PluginRuntime) {
+        self.text = std::fs::read_to_string(&self.path).ok();
+        let defaults = Defaults {
+            limits: &self.limits,
+            namespace: self.namespace.as_deref(),
+        };
+        let specs = match plugins_file::read(&self.path, "plugins file", &defaults) {
+            Ok(specs) => specs,
+            Err(e) => {
+                tracing::error!(target: LOG_TARGET, "{e}; the running plugins are kept as they are");
+                // Stamped as read, so the same mistake is not reported at every poll.
+                for e in &mut self.entries {
+                    e.module = Stamp::of(&e.spec.path);
+                }
+                return;
+            }
+        };
+        let mut next = Vec::with_capacity(specs.len());
+        let mut unknown = Vec::new();
+        for (i, spec) in specs.into_iter().enumerate() {
+            let module = Stamp::of(&spec.path);
+            let before = self.entries.iter().find(|e| e.spec.path == spec.path);
+            if let Some(e) = before.filter(|e| e.spec == spec && e.module == module) {
+                if e.name.is_some() {
+                    next.push(Entry {
+                        spec,
+                        module,
+                        name: e.name.clone(),
+                    });
+                    continue;
+                }
+            }
+            let name = match runtime.apply(spec.clone(), self.grace).await {
+                Ok((name, how)) => {
+                    let how = match how {
+                        Applied::Upgraded => "upgraded",
+                        Applied::Started(_) => "added",
+                    };
+                    tracing::info!(target: LOG_TARGET, plugin = %name,
+                        "plugins file {}: plugin {i} ({}) {how}", self.path.display(), spec.path.display());
+                    Some(name)
+                }
+                Err(e) => {
+                    let keeps = before.and_then(|b| b.name.clone());
+                    let kept = match &keeps {
+                        Some(n) => format!("plugin {n} keeps its running revision"),
+                        None => "nothing was started".to_owned(),
+                    };
+                    tracing::error!(target: LOG_TARGET,
+                        "plugins file {}: plugin {i} ({}): {e}; {kept}", self.path.display(), spec.path.display());
+                    if keeps.is_none() {
+                        unknown.push(i);
+                    }
+                    keeps
+                }
+            };
+            next.push(Entry { spec, module, name });
+        }
+        let named: Vec<&str> = next.iter().filter_map(|e| e.name.as_deref()).collect();
+        let gone: Vec<String> = self
+            .entries
+            .iter()
+            .filter_map(|e| e.name.clone())
+            .filter(|n| !named.contains(&n.as_str()))
+            .collect();
+        if !gone.is_empty() && !unknown.is_empty() {
+            tracing::warn!(target: LOG_TARGET,
+                "plugins file {}: {} not removed: entries {unknown:?} failed to load and may be \
+                 their new revisions", self.path.display(), gone.join(", "));
+            // Kept as entries, so that a later edit can still remove them.
+            next.extend(
+                self.entries
+                    .drain(..)
+                    .filter(|e| e.name.as_ref().is_some_and(|n| gone.contains(n))),
+            );
+        } else {
+            for name in gone {
+                let clean = runtime.remove(&name, self.grace).await;
+                tracing::info!(target: LOG_TARGET, plugin = %name, clean,
+                    "plugins file {}: plugin removed", self.path.display());
+            }
+        }
+        self.entries = next;
+    }
+}
