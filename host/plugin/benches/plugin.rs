@@ -4,13 +4,14 @@
 //! given for two guests: a raw no-op (the floor) and one built with the SDK's default handlers
 //! (each notification enqueues the object's key from the metadata the host sends along, without
 //! parsing it; what users pay). The `events` section has a guest record 10,000 identical Events
-//! in one reconcile and counts the API writes the host's recorder makes of them.
+//! in one reconcile and counts the API writes the host's recorder makes of them. The `upgrade`
+//! section upgrades one plugin of ten under steady updates and removes one (`plugin/upgrade.rs`).
 //!
 //! `cargo bench -p host --bench plugin` prints Markdown tables (the test guests are built for
 //! wasm32-wasip2 first, as the tests do). `BENCH_RUNS` (default 5) sets the runs per figure,
 //! `BENCH_EVENTS` (default 20,000) the objects of the pipeline and reconcile runs. The emulator
 //! runs in the same process over loopback HTTP, so pipeline CPU figures include its serving work.
-//! `BENCH_ONLY=dispatch,pipeline,reconcile,events,memory,cold` picks sections (for profiling one),
+//! `BENCH_ONLY=dispatch,pipeline,reconcile,events,memory,upgrade,cold` picks sections (for profiling one),
 //! `BENCH_PLUGINS=10` the pipeline's rows, `BENCH_GUESTS=sdk` (or `raw`) its guests, and `BENCH_PERF_CTL` limits a `perf record` to the
 //! timed windows (see `common::perf_window`).
 //!
@@ -23,6 +24,8 @@ mod common;
 #[allow(dead_code)]
 #[path = "../../../tests/support/guests.rs"]
 mod guests;
+#[path = "plugin/upgrade.rs"]
+mod upgrade;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -128,6 +131,9 @@ async fn run() {
         for (guest, path) in &guests {
             memory_section(guest, path).await;
         }
+    }
+    if want("upgrade") {
+        upgrade::upgrade_section().await;
     }
     if want("cold") {
         for (guest, path) in &guests {

@@ -257,7 +257,8 @@ impl RunningPlugin {
     /// done, the old workers retired (each finishes the reconcile it holds, `grace` at most,
     /// waited for in the background), the new manifest's extra watches registered and the
     /// dropped ones removed. Pending keys stay queued; nothing is relisted. Returns the old
-    /// revision's status, replaced.
+    /// revision's status, replaced, and how long the switch took (from the moment the new
+    /// revision was built and instantiated).
     pub(crate) async fn upgrade(
         &self,
         env: &Env<'_>,
@@ -265,7 +266,7 @@ impl RunningPlugin {
         loaded: LoadedPlugin,
         resources: &Resources,
         grace: Duration,
-    ) -> Result<Arc<RunningStatus>, RevisionError> {
+    ) -> Result<(Arc<RunningStatus>, Duration), RevisionError> {
         let mut guard = self.parts.lock().await;
         let Some(parts) = guard.as_mut() else {
             return Err(RevisionError::Instance(GuestError::Instantiate(
@@ -321,7 +322,8 @@ impl RunningPlugin {
         *self.spec.lock() = spec;
         self.revisions
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tracing::info!(plugin = %self.name, switch_us = started.elapsed().as_micros() as u64,
+        let took = started.elapsed();
+        tracing::info!(plugin = %self.name, switch_us = took.as_micros() as u64,
             delivered_by_old = old.delivered.load(std::sync::atomic::Ordering::Relaxed),
             "switched to the new revision");
         let name = self.name.clone();
@@ -332,7 +334,7 @@ impl RunningPlugin {
             }
             old_revision.status.health.close();
         });
-        Ok(old_status)
+        Ok((old_status, took))
     }
 
     /// Stops the plugin: its registrations removed (informers no other plugin uses stop and

@@ -330,12 +330,14 @@ impl PluginRuntime {
     /// the new one, the old workers finish the reconciles they hold (within `grace`, in the
     /// background) and the keys still queued are the new workers'. Informers are shared, not
     /// relisted: the new manifest's extra watches are registered, the ones it dropped removed.
+    /// Returns how long the switch took, from the moment the new revision was compiled,
+    /// validated and instantiated.
     pub async fn upgrade(
         &self,
         name: &str,
         spec: PluginSpec,
         grace: Duration,
-    ) -> Result<(), UpgradeError> {
+    ) -> Result<Duration, UpgradeError> {
         let running = self.plugin(name).ok_or_else(|| UpgradeError::NotRunning {
             name: name.to_owned(),
         })?;
@@ -367,7 +369,7 @@ impl PluginRuntime {
         spec: PluginSpec,
         loaded: LoadedPlugin,
         grace: Duration,
-    ) -> Result<(), UpgradeError> {
+    ) -> Result<Duration, UpgradeError> {
         let name = running.name();
         if loaded.name() != name {
             return Err(UpgradeError::OtherPlugin {
@@ -378,7 +380,7 @@ impl PluginRuntime {
         }
         let resources = self.wiring.resolve(&loaded).await?;
         let path = spec.path.clone();
-        let old = running
+        let (old, took) = running
             .upgrade(&self.wiring.env(), spec, loaded, &resources, grace)
             .await
             .map_err(|e| StartError::from_revision(&path, e))?;
@@ -389,7 +391,7 @@ impl PluginRuntime {
                 break;
             }
         }
-        Ok(())
+        Ok(took)
     }
 
     /// Stops the running plugin `name` and forgets it, without touching the others: its
