@@ -546,6 +546,11 @@ async fn edits_of_the_plugins_file_upgrade_and_remove_plugins_without_a_restart(
     );
     create("three").await;
     host.line("REV b reconcile default/three").await;
+    let status = statusz().await;
+    let p = &status["plugins"][0];
+    assert_eq!(p["revision"], 2, "{status}");
+    let failed = p["failedRevision"]["error"].as_str().unwrap_or_default();
+    assert!(failed.contains("revision bad is refused"), "{status}");
     assert_eq!(
         relists(&statusz().await),
         relists_before,

@@ -155,6 +155,9 @@ impl PluginsWatch {
                 }
                 Err(e) => {
                     let keeps = before.and_then(|b| b.name.clone());
+                    if let Some(name) = &keeps {
+                        runtime.record_failure(name, &spec.path, &e.to_string());
+                    }
                     let kept = match &keeps {
                         Some(n) => format!("plugin {n} keeps its running revision"),
                         None => "nothing was started".to_owned(),

@@ -88,6 +88,8 @@ pub const MAX_ERROR_MESSAGE: usize = 64 << 10;
 /// Everything instances of one plugin share.
 pub(crate) struct PluginInner {
     pub(crate) path: PathBuf,
+    /// The module's content digest (`sha256:…`): what names this revision.
+    pub(crate) digest: Arc<str>,
     pub(crate) engine: PluginEngine,
     pub(crate) pre: InstancePre<Sandboxed<GuestState>>,
     pub(crate) exports: ExportIndices,

@@ -187,6 +187,7 @@ impl PluginEngine {
         });
         let mut inner = PluginInner {
             path: path.to_path_buf(),
+            digest: Arc::from(kwh_sandbox::component::digest(&bytes)),
             engine: self.clone(),
             pre,
             exports,
@@ -337,6 +338,11 @@ impl LoadedPlugin {
         &self.inner.limits
     }
 
+    /// The module's content digest (`sha256:…`).
+    pub fn digest(&self) -> &str {
+        &self.inner.digest
+    }
+
     /// Connects the plugin to its backends; instances can be created from then on.
     pub fn activate(mut self, backends: Backends) -> Plugin {
         let ctx = &self.inner.ctx;
@@ -411,6 +417,11 @@ impl Plugin {
     /// The sandbox limits.
     pub fn limits(&self) -> &Limits {
         &self.0.limits
+    }
+
+    /// The module's content digest (`sha256:…`): what names this revision.
+    pub fn digest(&self) -> &str {
+        &self.0.digest
     }
 
     /// The operator's configuration of this plugin, as JSON (`null` when none); guests built

@@ -37,7 +37,7 @@ use super::options::RuntimeOptions;
 use super::rbac::namespace_scope;
 use super::reconcile::{spawn_workers, PluginQueue, ReconcileStats};
 use super::spec::PluginSpec;
-use super::status::{RunningStatus, WatchStatus};
+use super::status::{RevisionFailure, RunningStatus, WatchStatus};
 use super::watch_counters::{CounterMap, CountingLw};
 use kwh_client::{ApiResource, Client, ResourceClient};
 use kwh_coordination::ownership::{GainedKeys, PluginOwnership};
@@ -125,6 +125,8 @@ pub struct RunningPlugin {
     stats: Arc<ReconcileStats>,
     queue_refusals: Arc<QueueRefusals>,
     own: PluginOwnership,
+    /// The last revision that failed to replace the running one.
+    failure: Arc<Mutex<Option<RevisionFailure>>>,
     route: Arc<Route>,
     /// The running revision's view (what the accessors and the status endpoints read).
     current: Mutex<Arc<RunningStatus>>,
@@ -185,6 +187,15 @@ impl RunningPlugin {
     pub fn revisions(&self) -> u64 {
         self.revisions.load(std::sync::atomic::Ordering::Relaxed)
     }
+    /// Notes a revision that failed to replace the running one (`/statusz` shows it until an
+    /// upgrade succeeds).
+    pub(crate) fn failed(&self, module: &std::path::Path, error: String) {
+        *self.failure.lock() = Some(RevisionFailure {
+            module: module.to_path_buf(),
+            error,
+            at: std::time::SystemTime::now(),
+        });
+    }
     pub(crate) fn status(&self) -> Arc<RunningStatus> {
         self.current.lock().clone()
     }
@@ -213,11 +224,14 @@ impl RunningPlugin {
             &[],
             &mut next_id,
         );
+        let failure = Arc::new(Mutex::new(None));
         let shared = Shared {
             queue: &queue,
             stats: &stats,
             queue_refusals: &queue_refusals,
             own: &own,
+            failure: &failure,
+            revision: 1,
         };
         let built = build(
             env,
@@ -238,8 +252,8 @@ impl RunningPlugin {
             stats,
             queue_refusals,
             own,
+            failure,
             route,
-
             current,
             spec: Mutex::new(spec),
             parts: tokio::sync::Mutex::new(Some(Parts {
@@ -281,11 +295,14 @@ impl RunningPlugin {
             .collect();
         let mut next_id = parts.next_id;
         let plan = plan(&loaded, resources, namespace, &existing, &mut next_id);
+        let revision = self.revisions() + 1;
         let shared = Shared {
             queue: &self.queue,
             stats: &self.stats,
             queue_refusals: &self.queue_refusals,
             own: &self.own,
+            failure: &self.failure,
+            revision,
         };
         let built = build(env, &shared, loaded, resources, &plan, namespace)?;
         // Instantiated now: a component that traps or runs out of its limits while starting
@@ -322,6 +339,7 @@ impl RunningPlugin {
         *self.spec.lock() = spec;
         self.revisions
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *self.failure.lock() = None;
         let took = started.elapsed();
         tracing::info!(plugin = %self.name, switch_us = took.as_micros() as u64,
             delivered_by_old = old.delivered.load(std::sync::atomic::Ordering::Relaxed),
@@ -395,6 +413,9 @@ struct Shared<'a> {
     stats: &'a Arc<ReconcileStats>,
     queue_refusals: &'a Arc<QueueRefusals>,
     own: &'a PluginOwnership,
+    failure: &'a Arc<Mutex<Option<RevisionFailure>>>,
+    /// The number of the revision being built.
+    revision: u64,
 }
 
 /// Places each watch of `loaded`'s manifest: on the registration of `existing` with the same
@@ -620,6 +641,8 @@ impl Built {
                 watches,
                 synced: self.synced,
                 queue_refusals: shared.queue_refusals.clone(),
+                revision: shared.revision,
+                failure: shared.failure.clone(),
             }),
             workers: self.workers,
             sync_task,

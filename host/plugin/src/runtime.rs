@@ -341,8 +341,24 @@ impl PluginRuntime {
         let running = self.plugin(name).ok_or_else(|| UpgradeError::NotRunning {
             name: name.to_owned(),
         })?;
-        let loaded = self.load(&spec).await?;
+        let module = spec.path.clone();
+        let loaded = match self.load(&spec).await {
+            Ok(l) => l,
+            Err(e) => {
+                running.failed(&module, e.to_string());
+                return Err(e.into());
+            }
+        };
         self.upgrade_loaded(&running, spec, loaded, grace).await
+    }
+
+    /// Notes on the running plugin `name` that a revision from `module` failed to replace it
+    /// (for a failure the runtime could not tie to it: a module that did not load at all).
+    /// `/statusz` shows it until an upgrade succeeds.
+    pub fn record_failure(&self, name: &str, module: &Path, error: &str) {
+        if let Some(p) = self.plugin(name) {
+            p.failed(module, error.to_owned());
+        }
     }
 
     /// Starts `spec`'s plugin, or, when a plugin of the name its manifest gives runs already,
@@ -364,6 +380,21 @@ impl PluginRuntime {
     }
 
     async fn upgrade_loaded(
+        &self,
+        running: &RunningPlugin,
+        spec: PluginSpec,
+        loaded: LoadedPlugin,
+        grace: Duration,
+    ) -> Result<Duration, UpgradeError> {
+        let module = spec.path.clone();
+        let r = self.switch(running, spec, loaded, grace).await;
+        if let Err(e) = &r {
+            running.failed(&module, e.to_string());
+        }
+        r
+    }
+
+    async fn switch(
         &self,
         running: &RunningPlugin,
         spec: PluginSpec,

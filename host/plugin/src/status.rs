@@ -65,6 +65,21 @@ pub(crate) struct RunningStatus {
     pub watches: Vec<WatchStatus>,
     pub synced: CacheSync,
     pub queue_refusals: Arc<QueueRefusals>,
+    /// Which revision of the plugin this is: 1 for the first, one more for each upgrade.
+    pub revision: u64,
+    /// The last revision that failed to replace this one (shared by the plugin's revisions;
+    /// cleared by a successful upgrade).
+    pub failure: Arc<Mutex<Option<RevisionFailure>>>,
+}
+
+/// A revision that could not replace the running one, as `/statusz` reports it.
+#[derive(Debug, Clone)]
+pub(crate) struct RevisionFailure {
+    /// The module it was loaded from.
+    pub module: PathBuf,
+    /// Why, as logged.
+    pub error: String,
+    pub at: SystemTime,
 }
 
 impl RunningStatus {
@@ -238,6 +253,13 @@ impl RuntimeStatus {
                     serde_json::json!({
                         "name": p.plugin.name(),
                         "file": p.plugin.path().display().to_string(),
+                        "revision": p.revision,
+                        "digest": p.plugin.digest(),
+                        "failedRevision": p.failure.lock().as_ref().map(|f| serde_json::json!({
+                            "module": f.module.display().to_string(),
+                            "error": f.error,
+                            "atUnix": unix(f.at),
+                        })),
                         "state": h.phase.as_str(),
                         "reason": h.reason,
                         "quarantinedSinceUnix": h.since.and_then(unix),

@@ -249,6 +249,22 @@ async fn a_broken_revision_leaves_the_running_one_and_watches_come_and_go_with_t
         .await
         .expect_err("other plugin");
     assert!(matches!(e, UpgradeError::OtherPlugin { .. }), "{e}");
+    // /statusz: the running revision, its digest, and the last one that failed.
+    let status: serde_json::Value =
+        serde_json::from_str(&rt.status().render_status()).expect("statusz");
+    let p = &status["plugins"][0];
+    assert_eq!(p["revision"], 1, "{p}");
+    assert!(
+        p["digest"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("sha256:") && d.len() == 71),
+        "{p}"
+    );
+    let failed = p["failedRevision"]["error"].as_str().unwrap_or_default();
+    assert!(
+        failed.contains("its manifest names plugin someone-else"),
+        "{p}"
+    );
     em.create(cm("b-1", json!({}))).expect("create");
     assert!(
         eventually(WAIT, || rev_lines(&logs, name)
@@ -271,6 +287,13 @@ async fn a_broken_revision_leaves_the_running_one_and_watches_come_and_go_with_t
     .await
     .expect("upgrade to b");
     assert_eq!(rt.factory().len(), 2, "a Secret informer joined");
+    let status: serde_json::Value =
+        serde_json::from_str(&rt.status().render_status()).expect("statusz");
+    assert_eq!(status["plugins"][0]["revision"], 2, "{status}");
+    assert!(
+        status["plugins"][0]["failedRevision"].is_null(),
+        "a success clears the failure: {status}"
+    );
     assert!(
         eventually(WAIT, || rev_lines(&logs, name)
             .iter()

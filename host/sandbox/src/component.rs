@@ -15,6 +15,13 @@ pub enum NotComponent {
     UnknownVersion([u8; 4]),
 }
 
+/// The content digest of a component's bytes, as OCI registries and `sha256sum` write it
+/// (`sha256:<hex>`): what names a revision of a plugin, whatever file or reference it came from.
+pub fn digest(bytes: &[u8]) -> String {
+    use sha2::{Digest as _, Sha256};
+    format!("sha256:{}", crate::cache::hex(&Sha256::digest(bytes)))
+}
+
 /// Checks the preamble of `bytes`: `\0asm`, then a component's version and layer.
 pub fn check_header(bytes: &[u8]) -> Result<(), NotComponent> {
     if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
@@ -31,6 +38,15 @@ pub fn check_header(bytes: &[u8]) -> Result<(), NotComponent> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digest_is_the_sha256_of_the_bytes_as_registries_write_it() {
+        // `printf abc | sha256sum`
+        assert_eq!(
+            digest(b"abc"),
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
 
     #[test]
     fn garbage_core_modules_and_unknown_layers_are_told_apart() {
