@@ -157,7 +157,9 @@ pub struct PluginRuntime {
     engine: PluginEngine,
     wiring: Arc<Wiring>,
     stop_waiting: watch::Sender<bool>,
-    waiting_tasks: Vec<JoinHandle<()>>,
+    /// The tasks starting waiting plugins, with their status (a finished task's entry stays
+    /// until shutdown or a removal of its name).
+    waiting_tasks: Mutex<Vec<(Arc<WaitingStatus>, JoinHandle<()>)>>,
     /// The Event writer: stopped (after a last flush of aggregated counts) once the workers are.
     event_writer: JoinHandle<()>,
     stop_events: Option<tokio::sync::oneshot::Sender<()>>,
@@ -221,7 +223,7 @@ impl PluginRuntime {
                 events,
             }),
             stop_waiting: watch::channel(false).0,
-            waiting_tasks: Vec::new(),
+            waiting_tasks: Mutex::new(Vec::new()),
         }
     }
 
@@ -305,10 +307,10 @@ impl PluginRuntime {
                     self.wiring.clone(),
                     loaded,
                     spec,
-                    waiting,
+                    waiting.clone(),
                     self.stop_waiting.subscribe(),
                 ));
-                self.waiting_tasks.push(task);
+                self.waiting_tasks.lock().push((waiting, task));
                 Ok(Started::Waiting(reason))
             }
         }
@@ -371,6 +373,8 @@ impl PluginRuntime {
     ) -> Result<(String, Applied), UpgradeError> {
         let loaded = self.load(&spec).await?;
         let name = loaded.name().to_owned();
+        // A revision of a plugin still waiting for its kinds replaces the waiting one.
+        self.give_up_waiting(&name).await;
         if let Some(running) = self.plugin(&name) {
             self.upgrade_loaded(&running, spec, loaded, grace).await?;
             return Ok((name, Applied::Upgraded));
@@ -430,8 +434,9 @@ impl PluginRuntime {
     /// queued and in-flight reconciles finish within `grace`. Returns false when it was not
     /// running, or did not finish in time.
     pub async fn remove(&self, name: &str, grace: Duration) -> bool {
+        let gave_up = self.give_up_waiting(name).await;
         let Some(running) = self.plugin(name) else {
-            return false;
+            return gave_up;
         };
         self.wiring
             .running
@@ -446,6 +451,33 @@ impl PluginRuntime {
         let clean = running.stop(tokio::time::Instant::now() + grace).await;
         tracing::info!(plugin = %name, clean, "plugin removed");
         clean
+    }
+
+    /// Gives up starting the plugin `name` if it waits for its kinds: its task is stopped (at
+    /// an await, so never halfway through wiring it) and its slot removed. Whether one waited.
+    async fn give_up_waiting(&self, name: &str) -> bool {
+        let entry = {
+            let mut tasks = self.waiting_tasks.lock();
+            let at = tasks
+                .iter()
+                .position(|(w, t)| w.name == name && !t.is_finished());
+            at.map(|i| tasks.swap_remove(i))
+        };
+        let Some((waiting, task)) = entry else {
+            return false;
+        };
+        task.abort();
+        let _ = task.await;
+        let before = self.wiring.slots.lock().len();
+        self.wiring
+            .slots
+            .lock()
+            .retain(|s| !matches!(s, Slot::Waiting(w) if Arc::ptr_eq(w, &waiting)));
+        let gave_up = self.wiring.slots.lock().len() < before;
+        if gave_up {
+            tracing::info!(plugin = %name, "waiting plugin given up");
+        }
+        gave_up
     }
 
     /// The running plugin named `name`.
@@ -509,7 +541,7 @@ impl PluginRuntime {
     pub async fn shutdown(self, grace: Duration) -> bool {
         tracing::info!(?grace, "stopping watches and draining workqueues");
         self.stop_waiting.send_replace(true);
-        for t in self.waiting_tasks {
+        for (_, t) in self.waiting_tasks.into_inner() {
             // A task wiring a plugin right now finishes that first (it holds no await then),
             // so every running plugin is in the list below once it has ended.
             let _ = t.await;

@@ -377,3 +377,32 @@ async fn removing_a_plugin_stops_the_informers_only_it_used_and_leaves_the_other
     assert!(eventually(WAIT, || rt.is_ready()).await, "ready");
     assert!(rt.shutdown(GRACE).await, "clean shutdown");
 }
+
+/// A plugin waiting for a kind no server serves yet (its CRD not applied) is given up when it
+/// is removed: it must not start later, after its entry is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_plugin_that_waits_for_its_kinds_gives_it_up() {
+    let em = emulator().await;
+    let rt = {
+        let mut rt = runtime_with(&em, options());
+        let started = rt
+            .start(&support::guests::guest("badkind"))
+            .await
+            .expect("waits");
+        assert!(
+            matches!(started, kwh_plugin::Started::Waiting(_)),
+            "{started:?}"
+        );
+        rt
+    };
+    assert_eq!(rt.waiting().len(), 1, "{:?}", rt.waiting());
+    let name = rt.waiting()[0].0.clone();
+    assert!(rt.remove(&name, GRACE).await, "a waiting plugin is removed");
+    assert!(rt.waiting().is_empty(), "{:?}", rt.waiting());
+    assert!(
+        !rt.status().render_status().contains(&name),
+        "gone from /statusz"
+    );
+    assert!(!rt.remove(&name, GRACE).await, "nothing left to remove");
+    assert!(rt.shutdown(GRACE).await, "clean shutdown");
+}
