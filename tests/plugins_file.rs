@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use kwh_client::client::WriteParams;
 use kwh_client::ApiResource;
 use support::cluster::http_get;
-use support::guests::guest;
+use support::guests::{guest, rebuilt as guest_rebuilt};
 use support::process::{HostProcess, WAIT};
 
 fn os(s: &str) -> &std::ffi::OsStr {
@@ -475,12 +475,16 @@ async fn edits_of_the_plugins_file_upgrade_and_remove_plugins_without_a_restart(
         )
     };
     std::fs::write(&plugins, entry("a")).expect("plugins file");
+    let cache = dir.join("cache");
     let mut host = HostProcess::spawn(
         [
             os("--plugins"),
             plugins.as_os_str(),
             os("--plugins-poll-interval"),
             os("200ms"),
+            // A cache of its own: which loads compiled is part of what this test checks.
+            os("--cache-dir"),
+            cache.as_os_str(),
             os("--metrics-addr"),
             os("127.0.0.1:0"),
             os("--emulator"),
@@ -556,6 +560,60 @@ async fn edits_of_the_plugins_file_upgrade_and_remove_plugins_without_a_restart(
         relists_before,
         "nothing relisted"
     );
+
+    // A rebuilt module (another digest), then back to the first one: a rollback loads the
+    // first module from the compile cache, no compile.
+    guest_rebuilt(&module, &dir.join("reviser2.wasm"));
+    std::fs::write(
+        &plugins,
+        entry("c").replace("reviser.wasm", "reviser2.wasm"),
+    )
+    .expect("edit");
+    host.line("reviser2.wasm) upgraded").await;
+    create("four").await;
+    host.line("REV c reconcile default/four").await;
+    std::fs::write(&plugins, entry("a")).expect("edit");
+    // The second upgrade to reviser.wasm (lines already seen count, so count them).
+    let mut n = 0;
+    let rolled_back = host
+        .line_where(WAIT, |l| {
+            n += usize::from(l.text.contains("reviser.wasm) upgraded"));
+            n == 2
+        })
+        .await;
+    assert!(rolled_back.is_some(), "{}", host.log());
+    create("five").await;
+    host.line("REV a reconcile default/five").await;
+    let status = statusz().await;
+    let p = &status["plugins"][0];
+    assert_eq!(p["revision"], 4, "{status}");
+    let history: Vec<_> = p["revisions"]
+        .as_array()
+        .expect("revisions")
+        .iter()
+        .map(|r| {
+            (
+                r["revision"].as_u64(),
+                r["digest"].as_str(),
+                r["config"]["revision"].as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(history.len(), 4, "{status}");
+    assert_eq!(history[0].0, Some(4));
+    assert_eq!(history[0].2, Some("a"));
+    assert_eq!(
+        history[0].1, history[3].1,
+        "the first module's digest again"
+    );
+    assert_ne!(
+        history[1].1, history[0].1,
+        "the rebuilt module's digest differs"
+    );
+    assert!(p["failedRevision"].is_null(), "{status}");
+    // Two compiles in the whole run, one per module: the rollback compiled nothing.
+    let compiles = host.lines_mentioning(&["component=\"compiled in"]).len();
+    assert_eq!(compiles, 2, "{}", host.log());
 
     // Taken out of the file: removed, and the host runs on with no plugin.
     std::fs::write(&plugins, "[]\n").expect("edit");

@@ -164,3 +164,17 @@ fn build_python(example: &str) -> Result<PathBuf, String> {
     )?;
     Ok(out)
 }
+
+/// Writes `src`'s component to `dst` with a custom section appended: the same plugin (its
+/// name, its code), other bytes, so another digest and a compile of its own, as a rebuilt
+/// module is.
+pub fn rebuilt(src: &Path, dst: &Path) {
+    let mut bytes = std::fs::read(src).expect("read component");
+    let (name, payload) = (b"kwh-test-rebuild", b"2");
+    bytes.push(0); // a custom section: id 0, size, name length, name, payload
+    bytes.push((1 + name.len() + payload.len()) as u8);
+    bytes.push(name.len() as u8);
+    bytes.extend_from_slice(name);
+    bytes.extend_from_slice(payload);
+    std::fs::write(dst, bytes).expect("write component");
+}

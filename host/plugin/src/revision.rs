@@ -12,7 +12,7 @@
 //! manifest adds and removes the ones it drops: an informer no other plugin uses stops, and
 //! its cache is freed (the factory's reference counts).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,7 +37,7 @@ use super::options::RuntimeOptions;
 use super::rbac::namespace_scope;
 use super::reconcile::{spawn_workers, PluginQueue, ReconcileStats};
 use super::spec::PluginSpec;
-use super::status::{RevisionFailure, RunningStatus, WatchStatus};
+use super::status::{RevisionFailure, RevisionRecord, RunningStatus, WatchStatus, HISTORY};
 use super::watch_counters::{CounterMap, CountingLw};
 use kwh_client::{ApiResource, Client, ResourceClient};
 use kwh_coordination::ownership::{GainedKeys, PluginOwnership};
@@ -127,6 +127,8 @@ pub struct RunningPlugin {
     own: PluginOwnership,
     /// The last revision that failed to replace the running one.
     failure: Arc<Mutex<Option<RevisionFailure>>>,
+    /// Its last revisions, newest first.
+    history: Arc<Mutex<VecDeque<RevisionRecord>>>,
     route: Arc<Route>,
     /// The running revision's view (what the accessors and the status endpoints read).
     current: Mutex<Arc<RunningStatus>>,
@@ -225,12 +227,14 @@ impl RunningPlugin {
             &mut next_id,
         );
         let failure = Arc::new(Mutex::new(None));
+        let history = Arc::new(Mutex::new(VecDeque::new()));
         let shared = Shared {
             queue: &queue,
             stats: &stats,
             queue_refusals: &queue_refusals,
             own: &own,
             failure: &failure,
+            history: &history,
             revision: 1,
         };
         let built = build(
@@ -253,6 +257,7 @@ impl RunningPlugin {
             queue_refusals,
             own,
             failure,
+            history,
             route,
             current,
             spec: Mutex::new(spec),
@@ -302,6 +307,7 @@ impl RunningPlugin {
             queue_refusals: &self.queue_refusals,
             own: &self.own,
             failure: &self.failure,
+            history: &self.history,
             revision,
         };
         let built = build(env, &shared, loaded, resources, &plan, namespace)?;
@@ -414,6 +420,7 @@ struct Shared<'a> {
     queue_refusals: &'a Arc<QueueRefusals>,
     own: &'a PluginOwnership,
     failure: &'a Arc<Mutex<Option<RevisionFailure>>>,
+    history: &'a Arc<Mutex<VecDeque<RevisionRecord>>>,
     /// The number of the revision being built.
     revision: u64,
 }
@@ -623,6 +630,17 @@ impl Built {
                 });
             }
         }
+        {
+            let mut history = shared.history.lock();
+            history.push_front(RevisionRecord {
+                revision: shared.revision,
+                digest: Arc::from(self.plugin.digest()),
+                module: self.plugin.path().to_path_buf(),
+                config: Arc::new(self.plugin.config().clone()),
+                since: std::time::SystemTime::now(),
+            });
+            history.truncate(HISTORY);
+        }
         let replay_task = tokio::spawn(
             replay_on_gain(shared.own.clone(), self.dispatcher.clone(), replays)
                 .instrument(tracing::info_span!("replay", plugin = %name)),
@@ -643,6 +661,7 @@ impl Built {
                 queue_refusals: shared.queue_refusals.clone(),
                 revision: shared.revision,
                 failure: shared.failure.clone(),
+                history: shared.history.clone(),
             }),
             workers: self.workers,
             sync_task,

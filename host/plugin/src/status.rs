@@ -70,6 +70,22 @@ pub(crate) struct RunningStatus {
     /// The last revision that failed to replace this one (shared by the plugin's revisions;
     /// cleared by a successful upgrade).
     pub failure: Arc<Mutex<Option<RevisionFailure>>>,
+    /// The plugin's last revisions, newest first (shared by its revisions).
+    pub history: Arc<Mutex<std::collections::VecDeque<RevisionRecord>>>,
+}
+
+/// How many revisions of a plugin `/statusz` lists.
+pub(crate) const HISTORY: usize = 5;
+
+/// One revision a plugin ran, as `/statusz` lists it: enough to tell what to roll back to (a
+/// module already compiled is loaded from the compile cache, so going back costs no compile).
+#[derive(Debug, Clone)]
+pub(crate) struct RevisionRecord {
+    pub revision: u64,
+    pub digest: Arc<str>,
+    pub module: PathBuf,
+    pub config: Arc<serde_json::Value>,
+    pub since: SystemTime,
 }
 
 /// A revision that could not replace the running one, as `/statusz` reports it.
@@ -255,6 +271,13 @@ impl RuntimeStatus {
                         "file": p.plugin.path().display().to_string(),
                         "revision": p.revision,
                         "digest": p.plugin.digest(),
+                        "revisions": p.history.lock().iter().map(|r| serde_json::json!({
+                            "revision": r.revision,
+                            "digest": &*r.digest,
+                            "module": r.module.display().to_string(),
+                            "config": &*r.config,
+                            "sinceUnix": unix(r.since),
+                        })).collect::<Vec<_>>(),
                         "failedRevision": p.failure.lock().as_ref().map(|f| serde_json::json!({
                             "module": f.module.display().to_string(),
                             "error": f.error,

@@ -29,22 +29,6 @@ const PLUGINS: usize = 10;
 const BEFORE: usize = 3_000;
 const UPDATES: usize = 6_000;
 
-/// The component at `path` with a custom section appended: the same plugin (its name, its
-/// code), new bytes, so a new digest and a compile of its own, as a rebuilt module is.
-fn rebuilt(path: &std::path::Path) -> std::path::PathBuf {
-    let mut bytes = std::fs::read(path).expect("read");
-    let name = b"kwh-bench-revision";
-    let payload = b"2";
-    bytes.push(0); // custom section
-    bytes.push((1 + name.len() + payload.len()) as u8);
-    bytes.push(name.len() as u8);
-    bytes.extend_from_slice(name);
-    bytes.extend_from_slice(payload);
-    let out = path.with_extension("v2.wasm");
-    std::fs::write(&out, bytes).expect("write");
-    out
-}
-
 /// Reconciles so far of each plugin but the first.
 fn others(rt: &PluginRuntime) -> Vec<u64> {
     rt.plugins()
@@ -93,7 +77,8 @@ pub async fn upgrade_section() {
     let pad = seed_configmaps(&h, "bench", OBJECTS, 1024);
     let dir = std::env::temp_dir().join(format!("plugin-bench-upgrade-{}", std::process::id()));
     let paths = guest_variants("bench-sdk", &dir, PLUGINS + 1);
-    let v2 = rebuilt(&paths[0]);
+    let v2 = paths[0].with_extension("v2.wasm");
+    super::guests::rebuilt(&paths[0], &v2);
     let opts = RuntimeOptions {
         namespace: Some("bench".into()),
         ..RuntimeOptions::default()
