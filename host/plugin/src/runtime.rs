@@ -383,6 +383,8 @@ impl PluginRuntime {
         Ok((name, Applied::Started(started)))
     }
 
+    /// Switches `running` to `loaded` (its name checked, its kinds resolved, the slot's status
+    /// replaced); a failure is noted on it for `/statusz`.
     async fn upgrade_loaded(
         &self,
         running: &RunningPlugin,
@@ -390,43 +392,35 @@ impl PluginRuntime {
         loaded: LoadedPlugin,
         grace: Duration,
     ) -> Result<Duration, UpgradeError> {
-        let module = spec.path.clone();
-        let r = self.switch(running, spec, loaded, grace).await;
-        if let Err(e) = &r {
-            running.failed(&module, e.to_string());
-        }
-        r
-    }
-
-    async fn switch(
-        &self,
-        running: &RunningPlugin,
-        spec: PluginSpec,
-        loaded: LoadedPlugin,
-        grace: Duration,
-    ) -> Result<Duration, UpgradeError> {
-        let name = running.name();
-        if loaded.name() != name {
-            return Err(UpgradeError::OtherPlugin {
-                path: spec.path.clone(),
-                expected: name.to_owned(),
-                found: loaded.name().to_owned(),
-            });
-        }
-        let resources = self.wiring.resolve(&loaded).await?;
         let path = spec.path.clone();
-        let (old, took) = running
-            .upgrade(&self.wiring.env(), spec, loaded, &resources, grace)
-            .await
-            .map_err(|e| StartError::from_revision(&path, e))?;
-        let new = Slot::Running(running.status());
-        for slot in self.wiring.slots.lock().iter_mut() {
-            if matches!(slot, Slot::Running(s) if Arc::ptr_eq(s, &old)) {
-                *slot = new;
-                break;
+        let name = running.name();
+        let switched = async {
+            if loaded.name() != name {
+                return Err(UpgradeError::OtherPlugin {
+                    path: path.clone(),
+                    expected: name.to_owned(),
+                    found: loaded.name().to_owned(),
+                });
             }
+            let resources = self.wiring.resolve(&loaded).await?;
+            let (old, took) = running
+                .upgrade(&self.wiring.env(), spec, loaded, &resources, grace)
+                .await
+                .map_err(|e| StartError::from_revision(&path, e))?;
+            let new = Slot::Running(running.status());
+            for slot in self.wiring.slots.lock().iter_mut() {
+                if matches!(slot, Slot::Running(s) if Arc::ptr_eq(s, &old)) {
+                    *slot = new;
+                    break;
+                }
+            }
+            Ok(took)
         }
-        Ok(took)
+        .await;
+        if let Err(e) = &switched {
+            running.failed(&path, e.to_string());
+        }
+        switched
     }
 
     /// Stops the running plugin `name` and forgets it, without touching the others: its

@@ -59,6 +59,13 @@ fn rev_lines(logs: &Captured, name: &str) -> Vec<(String, String, String, String
         .collect()
 }
 
+/// Whether revision `rev` of plugin `name` printed `what` for `key` (any resourceVersion).
+fn said(logs: &Captured, name: &str, rev: &str, what: &str, key: &str) -> bool {
+    rev_lines(logs, name)
+        .iter()
+        .any(|l| (rev.is_empty() || l.0 == rev) && l.1 == what && l.2 == key)
+}
+
 fn relists(rt: &PluginRuntime, resource: &str) -> Option<u64> {
     let key = InformerKey::new(resource, None, None, None);
     Some(
@@ -267,10 +274,7 @@ async fn a_broken_revision_leaves_the_running_one_and_watches_come_and_go_with_t
     );
     em.create(cm("b-1", json!({}))).expect("create");
     assert!(
-        eventually(WAIT, || rev_lines(&logs, name)
-            .iter()
-            .any(|l| l.0 == "a" && l.1 == "reconcile" && l.2 == "default/b-1"))
-        .await,
+        eventually(WAIT, || said(&logs, name, "a", "reconcile", "default/b-1")).await,
         "revision a still reconciles"
     );
     assert_eq!(rt.plugin(name).expect("running").revisions(), 1);
@@ -295,10 +299,7 @@ async fn a_broken_revision_leaves_the_running_one_and_watches_come_and_go_with_t
         "a success clears the failure: {status}"
     );
     assert!(
-        eventually(WAIT, || rev_lines(&logs, name)
-            .iter()
-            .any(|l| l.0 == "b" && l.1 == "add" && l.2 == "default/s-1"))
-        .await,
+        eventually(WAIT, || said(&logs, name, "b", "add", "default/s-1")).await,
         "b sees the Secret informer's cache"
     );
     assert!(eventually(WAIT, || rt.is_ready()).await, "ready again");
@@ -316,10 +317,7 @@ async fn a_broken_revision_leaves_the_running_one_and_watches_come_and_go_with_t
     );
     em.create(cm("c-1", json!({}))).expect("create");
     assert!(
-        eventually(WAIT, || rev_lines(&logs, name)
-            .iter()
-            .any(|l| l.0 == "c" && l.1 == "reconcile" && l.2 == "default/c-1"))
-        .await,
+        eventually(WAIT, || said(&logs, name, "c", "reconcile", "default/c-1")).await,
         "revision c reconciles"
     );
     assert_eq!(rt.plugin(name).expect("running").revisions(), 3);
@@ -360,10 +358,7 @@ async fn removing_a_plugin_stops_the_informers_only_it_used_and_leaves_the_other
 
     em.create(cm("r-1", json!({}))).expect("create");
     assert!(
-        eventually(WAIT, || rev_lines(&logs, two)
-            .iter()
-            .any(|l| l.1 == "reconcile" && l.2 == "default/r-1"))
-        .await,
+        eventually(WAIT, || said(&logs, two, "", "reconcile", "default/r-1")).await,
         "the other plugin carries on"
     );
     assert!(
