@@ -1,6 +1,7 @@
 //! The `host` binary: runs plugins against a cluster or the embedded emulator. This file
 //! parses the command line and dispatches; each subcommand is a module of `commands`.
 
+mod cluster_plugins;
 mod commands;
 mod output;
 mod plugins_file;

@@ -130,6 +130,17 @@ pub fn parse(
         .collect()
 }
 
+/// One plugin's spec from `item`, a mapping as one entry of the list is written (a
+/// `WasmController`'s spec is one), module paths resolved against `base`; or why not, naming
+/// the key.
+pub fn one(
+    item: yaml_serde::Value,
+    base: &Path,
+    defaults: &Defaults<'_>,
+) -> Result<PluginSpec, String> {
+    entry(item, base, defaults)
+}
+
 /// One plugin's spec, or why not (naming the key).
 fn entry(
     item: yaml_serde::Value,

@@ -189,6 +189,15 @@ impl RunningPlugin {
     pub fn revisions(&self) -> u64 {
         self.revisions.load(std::sync::atomic::Ordering::Relaxed)
     }
+    /// The last revision that failed to replace the running one, as (module, error), until an
+    /// upgrade succeeds.
+    pub fn failed_revision(&self) -> Option<(std::path::PathBuf, String)> {
+        self.failure
+            .lock()
+            .as_ref()
+            .map(|f| (f.module.clone(), f.error.clone()))
+    }
+
     /// Notes a revision that failed to replace the running one (`/statusz` shows it until an
     /// upgrade succeeds).
     pub(crate) fn failed(&self, module: &std::path::Path, error: String) {

@@ -508,6 +508,11 @@ impl PluginRuntime {
             .collect()
     }
 
+    /// The API client the runtime's plugins write through.
+    pub fn client(&self) -> &Client {
+        &self.wiring.client
+    }
+
     /// The informer factory (shared watches).
     pub fn factory(&self) -> &SharedInformerFactory<CountingLw> {
         &self.wiring.factory

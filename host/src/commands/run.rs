@@ -14,6 +14,7 @@ use kwh_client::{Client, Config};
 use kwh_plugin::{PluginRuntime, RuntimeOptions};
 
 use super::{engine, kube_config, run_compiler, LOG_TARGET};
+use crate::cluster_plugins::ClusterPlugins;
 use crate::output::{announce, LogFormat};
 use crate::plugins_file::{
     ranged, DEADLINE_MS, LIST_PAGE_SIZE, LOG_LINES_PER_SECOND, MAX_INSTANCES, MAX_QUEUED_KEYS,
@@ -54,6 +55,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = kwh_client::duration::parse_duration,
         default_value = "5s")]
     plugins_poll_interval: Option<Duration>,
+    /// Also run the plugins that `WasmController` resources name (`kube-wasm.dev/v1alpha1`,
+    /// `deploy/wasmcontroller-crd.yaml`): each change applied while the host runs, the status
+    /// written to the resource.
+    #[arg(long)]
+    plugins_from_cluster: bool,
     /// Kubeconfig file (default: KUBECONFIG, in-cluster, then ~/.kube/config).
     #[arg(long, value_name = "PATH")]
     kubeconfig: Option<PathBuf>,
@@ -155,7 +161,11 @@ pub struct RunArgs {
 
 pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
     trim::start();
-    if args.plugins.is_empty() && args.plugins_file.is_none() && args.config.is_none() {
+    if args.plugins.is_empty()
+        && args.plugins_file.is_none()
+        && args.config.is_none()
+        && !args.plugins_from_cluster
+    {
         bail!(
             "no plugin given: use `--plugin FILE.wasm` or `--plugins FILE` (see `host --help`), \
              or a subcommand"
@@ -183,7 +193,7 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
     let mut slots = specs
         .iter()
         .fold(0u32, |n, s| n.saturating_add(s.limits.max_instances));
-    if watched.is_some() {
+    if watched.is_some() || args.plugins_from_cluster {
         // Room for plugins added later, and for an upgrade's two revisions side by side.
         slots = slots.saturating_mul(2).max(LIVE_SLOTS);
     }
@@ -230,10 +240,16 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
             &runtime,
         )
     });
+    let cluster = args
+        .plugins_from_cluster
+        .then(|| ClusterPlugins::start(runtime.client(), limits.clone(), namespace.clone(), grace));
     let result = match started {
         Err(e) => Err(anyhow::anyhow!("{e}")),
         Ok(_)
-            if watch.is_none() && runtime.plugins().is_empty() && runtime.waiting().is_empty() =>
+            if watch.is_none()
+                && cluster.is_none()
+                && runtime.plugins().is_empty()
+                && runtime.waiting().is_empty() =>
         {
             Err(anyhow::anyhow!(
                 "no plugin could be started ({given} given)"
@@ -242,7 +258,7 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
         Ok(_) => {
             serve(
                 &mut runtime,
-                watch,
+                Sources { watch, cluster },
                 &replica,
                 metrics_addr,
                 args.log_format,
@@ -273,6 +289,14 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
         warn_abandoned(grace, &queues);
     }
     Ok(())
+}
+
+/// Where plugins come from while the host runs, besides those it started with.
+pub struct Sources {
+    /// The watched `--plugins` file.
+    pub watch: Option<PluginsWatch>,
+    /// `WasmController` resources (`--plugins-from-cluster`).
+    pub cluster: Option<ClusterPlugins>,
 }
 
 /// Instance slots of a run whose plugins file is watched, at least: plugins added later need
@@ -335,7 +359,7 @@ pub fn warn_abandoned(grace: Duration, queues: &[(String, kwh_plugin::reconcile:
 /// switch of revisions is not cut in half).
 pub async fn serve(
     runtime: &mut PluginRuntime,
-    mut watch: Option<PluginsWatch>,
+    mut sources: Sources,
     replica: &replica::Replica,
     metrics_addr: Option<SocketAddr>,
     format: LogFormat,
@@ -363,18 +387,29 @@ pub async fn serve(
         "running; SIGINT or SIGTERM stops"
     );
     let lost = loop {
-        let changed = async {
-            match watch.as_mut() {
+        let file = async {
+            match sources.watch.as_mut() {
                 Some(w) => w.changed().await,
+                None => std::future::pending().await,
+            }
+        };
+        let cluster = async {
+            match sources.cluster.as_mut() {
+                Some(c) => c.changed().await,
                 None => std::future::pending().await,
             }
         };
         tokio::select! {
             _ = stop.recv() => break None,
             why = replica.lost() => break Some(why),
-            () = changed => {
-                if let Some(w) = watch.as_mut() {
+            () = file => {
+                if let Some(w) = sources.watch.as_mut() {
                     w.apply(runtime).await;
+                }
+            }
+            () = cluster => {
+                if let Some(c) = sources.cluster.as_mut() {
+                    c.apply(runtime).await;
                 }
             }
         }

@@ -100,7 +100,7 @@ impl Settings {
             _ => None,
         };
         // A watched plugins file may start empty: plugins are added to it later.
-        if specs.is_empty() && watched.is_none() {
+        if specs.is_empty() && watched.is_none() && !args.plugins_from_cluster {
             bail!(
                 "no plugin given: use `--plugin FILE.wasm` or `--plugins FILE` (see `host \
                  --help`), or a subcommand"

@@ -1,0 +1,346 @@
+//! Plugins from the cluster (`--plugins-from-cluster`): each `WasmController` resource
+//! (`kube-wasm.dev/v1alpha1`, cluster-scoped, `deploy/wasmcontroller-crd.yaml`) is one plugin,
+//! its spec one entry of a plugins file. The host watches them with an informer of its own and
+//! applies each change while it runs, as it does for the watched plugins file
+//! ([`crate::plugins_watch`]): a new generation is applied ([`PluginRuntime::apply`]: an
+//! upgrade in place when its plugin runs, else a start), a deleted resource removes its plugin,
+//! and a revision that fails leaves the running one running.
+//!
+//! The host writes each resource's status, as Kubernetes conditions are written (a condition's
+//! `lastTransitionTime` moves only when its status does): `Fetched` (the module was read),
+//! `Compiled` (it compiled, linked and its configuration was accepted), `Ready` (a revision
+//! runs and its caches synced), `Quarantined`; `observedGeneration`, the plugin's name, the
+//! running `revision` and its `digest`, the last `failedRevision`'s error, and reconcile
+//! counters. Status is refreshed as readiness and counters change (checked every few seconds)
+//! and written only when it differs from what the resource holds.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kwh_client::client::{Patch, WriteParams};
+use kwh_client::{ApiResource, Client, Object, ResourceClient};
+use kwh_informer::processor::ResourceEventHandler;
+use kwh_informer::shared::{InformerOptions, SharedIndexInformer};
+use kwh_informer::tombstone::ObjOrTombstone;
+use kwh_plugin::{Limits, PluginRuntime};
+use serde_json::{json, Value};
+
+use crate::commands::LOG_TARGET;
+use crate::plugins_file::{self, Defaults};
+
+/// The resource.
+pub fn resource() -> ApiResource {
+    ApiResource::new(
+        "kube-wasm.dev/v1alpha1",
+        "WasmController",
+        "wasmcontrollers",
+        false,
+    )
+}
+
+/// How often status is compared with the runtime's state (readiness, counters).
+const REFRESH: Duration = Duration::from_secs(2);
+
+/// What a handler returns (`futures_util`'s `BoxFuture`, spelled out).
+type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// Wakes the apply loop on any change of a resource.
+struct Wake(Arc<tokio::sync::Notify>);
+
+impl ResourceEventHandler for Wake {
+    fn on_add(&self, _: Object, _: bool) -> BoxFuture<'_, ()> {
+        self.0.notify_one();
+        Box::pin(std::future::ready(()))
+    }
+    fn on_update(&self, _: Object, _: Object) -> BoxFuture<'_, ()> {
+        self.0.notify_one();
+        Box::pin(std::future::ready(()))
+    }
+    fn on_delete(&self, _: ObjOrTombstone) -> BoxFuture<'_, ()> {
+        self.0.notify_one();
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// What was last applied for one resource.
+struct Applied {
+    generation: i64,
+    /// Its plugin, once a revision of it ran.
+    plugin: Option<String>,
+    /// Why its last generation did not run, and which condition failed.
+    failure: Option<(&'static str, String)>,
+}
+
+/// The `WasmController` resources and what was applied of them.
+pub struct ClusterPlugins {
+    client: Client,
+    informer: SharedIndexInformer<ResourceClient>,
+    wake: Arc<tokio::sync::Notify>,
+    limits: Limits,
+    namespace: Option<String>,
+    grace: Duration,
+    applied: HashMap<String, Applied>,
+}
+
+impl ClusterPlugins {
+    /// Starts the informer on `WasmController` resources (it lists and watches from now on; a
+    /// cluster without the CRD is retried with backoff, as any informer is).
+    pub fn start(
+        client: &Client,
+        limits: Limits,
+        namespace: Option<String>,
+        grace: Duration,
+    ) -> Self {
+        let informer = SharedIndexInformer::new(
+            ResourceClient::new(client.clone(), resource(), None),
+            InformerOptions::default(),
+        );
+        let wake = Arc::new(tokio::sync::Notify::new());
+        // A fresh informer takes its first handler.
+        let _ = informer.add_event_handler(Arc::new(Wake(wake.clone())));
+        let run = informer.clone();
+        tokio::spawn(async move {
+            if let Err(e) = run.run().await {
+                tracing::error!(target: LOG_TARGET, error = %e, "the WasmController informer stopped");
+            }
+        });
+        ClusterPlugins {
+            client: client.clone(),
+            informer,
+            wake,
+            limits,
+            namespace,
+            grace,
+            applied: HashMap::new(),
+        }
+    }
+
+    /// Resolves when a resource changed, or when status is due a refresh.
+    pub async fn changed(&mut self) {
+        let _ = tokio::time::timeout(REFRESH, self.wake.notified()).await;
+    }
+
+    /// Applies every resource whose generation was not applied yet, removes the plugins of
+    /// deleted ones, and writes each resource's status where it changed.
+    pub async fn apply(&mut self, runtime: &mut PluginRuntime) {
+        if !self.informer.has_synced() {
+            // A partial list would read as deletions.
+            return;
+        }
+        let objects = self.informer.indexer().list();
+        for obj in &objects {
+            let Ok(v) = serde_json::from_slice::<Value>(obj.raw()) else {
+                continue;
+            };
+            let name = obj.name().to_owned();
+            let generation = v["metadata"]["generation"].as_i64().unwrap_or(0);
+            if self
+                .applied
+                .get(&name)
+                .is_none_or(|a| a.generation != generation)
+            {
+                self.apply_one(runtime, &name, generation, &v["spec"]).await;
+            }
+            self.write_status(runtime, &name, &v).await;
+        }
+        let present: Vec<&str> = objects.iter().map(|o| o.name()).collect();
+        let gone: Vec<String> = self
+            .applied
+            .keys()
+            .filter(|n| !present.contains(&n.as_str()))
+            .cloned()
+            .collect();
+        for name in gone {
+            if let Some(Applied {
+                plugin: Some(plugin),
+                ..
+            }) = self.applied.remove(&name)
+            {
+                let clean = runtime.remove(&plugin, self.grace).await;
+                tracing::info!(target: LOG_TARGET, plugin = %plugin, clean,
+                    "WasmController {name} deleted: plugin removed");
+            }
+        }
+    }
+
+    /// Applies one resource's spec (generation `generation`).
+    async fn apply_one(
+        &mut self,
+        runtime: &mut PluginRuntime,
+        name: &str,
+        generation: i64,
+        spec: &Value,
+    ) {
+        let previous = self.applied.get(name).and_then(|a| a.plugin.clone());
+        let defaults = Defaults {
+            limits: &self.limits,
+            namespace: self.namespace.as_deref(),
+        };
+        let parsed = yaml_serde::to_value(spec)
+            .map_err(|e| e.to_string())
+            .and_then(|item| plugins_file::one(item, Path::new("/"), &defaults));
+        let (plugin, failure) = match parsed {
+            Err(e) => (previous.clone(), Some(("Fetched", format!("spec: {e}")))),
+            Ok(spec) => {
+                let module = spec.path.clone();
+                match runtime.apply(spec, self.grace).await {
+                    Ok((plugin, _)) => {
+                        tracing::info!(target: LOG_TARGET, plugin = %plugin,
+                            "WasmController {name} generation {generation} applied");
+                        (Some(plugin), None)
+                    }
+                    Err(e) => {
+                        let message = e.to_string();
+                        if let Some(p) = &previous {
+                            runtime.record_failure(p, &module, &message);
+                        }
+                        let kept = match &previous {
+                            Some(p) => format!("plugin {p} keeps its running revision"),
+                            None => "nothing was started".to_owned(),
+                        };
+                        tracing::error!(target: LOG_TARGET,
+                            "WasmController {name} generation {generation}: {message}; {kept}");
+                        let condition = if matches!(&e, kwh_plugin::UpgradeError::Load(l)
+                            if matches!(l.cause, kwh_plugin::LoadCause::Read(_)))
+                        {
+                            "Fetched"
+                        } else {
+                            "Compiled"
+                        };
+                        (previous.clone(), Some((condition, message)))
+                    }
+                }
+            }
+        };
+        self.applied.insert(
+            name.to_owned(),
+            Applied {
+                generation,
+                plugin,
+                failure,
+            },
+        );
+    }
+
+    /// Writes the status of resource `name` (its object `v`) if it differs from what it holds.
+    async fn write_status(&self, runtime: &PluginRuntime, name: &str, v: &Value) {
+        let Some(applied) = self.applied.get(name) else {
+            return;
+        };
+        let running = applied.plugin.as_deref().and_then(|p| runtime.plugin(p));
+        let status = status(applied, running.as_deref(), &v["status"]);
+        if status == v["status"] {
+            return;
+        }
+        let patch = json!({ "status": status }).to_string();
+        let r = self
+            .client
+            .patch(
+                &resource(),
+                None,
+                name,
+                Some("status"),
+                &Patch::Merge(patch.into()),
+                &WriteParams {
+                    field_manager: Some("kube-wasm-host".into()),
+                    ..WriteParams::default()
+                },
+            )
+            .await;
+        if let Err(e) = r {
+            tracing::warn!(target: LOG_TARGET, error = %e, "WasmController {name}: status not written");
+        }
+    }
+}
+
+/// The status of a resource as applied, its plugin's running state, keeping each condition's
+/// `lastTransitionTime` from `old` while its status holds.
+fn status(applied: &Applied, running: Option<&kwh_plugin::RunningPlugin>, old: &Value) -> Value {
+    let failed = |c: &str| applied.failure.as_ref().is_some_and(|(f, _)| *f == c);
+    let message = applied
+        .failure
+        .as_ref()
+        .map(|(_, m)| m.clone())
+        .unwrap_or_default();
+    let (synced, quarantined) = running.map_or((false, false), |p| {
+        (
+            p.has_synced() && p.workers_started(),
+            p.health().is_quarantined(),
+        )
+    });
+    let cond = |kind: &str, ok: bool, reason: &str, message: &str| {
+        let status = if ok { "True" } else { "False" };
+        let since = old["conditions"]
+            .as_array()
+            .and_then(|cs| {
+                cs.iter()
+                    .find(|c| c["type"] == kind && c["status"] == status)
+            })
+            .and_then(|c| c["lastTransitionTime"].as_str().map(str::to_owned))
+            .unwrap_or_else(now);
+        json!({"type": kind, "status": status, "reason": reason, "message": message,
+               "lastTransitionTime": since})
+    };
+    let conditions = vec![
+        if failed("Fetched") {
+            cond("Fetched", false, "FetchFailed", &message)
+        } else {
+            cond("Fetched", true, "ModuleRead", "")
+        },
+        if failed("Compiled") {
+            cond("Compiled", false, "RevisionFailed", &message)
+        } else if failed("Fetched") {
+            cond("Compiled", false, "NotFetched", "")
+        } else {
+            cond("Compiled", true, "Compiled", "")
+        },
+        match running {
+            None => cond("Ready", false, "NotRunning", &message),
+            Some(_) if quarantined => cond("Ready", false, "Quarantined", ""),
+            Some(_) if !synced => cond("Ready", false, "CachesSyncing", ""),
+            Some(p) if applied.failure.is_some() => cond(
+                "Ready",
+                true,
+                "PreviousRevisionRunning",
+                &format!("revision {} runs; the new one failed", p.revisions()),
+            ),
+            Some(_) => cond("Ready", true, "Running", ""),
+        },
+        cond(
+            "Quarantined",
+            quarantined,
+            if quarantined {
+                "Quarantined"
+            } else {
+                "Healthy"
+            },
+            "",
+        ),
+    ];
+    let mut s = json!({
+        "observedGeneration": applied.generation,
+        "conditions": conditions,
+        "failedRevision": applied.failure.as_ref().map(|(_, m)| json!({"error": m})),
+    });
+    if let Some(p) = running {
+        s["plugin"] = json!(p.name());
+        s["revision"] = json!(p.revisions());
+        s["digest"] = json!(p.plugin().digest());
+        s["reconciles"] = json!(p
+            .reconcile_stats()
+            .total
+            .load(std::sync::atomic::Ordering::Relaxed));
+        s["reconcileErrors"] = json!(p
+            .reconcile_stats()
+            .errors
+            .load(std::sync::atomic::Ordering::Relaxed));
+    }
+    s
+}
+
+/// Now, as `metav1.Time` writes it.
+fn now() -> String {
+    kwh_client::time::time(std::time::SystemTime::now())
+}

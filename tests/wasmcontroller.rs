@@ -1,0 +1,161 @@
+//! Plugins from the cluster (`host --plugins-from-cluster`, issue "Plugins as managed
+//! workloads"): `WasmController` resources applied, changed and deleted with the real kubectl
+//! add, upgrade and remove plugins while the host runs, and the status the host writes is what
+//! `kubectl get` and `kubectl describe` show: ready, revision, digest, the failed revision.
+
+mod support;
+
+use std::path::Path;
+
+use support::guests::guest;
+use support::kubectl::{kubectl, kubectl_until};
+use support::process::{HostProcess, WAIT};
+
+fn os(s: &str) -> &std::ffi::OsStr {
+    std::ffi::OsStr::new(s)
+}
+
+/// `custom-columns=NAME:.metadata.name,…` with the CRD's `additionalPrinterColumns`.
+fn printer_columns(crd: &Path) -> String {
+    let text = std::fs::read_to_string(crd).expect("CRD");
+    let v: serde_json::Value = yaml_serde::from_str(&text).expect("CRD YAML");
+    let cols = v["spec"]["versions"][0]["additionalPrinterColumns"]
+        .as_array()
+        .expect("printer columns");
+    assert_eq!(
+        cols.iter()
+            .map(|c| c["name"].as_str().unwrap_or(""))
+            .collect::<Vec<_>>(),
+        ["Ready", "Revision", "Digest", "Age"],
+        "the columns the issue names"
+    );
+    let mut out = "custom-columns=NAME:.metadata.name".to_owned();
+    for c in cols {
+        let name = c["name"].as_str().expect("name").to_uppercase();
+        out.push_str(&format!(
+            ",{name}:{}",
+            c["jsonPath"].as_str().expect("jsonPath")
+        ));
+    }
+    out
+}
+
+fn wasmcontroller(module: &Path, revision: &str) -> String {
+    format!(
+        "apiVersion: kube-wasm.dev/v1alpha1\nkind: WasmController\nmetadata:\n  name: reviser\n\
+         spec:\n  module: {}\n  logLinesPerSecond: 0\n  config:\n    revision: {revision}\n",
+        module.display()
+    )
+}
+
+#[cfg_attr(
+    not(kubectl),
+    ignore = "needs kubectl, not installed when this was built"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wasmcontrollers_add_upgrade_and_remove_plugins_and_carry_their_status() {
+    let dir = support::temp_dir("wasmcontroller");
+    let module = dir.join("reviser.wasm");
+    std::fs::copy(guest("reviser"), &module).expect("copy guest");
+    let crd = support::guests::repo_root().join("deploy/wasmcontroller-crd.yaml");
+    let cache = dir.join("cache");
+    let mut host = HostProcess::spawn(
+        [
+            os("--plugins-from-cluster"),
+            os("--emulator"),
+            crd.as_os_str(),
+            os("--cache-dir"),
+            cache.as_os_str(),
+            os("--grace-period"),
+            os("5"),
+        ],
+        "info",
+    );
+    let (_, kubeconfig) = host.emulator().await;
+    std::fs::copy(&kubeconfig, dir.join("kubeconfig")).expect("kubeconfig");
+    host.line("running; SIGINT or SIGTERM stops").await;
+    let apply = |revision: &str| {
+        let file = dir.join(format!("wc-{revision}.yaml"));
+        std::fs::write(&file, wasmcontroller(&module, revision)).expect("write");
+        let dir = dir.clone();
+        async move {
+            let (ok, out, err) = kubectl(&dir, &["apply", "-f", &file.display().to_string()]).await;
+            assert!(ok, "{out}{err}");
+        }
+    };
+    // The CRD's printer columns, as custom columns: a real API server renders them from the
+    // CRD; the emulator renders no CRD's columns, so kubectl evaluates the same paths here.
+    let columns = printer_columns(&crd);
+    let get = |want: &'static [&'static str]| {
+        let dir = dir.clone();
+        let columns = columns.clone();
+        async move {
+            kubectl_until(
+                &dir,
+                &["get", "wasmcontrollers", "-o", &columns],
+                WAIT,
+                |l| l.starts_with("reviser") && want.iter().all(|w| l.contains(w)),
+            )
+            .await
+            .unwrap_or_else(|out| panic!("no row with {want:?}:\n{out}"))
+            .0
+        }
+    };
+
+    // Added: Ready, revision 1, its digest; its reconciles run.
+    apply("a").await;
+    let row = get(&["True", " 1 ", "sha256:"]).await;
+    let (ok, out, err) = kubectl(&dir, &["create", "configmap", "one"]).await;
+    assert!(ok, "{out}{err}");
+    host.line("REV a reconcile default/one").await;
+
+    // A configuration the guest refuses: revision 1 runs on, the reason in describe.
+    apply("bad").await;
+    let (line, out) = kubectl_until(
+        &dir,
+        &["describe", "wasmcontroller", "reviser"],
+        WAIT,
+        |l| l.contains("revision bad is refused"),
+    )
+    .await
+    .unwrap_or_else(|out| panic!("no failure in describe:\n{out}"));
+    assert!(out.contains("PreviousRevisionRunning"), "{line}\n{out}");
+    get(&["True", " 1 "]).await;
+
+    // Upgraded: revision 2, the same digest (only the configuration changed).
+    apply("b").await;
+    let upgraded = get(&["True", " 2 "]).await;
+    let digest = |row: &str| {
+        row.split_whitespace()
+            .find(|w| w.starts_with("sha256:"))
+            .map(str::to_owned)
+    };
+    assert_eq!(digest(&upgraded), digest(&row), "{row}\n{upgraded}");
+    let (ok, out, err) = kubectl(&dir, &["create", "configmap", "two"]).await;
+    assert!(ok, "{out}{err}");
+    host.line("REV b reconcile default/two").await;
+    let (_, status, _) = kubectl(
+        &dir,
+        &[
+            "get",
+            "wasmcontroller",
+            "reviser",
+            "-o",
+            "jsonpath={.status}",
+        ],
+    )
+    .await;
+    let status: serde_json::Value = serde_json::from_str(&status).expect("status JSON");
+    assert_eq!(status["plugin"], "reviser", "{status}");
+    assert!(status["failedRevision"].is_null(), "{status}");
+    assert_eq!(status["observedGeneration"], 3, "{status}");
+
+    // Deleted: the plugin is removed, the host runs on.
+    let (ok, out, err) = kubectl(&dir, &["delete", "wasmcontroller", "reviser"]).await;
+    assert!(ok, "{out}{err}");
+    host.line("WasmController reviser deleted: plugin removed")
+        .await;
+    assert!(!host.has_exited(), "the host runs on");
+    host.sigterm();
+    assert!(host.exit(WAIT).await.success(), "{}", host.log());
+}
