@@ -561,6 +561,11 @@ async fn edits_of_the_plugins_file_upgrade_and_remove_plugins_without_a_restart(
         "nothing relisted"
     );
 
+    // A file that no longer parses: one line, every plugin kept as it runs.
+    std::fs::write(&plugins, "- module: [\n").expect("edit");
+    host.line("the running plugins are kept as they are").await;
+    assert_eq!(statusz().await["plugins"][0]["revision"], 2);
+
     // A rebuilt module (another digest), then back to the first one: a rollback loads the
     // first module from the compile cache, no compile.
     guest_rebuilt(&module, &dir.join("reviser2.wasm"));
