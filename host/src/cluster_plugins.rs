@@ -12,7 +12,9 @@
 //! runs and its caches synced), `Quarantined`; `observedGeneration`, the plugin's name, the
 //! running `revision` and its `digest`, the last `failedRevision`'s error, and reconcile
 //! counters. Status is refreshed as readiness and counters change (checked every few seconds)
-//! and written only when it differs from what the resource holds.
+//! and written only when it differs from what the resource holds. With `--leader-elect`,
+//! every replica applies the resources (a standby's plugins are compiled and wired, so a
+//! takeover needs no compile) and only the leader writes status.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -21,6 +23,7 @@ use std::time::Duration;
 
 use kwh_client::client::{Patch, WriteParams};
 use kwh_client::{ApiResource, Client, Object, ResourceClient};
+use kwh_coordination::ownership::Ownership;
 use kwh_informer::processor::ResourceEventHandler;
 use kwh_informer::shared::{InformerOptions, SharedIndexInformer};
 use kwh_informer::tombstone::ObjOrTombstone;
@@ -81,6 +84,8 @@ pub struct ClusterPlugins {
     limits: Limits,
     namespace: Option<String>,
     grace: Duration,
+    /// Whether this replica leads: only the leader writes status.
+    ownership: Ownership,
     applied: HashMap<String, Applied>,
 }
 
@@ -92,6 +97,7 @@ impl ClusterPlugins {
         limits: Limits,
         namespace: Option<String>,
         grace: Duration,
+        ownership: Ownership,
     ) -> Self {
         let informer = SharedIndexInformer::new(
             ResourceClient::new(client.clone(), resource(), None),
@@ -113,6 +119,7 @@ impl ClusterPlugins {
             limits,
             namespace,
             grace,
+            ownership,
             applied: HashMap::new(),
         }
     }
@@ -229,6 +236,9 @@ impl ClusterPlugins {
         let Some(applied) = self.applied.get(name) else {
             return;
         };
+        if !self.ownership.is_leader() {
+            return;
+        }
         let running = applied.plugin.as_deref().and_then(|p| runtime.plugin(p));
         let status = status(applied, running.as_deref(), &v["status"]);
         if status == v["status"] {

@@ -240,9 +240,15 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
             &runtime,
         )
     });
-    let cluster = args
-        .plugins_from_cluster
-        .then(|| ClusterPlugins::start(runtime.client(), limits.clone(), namespace.clone(), grace));
+    let cluster = args.plugins_from_cluster.then(|| {
+        ClusterPlugins::start(
+            runtime.client(),
+            limits.clone(),
+            namespace.clone(),
+            grace,
+            replica.ownership(),
+        )
+    });
     let result = match started {
         Err(e) => Err(anyhow::anyhow!("{e}")),
         Ok(_)
