@@ -57,7 +57,7 @@ async fn wasmcontrollers_add_upgrade_and_remove_plugins_and_carry_their_status()
     let dir = support::temp_dir("wasmcontroller");
     let module = dir.join("reviser.wasm");
     std::fs::copy(guest("reviser"), &module).expect("copy guest");
-    let crd = support::guests::repo_root().join("deploy/wasmcontroller-crd.yaml");
+    let crd = support::guests::repo_root().join("deploy/crds/wasmcontroller.yaml");
     let cache = dir.join("cache");
     let mut host = HostProcess::spawn(
         [

@@ -1,5 +1,5 @@
 //! Plugins from the cluster (`--plugins-from-cluster`): each `WasmController` resource
-//! (`kube-wasm.dev/v1alpha1`, cluster-scoped, `deploy/wasmcontroller-crd.yaml`) is one plugin,
+//! (`kube-wasm.dev/v1alpha1`, cluster-scoped, `deploy/crds/wasmcontroller.yaml`) is one plugin,
 //! its spec one entry of a plugins file. The host watches them with an informer of its own and
 //! applies each change while it runs, as it does for the watched plugins file
 //! ([`crate::plugins_watch`]): a new generation is applied ([`PluginRuntime::apply`]: an

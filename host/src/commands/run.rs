@@ -56,7 +56,7 @@ pub struct RunArgs {
         default_value = "5s")]
     plugins_poll_interval: Option<Duration>,
     /// Also run the plugins that `WasmController` resources name (`kube-wasm.dev/v1alpha1`,
-    /// `deploy/wasmcontroller-crd.yaml`): each change applied while the host runs, the status
+    /// `deploy/crds/wasmcontroller.yaml`): each change applied while the host runs, the status
     /// written to the resource.
     #[arg(long)]
     plugins_from_cluster: bool,
