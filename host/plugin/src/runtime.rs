@@ -6,7 +6,7 @@
 //!   tool, or the API server is not reachable yet) waits, unready, and starts by itself once
 //!   they resolve, retrying with backoff; one log line says it waits, one that it started;
 //! - a started plugin's notifications are handled as its informers list, but its reconcile
-//!   workers pass a [`CacheSync`] gate that opens only when every one of its watches has
+//!   workers pass a [`CacheSync`](crate::cache_sync::CacheSync) gate that opens only when every one of its watches has
 //!   synced, so no reconcile reads a partial cache.
 
 use std::path::{Path, PathBuf};
@@ -269,7 +269,7 @@ impl PluginRuntime {
     /// [`PluginRuntime::start`] with the plugin's own settings: its limits apply to each of its
     /// stores (deadlines, memory cap) and to its instance count, its workers override its
     /// manifest's, its namespace confines its watches, and its configuration is carried with
-    /// it ([`Plugin::config`]).
+    /// it ([`Plugin::config`](crate::Plugin::config)).
     pub async fn start_spec(&mut self, spec: PluginSpec) -> Result<Started, StartError> {
         let loaded = self.load(&spec).await?;
         self.start_loaded(spec, loaded).await
