@@ -657,3 +657,61 @@ async fn the_printed_lease_rules_allow_shard_membership_and_nothing_more() {
     );
     c.shutdown().await;
 }
+
+/// `host rbac --plugins-from-cluster` grants what the host needs for `WasmController`
+/// resources and nothing more on them: list, watch and get them, patch their status; not
+/// change their spec, create or delete them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_rules_let_the_host_read_wasmcontrollers_and_write_only_their_status() {
+    use http::Method;
+    let crd_text = std::fs::read_to_string(
+        support::guests::repo_root().join("deploy/crds/wasmcontroller.yaml"),
+    )
+    .expect("CRD");
+    let crd: Value = yaml_serde::from_str(&crd_text).expect("CRD YAML");
+    let wc = json!({"apiVersion": "kube-wasm.dev/v1alpha1", "kind": "WasmController",
+        "metadata": {"name": "x"}, "spec": {"module": "/nowhere/x.wasm"}});
+    let c = RbacCluster::new(&[crd, wc], &["--plugins-from-cluster"]).await;
+    let api = LeaseCalls::new(&c);
+    let col = "/apis/kube-wasm.dev/v1alpha1/wasmcontrollers";
+    let one = format!("{col}/x");
+    let merge = "application/merge-patch+json";
+    api.call(Method::GET, col, None).await.expect("list");
+    api.call(
+        Method::GET,
+        &format!("{col}?watch=1&timeoutSeconds=1"),
+        None,
+    )
+    .await
+    .expect("watch");
+    api.call(Method::GET, &one, None).await.expect("get");
+    api.call(
+        Method::PATCH,
+        &format!("{one}/status"),
+        Some((json!({"status": {"revision": 1}}), merge)),
+    )
+    .await
+    .expect("status patched");
+    let forbidden = |r: Result<Value, kwh_client::error::Status>, what: &str| match r {
+        Err(s) => assert_eq!(s.code, 403, "{what}: {s:?}"),
+        Ok(v) => panic!("{what} was allowed: {v}"),
+    };
+    forbidden(
+        api.call(
+            Method::PATCH,
+            &one,
+            Some((json!({"spec": {"module": "/elsewhere.wasm"}}), merge)),
+        )
+        .await,
+        "a spec patch",
+    );
+    forbidden(api.call(Method::DELETE, &one, None).await, "a delete");
+    let other = json!({"apiVersion": "kube-wasm.dev/v1alpha1", "kind": "WasmController",
+        "metadata": {"name": "y"}, "spec": {"module": "/nowhere/y.wasm"}});
+    forbidden(
+        api.call(Method::POST, col, Some((other, "application/json")))
+            .await,
+        "a create",
+    );
+    c.shutdown().await;
+}

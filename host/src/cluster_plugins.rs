@@ -43,6 +43,18 @@ pub fn resource() -> ApiResource {
     )
 }
 
+/// The cluster-wide rules `--plugins-from-cluster` needs (`host rbac --plugins-from-cluster`
+/// prints them): read and watch the resources, write their status; nothing else on them.
+pub fn rbac_rules() -> Vec<Value> {
+    let group = "kube-wasm.dev";
+    vec![
+        json!({"apiGroups": [group], "resources": ["wasmcontrollers"],
+               "verbs": ["get", "list", "watch"]}),
+        json!({"apiGroups": [group], "resources": ["wasmcontrollers/status"],
+               "verbs": ["get", "patch", "update"]}),
+    ]
+}
+
 /// How often status is compared with the runtime's state (readiness, counters).
 const REFRESH: Duration = Duration::from_secs(2);
 

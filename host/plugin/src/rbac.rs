@@ -407,12 +407,15 @@ server-side apply of an object that does not exist yet\n# is authorized by the A
 /// with the namespace its plugin runs with (`--namespace`, or its own in a plugins file): its
 /// watches that name none are confined to it. The host's own `leases` rules, if any, join the
 /// Role of their namespace (one Role per namespace, so that a confined plugin's and the Leases'
-/// rules in the same namespace do not compete for one name).
+/// rules in the same namespace do not compete for one name). `host_rules` are cluster-wide
+/// rules the host itself needs (its `WasmController` resources): they join the ClusterRole,
+/// which is printed whenever there are any.
 pub fn rbac_yaml<'a>(
     manifests: impl IntoIterator<Item = (&'a Manifest, Option<&'a str>)>,
     resolve: impl Fn(&str, &str) -> Option<Resolved>,
     subject: &Subject<'_>,
     leases: Option<&Leases>,
+    host_rules: &[serde_json::Value],
 ) -> Result<String, UnresolvedKind> {
     let mut cluster = Rules::new();
     let mut any_cluster = false;
@@ -441,7 +444,7 @@ pub fn rbac_yaml<'a>(
         "namespace": subject.namespace,
     }]);
     let mut docs = Vec::new();
-    let cluster_role = any_cluster || namespaced.is_empty();
+    let cluster_role = any_cluster || namespaced.is_empty() || !host_rules.is_empty();
     if let Some(l) = leases {
         namespaced.entry(l.namespace.clone()).or_default();
     }
@@ -450,7 +453,7 @@ pub fn rbac_yaml<'a>(
             "apiVersion": format!("{rbac}/v1"),
             "kind": "ClusterRole",
             "metadata": {"name": subject.role_name},
-            "rules": render(cluster),
+            "rules": render(cluster).into_iter().chain(host_rules.iter().cloned()).collect::<Vec<_>>(),
         }));
         docs.push(json!({
             "apiVersion": format!("{rbac}/v1"),
@@ -543,7 +546,7 @@ mod tests {
         // A confined plugin gets it in its namespace's Role.
         let mut confined = in_ns(manifest("team"), Some("team-a"));
         confined.records_events = true;
-        let yaml = rbac_yaml([(&confined, None)], resolve, &SUBJECT, None).expect("yaml");
+        let yaml = rbac_yaml([(&confined, None)], resolve, &SUBJECT, None, &[]).expect("yaml");
         let role = yaml
             .split("---")
             .find(|d| d.contains("kind: Role\n"))
@@ -587,7 +590,7 @@ mod tests {
         // replace-status is a PUT of .../status, patch-status and apply-status a PATCH of it; the
         // one manifest verb covering them must grant both there, and nothing on the object.
         let m = with_writes("s", &[("apps/v1", "Deployment", &[Verb::UpdateStatus])]);
-        let d = docs(&rbac_yaml([(&m, None)], resolve, &SUBJECT, None).expect("yaml"));
+        let d = docs(&rbac_yaml([(&m, None)], resolve, &SUBJECT, None, &[]).expect("yaml"));
         assert_eq!(
             d[0]["rules"],
             json!([
@@ -622,7 +625,7 @@ mod tests {
             namespace: "ops",
             service_account: "host",
         };
-        let yaml = rbac_yaml([(&m, None)], resolve, &subject, None).expect("yaml");
+        let yaml = rbac_yaml([(&m, None)], resolve, &subject, None, &[]).expect("yaml");
         let docs: Vec<serde_json::Value> = yaml
             .split("---\n")
             .map(|d| yaml_serde::from_str(d).expect("valid yaml"))
@@ -676,7 +679,7 @@ mod tests {
             namespace_scope(&m, None, |a, k| resolve(a, k).map(|r| r.namespaced)),
             Some("team".into())
         );
-        let d = docs(&rbac_yaml([(&m, None)], resolve, &SUBJECT, None).expect("yaml"));
+        let d = docs(&rbac_yaml([(&m, None)], resolve, &SUBJECT, None, &[]).expect("yaml"));
         assert_eq!(d.len(), 2, "{d:?}");
         assert_eq!(d[0]["kind"], "Role");
         assert_eq!(d[0]["metadata"]["namespace"], "team");
@@ -691,7 +694,7 @@ mod tests {
     #[test]
     fn the_host_namespace_confines_watches_that_name_none() {
         let m = manifest("a");
-        let d = docs(&rbac_yaml([(&m, Some("team"))], resolve, &SUBJECT, None).expect("yaml"));
+        let d = docs(&rbac_yaml([(&m, Some("team"))], resolve, &SUBJECT, None, &[]).expect("yaml"));
         assert_eq!(d[0]["kind"], "Role");
         assert_eq!(d[0]["metadata"]["namespace"], "team");
     }
@@ -704,6 +707,7 @@ mod tests {
             resolve,
             &SUBJECT,
             None,
+            &[],
         )
         .expect("yaml");
         let d = docs(&yaml);
@@ -747,6 +751,7 @@ mod tests {
                 resolve,
                 &SUBJECT,
                 None,
+                &[],
             )
             .expect("yaml"),
         );
@@ -887,7 +892,7 @@ spec:
     fn no_lease_rules_unless_asked_for() {
         assert_eq!(Leases::new("ops", "x", false, false), Ok(None));
         let m = manifest("a");
-        let d = docs(&rbac_yaml([(&m, None)], resolve, &SUBJECT, None).expect("yaml"));
+        let d = docs(&rbac_yaml([(&m, None)], resolve, &SUBJECT, None, &[]).expect("yaml"));
         assert!(lease_rules(&d).is_empty(), "{d:?}");
         let kinds: Vec<_> = d.iter().map(|v| v["kind"].as_str().unwrap_or("")).collect();
         assert_eq!(kinds, ["ClusterRole", "ClusterRoleBinding"]);
@@ -897,7 +902,7 @@ spec:
     fn lease_rules_go_into_a_role_in_their_namespace_bound_to_the_host() {
         let m = with_writes("a", &[("v1", "ConfigMap", &[Verb::Patch])]);
         let l = leases("ops", true, false);
-        let yaml = rbac_yaml([(&m, None)], resolve, &SUBJECT, Some(&l)).expect("yaml");
+        let yaml = rbac_yaml([(&m, None)], resolve, &SUBJECT, Some(&l), &[]).expect("yaml");
         let d = docs(&yaml);
         let placed = placed(&d);
         assert_eq!(
@@ -934,7 +939,7 @@ spec:
     fn a_confined_plugin_and_the_leases_in_one_namespace_share_its_role() {
         let m = in_ns(manifest("a"), Some("team"));
         let l = leases("team", false, true);
-        let d = docs(&rbac_yaml([(&m, None)], resolve, &SUBJECT, Some(&l)).expect("yaml"));
+        let d = docs(&rbac_yaml([(&m, None)], resolve, &SUBJECT, Some(&l), &[]).expect("yaml"));
         let kinds: Vec<_> = d.iter().map(|v| v["kind"].as_str().unwrap_or("")).collect();
         assert_eq!(kinds, ["Role", "RoleBinding"]);
         assert_eq!(
@@ -947,7 +952,7 @@ spec:
         );
         // In another namespace, a Role of its own beside the plugin's.
         let l = leases("ops", true, false);
-        let d = docs(&rbac_yaml([(&m, None)], resolve, &SUBJECT, Some(&l)).expect("yaml"));
+        let d = docs(&rbac_yaml([(&m, None)], resolve, &SUBJECT, Some(&l), &[]).expect("yaml"));
         let namespaces: Vec<_> = d
             .iter()
             .map(|v| v["metadata"]["namespace"].as_str().unwrap_or(""))

@@ -17,8 +17,16 @@ use crate::plugins_file;
 #[command(group(clap::ArgGroup::new("leases").args(["leader_elect", "shards"]).multiple(true)))]
 pub struct RbacArgs {
     /// The components.
-    #[arg(value_name = "FILE.wasm", required_unless_present = "plugins_file")]
+    #[arg(
+        value_name = "FILE.wasm",
+        required_unless_present_any = ["plugins_file", "plugins_from_cluster"]
+    )]
     plugins: Vec<PathBuf>,
+    /// Also grant what `--plugins-from-cluster` needs: `get`, `list` and `watch` on
+    /// `WasmController` resources, `get`, `patch` and `update` on their status (the plugins
+    /// they name are granted only as the components given here are).
+    #[arg(long)]
+    plugins_from_cluster: bool,
     /// A plugins file (as `host --plugins`): each plugin's own `namespace` confines it there,
     /// so it gets a Role in that namespace.
     #[arg(long = "plugins", value_name = "FILE")]
@@ -146,6 +154,11 @@ pub async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
         |av, k| resolved.get(&(av.to_string(), k.to_string())).cloned(),
         &subject,
         leases.as_ref(),
+        &if args.plugins_from_cluster {
+            crate::cluster_plugins::rbac_rules()
+        } else {
+            Vec::new()
+        },
     )?;
     print!("{yaml}");
     Ok(())
