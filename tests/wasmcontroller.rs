@@ -120,6 +120,15 @@ async fn wasmcontrollers_add_upgrade_and_remove_plugins_and_carry_their_status()
     .await
     .unwrap_or_else(|out| panic!("no failure in describe:\n{out}"));
     assert!(out.contains("PreviousRevisionRunning"), "{line}\n{out}");
+    // And an Event on it, which describe lists (the host writes Events on its own time).
+    kubectl_until(
+        &dir,
+        &["describe", "wasmcontroller", "reviser"],
+        WAIT,
+        |l| l.contains("Warning") && l.contains("RevisionFailed"),
+    )
+    .await
+    .unwrap_or_else(|out| panic!("no RevisionFailed Event in describe:\n{out}"));
     get(&["True", " 1 "]).await;
 
     // Upgraded: revision 2, the same digest (only the configuration changed).

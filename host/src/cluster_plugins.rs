@@ -12,7 +12,9 @@
 //! runs and its caches synced), `Quarantined`; `observedGeneration`, the plugin's name, the
 //! running `revision` and its `digest`, the last `failedRevision`'s error, and reconcile
 //! counters. Status is refreshed as readiness and counters change (checked every few seconds)
-//! and written only when it differs from what the resource holds. With `--leader-elect`,
+//! and written only when it differs from what the resource holds. Each applied generation is
+//! also an Event on its resource (`RevisionApplied`, or a Warning `RevisionFailed` with the
+//! reason), which `kubectl describe` lists. With `--leader-elect`,
 //! every replica applies the resources (a standby's plugins are compiled and wired, so a
 //! takeover needs no compile) and only the leader writes status.
 
@@ -27,6 +29,7 @@ use kwh_coordination::ownership::Ownership;
 use kwh_informer::processor::ResourceEventHandler;
 use kwh_informer::shared::{InformerOptions, SharedIndexInformer};
 use kwh_informer::tombstone::ObjOrTombstone;
+use kwh_plugin::events::{EventRecorder, EventType, NewEvent, ObjectRef};
 use kwh_plugin::{Limits, PluginRuntime};
 use serde_json::{json, Value};
 
@@ -98,6 +101,8 @@ pub struct ClusterPlugins {
     grace: Duration,
     /// Whether this replica leads: only the leader writes status.
     ownership: Ownership,
+    /// The runtime's recorder (written behind the same fence as the plugins' Events).
+    events: EventRecorder,
     applied: HashMap<String, Applied>,
 }
 
@@ -110,6 +115,7 @@ impl ClusterPlugins {
         namespace: Option<String>,
         grace: Duration,
         ownership: Ownership,
+        events: EventRecorder,
     ) -> Self {
         let informer = SharedIndexInformer::new(
             ResourceClient::new(client.clone(), resource(), None),
@@ -132,6 +138,7 @@ impl ClusterPlugins {
             namespace,
             grace,
             ownership,
+            events,
             applied: HashMap::new(),
         }
     }
@@ -161,6 +168,7 @@ impl ClusterPlugins {
                 .is_none_or(|a| a.generation != generation)
             {
                 self.apply_one(runtime, &name, generation, &v["spec"]).await;
+                self.record(obj, generation);
             }
             self.write_status(runtime, &name, &v).await;
         }
@@ -239,6 +247,44 @@ impl ClusterPlugins {
                 generation,
                 plugin,
                 failure,
+            },
+        );
+    }
+
+    /// The Event of the generation just applied to `obj`.
+    fn record(&self, obj: &Object, generation: i64) {
+        let Some(applied) = self.applied.get(obj.name()) else {
+            return;
+        };
+        let (event_type, reason, note) = match &applied.failure {
+            None => (
+                EventType::Normal,
+                "RevisionApplied",
+                format!(
+                    "generation {generation} runs as plugin {}",
+                    applied.plugin.as_deref().unwrap_or("-")
+                ),
+            ),
+            Some((_, message)) => (
+                EventType::Warning,
+                "RevisionFailed",
+                format!("generation {generation}: {message}"),
+            ),
+        };
+        self.events.record(
+            "kube-wasm-host",
+            NewEvent {
+                regarding: ObjectRef {
+                    api_version: "kube-wasm.dev/v1alpha1".into(),
+                    kind: "WasmController".into(),
+                    namespace: None,
+                    name: obj.name().to_owned(),
+                    uid: Some(obj.uid().to_owned()),
+                },
+                event_type,
+                reason: reason.into(),
+                action: "Apply".into(),
+                note: Some(note),
             },
         );
     }

@@ -247,6 +247,7 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
             namespace.clone(),
             grace,
             replica.ownership(),
+            runtime.events(),
         )
     });
     let result = match started {
