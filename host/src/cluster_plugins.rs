@@ -21,7 +21,10 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use kwh_oci::{Credentials, Reference};
 
 use kwh_client::client::{Patch, WriteParams};
 use kwh_client::{ApiResource, Client, Object, ResourceClient};
@@ -34,6 +37,7 @@ use kwh_plugin::{Limits, PluginRuntime};
 use serde_json::{json, Value};
 
 use crate::commands::LOG_TARGET;
+use crate::modules::Modules;
 use crate::plugins_file::{self, Defaults};
 
 /// The resource.
@@ -55,6 +59,8 @@ pub fn rbac_rules() -> Vec<Value> {
                "verbs": ["get", "list", "watch"]}),
         json!({"apiGroups": [group], "resources": ["wasmcontrollers/status"],
                "verbs": ["get", "patch", "update"]}),
+        // A resource's `pullSecret` names a Secret the host reads its registry credentials from.
+        json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}),
     ]
 }
 
@@ -89,6 +95,48 @@ struct Applied {
     plugin: Option<String>,
     /// Why its last generation did not run, and which condition failed.
     failure: Option<(&'static str, String)>,
+    /// Where its module comes from, when a registry reference names it.
+    pull: Option<Pull>,
+}
+
+/// A module named by reference: asked for its digest again every `interval`.
+struct Pull {
+    reference: Reference,
+    credentials: Credentials,
+    interval: Duration,
+    /// The manifest digest last pulled, and when the tag was last asked.
+    manifest: Option<String>,
+    checked: Instant,
+}
+
+/// A resource's spec split: the plugins-file entry, and the keys about pulling its module.
+struct PullSpec {
+    secret: Option<(String, String)>,
+    interval: Option<Duration>,
+}
+
+/// Takes `pullSecret` (`{namespace, name}`) and `pullInterval` out of `spec`.
+fn split_pull(spec: &Value) -> Result<(Value, PullSpec), String> {
+    let mut entry = spec.clone();
+    let obj = entry.as_object_mut().ok_or("spec: not a mapping")?;
+    let secret = match obj.remove("pullSecret") {
+        None | Some(Value::Null) => None,
+        Some(v) => {
+            let field = |k: &str| v[k].as_str().filter(|s| !s.is_empty()).map(str::to_owned);
+            match (field("namespace"), field("name")) {
+                (Some(ns), Some(n)) => Some((ns, n)),
+                _ => return Err("pullSecret: needs `namespace` and `name`".into()),
+            }
+        }
+    };
+    let interval = match obj.remove("pullInterval") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(
+            kwh_client::duration::parse_duration(&s).map_err(|e| format!("pullInterval: {e}"))?,
+        ),
+        Some(_) => return Err("pullInterval: expected a duration such as 5m".into()),
+    };
+    Ok((entry, PullSpec { secret, interval }))
 }
 
 /// The `WasmController` resources and what was applied of them.
@@ -104,6 +152,7 @@ pub struct ClusterPlugins {
     /// The runtime's recorder (written behind the same fence as the plugins' Events).
     events: EventRecorder,
     applied: HashMap<String, Applied>,
+    modules: Arc<Modules>,
 }
 
 impl ClusterPlugins {
@@ -116,6 +165,7 @@ impl ClusterPlugins {
         grace: Duration,
         ownership: Ownership,
         events: EventRecorder,
+        modules: Arc<Modules>,
     ) -> Self {
         let informer = SharedIndexInformer::new(
             ResourceClient::new(client.clone(), resource(), None),
@@ -140,6 +190,7 @@ impl ClusterPlugins {
             ownership,
             events,
             applied: HashMap::new(),
+            modules,
         }
     }
 
@@ -166,6 +217,7 @@ impl ClusterPlugins {
                 .applied
                 .get(&name)
                 .is_none_or(|a| a.generation != generation)
+                || self.tag_moved(&name).await
             {
                 self.apply_one(runtime, &name, generation, &v["spec"]).await;
                 self.record(obj, generation);
@@ -192,6 +244,53 @@ impl ClusterPlugins {
         }
     }
 
+    /// Whether the tag of resource `name`'s module, asked again once its pull interval has
+    /// passed, names another manifest than the one running (a new digest is an upgrade).
+    async fn tag_moved(&mut self, name: &str) -> bool {
+        let Some(pull) = self.applied.get_mut(name).and_then(|a| a.pull.as_mut()) else {
+            return false;
+        };
+        if pull.reference.digest.is_some() || pull.checked.elapsed() < pull.interval {
+            return false;
+        }
+        pull.checked = Instant::now();
+        match self
+            .modules
+            .registry()
+            .resolve(&pull.reference, &pull.credentials, Duration::ZERO)
+            .await
+        {
+            Ok(d) => pull.manifest.as_deref() != Some(d.as_str()),
+            Err(e) => {
+                tracing::warn!(target: LOG_TARGET,
+                    "WasmController {name}: {e}; the running revision carries on");
+                false
+            }
+        }
+    }
+
+    /// The credentials of the Secret `namespace/name` (its `.dockerconfigjson`).
+    async fn pull_secret(&self, namespace: &str, name: &str) -> Result<Credentials, String> {
+        let secrets = ApiResource::new("v1", "Secret", "secrets", true);
+        let secret = self
+            .client
+            .get(&secrets, Some(namespace), name)
+            .await
+            .map_err(|e| format!("pullSecret {namespace}/{name}: {e}"))?;
+        let v: Value = serde_json::from_slice(secret.raw())
+            .map_err(|e| format!("pullSecret {namespace}/{name}: {e}"))?;
+        let data = v["data"][".dockerconfigjson"].as_str().ok_or_else(|| {
+            format!("pullSecret {namespace}/{name}: no .dockerconfigjson key (type kubernetes.io/dockerconfigjson)")
+        })?;
+        let json = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .map_err(|_| {
+                format!("pullSecret {namespace}/{name}: .dockerconfigjson is not base64")
+            })?;
+        Credentials::from_docker_config(&json)
+            .map_err(|e| format!("pullSecret {namespace}/{name}: .dockerconfigjson: {e}"))
+    }
+
     /// Applies one resource's spec (generation `generation`).
     async fn apply_one(
         &mut self,
@@ -205,11 +304,67 @@ impl ClusterPlugins {
             limits: &self.limits,
             namespace: self.namespace.as_deref(),
         };
-        let parsed = yaml_serde::to_value(spec)
-            .map_err(|e| e.to_string())
-            .and_then(|item| plugins_file::one(item, Path::new("/"), &defaults));
-        let (plugin, failure) = match parsed {
-            Err(e) => (previous.clone(), Some(("Fetched", format!("spec: {e}")))),
+        let parsed = split_pull(spec).and_then(|(entry, pull)| {
+            let spec = yaml_serde::to_value(&entry)
+                .map_err(|e| e.to_string())
+                .and_then(|item| plugins_file::one(item, Path::new("/"), &defaults))?;
+            Ok((spec, pull))
+        });
+        let mut pull = None;
+        let fetched = match parsed {
+            Err(e) => Err(format!("spec: {e}")),
+            Ok((spec, how)) => match spec.path.to_str().filter(|s| Reference::is_reference(s)) {
+                None => Ok(spec),
+                Some(text) => {
+                    let credentials = match &how.secret {
+                        Some((ns, n)) => self.pull_secret(ns, n).await,
+                        None => Ok(Credentials::none()),
+                    };
+                    match (Reference::parse(text), credentials) {
+                        (Err(e), _) => Err(e.to_string()),
+                        (_, Err(e)) => Err(e),
+                        (Ok(reference), Ok(credentials)) => {
+                            let interval = how.interval.unwrap_or(self.modules.pull_interval());
+                            let r = self
+                                .modules
+                                .fetch(spec, &credentials, Some(Duration::ZERO))
+                                .await;
+                            // A failed pull keeps the digest running, so the tag is asked
+                            // again only when it moves.
+                            let manifest = r
+                                .as_ref()
+                                .ok()
+                                .and_then(|(_, p)| p.as_ref())
+                                .map(|p| p.manifest_digest.clone())
+                                .or_else(|| {
+                                    self.applied
+                                        .get(name)
+                                        .and_then(|a| a.pull.as_ref())
+                                        .and_then(|p| p.manifest.clone())
+                                });
+                            pull = Some(Pull {
+                                reference,
+                                credentials,
+                                interval,
+                                manifest,
+                                checked: Instant::now(),
+                            });
+                            r.map(|(s, _)| s).map_err(|e| e.to_string())
+                        }
+                    }
+                }
+            },
+        };
+        let (plugin, failure) = match fetched {
+            Err(e) => {
+                let kept = match &previous {
+                    Some(p) => format!("plugin {p} keeps its running revision"),
+                    None => "nothing was started".to_owned(),
+                };
+                tracing::error!(target: LOG_TARGET,
+                    "WasmController {name} generation {generation}: {e}; {kept}");
+                (previous.clone(), Some(("Fetched", e)))
+            }
             Ok(spec) => {
                 let module = spec.path.clone();
                 match runtime.apply(spec, self.grace).await {
@@ -247,6 +402,7 @@ impl ClusterPlugins {
                 generation,
                 plugin,
                 failure,
+                pull,
             },
         );
     }
@@ -392,6 +548,13 @@ fn status(applied: &Applied, running: Option<&kwh_plugin::RunningPlugin>, old: &
         "conditions": conditions,
         "failedRevision": applied.failure.as_ref().map(|(_, m)| json!({"error": m})),
     });
+    // The manifest pulled, when a reference names the module: what `kubectl get -o yaml`
+    // shows a tag resolved to.
+    if let Some(pull) = &applied.pull {
+        if let Some(d) = &pull.manifest {
+            s["pulled"] = json!(pull.reference.at(d).to_string());
+        }
+    }
     if let Some(p) = running {
         s["plugin"] = json!(p.name());
         s["revision"] = json!(p.revisions());
@@ -411,4 +574,39 @@ fn status(applied: &Applied, running: Option<&kwh_plugin::RunningPlugin>, old: &
 /// Now, as `metav1.Time` writes it.
 fn now() -> String {
     kwh_client::time::time(std::time::SystemTime::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pull_keys_are_taken_out_of_the_entry() {
+        let spec = json!({"module": "oci://r.io/a:v1", "config": {"x": 1},
+            "pullSecret": {"namespace": "ops", "name": "regcred"}, "pullInterval": "90s"});
+        let (entry, pull) = split_pull(&spec).expect("splits");
+        assert_eq!(
+            entry,
+            json!({"module": "oci://r.io/a:v1", "config": {"x": 1}})
+        );
+        assert_eq!(pull.secret, Some(("ops".into(), "regcred".into())));
+        assert_eq!(pull.interval, Some(Duration::from_secs(90)));
+        let (_, none) = split_pull(&json!({"module": "/m.wasm"})).expect("splits");
+        assert!(none.secret.is_none() && none.interval.is_none());
+        for (bad, why) in [
+            (json!({"pullSecret": {"name": "x"}}), "pullSecret: needs"),
+            (
+                json!({"pullInterval": "soon"}),
+                "pullInterval: invalid duration",
+            ),
+            (
+                json!({"pullInterval": 5}),
+                "pullInterval: expected a duration",
+            ),
+            (json!([]), "not a mapping"),
+        ] {
+            let e = split_pull(&bad).err().expect("refused");
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
 }

@@ -3,6 +3,7 @@
 
 mod cluster_plugins;
 mod commands;
+mod modules;
 mod output;
 mod plugins_file;
 mod plugins_watch;
@@ -17,6 +18,7 @@ use commands::compile::CompileArgs;
 #[cfg(feature = "emulator")]
 use commands::emulator::EmulatorArgs;
 use commands::inspect::InspectArgs;
+use commands::push::PushArgs;
 use commands::rbac::RbacArgs;
 use commands::run::RunArgs;
 #[cfg(feature = "harness")]
@@ -46,6 +48,9 @@ enum Command {
     Emulator(EmulatorArgs),
     /// Print a plugin's manifest.
     Inspect(InspectArgs),
+    /// Publish a plugin to an OCI registry (`oci://registry/repository:tag`), in the CNCF Wasm
+    /// artifact layout.
+    Push(PushArgs),
     /// Print the RBAC the plugins need: a Role and RoleBinding in the namespace of each plugin
     /// confined to one, a ClusterRole and ClusterRoleBinding for the others; with
     /// `--leader-elect` or `--shards`, a Role for the host's own Leases too.
@@ -87,6 +92,9 @@ fn main() -> std::process::ExitCode {
         }
         Some(Command::Inspect(args)) => {
             commands::runtime().and_then(|rt| rt.block_on(commands::inspect::inspect(args)))
+        }
+        Some(Command::Push(args)) => {
+            commands::runtime().and_then(|rt| rt.block_on(commands::push::push(args)))
         }
         Some(Command::Rbac(args)) => {
             commands::runtime().and_then(|rt| rt.block_on(commands::rbac::rbac(args)))

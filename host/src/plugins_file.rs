@@ -148,10 +148,25 @@ fn entry(
     defaults: &Defaults<'_>,
 ) -> Result<PluginSpec, String> {
     let e: Entry = yaml_serde::from_value(item).map_err(|e| e.to_string())?;
-    let module = base.join(&e.module);
-    if !module.is_file() {
-        return Err(format!("module: {} is not a file", module.display()));
-    }
+    // A registry reference is pulled before the plugin starts (`modules`); here it is only
+    // checked, so a malformed one is a mistake in the file, named as such.
+    let module = match e
+        .module
+        .to_str()
+        .filter(|m| kwh_oci::Reference::is_reference(m))
+    {
+        Some(r) => {
+            kwh_oci::Reference::parse(r).map_err(|e| format!("module: {e}"))?;
+            e.module.clone()
+        }
+        None => {
+            let module = base.join(&e.module);
+            if !module.is_file() {
+                return Err(format!("module: {} is not a file", module.display()));
+            }
+            module
+        }
+    };
     let d = defaults.limits;
     let ms = |key, v: Option<u64>, default: Duration| -> Result<Duration, String> {
         v.map_or(Ok(default), |v| {

@@ -18,11 +18,14 @@
 //! host stops.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
+use kwh_oci::Credentials;
 use kwh_plugin::{Applied, Limits, PluginRuntime, PluginSpec};
 
 use crate::commands::LOG_TARGET;
+use crate::modules::{self, Modules};
 use crate::plugins_file::{self, Defaults};
 
 /// What a file was when last looked at: its length and modification time (following
@@ -42,7 +45,12 @@ impl Stamp {
 
 /// One entry as last applied.
 struct Entry {
+    /// The module as the file names it: a path, or a registry reference.
+    declared: PathBuf,
+    /// With the module pulled: its path is then the blob's in the cache.
     spec: PluginSpec,
+    /// When a reference's tag was last asked for its digest.
+    pulled: Option<Instant>,
     module: Stamp,
     /// The plugin it runs as, once known (its manifest's name).
     name: Option<String>,
@@ -57,24 +65,30 @@ pub struct PluginsWatch {
     grace: Duration,
     text: Option<String>,
     entries: Vec<Entry>,
+    modules: Arc<Modules>,
 }
 
 impl PluginsWatch {
-    /// Watches `path`, whose `specs` (as read at start) the runtime started; `limits` and
-    /// `namespace` are what unset keys take, `grace` what a removed plugin's reconciles get.
+    /// Watches `path`, whose `specs` (as read at start: each module as declared, and the spec
+    /// the runtime started with it pulled) the runtime started; `limits` and `namespace` are
+    /// what unset keys take, `grace` what a removed plugin's reconciles get.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         path: PathBuf,
         limits: Limits,
         namespace: Option<String>,
         interval: Duration,
         grace: Duration,
-        specs: Vec<PluginSpec>,
+        specs: Vec<(PathBuf, PluginSpec)>,
         runtime: &PluginRuntime,
+        modules: Arc<Modules>,
     ) -> Self {
         let running = runtime.plugins();
         let entries = specs
             .into_iter()
-            .map(|spec| Entry {
+            .map(|(declared, spec)| Entry {
+                pulled: modules::is_reference(&declared).then(Instant::now),
+                declared,
                 module: Stamp::of(&spec.path),
                 name: running
                     .iter()
@@ -91,6 +105,7 @@ impl PluginsWatch {
             interval,
             grace,
             entries,
+            modules,
         }
     }
 
@@ -104,10 +119,35 @@ impl PluginsWatch {
                     .entries
                     .iter()
                     .any(|e| Stamp::of(&e.spec.path) != e.module)
+                || self.entries.iter().any(|e| {
+                    e.pulled
+                        .is_some_and(|t| t.elapsed() >= self.modules.pull_interval())
+                })
             {
                 return;
             }
         }
+    }
+
+    /// Entry `i` (module `declared`) failed to fetch or load: noted on the plugin it runs as,
+    /// if known, and one error line saying what carries on.
+    fn failed(
+        &self,
+        runtime: &PluginRuntime,
+        i: usize,
+        declared: &Path,
+        keeps: Option<&str>,
+        error: &str,
+    ) {
+        if let Some(name) = keeps {
+            runtime.record_failure(name, declared, error);
+        }
+        let kept = match keeps {
+            Some(n) => format!("plugin {n} keeps its running revision"),
+            None => "nothing was started".to_owned(),
+        };
+        tracing::error!(target: LOG_TARGET,
+            "plugins file {}: plugin {i} ({}): {error}; {kept}", self.path.display(), declared.display());
     }
 
     /// Reads the file again and applies what changed (see the module's documentation).
@@ -131,12 +171,43 @@ impl PluginsWatch {
         let mut next = Vec::with_capacity(specs.len());
         let mut unknown = Vec::new();
         for (i, spec) in specs.into_iter().enumerate() {
+            let declared = spec.path.clone();
+            let before = self.entries.iter().find(|e| e.declared == declared);
+            let pulled = modules::is_reference(&declared).then(Instant::now);
+            let spec = match self
+                .modules
+                .fetch(spec.clone(), &Credentials::none(), None)
+                .await
+            {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    // As a revision that fails to load: the running one carries on.
+                    let keeps = before.and_then(|b| b.name.clone());
+                    self.failed(runtime, i, &declared, keeps.as_deref(), &e.to_string());
+                    if keeps.is_none() {
+                        unknown.push(i);
+                    }
+                    let (spec, module) = match before {
+                        Some(b) => (b.spec.clone(), b.module.clone()),
+                        None => (spec, Stamp(None)),
+                    };
+                    next.push(Entry {
+                        declared,
+                        spec,
+                        pulled,
+                        module,
+                        name: keeps,
+                    });
+                    continue;
+                }
+            };
             let module = Stamp::of(&spec.path);
-            let before = self.entries.iter().find(|e| e.spec.path == spec.path);
             if let Some(e) = before.filter(|e| e.spec == spec && e.module == module) {
                 if e.name.is_some() {
                     next.push(Entry {
+                        declared,
                         spec,
+                        pulled,
                         module,
                         name: e.name.clone(),
                     });
@@ -150,27 +221,25 @@ impl PluginsWatch {
                         Applied::Started(_) => "added",
                     };
                     tracing::info!(target: LOG_TARGET, plugin = %name,
-                        "plugins file {}: plugin {i} ({}) {how}", self.path.display(), spec.path.display());
+                        "plugins file {}: plugin {i} ({}) {how}", self.path.display(), declared.display());
                     Some(name)
                 }
                 Err(e) => {
                     let keeps = before.and_then(|b| b.name.clone());
-                    if let Some(name) = &keeps {
-                        runtime.record_failure(name, &spec.path, &e.to_string());
-                    }
-                    let kept = match &keeps {
-                        Some(n) => format!("plugin {n} keeps its running revision"),
-                        None => "nothing was started".to_owned(),
-                    };
-                    tracing::error!(target: LOG_TARGET,
-                        "plugins file {}: plugin {i} ({}): {e}; {kept}", self.path.display(), spec.path.display());
+                    self.failed(runtime, i, &declared, keeps.as_deref(), &e.to_string());
                     if keeps.is_none() {
                         unknown.push(i);
                     }
                     keeps
                 }
             };
-            next.push(Entry { spec, module, name });
+            next.push(Entry {
+                declared,
+                spec,
+                pulled,
+                module,
+                name,
+            });
         }
         let named: Vec<&str> = next.iter().filter_map(|e| e.name.as_deref()).collect();
         let gone: Vec<String> = self

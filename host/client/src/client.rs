@@ -136,7 +136,7 @@ pub enum Deleted {
     Status(Box<Status>),
 }
 
-type Http = HyperClient<Connector, Full<Bytes>>;
+pub(crate) type Http = HyperClient<Connector, Full<Bytes>>;
 
 /// Which connections a request goes over.
 ///
@@ -215,7 +215,7 @@ pub struct Client(Arc<Inner>);
 /// HTTP/1.1 connections keep hyper's adaptive read buffer (see [`Lane`] for where it is kept
 /// small): a fixed 32 KiB buffer cost 17 to 27 % more CPU per event in released bursts and a
 /// 4 KB-Pod sync (BENCHMARKS.md, "Safe under faults: the soak's shards").
-fn pool(connector: Connector, max_idle: Option<usize>) -> Http {
+pub(crate) fn pool(connector: Connector, max_idle: Option<usize>) -> Http {
     let mut b = HyperClient::builder(TokioExecutor::new());
     b.timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
@@ -643,7 +643,7 @@ const MAX_PREALLOCATED_BODY: u64 = 1 << 30;
 /// `collect().to_bytes()`: that keeps every received chunk until it has copied them all into
 /// a new buffer, so a large body briefly costs twice its size. Here chunks are appended to a
 /// buffer sized from `Content-Length` and dropped at once; a single chunk is returned as is.
-async fn read_body(mut body: Incoming, max: usize) -> Result<Bytes, Error> {
+pub(crate) async fn read_body(mut body: Incoming, max: usize) -> Result<Bytes, Error> {
     let too_large = || Error::Decode(format!("response body larger than {max} bytes"));
     let hint = hyper::body::Body::size_hint(&body);
     if hint.lower() > max as u64 {
@@ -682,7 +682,7 @@ async fn read_body(mut body: Incoming, max: usize) -> Result<Bytes, Error> {
 
 /// Connection-level failures are [`Error::Connect`] (the reflector backs off and retries);
 /// anything after the connection is [`Error::Http`].
-fn classify(base: &str, e: hyper_util::client::legacy::Error) -> Error {
+pub(crate) fn classify(base: &str, e: hyper_util::client::legacy::Error) -> Error {
     let mut message = e.to_string();
     let mut refused = false;
     let mut src = std::error::Error::source(&e);

@@ -4,7 +4,8 @@
 //!
 //! Access to a Kubernetes API server over hyper: configuration, the HTTP client, discovery,
 //! resource paths, the watch-stream decoder, selectors, the `Status` error type, and the RFC 3339
-//! times the API writes (`time`). Events and Leases, which are controllers' concerns rather than
+//! times the API writes (`time`); and `web`, the same TLS and proxy rules for other servers
+//! (OCI registries). Events and Leases, which are controllers' concerns rather than
 //! a client's, live above it: the Event recorder in `kwh-plugin`, Leases and leader election in
 //! `kwh-coordination`.
 
@@ -29,6 +30,7 @@ pub mod selector;
 pub mod time;
 mod tls;
 pub mod watch;
+pub mod web;
 
 /// How many rounds a randomized or exhaustive unit test runs: all of them natively, a hundredth
 /// under Miri, which interprets every step. There the point is the soundness of each `unsafe`
@@ -48,3 +50,4 @@ pub use discovery::Discovery;
 pub use error::{Error, Status};
 pub use object::Object;
 pub use resource::ApiResource;
+pub use web::WebClient;

@@ -22,6 +22,19 @@ pub fn digest(bytes: &[u8]) -> String {
     format!("sha256:{}", crate::cache::hex(&Sha256::digest(bytes)))
 }
 
+/// The names `component` imports and exports (`kube:controller/lister@0.2.0`, `on-add`…), in
+/// its own order: what an OCI artifact's config lists for registries and tools to show.
+pub fn world_names(
+    component: &wasmtime::component::Component,
+    engine: &wasmtime::Engine,
+) -> (Vec<String>, Vec<String>) {
+    let ty = component.component_type();
+    (
+        ty.imports(engine).map(|(n, _)| n.to_owned()).collect(),
+        ty.exports(engine).map(|(n, _)| n.to_owned()).collect(),
+    )
+}
+
 /// Checks the preamble of `bytes`: `\0asm`, then a component's version and layer.
 pub fn check_header(bytes: &[u8]) -> Result<(), NotComponent> {
     if bytes.len() < 8 || &bytes[..4] != b"\0asm" {

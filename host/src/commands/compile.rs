@@ -27,6 +27,8 @@ pub struct CompileArgs {
     /// (in half the time), more with each thread beyond.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     jobs: Option<u16>,
+    #[command(flatten)]
+    registry: super::RegistryArgs,
 }
 
 /// `host compile`: each component compiled into the cache (or found there), one line each; a
@@ -56,6 +58,20 @@ pub fn compile(args: CompileArgs) -> std::process::ExitCode {
         eprintln!("error: no compile cache directory (no HOME or XDG_CACHE_HOME); give one with --cache-dir");
         return ExitCode::from(2);
     };
+    // References are pulled first (a runtime only then: the compiler child runs this command
+    // for files, and starts no threads it does not need).
+    if files.iter().any(|f| crate::modules::is_reference(f)) {
+        let pulled = super::runtime().and_then(|rt| {
+            rt.block_on(super::push::pulled(files, Some(&cache_dir), &args.registry))
+        });
+        files = match pulled {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return ExitCode::from(2);
+            }
+        };
+    }
     let jobs = args.jobs.map_or_else(default_compile_jobs, usize::from);
     if jobs > 1 {
         // Cranelift compiles a component's functions on rayon's global pool, which would

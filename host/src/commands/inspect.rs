@@ -10,18 +10,23 @@ use super::engine;
 
 #[derive(Args, Debug)]
 pub struct InspectArgs {
-    /// The component.
+    /// The component: a file, or `oci://registry/repository:tag` (or `@sha256:…`).
     #[arg(value_name = "FILE.wasm")]
     plugin: PathBuf,
     /// Compile cache directory.
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    registry: super::RegistryArgs,
 }
 
 pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
+    let plugin = super::push::pulled(vec![args.plugin], args.cache_dir.as_deref(), &args.registry)
+        .await?
+        .remove(0);
     let engine = engine(args.cache_dir, DEFAULT_MAX_MEMORY, 0, Compiler::InProcess)?;
     let loaded = engine
-        .load_for_inspection(&args.plugin, Limits::default())
+        .load_for_inspection(&plugin, Limits::default())
         .await?;
     let mut v = manifest_value(loaded.manifest());
     v["contract"] = loaded.contract().version().into();

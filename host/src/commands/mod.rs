@@ -5,6 +5,7 @@ pub mod compile;
 #[cfg(feature = "emulator")]
 pub mod emulator;
 pub mod inspect;
+pub mod push;
 pub mod rbac;
 pub mod run;
 #[cfg(feature = "harness")]
@@ -15,8 +16,10 @@ pub mod test;
 pub const LOG_TARGET: &str = "host";
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context as _;
+use clap::Args;
 use kwh_client::config::KubeconfigOptions;
 use kwh_client::Config;
 use kwh_plugin::{Compiler, EngineConfig, Limits, PluginEngine};
@@ -41,6 +44,44 @@ pub fn engine(
         compiler,
         ..EngineConfig::default()
     })?)
+}
+
+/// Where `oci://` modules are pulled from: the flags of every command that takes modules.
+#[derive(Args, Debug, Clone)]
+pub struct RegistryArgs {
+    /// Docker config file with registry credentials (default: `$DOCKER_CONFIG/config.json`,
+    /// else `~/.docker/config.json`; none when it does not exist). Credential helpers are not
+    /// run.
+    #[arg(long, value_name = "PATH")]
+    pub registry_config: Option<PathBuf>,
+    /// How often an `oci://` reference's tag is asked for its digest again; a new digest is
+    /// an upgrade.
+    #[arg(long, value_name = "DURATION", value_parser = kwh_client::duration::parse_duration,
+        default_value = "5m")]
+    pub pull_interval: Duration,
+}
+
+/// The module puller: blobs beside the compile cache (`cache_dir`, else the default one, else
+/// a directory of this process's own under the system's temp dir).
+pub fn modules(
+    cache_dir: Option<&Path>,
+    args: &RegistryArgs,
+) -> anyhow::Result<crate::modules::Modules> {
+    let dir = cache_dir
+        .map(Path::to_path_buf)
+        .or(EngineConfig::default().cache_dir)
+        .unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("kube-wasm-host-{}", std::process::id()))
+        });
+    let config = args
+        .registry_config
+        .clone()
+        .or_else(crate::modules::default_registry_config);
+    Ok(crate::modules::Modules::new(
+        &dir,
+        config.as_deref(),
+        args.pull_interval,
+    )?)
 }
 
 /// A run compiles what the cache lacks in a child process, this same binary's `host compile`:

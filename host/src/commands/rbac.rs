@@ -59,6 +59,8 @@ pub struct RbacArgs {
     /// Compile cache directory.
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    registry: super::RegistryArgs,
     /// Also grant what the host's leader election (`host --leader-elect`) needs: a Role in the
     /// lease namespace with `create` on Leases and `get` and `update` on the one Lease named by
     /// `--leader-elect-lease-name`.
@@ -94,7 +96,12 @@ pub async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
         args.leader_elect,
         args.shards,
     )?;
-    let engine = engine(args.cache_dir, DEFAULT_MAX_MEMORY, 0, Compiler::InProcess)?;
+    let engine = engine(
+        args.cache_dir.clone(),
+        DEFAULT_MAX_MEMORY,
+        0,
+        Compiler::InProcess,
+    )?;
     // Each component with the namespace it will run with: `--namespace`, or its own in the
     // plugins file.
     let mut plugins: Vec<(PathBuf, Option<String>)> = args
@@ -111,6 +118,15 @@ pub async fn rbac(args: RbacArgs) -> anyhow::Result<()> {
         let specs =
             plugins_file::read(file, "plugins file", &defaults).map_err(anyhow::Error::msg)?;
         plugins.extend(specs.into_iter().map(|s| (s.path, s.namespace)));
+    }
+    let paths = super::push::pulled(
+        plugins.iter().map(|(p, _)| p.clone()).collect(),
+        args.cache_dir.as_deref(),
+        &args.registry,
+    )
+    .await?;
+    for ((p, _), pulled) in plugins.iter_mut().zip(paths) {
+        *p = pulled;
     }
     let mut manifests = Vec::new();
     for (p, ns) in &plugins {

@@ -60,6 +60,8 @@ pub struct RunArgs {
     /// written to the resource.
     #[arg(long)]
     plugins_from_cluster: bool,
+    #[command(flatten)]
+    registry: super::RegistryArgs,
     /// Kubeconfig file (default: KUBECONFIG, in-cluster, then ~/.kube/config).
     #[arg(long, value_name = "PATH")]
     kubeconfig: Option<PathBuf>,
@@ -188,6 +190,27 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
         fail_fast,
         cache_dir,
     } = Settings::resolve(&args, &file)?;
+    // Modules named by `oci://` reference are pulled (or found in the blob cache) first: from
+    // here on every spec names a file.
+    let modules = std::sync::Arc::new(super::modules(cache_dir.as_deref(), &args.registry)?);
+    let specs = modules.fetch_all(specs).await?;
+    let watched = match watched {
+        Some(w) => {
+            let mut pairs = Vec::with_capacity(w.specs.len());
+            for s in w.specs {
+                let declared = s.path.clone();
+                pairs.push((
+                    declared,
+                    modules
+                        .fetch(s, &kwh_oci::Credentials::none(), None)
+                        .await?
+                        .0,
+                ));
+            }
+            Some((w.path, w.interval, pairs))
+        }
+        None => None,
+    };
     // Each plugin may hold its `max_instances` instances (its workers and its dispatcher), each
     // with its own memory cap: the pool is sized for all of them and for the largest cap.
     let mut slots = specs
@@ -229,15 +252,16 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
     replica.record_leadership(runtime.events());
     let given = specs.len();
     let started = runtime.start_all_specs(specs).await;
-    let watch = watched.map(|w| {
+    let watch = watched.map(|(path, interval, specs)| {
         PluginsWatch::new(
-            w.path,
+            path,
             limits.clone(),
             namespace.clone(),
-            w.interval,
+            interval,
             grace,
-            w.specs,
+            specs,
             &runtime,
+            modules.clone(),
         )
     });
     let cluster = args.plugins_from_cluster.then(|| {
@@ -248,6 +272,7 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
             grace,
             replica.ownership(),
             runtime.events(),
+            modules.clone(),
         )
     });
     let result = match started {
