@@ -178,3 +178,30 @@ pub fn rebuilt(src: &Path, dst: &Path) {
     bytes.extend_from_slice(payload);
     std::fs::write(dst, bytes).expect("write component");
 }
+
+/// `count` (at most 100) copies of the test guest `base` (named `{base}-00`, `{base}-01`…) in
+/// `dir`: each plugin needs
+/// its own name (queue metrics and field managers are per name), and the guest cannot learn one
+/// from anywhere but its code. The placeholder occurs exactly once, in a data segment.
+pub fn variants(base: &str, dir: &Path, count: usize) -> Vec<PathBuf> {
+    let bytes = std::fs::read(guest(base)).expect("read guest");
+    let placeholder = format!("{base}-00");
+    let len = placeholder.len();
+    let at: Vec<usize> = bytes
+        .windows(len)
+        .enumerate()
+        .filter(|(_, w)| *w == placeholder.as_bytes())
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(at.len(), 1, "the name placeholder occurs once");
+    std::fs::create_dir_all(dir).expect("dir");
+    (0..count)
+        .map(|i| {
+            let mut b = bytes.clone();
+            b[at[0] + len - 2..at[0] + len].copy_from_slice(format!("{i:02}").as_bytes());
+            let p = dir.join(format!("{base}-{i:02}.wasm"));
+            std::fs::write(&p, b).expect("write");
+            p
+        })
+        .collect()
+}

@@ -357,32 +357,6 @@ impl ResourceEventHandler for Counter {
     }
 }
 
-/// `count` copies of the test guest `base` (named `{base}-00`) … in `dir`: each plugin needs
-/// its own name (queue metrics and field managers are per name), and the guest cannot learn one
-/// from anywhere but its code. The placeholder occurs exactly once, in a data segment.
-fn guest_variants(base: &str, dir: &Path, count: usize) -> Vec<PathBuf> {
-    let bytes = std::fs::read(guests::guest(base)).expect("read guest");
-    let placeholder = format!("{base}-00");
-    let len = placeholder.len();
-    let at: Vec<usize> = bytes
-        .windows(len)
-        .enumerate()
-        .filter(|(_, w)| *w == placeholder.as_bytes())
-        .map(|(i, _)| i)
-        .collect();
-    assert_eq!(at.len(), 1, "the name placeholder occurs once");
-    std::fs::create_dir_all(dir).expect("dir");
-    (0..count)
-        .map(|i| {
-            let mut b = bytes.clone();
-            b[at[0] + len - 2..at[0] + len].copy_from_slice(format!("{i:02}").as_bytes());
-            let p = dir.join(format!("{base}-{i:02}.wasm"));
-            std::fs::write(&p, b).expect("write");
-            p
-        })
-        .collect()
-}
-
 /// Update events/s through reflector → DeltaFIFO → store → processor → every plugin's
 /// dispatcher → guest, and CPU per event.
 async fn pipeline(base: &str, plugins: usize, n: usize, runs: usize) -> Pipeline {
@@ -453,7 +427,7 @@ impl Consumers {
             Box::new(move || counter.n.load(Ordering::Relaxed))
         } else {
             let dir = std::env::temp_dir().join(format!("plugin-bench-{}", std::process::id()));
-            let paths = guest_variants(base, &dir, plugins);
+            let paths = guests::variants(base, &dir, plugins);
             let mut r = PluginRuntime::new(
                 engine(256),
                 client(h),

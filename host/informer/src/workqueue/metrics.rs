@@ -203,6 +203,8 @@ pub(crate) struct InFlight {
 /// registry can hold it weakly and forget queues that were dropped.
 pub(crate) trait InFlightSource: Send + Sync {
     fn in_flight(&self, now: Instant) -> InFlight;
+    /// Shut down: its name may be taken by a new queue while it drains.
+    fn is_shut_down(&self) -> bool;
 }
 
 struct Entry {
@@ -244,8 +246,20 @@ impl QueuesCollector {
     ) -> Result<(), MetricsError> {
         let mut entries = self.entries.lock();
         entries.retain(|e| e.source.strong_count() > 0);
-        if entries.iter().any(|e| e.metrics.name() == metrics.name()) {
-            return Err(MetricsError::DuplicateName(metrics.name().to_owned()));
+        if let Some(i) = entries
+            .iter()
+            .position(|e| e.metrics.name() == metrics.name())
+        {
+            // A queue shut down may still be held while its plugin's last instances are
+            // discarded; a plugin removed and added again takes its name over at once.
+            if !entries[i]
+                .source
+                .upgrade()
+                .is_some_and(|s| s.is_shut_down())
+            {
+                return Err(MetricsError::DuplicateName(metrics.name().to_owned()));
+            }
+            entries.remove(i);
         }
         entries.push(Entry { metrics, source });
         Ok(())
@@ -640,6 +654,12 @@ mod tests {
                 Queue::<u8>::named("b", &registry).err(),
                 Some(MetricsError::DuplicateName("b".into()))
             );
+            // A queue shut down but still held gives its name over to a new one.
+            b.shutdown();
+            let b_again =
+                Queue::<u8>::named("b", &registry).expect("a shut-down queue's name is free");
+            assert_eq!(registry.queue_names(), ["a\"quoted", "b"]);
+            drop(b_again);
             drop(b);
             // A dropped queue leaves the exposition and frees its name.
             assert_eq!(registry.queue_names(), ["a\"quoted"]);

@@ -412,6 +412,10 @@ impl<T: Key> InFlightSource for Shared<T> {
         }
         g
     }
+
+    fn is_shut_down(&self) -> bool {
+        self.state.lock().shutting_down
+    }
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::common::*;
-use super::{client, engine, guest_variants, DEADLINE};
+use super::{client, engine, guests, DEADLINE};
 use kwh_emulator::Emulator;
 use kwh_informer::factory::InformerKey;
 use kwh_plugin::{Limits, PluginRuntime, PluginSpec, RuntimeOptions};
@@ -76,7 +76,7 @@ pub async fn upgrade_section() {
         .expect("emulator");
     let pad = seed_configmaps(&h, "bench", OBJECTS, 1024);
     let dir = std::env::temp_dir().join(format!("plugin-bench-upgrade-{}", std::process::id()));
-    let paths = guest_variants("bench-sdk", &dir, PLUGINS + 1);
+    let paths = guests::variants("bench-sdk", &dir, PLUGINS + 1);
     let v2 = paths[0].with_extension("v2.wasm");
     super::guests::rebuilt(&paths[0], &v2);
     let opts = RuntimeOptions {
