@@ -16,7 +16,6 @@
 //! `cargo bench -p host --bench managed` prints Markdown tables; a missed floor fails the run.
 
 #[path = "../../tests/bench_common/mod.rs"]
-#[allow(dead_code)]
 mod bench_common;
 #[path = "../../tests/support/mod.rs"]
 mod support;
