@@ -496,6 +496,84 @@ async fn a_wasmcontroller_pulls_its_module_with_a_pull_secret_and_keeps_running_
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Signatures: a host given `--verify-key` runs a module `host push --sign-key` signed with the
+/// matching key, and refuses one without a signature or signed by another key, with the reason
+/// in one line; the running revision carries on.
+#[cfg_attr(
+    not(docker_registry),
+    ignore = "needs docker-registry (Debian package), not installed when this was built"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_modules_signed_by_the_required_key_run() {
+    let dir = support::temp_dir("oci-signed");
+    let reg = RegistryProcess::start(&dir.join("registry"), false).await;
+    let keys: Vec<(std::path::PathBuf, std::path::PathBuf)> = ["a", "b"]
+        .iter()
+        .map(|k| {
+            let pair = rcgen::KeyPair::generate().expect("key pair");
+            let (private, public) = (dir.join(format!("{k}.pem")), dir.join(format!("{k}.pub")));
+            std::fs::write(&private, pair.serialize_pem()).expect("private key");
+            std::fs::write(&public, pair.public_key_pem()).expect("public key");
+            (private, public)
+        })
+        .collect();
+    let v1 = guest("reviser");
+    let v2 = dir.join("reviser2.wasm");
+    rebuilt(&v1, &v2);
+    let at = |tag: &str| format!("oci://{}/team/reviser:{tag}", reg.host());
+    let signed = push(
+        &v1,
+        &at("signed"),
+        &["--sign-key", &keys[0].0.display().to_string()],
+    )
+    .await;
+    assert!(signed.contains("signed by key "), "{signed}");
+    push(&v2, &at("unsigned"), &[]).await;
+    push(
+        &v2,
+        &at("other"),
+        &["--sign-key", &keys[1].0.display().to_string()],
+    )
+    .await;
+
+    let plugins = dir.join("plugins.yaml");
+    let entry = |module: &str| {
+        format!("- module: {module}\n  logLinesPerSecond: 0\n  config: {{revision: a}}\n")
+    };
+    std::fs::write(&plugins, entry(&at("signed"))).expect("plugins file");
+    let mut host = HostProcess::spawn(
+        [
+            os("--plugins"),
+            plugins.as_os_str(),
+            os("--plugins-poll-interval"),
+            os("200ms"),
+            os("--verify-key"),
+            keys[0].1.as_os_str(),
+            os("--cache-dir"),
+            dir.join("cache").as_os_str(),
+            os("--emulator"),
+        ],
+        "info",
+    );
+    host.emulator().await;
+    host.line("running; SIGINT or SIGTERM stops").await;
+
+    std::fs::write(&plugins, entry(&at("unsigned"))).expect("edit");
+    let line = host.line("reviser:unsigned@sha256:").await;
+    assert!(
+        line.contains("not signed by the required key: no signature (no tag sha256-"),
+        "{line}"
+    );
+    std::fs::write(&plugins, entry(&at("other"))).expect("edit");
+    let line = host.line("reviser:other@sha256:").await;
+    assert!(line.contains("a signature by none of the keys"), "{line}");
+    assert!(!host.saw(") upgraded"), "{}", host.log());
+    assert!(!host.has_exited());
+    host.sigterm();
+    assert!(host.exit(WAIT).await.success(), "{}", host.log());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// The registry tests must run on CI: a run with `CI` set that was built without
 /// `docker-registry` fails here rather than passing with them ignored.
 #[test]

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use kwh_oci::{Credentials, Reference};
+use kwh_oci::{Credentials, PublicKey, Reference};
 
 use kwh_client::client::{Patch, WriteParams};
 use kwh_client::{ApiResource, Client, Object, ResourceClient};
@@ -113,9 +113,11 @@ struct Pull {
 struct PullSpec {
     secret: Option<(String, String)>,
     interval: Option<Duration>,
+    /// `publicKey`: the module must be signed by it (besides the host's `--verify-key`s).
+    key: Option<PublicKey>,
 }
 
-/// Takes `pullSecret` (`{namespace, name}`) and `pullInterval` out of `spec`.
+/// Takes `pullSecret` (`{namespace, name}`), `pullInterval` and `publicKey` out of `spec`.
 fn split_pull(spec: &Value) -> Result<(Value, PullSpec), String> {
     let mut entry = spec.clone();
     let obj = entry.as_object_mut().ok_or("spec: not a mapping")?;
@@ -136,7 +138,21 @@ fn split_pull(spec: &Value) -> Result<(Value, PullSpec), String> {
         ),
         Some(_) => return Err("pullInterval: expected a duration such as 5m".into()),
     };
-    Ok((entry, PullSpec { secret, interval }))
+    let key = match obj.remove("publicKey") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(pem)) => {
+            Some(PublicKey::from_pem(&pem).map_err(|e| format!("publicKey: {e}"))?)
+        }
+        Some(_) => return Err("publicKey: expected a PEM string".into()),
+    };
+    Ok((
+        entry,
+        PullSpec {
+            secret,
+            interval,
+            key,
+        },
+    ))
 }
 
 /// The `WasmController` resources and what was applied of them.
@@ -327,7 +343,7 @@ impl ClusterPlugins {
                             let interval = how.interval.unwrap_or(self.modules.pull_interval());
                             let r = self
                                 .modules
-                                .fetch(spec, &credentials, Some(Duration::ZERO))
+                                .fetch(spec, &credentials, Some(Duration::ZERO), how.key.as_slice())
                                 .await;
                             // A failed pull keeps the digest running, so the tag is asked
                             // again only when it moves.

@@ -9,13 +9,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kwh_oci::{BlobStore, Credentials, OciError, Pulled, Reference, Registry};
+use kwh_oci::{BlobStore, Credentials, OciError, PublicKey, Pulled, Reference, Registry};
 use kwh_plugin::PluginSpec;
 
 /// Pulls the modules named by reference.
 pub struct Modules {
     registry: Registry,
     pull_interval: Duration,
+    /// Every module pulled must be signed by one of these (`--verify-key`), when there are any.
+    keys: Vec<PublicKey>,
 }
 
 impl std::fmt::Debug for Modules {
@@ -53,6 +55,7 @@ impl Modules {
         cache_dir: &Path,
         registry_config: Option<&Path>,
         pull_interval: Duration,
+        keys: Vec<PublicKey>,
     ) -> Result<Self, OciError> {
         let credentials = match registry_config {
             Some(p) => Credentials::from_file(p)?,
@@ -61,6 +64,7 @@ impl Modules {
         Ok(Modules {
             registry: Registry::new(BlobStore::new(blob_dir(cache_dir)), credentials)?,
             pull_interval,
+            keys,
         })
     }
 
@@ -74,20 +78,26 @@ impl Modules {
 
     /// `spec` with its module pulled when it is a reference (its path then the cached blob),
     /// and what was pulled; a file's spec as it is. A tag is asked for its digest again once
-    /// its last answer is older than `max_age` (the pull interval when `None`).
+    /// its last answer is older than `max_age` (the pull interval when `None`). The manifest
+    /// must be signed by one of the `--verify-key` keys or of `keys`, when there are any.
     pub async fn fetch(
         &self,
         mut spec: PluginSpec,
         creds: &Credentials,
         max_age: Option<Duration>,
+        keys: &[PublicKey],
     ) -> Result<(PluginSpec, Option<Pulled>), OciError> {
         let Some(text) = spec.path.to_str().filter(|s| Reference::is_reference(s)) else {
             return Ok((spec, None));
         };
         let reference = Reference::parse(text)?;
         let pulled = self
-            .registry
-            .pull(&reference, creds, max_age.unwrap_or(self.pull_interval))
+            .pull(
+                &reference,
+                creds,
+                max_age.unwrap_or(self.pull_interval),
+                keys,
+            )
             .await?;
         if pulled.fetched {
             tracing::info!(module = %pulled.pinned, layer = %pulled.layer_digest, "pulled");
@@ -96,11 +106,28 @@ impl Modules {
         Ok((spec, Some(pulled)))
     }
 
+    /// `reference` pulled (a tag asked again once its answer is older than `max_age`), its
+    /// signature checked against the `--verify-key` keys and `keys` when there are any.
+    pub async fn pull(
+        &self,
+        reference: &Reference,
+        creds: &Credentials,
+        max_age: Duration,
+        keys: &[PublicKey],
+    ) -> Result<Pulled, OciError> {
+        let pulled = self.registry.pull(reference, creds, max_age).await?;
+        let required: Vec<PublicKey> = self.keys.iter().chain(keys).cloned().collect();
+        self.registry
+            .verify(reference, creds, &pulled.manifest_digest, &required)
+            .await?;
+        Ok(pulled)
+    }
+
     /// Every spec fetched, or the first failure naming its reference.
     pub async fn fetch_all(&self, specs: Vec<PluginSpec>) -> Result<Vec<PluginSpec>, OciError> {
         let mut out = Vec::with_capacity(specs.len());
         for s in specs {
-            out.push(self.fetch(s, &Credentials::none(), None).await?.0);
+            out.push(self.fetch(s, &Credentials::none(), None, &[]).await?.0);
         }
         Ok(out)
     }

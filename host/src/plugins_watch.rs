@@ -176,7 +176,7 @@ impl PluginsWatch {
             let pulled = modules::is_reference(&declared).then(Instant::now);
             let spec = match self
                 .modules
-                .fetch(spec.clone(), &Credentials::none(), None)
+                .fetch(spec.clone(), &Credentials::none(), None, &[])
                 .await
             {
                 Ok((s, _)) => s,

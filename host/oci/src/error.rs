@@ -29,6 +29,12 @@ pub enum OciError {
         status: u16,
         message: String,
     },
+    /// A signing or public key that cannot be used.
+    #[error("signature: {0}")]
+    Signature(String),
+    /// A module required to be signed that is not, or not by the keys given.
+    #[error("{reference}: not signed by the required key: {message}")]
+    Unsigned { reference: String, message: String },
     #[error("{reference}: {source}")]
     Http {
         reference: String,

@@ -22,6 +22,7 @@ use crate::blobs::{digest_of, BlobStore};
 use crate::credentials::{Credential, Credentials};
 use crate::error::OciError;
 use crate::reference::{check_digest, Reference};
+use crate::signature::{self, PublicKey, SigningKey};
 
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -77,6 +78,9 @@ pub struct Registry {
     tokens: Mutex<HashMap<(String, String), String>>,
     /// Tag references → the manifest digest they resolved to, and when.
     tags: Mutex<HashMap<String, (String, Instant)>>,
+    /// Manifests whose signature was verified, with the keys it was verified against (a
+    /// rollback to one needs no request).
+    verified: Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -96,6 +100,8 @@ struct Descriptor {
     size: u64,
     #[serde(default)]
     platform: Option<Platform>,
+    #[serde(default)]
+    annotations: HashMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -165,6 +171,7 @@ impl Registry {
             credentials,
             tokens: Mutex::new(HashMap::new()),
             tags: Mutex::new(HashMap::new()),
+            verified: Mutex::new(std::collections::HashSet::new()),
         })
     }
 
@@ -694,12 +701,22 @@ impl Registry {
         });
         let manifest = Bytes::from(serde_json::to_vec(&manifest).unwrap_or_default());
         let digest = digest_of(&manifest);
-        let url = format!(
-            "{}/v2/{}/manifests/{}",
-            r.base_url(),
-            r.repository,
-            r.tag.as_deref().unwrap_or(&digest)
-        );
+        let at = r.tag.clone().unwrap_or_else(|| digest.clone());
+        self.put_manifest(r, creds, &at, manifest.clone()).await?;
+        self.store
+            .put(&r.to_string(), "the manifest", &digest, &manifest)?;
+        Ok(digest)
+    }
+
+    /// PUTs `manifest` (an OCI image manifest) at `at`, a tag or its digest.
+    async fn put_manifest(
+        &self,
+        r: &Reference,
+        creds: &Credentials,
+        at: &str,
+        manifest: Bytes,
+    ) -> Result<(), OciError> {
+        let url = format!("{}/v2/{}/manifests/{at}", r.base_url(), r.repository);
         let resp = self
             .request(
                 r,
@@ -707,16 +724,154 @@ impl Registry {
                 Method::PUT,
                 &url,
                 &[(CONTENT_TYPE, OCI_MANIFEST)],
-                manifest.clone(),
+                manifest,
                 true,
             )
             .await?;
         if resp.status() != StatusCode::CREATED {
-            return Err(self.failure(r, "putting the manifest", resp).await);
+            return Err(self
+                .failure(r, &format!("putting manifest {at}"), resp)
+                .await);
         }
-        self.store
-            .put(&r.to_string(), "the manifest", &digest, &manifest)?;
-        Ok(digest)
+        Ok(())
+    }
+
+    /// Signs manifest `digest` of `r`'s repository with `key`, as `cosign sign --key` does (a
+    /// simple-signing payload at the tag `sha256-<hex>.sig`); returns that manifest's digest.
+    pub async fn sign(
+        &self,
+        r: &Reference,
+        creds: &Credentials,
+        digest: &str,
+        key: &SigningKey,
+    ) -> Result<String, OciError> {
+        let payload = Bytes::from(signature::payload(
+            &format!("{}/{}", r.registry, r.repository),
+            digest,
+        ));
+        let sig = base64::engine::general_purpose::STANDARD.encode(key.sign(&payload)?);
+        let payload_digest = digest_of(&payload);
+        let config = Bytes::from(
+            serde_json::to_vec(&json!({
+                "architecture": "", "os": "", "config": {},
+                "created": "0001-01-01T00:00:00Z",
+                "history": [{"created": "0001-01-01T00:00:00Z"}],
+                "rootfs": {"type": "layers", "diff_ids": [payload_digest]},
+            }))
+            .unwrap_or_default(),
+        );
+        let config_digest = digest_of(&config);
+        self.upload(r, creds, &config_digest, config.clone())
+            .await?;
+        self.upload(r, creds, &payload_digest, payload.clone())
+            .await?;
+        let manifest = Bytes::from(
+            serde_json::to_vec(&json!({
+                "schemaVersion": 2,
+                "mediaType": OCI_MANIFEST,
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                           "digest": config_digest, "size": config.len()},
+                "layers": [{"mediaType": signature::SIMPLE_SIGNING, "digest": payload_digest,
+                            "size": payload.len(),
+                            "annotations": {signature::SIGNATURE_ANNOTATION: sig}}],
+            }))
+            .unwrap_or_default(),
+        );
+        self.put_manifest(
+            r,
+            creds,
+            &signature::signature_tag(digest),
+            manifest.clone(),
+        )
+        .await?;
+        Ok(digest_of(&manifest))
+    }
+
+    /// Checks that manifest `digest` of `r`'s repository carries a cosign signature by one of
+    /// `keys` (nothing to check when there are none). A manifest verified against the same keys
+    /// before is not asked about again.
+    pub async fn verify(
+        &self,
+        r: &Reference,
+        creds: &Credentials,
+        digest: &str,
+        keys: &[PublicKey],
+    ) -> Result<(), OciError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let fingerprints = keys
+            .iter()
+            .map(PublicKey::fingerprint)
+            .collect::<Vec<_>>()
+            .join(",");
+        let memo = (digest.to_owned(), fingerprints.clone());
+        // Kept in memory and as a marker beside the blobs: a signature once verified stays
+        // valid, so a restart does not ask the registry again either.
+        let marker = self.store.dir().join("verified").join(format!(
+            "{}-{}",
+            digest.trim_start_matches("sha256:"),
+            fingerprints.replace(',', "-")
+        ));
+        if self.verified.lock().contains(&memo) || marker.is_file() {
+            return Ok(());
+        }
+        let unsigned = |message: String| OciError::Unsigned {
+            reference: r.at(digest).to_string(),
+            message,
+        };
+        let tag = signature::signature_tag(digest);
+        let bytes = match self.manifest(r, creds, &tag).await {
+            Err(OciError::NotFound { .. }) => {
+                return Err(unsigned(format!("no signature (no tag {tag})")))
+            }
+            other => other?.1,
+        };
+        let m: Manifest = serde_json::from_slice(&bytes)
+            .map_err(|e| unsigned(format!("the signature manifest is not JSON: {e}")))?;
+        let mut reasons = Vec::new();
+        for layer in m
+            .layers
+            .iter()
+            .filter(|l| l.media_type == signature::SIMPLE_SIGNING)
+        {
+            let Some(sig) = layer.annotations.get(signature::SIGNATURE_ANNOTATION) else {
+                reasons.push("a layer without a signature annotation".to_owned());
+                continue;
+            };
+            check_digest(&layer.digest).map_err(&unsigned)?;
+            let payload = match self.store.get(&layer.digest) {
+                Some(p) => {
+                    std::fs::read(&p).map_err(OciError::io(format!("reading {}", p.display())))?
+                }
+                None => {
+                    let b = self.blob(r, creds, &layer.digest).await?;
+                    self.store
+                        .put(&r.to_string(), "a signature payload", &layer.digest, &b)?;
+                    b.to_vec()
+                }
+            };
+            match signature::check(&payload, sig, digest, keys) {
+                Ok(()) => {
+                    self.verified.lock().insert(memo);
+                    if let Some(dir) = marker.parent() {
+                        let _ = std::fs::create_dir_all(dir);
+                    }
+                    if let Err(e) = std::fs::write(&marker, b"") {
+                        tracing::debug!(error = %e, "the verified signature is not remembered on disk");
+                    }
+                    return Ok(());
+                }
+                Err(e) => reasons.push(e),
+            }
+        }
+        if reasons.is_empty() {
+            reasons.push("no simple-signing layer".into());
+        }
+        Err(unsigned(format!(
+            "{} (keys {fingerprints})",
+            reasons.join("; ")
+        )))
     }
 }
 

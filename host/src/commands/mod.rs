@@ -59,6 +59,11 @@ pub struct RegistryArgs {
     #[arg(long, value_name = "DURATION", value_parser = kwh_client::duration::parse_duration,
         default_value = "5m")]
     pub pull_interval: Duration,
+    /// A public key (PEM, ECDSA P-256, as `cosign generate-key-pair` writes `cosign.pub`) every
+    /// `oci://` module must carry a cosign signature by (repeatable: any of them); an unsigned
+    /// or otherwise signed module fails to load.
+    #[arg(long = "verify-key", value_name = "FILE.pub")]
+    pub verify_keys: Vec<PathBuf>,
 }
 
 /// The module puller: blobs beside the compile cache (`cache_dir`, else the default one, else
@@ -77,10 +82,20 @@ pub fn modules(
         .registry_config
         .clone()
         .or_else(crate::modules::default_registry_config);
+    let mut keys = Vec::with_capacity(args.verify_keys.len());
+    for f in &args.verify_keys {
+        let pem =
+            std::fs::read_to_string(f).with_context(|| format!("--verify-key {}", f.display()))?;
+        keys.push(
+            kwh_oci::PublicKey::from_pem(&pem)
+                .with_context(|| format!("--verify-key {}", f.display()))?,
+        );
+    }
     Ok(crate::modules::Modules::new(
         &dir,
         config.as_deref(),
         args.pull_interval,
+        keys,
     )?)
 }
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use kwh_oci::{Credentials, Layout, Reference};
+use kwh_oci::{Credentials, Layout, Reference, SigningKey};
 use kwh_plugin::{Compiler, Limits};
 use kwh_sandbox::DEFAULT_MAX_MEMORY;
 use serde_json::json;
@@ -33,6 +33,11 @@ pub struct PushArgs {
     /// The artifact layout.
     #[arg(long, value_enum, default_value = "cncf")]
     layout: LayoutArg,
+    /// Also sign the pushed manifest with this key (PEM, unencrypted PKCS#8 ECDSA P-256), as
+    /// `cosign sign --key` does: hosts given the public key with `--verify-key` (or a
+    /// `WasmController`'s `publicKey`) then accept it.
+    #[arg(long, value_name = "FILE.pem")]
+    sign_key: Option<PathBuf>,
     /// Compile cache directory (the component is loaded to check it is a plugin first).
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
@@ -42,6 +47,18 @@ pub struct PushArgs {
 
 pub async fn push(args: PushArgs) -> anyhow::Result<()> {
     let reference = Reference::parse(&args.reference)?;
+    // Read before anything is pushed: a key that cannot sign is one line, and nothing changes.
+    let signing = match &args.sign_key {
+        Some(f) => {
+            let pem = std::fs::read_to_string(f)
+                .with_context(|| format!("--sign-key {}", f.display()))?;
+            Some(
+                SigningKey::from_pem(&pem)
+                    .with_context(|| format!("--sign-key {}", f.display()))?,
+            )
+        }
+        None => None,
+    };
     let bytes = std::fs::read(&args.file)
         .with_context(|| format!("{}: cannot read the file", args.file.display()))?;
     // Only plugins are pushed: a file this host could not run is refused here, not at a pull.
@@ -83,6 +100,17 @@ pub async fn push(args: PushArgs) -> anyhow::Result<()> {
         reference.repository,
         loaded.manifest().name
     );
+    if let Some(key) = signing {
+        modules
+            .registry()
+            .sign(&reference, &Credentials::none(), &digest, &key)
+            .await?;
+        println!(
+            "signed by key {} (tag {})",
+            key.public_key().fingerprint(),
+            kwh_oci::signature::signature_tag(&digest)
+        );
+    }
     Ok(())
 }
 
@@ -103,8 +131,7 @@ pub async fn pulled(
             Some(s) => {
                 let r = Reference::parse(s)?;
                 let pulled = modules
-                    .registry()
-                    .pull(&r, &Credentials::none(), modules.pull_interval())
+                    .pull(&r, &Credentials::none(), modules.pull_interval(), &[])
                     .await?;
                 out.push(pulled.path);
             }

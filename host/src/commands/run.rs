@@ -202,7 +202,7 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
                 pairs.push((
                     declared,
                     modules
-                        .fetch(s, &kwh_oci::Credentials::none(), None)
+                        .fetch(s, &kwh_oci::Credentials::none(), None, &[])
                         .await?
                         .0,
                 ));
