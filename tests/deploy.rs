@@ -40,15 +40,40 @@ fn doc(name: &str) -> Value {
     d.remove(0)
 }
 
-/// The resources the kustomization lists.
+/// The files the kustomization in `dir` (relative to deploy/) lists, those of the
+/// kustomizations it names expanded in place, as paths relative to deploy/.
+fn kustomized_in(dir: &str) -> Vec<String> {
+    let at = |r: &str| {
+        let p = std::path::Path::new(dir).join(r);
+        // `..` folded, so that `wasmcontrollers/../common` reads as `common`.
+        let mut parts: Vec<String> = Vec::new();
+        for c in p.components() {
+            match c {
+                std::path::Component::ParentDir => {
+                    parts.pop();
+                }
+                std::path::Component::Normal(n) => parts.push(n.to_string_lossy().into_owned()),
+                _ => {}
+            }
+        }
+        parts.join("/")
+    };
+    let k = doc(&at("kustomization.yaml"));
+    let mut out = Vec::new();
+    for r in k["resources"].as_array().expect("resources") {
+        let r = at(r.as_str().expect("a path"));
+        if deploy_dir().join(&r).is_dir() {
+            out.extend(kustomized_in(&r));
+        } else {
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// The files `kubectl apply -k deploy/` applies.
 fn kustomized() -> Vec<String> {
-    let k = doc("kustomization.yaml");
-    k["resources"]
-        .as_array()
-        .expect("resources")
-        .iter()
-        .map(|r| r.as_str().expect("a file").to_string())
-        .collect()
+    kustomized_in("")
 }
 
 // ----- the Dockerfile -----
@@ -247,7 +272,7 @@ fn the_dockerfile_builds_the_host_in_release_and_runs_only_the_binary_as_a_non_r
 // ----- the manifests, statically -----
 
 fn deployment() -> Value {
-    doc("deployment.yaml")
+    doc("common/deployment.yaml")
 }
 
 fn container<'a>(d: &'a Value, list: &str, name: &str) -> &'a Value {
@@ -287,22 +312,43 @@ fn mounted<'a>(d: &'a Value, c: &Value, path: &str) -> (&'a Value, bool) {
 }
 
 #[test]
-fn the_kustomization_lists_every_manifest_each_in_the_one_namespace() {
-    let mut files: Vec<String> = std::fs::read_dir(deploy_dir())
-        .expect("deploy/")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
-        .collect();
-    files.sort();
-    let mut listed = kustomized();
-    listed.sort();
-    assert_eq!(listed, files);
-    for f in kustomized() {
+fn the_kustomizations_list_every_manifest_each_in_the_one_namespace() {
+    // Each kustomization lists every manifest of its directory (and names other directories).
+    for dir in ["", "common", "crds", "wasmcontrollers"] {
+        let mut files: Vec<String> = std::fs::read_dir(deploy_dir().join(dir))
+            .expect("deploy/")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
+            .map(|n| {
+                if dir.is_empty() {
+                    n
+                } else {
+                    format!("{dir}/{n}")
+                }
+            })
+            .collect();
+        files.sort();
+        let mut listed: Vec<String> = kustomized_in(dir)
+            .into_iter()
+            .filter(|f| std::path::Path::new(f).parent() == Some(std::path::Path::new(dir)))
+            .collect();
+        listed.sort();
+        assert_eq!(listed, files, "deploy/{dir}");
+    }
+    for f in kustomized()
+        .into_iter()
+        .chain(kustomized_in("wasmcontrollers"))
+    {
         for d in yaml_docs(&read(&f)) {
             let ns = d["metadata"]["namespace"].as_str();
             match d["kind"].as_str() {
                 Some("Namespace") => assert_eq!(d["metadata"]["name"], NS),
-                Some("ClusterRole" | "ClusterRoleBinding") => assert_eq!(ns, None, "{d}"),
+                Some(
+                    "ClusterRole"
+                    | "ClusterRoleBinding"
+                    | "CustomResourceDefinition"
+                    | "WasmController",
+                ) => assert_eq!(ns, None, "{d}"),
                 _ => assert_eq!(ns, Some(NS), "{f}: {d}"),
             }
         }
@@ -316,7 +362,7 @@ fn the_deployment_runs_two_hardened_replicas_with_leader_election_on_the_metrics
     let pod = &d["spec"]["template"]["spec"];
     assert_eq!(
         pod["serviceAccountName"],
-        doc("serviceaccount.yaml")["metadata"]["name"]
+        doc("common/serviceaccount.yaml")["metadata"]["name"]
     );
     let host = container(&d, "containers", "host");
     let args = &host["args"];
@@ -440,7 +486,7 @@ fn probes_use_the_metrics_port_the_service_targets(d: &Value) {
             "{probe}"
         );
     }
-    let svc = doc("service.yaml");
+    let svc = doc("common/service.yaml");
     assert_eq!(
         svc["spec"]["selector"],
         d["spec"]["selector"]["matchLabels"]
@@ -513,7 +559,7 @@ fn plugin_modules(cm: &Value, key: &str) -> Vec<String> {
 /// The `host rbac` arguments the manifests imply: the ServiceAccount, and every lease flag of
 /// the Deployment's that `host rbac` takes too.
 fn rbac_flags() -> Vec<String> {
-    let sa = doc("serviceaccount.yaml");
+    let sa = doc("common/serviceaccount.yaml");
     let mut flags = vec![
         "--service-account-namespace".to_string(),
         sa["metadata"]["namespace"]
@@ -584,11 +630,11 @@ async fn the_committed_rbac_is_what_host_rbac_prints_for_the_deployed_plugins() 
         .expect("host rbac runs");
     assert!(out.status.success(), "{out:?}");
     let printed = String::from_utf8(out.stdout).expect("utf-8");
-    let committed = read("rbac.yaml");
+    let committed = read("common/rbac.yaml");
     assert!(
         committed == printed,
-        "deploy/rbac.yaml is not what `host rbac` prints now; regenerate it (README, \"Running in \
-         a cluster\"):\n  host rbac {} <the examples' .wasm files> > deploy/rbac.yaml\n--- \
+        "deploy/common/rbac.yaml is not what `host rbac` prints now; regenerate it (README, \"Running in \
+         a cluster\"):\n  host rbac {} <the examples' .wasm files> > deploy/common/rbac.yaml\n--- \
          printed:\n{printed}",
         flags.join(" ")
     );
@@ -760,7 +806,7 @@ async fn the_fields_that_matter_read_back(dir: &Path) {
     .await;
     assert!(ok, "{err}");
     let role: Value = serde_json::from_str(&out).expect("JSON");
-    let committed = yaml_docs(&read("rbac.yaml"))
+    let committed = yaml_docs(&read("common/rbac.yaml"))
         .into_iter()
         .find(|d| d["kind"] == "Role")
         .expect("Role");
@@ -805,4 +851,132 @@ async fn the_service_account_may_do_what_the_host_does(em: &EmulatorHandle, dir:
         .await
         .expect_err("no list of Leases for leader election");
     assert_eq!(refused.status().map(|s| s.code), Some(403), "{refused}");
+}
+
+// ----- deploy/wasmcontrollers/: plugins from WasmController resources and a registry -----
+
+/// What `kubectl kustomize deploy/wasmcontrollers` renders.
+async fn wasmcontrollers_rendered(dir: &Path) -> Vec<Value> {
+    let path = deploy_dir().join("wasmcontrollers").display().to_string();
+    let (ok, out, err) = kubectl(dir, &["kustomize", &path]).await;
+    assert!(ok, "kubectl kustomize: {err}");
+    yaml_docs(&out)
+}
+
+#[cfg_attr(
+    not(kubectl),
+    ignore = "needs kubectl, not installed when this was built"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wasmcontrollers_variant_is_the_deployment_without_a_plugins_file_or_init_containers() {
+    let dir = support::temp_dir("deploy-variant");
+    let docs = wasmcontrollers_rendered(&dir).await;
+    let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert!(!kinds.contains(&"ConfigMap"), "no plugins file: {kinds:?}");
+    assert!(kinds.contains(&"CustomResourceDefinition"), "{kinds:?}");
+    // The same Deployment as deploy/'s but for what the plugins file and its init containers
+    // needed: the args, the mounts and the volumes.
+    let got = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("a Deployment")
+        .clone();
+    let mut want = deployment();
+    let pod = &mut want["spec"]["template"]["spec"];
+    pod.as_object_mut()
+        .expect("pod spec")
+        .remove("initContainers");
+    pod["volumes"] = json!([{"name": "cache", "emptyDir": {"sizeLimit": "256Mi"}}]);
+    let host = &mut pod["containers"][0];
+    host["volumeMounts"] = json!([{"name": "cache", "mountPath": "/var/cache/kube-wasm-host"}]);
+    host["args"] = got["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+    assert_eq!(got, want);
+    let args = &want["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert!(
+        args.as_array()
+            .is_some_and(|a| a.iter().any(|x| x == "--plugins-from-cluster")
+                && a.iter().any(|x| x == "--leader-elect")
+                && !a
+                    .iter()
+                    .any(|x| x.as_str().is_some_and(|x| x.starts_with("--plugins=")))),
+        "{args}"
+    );
+    assert_eq!(flag(args, "cache-dir"), Some("/var/cache/kube-wasm-host"));
+    // Each example resource names its module by registry reference.
+    let controllers: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "WasmController")
+        .collect();
+    assert_eq!(controllers.len(), 2);
+    for c in controllers {
+        let module = c["spec"]["module"].as_str().expect("module");
+        kwh_oci::Reference::parse(module).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wasmcontrollers_rbac_is_what_host_rbac_prints_for_the_resources() {
+    let out = tokio::process::Command::new(support::host_bin())
+        .args([
+            "rbac",
+            "--plugins-from-cluster",
+            "--role-name",
+            "kube-wasm-host-wasmcontrollers",
+        ])
+        .args(&rbac_flags()[..4])
+        .env_remove("KUBECONFIG")
+        .output()
+        .await
+        .expect("host rbac runs");
+    assert!(out.status.success(), "{out:?}");
+    let printed = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(
+        read("wasmcontrollers/rbac.yaml") == printed,
+        "deploy/wasmcontrollers/rbac.yaml is not what `host rbac` prints now; regenerate it:\n  \
+         host rbac --plugins-from-cluster --role-name kube-wasm-host-wasmcontrollers {} > \
+         deploy/wasmcontrollers/rbac.yaml\n--- printed:\n{printed}",
+        rbac_flags()[..4].join(" ")
+    );
+}
+
+#[cfg_attr(
+    not(kubectl),
+    ignore = "needs kubectl, not installed when this was built"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wasmcontrollers_variant_is_applied_server_side() {
+    let em = kwh_emulator::Emulator::builder()
+        .tls(true)
+        .authorize(true)
+        .start()
+        .await
+        .expect("emulator starts");
+    let dir = support::temp_dir("deploy-variant-apply");
+    em.write_kubeconfig(dir.join("kubeconfig"))
+        .expect("kubeconfig");
+    let path = deploy_dir().join("wasmcontrollers").display().to_string();
+    // The CRD first, as a real cluster needs it established before its resources are applied.
+    let crds = deploy_dir().join("crds").display().to_string();
+    let (ok, out, err) = kubectl(&dir, &["apply", "--server-side", "-k", &crds]).await;
+    assert!(ok, "kubectl apply -k crds: {err}\n{out}");
+    let (ok, out, err) = kubectl(&dir, &["apply", "--server-side", "-k", &path]).await;
+    assert!(ok, "kubectl apply: {err}\n{out}");
+    let rendered = wasmcontrollers_rendered(&dir).await;
+    assert_eq!(
+        out.lines().count(),
+        rendered.len(),
+        "one line per object: {out}"
+    );
+    let (ok, out, err) = kubectl(&dir, &["get", "wasmcontrollers", "-o", "name"]).await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "wasmcontroller.kube-wasm.dev/config-reloader",
+            "wasmcontroller.kube-wasm.dev/janitor"
+        ]
+    );
+    em.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
 }

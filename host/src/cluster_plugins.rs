@@ -61,6 +61,9 @@ pub fn rbac_rules() -> Vec<Value> {
                "verbs": ["get", "patch", "update"]}),
         // A resource's `pullSecret` names a Secret the host reads its registry credentials from.
         json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}),
+        // An Event per applied generation; a cluster-scoped object's Events go to `default`.
+        json!({"apiGroups": ["events.k8s.io"], "resources": ["events"],
+               "verbs": ["create", "patch"]}),
     ]
 }
 

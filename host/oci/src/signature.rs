@@ -195,7 +195,10 @@ mod tests {
         let digest = "sha256:".to_owned() + &"ab".repeat(32);
         let p = payload("r.io/team/ctl", &digest);
         let sig = base64::engine::general_purpose::STANDARD.encode(a.sign(&p).expect("sign"));
-        assert_eq!(check(&p, &sig, &digest, std::slice::from_ref(&a_pub)), Ok(()));
+        assert_eq!(
+            check(&p, &sig, &digest, std::slice::from_ref(&a_pub)),
+            Ok(())
+        );
         assert_eq!(
             check(&p, &sig, &digest, &[b.public_key()]),
             Err("a signature by none of the keys".into())
