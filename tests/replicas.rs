@@ -501,3 +501,165 @@ async fn a_partitioned_leader_stops_calling_its_guest_before_its_lease_can_expir
     );
     assert_no_overlap(&mut rs);
 }
+
+/// `WasmController` resources with two replicas and `--leader-elect` (issue "Plugins as managed
+/// workloads"): the standby applies every generation too (its revision runs, wired but not
+/// reconciling, so a takeover needs no compile or load), only the leader reconciles and writes
+/// status, and after kill -9 of the leader the other runs the same revision and digest, writes
+/// the next generation's status, and loads nothing at the takeover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_agree_on_a_wasmcontrollers_revision_after_a_takeover() {
+    let crd = support::guests::repo_root().join("deploy/crds/wasmcontroller.yaml");
+    let emulator = EmulatorProcess::start(&["--seed", &crd.display().to_string()]).await;
+    let mut rs = Replicas::on(emulator);
+    let module = support::guests::guest("reviser");
+    for _ in 0..2 {
+        let cache = rs.dir.join(format!("cache-{}", rs.replicas.len()));
+        rs.spawn([
+            OsString::from("--plugins-from-cluster"),
+            "--leader-elect".into(),
+            "--leader-elect-lease-duration".into(),
+            "2s".into(),
+            "--leader-elect-renew-deadline".into(),
+            "1500ms".into(),
+            "--leader-elect-retry-period".into(),
+            "300ms".into(),
+            "--cache-dir".into(),
+            cache.into_os_string(),
+        ])
+        .await;
+    }
+    let wc = kwh_client::ApiResource::new(
+        "kube-wasm.dev/v1alpha1",
+        "WasmController",
+        "wasmcontrollers",
+        false,
+    );
+    let client = rs.emulator.client.clone();
+    let apply = |revision: &'static str| {
+        let client = client.clone();
+        let wc = wc.clone();
+        let module = module.display().to_string();
+        async move {
+            let body = json!({"apiVersion": "kube-wasm.dev/v1alpha1", "kind": "WasmController",
+                "metadata": {"name": "reviser"},
+                "spec": {"module": module, "logLinesPerSecond": 0,
+                         "config": {"revision": revision}}});
+            client
+                .patch(
+                    &wc,
+                    None,
+                    "reviser",
+                    None,
+                    &kwh_client::client::Patch::Apply(body.to_string().into()),
+                    &kwh_client::client::WriteParams {
+                        field_manager: Some("test".into()),
+                        force: true,
+                        ..Default::default()
+                    },
+                )
+                .await
+                .expect("apply");
+        }
+    };
+    // Each replica's running revision and digest of plugin `reviser`, from /statusz.
+    async fn running(r: &mut Replica) -> Option<(u64, String)> {
+        let (code, body) = r.get("/statusz").await;
+        let v: serde_json::Value = serde_json::from_str(&body).ok().filter(|_| code == 200)?;
+        let p = v["plugins"]
+            .as_array()?
+            .iter()
+            .find(|p| p["name"] == "reviser")?
+            .clone();
+        Some((p["revision"].as_u64()?, p["digest"].as_str()?.to_owned()))
+    }
+    async fn both_at(rs: &mut Replicas, revision: u64) -> String {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let a = running(&mut rs.replicas[0]).await;
+            let b = running(&mut rs.replicas[1]).await;
+            if let (Some(a), Some(b)) = (&a, &b) {
+                if a.0 == revision && a == b {
+                    return a.1.clone();
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "replicas at {a:?} and {b:?}, not both at revision {revision}:\n{}",
+                rs.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let observed = |client: kwh_client::Client, wc: kwh_client::ApiResource| async move {
+        let o = client.get(&wc, None, "reviser").await.expect("get");
+        let v: serde_json::Value = serde_json::from_slice(o.raw()).expect("JSON");
+        v["status"]["observedGeneration"].as_i64().unwrap_or(0)
+    };
+    let status_at = |generation: i64| {
+        let (client, wc) = (client.clone(), wc.clone());
+        async move {
+            let deadline = tokio::time::Instant::now() + WAIT;
+            while observed(client.clone(), wc.clone()).await < generation {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "status never reached generation {generation}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+
+    let first = leader(&mut rs, &[0, 1], WAIT).await;
+    let standby = 1 - first;
+    apply("a").await;
+    let digest = both_at(&mut rs, 1).await;
+    status_at(1).await;
+    apply("b").await;
+    assert_eq!(both_at(&mut rs, 2).await, digest, "a configuration change");
+    status_at(2).await;
+    // Only the leader reconciles.
+    rs.emulator.create_namespace("default").await;
+    rs.emulator.create_cm("default", "one", json!({})).await;
+    rs.replicas[first]
+        .process
+        .line("REV b reconcile default/one")
+        .await;
+    assert!(
+        !rs.replicas[standby].process.saw("REV b reconcile"),
+        "{}",
+        rs.log()
+    );
+    rs.replicas[standby].process.drain();
+    let loads_before = rs.replicas[standby]
+        .process
+        .lines_mentioning(&["plugin loaded"])
+        .len();
+    assert!(loads_before >= 2, "the standby loaded both revisions");
+
+    let status = rs.kill(first).await;
+    assert!(!status.success());
+    assert_eq!(leader(&mut rs, &[standby], WAIT).await, standby);
+    assert_eq!(
+        running(&mut rs.replicas[standby]).await,
+        Some((2, digest.clone())),
+        "the same revision after the takeover"
+    );
+    rs.emulator.create_cm("default", "two", json!({})).await;
+    rs.replicas[standby]
+        .process
+        .line("REV b reconcile default/two")
+        .await;
+    rs.replicas[standby].process.drain();
+    assert_eq!(
+        rs.replicas[standby]
+            .process
+            .lines_mentioning(&["plugin loaded"])
+            .len(),
+        loads_before,
+        "nothing loaded at the takeover"
+    );
+    // The new leader writes status.
+    apply("c").await;
+    status_at(3).await;
+}
