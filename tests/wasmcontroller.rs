@@ -159,6 +159,27 @@ async fn wasmcontrollers_add_upgrade_and_remove_plugins_and_carry_their_status()
     assert!(status["failedRevision"].is_null(), "{status}");
     assert_eq!(status["observedGeneration"], 3, "{status}");
 
+    // A second resource whose module names the same plugin is refused: one plugin, one source.
+    let copy = dir.join("wc-copy.yaml");
+    std::fs::write(
+        &copy,
+        wasmcontroller(&module, "c").replace("name: reviser\n", "name: reviser-copy\n"),
+    )
+    .expect("write");
+    let (ok, out, err) = kubectl(&dir, &["apply", "-f", &copy.display().to_string()]).await;
+    assert!(ok, "{out}{err}");
+    kubectl_until(
+        &dir,
+        &["describe", "wasmcontroller", "reviser-copy"],
+        WAIT,
+        |l| l.contains("already run by WasmController reviser"),
+    )
+    .await
+    .unwrap_or_else(|out| panic!("no refusal in describe:\n{out}"));
+    get(&["True", " 2 "]).await;
+    let (ok, out, err) = kubectl(&dir, &["delete", "-f", &copy.display().to_string()]).await;
+    assert!(ok, "{out}{err}");
+
     // Deleted: the plugin is removed, the host runs on.
     let (ok, out, err) = kubectl(&dir, &["delete", "wasmcontroller", "reviser"]).await;
     assert!(ok, "{out}{err}");

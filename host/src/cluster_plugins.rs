@@ -386,7 +386,29 @@ impl ClusterPlugins {
             }
             Ok(spec) => {
                 let module = spec.path.clone();
-                match runtime.apply(spec, self.grace).await {
+                // A plugin runs for one source only: this resource's own, or one no other
+                // resource, plugins file or `--plugin` runs.
+                let others: Vec<(String, String)> = self
+                    .applied
+                    .iter()
+                    .filter(|(n, _)| n.as_str() != name)
+                    .filter_map(|(n, a)| Some((a.plugin.clone()?, n.clone())))
+                    .collect();
+                let running: Vec<String> = runtime
+                    .plugins()
+                    .iter()
+                    .map(|p| p.name().to_owned())
+                    .collect();
+                let check = |plugin: &str| match others.iter().find(|(p, _)| p == plugin) {
+                    Some((_, other)) => Err(format!("already run by WasmController {other}")),
+                    None if previous.as_deref() != Some(plugin)
+                        && running.iter().any(|r| r == plugin) =>
+                    {
+                        Err("already run from the plugins file or --plugin".to_owned())
+                    }
+                    None => Ok(()),
+                };
+                match runtime.apply_checked(spec, self.grace, check).await {
                     Ok((plugin, _)) => {
                         tracing::info!(target: LOG_TARGET, plugin = %plugin,
                             "WasmController {name} generation {generation} applied");

@@ -116,6 +116,15 @@ pub enum UpgradeError {
     /// A kind of the new revision does not resolve, or it could not be started.
     #[error(transparent)]
     Start(#[from] StartError),
+    /// The caller refused the plugin its manifest names (see [`PluginRuntime::apply_checked`]).
+    #[error("plugin {name} ({}): {reason}", path.display())]
+    Refused {
+        /// The file.
+        path: PathBuf,
+        /// The manifest's name.
+        name: String,
+        reason: String,
+    },
 }
 
 /// What [`PluginRuntime::apply`] did.
@@ -371,8 +380,25 @@ impl PluginRuntime {
         spec: PluginSpec,
         grace: Duration,
     ) -> Result<(String, Applied), UpgradeError> {
+        self.apply_checked(spec, grace, |_| Ok(())).await
+    }
+
+    /// [`apply`](Self::apply), once `check` accepted the name the new revision's manifest
+    /// gives (known only once it loaded): so that a source of plugins (a `WasmController`) can
+    /// refuse a module that names a plugin another source runs, before anything changes.
+    pub async fn apply_checked(
+        &mut self,
+        spec: PluginSpec,
+        grace: Duration,
+        check: impl FnOnce(&str) -> Result<(), String>,
+    ) -> Result<(String, Applied), UpgradeError> {
         let loaded = self.load(&spec).await?;
         let name = loaded.name().to_owned();
+        check(&name).map_err(|reason| UpgradeError::Refused {
+            path: spec.path.clone(),
+            name: name.clone(),
+            reason,
+        })?;
         // A revision of a plugin still waiting for its kinds replaces the waiting one.
         self.give_up_waiting(&name).await;
         if let Some(running) = self.plugin(&name) {
