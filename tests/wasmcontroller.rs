@@ -189,3 +189,20 @@ async fn wasmcontrollers_add_upgrade_and_remove_plugins_and_carry_their_status()
     host.sigterm();
     assert!(host.exit(WAIT).await.success(), "{}", host.log());
 }
+
+/// With `--shards` every member runs every plugin and the leader writes the resources' status:
+/// without an election there is none, which is one line at start, not status never written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_hosts_need_an_election_to_take_plugins_from_the_cluster() {
+    let out = tokio::process::Command::new(support::host_bin())
+        .args(["--plugins-from-cluster", "--shards", "--emulator"])
+        .output()
+        .await
+        .expect("host runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--plugins-from-cluster with --shards needs --leader-elect"),
+        "{stderr}"
+    );
+}

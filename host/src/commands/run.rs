@@ -190,6 +190,11 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
         fail_fast,
         cache_dir,
     } = Settings::resolve(&args, &file)?;
+    if args.plugins_from_cluster && replica_settings.shards && !replica_settings.leader_elect {
+        // Every member runs every plugin; the leader writes the resources' status, and a
+        // sharded host without an election has no leader.
+        bail!("--plugins-from-cluster with --shards needs --leader-elect: the leader writes the WasmControllers' status");
+    }
     // Modules named by `oci://` reference are pulled (or found in the blob cache) first: from
     // here on every spec names a file.
     let modules = std::sync::Arc::new(super::modules(cache_dir.as_deref(), &args.registry)?);
