@@ -159,6 +159,22 @@ async fn wasmcontrollers_add_upgrade_and_remove_plugins_and_carry_their_status()
     assert!(status["failedRevision"].is_null(), "{status}");
     assert_eq!(status["observedGeneration"], 3, "{status}");
 
+    // A revision that traps while it is instantiated (in `validate-config`): revision 2 runs on.
+    let trapping = dir.join("wc-trap.yaml");
+    std::fs::write(&trapping, wasmcontroller(&module, "b") + "    trap: true\n").expect("write");
+    let (ok, out, err) = kubectl(&dir, &["apply", "-f", &trapping.display().to_string()]).await;
+    assert!(ok, "{out}{err}");
+    let (line, out) = kubectl_until(
+        &dir,
+        &["describe", "wasmcontroller", "reviser"],
+        WAIT,
+        |l| l.contains("validate-config failed: guest trapped"),
+    )
+    .await
+    .unwrap_or_else(|out| panic!("no trap in describe:\n{out}"));
+    assert!(out.contains("PreviousRevisionRunning"), "{line}\n{out}");
+    get(&["True", " 2 "]).await;
+
     // A second resource whose module names the same plugin is refused: one plugin, one source.
     let copy = dir.join("wc-copy.yaml");
     std::fs::write(

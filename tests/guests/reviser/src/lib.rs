@@ -8,7 +8,8 @@
 //!
 //! Settings: `revision` (required: the label its lines carry; `bad` is refused by
 //! `validate-config`), `secrets` (default false: also watch Secrets, a second informer),
-//! `name` (the manifest's name, default `reviser`), `workers`. Its handlers are its own (never
+//! `name` (the manifest's name, default `reviser`), `workers`, `trap` (true: `validate-config`
+//! traps, as a revision that fails while it is instantiated). Its handlers are its own (never
 //! handed over to the host), so every notification is a guest call that says who took it.
 
 use kube_guest::{Action, Api, Controller, Manifest, Object, Result, Watch};
@@ -21,6 +22,8 @@ struct Settings {
     secrets: Option<bool>,
     name: Option<String>,
     workers: Option<u32>,
+    /// Trap in `validate-config`, while the revision is being instantiated.
+    trap: Option<bool>,
 }
 
 fn revision() -> &'static str {
@@ -58,6 +61,7 @@ impl Controller for Reviser {
         match config.revision.as_deref() {
             None => Err("revision is required".into()),
             Some("bad") => Err("revision bad is refused".into()),
+            Some(_) if config.trap == Some(true) => panic!("reviser: trap while starting"),
             Some(_) => Ok(()),
         }
     }
