@@ -421,7 +421,7 @@ async fn a_wasmcontroller_pulls_its_module_with_a_pull_secret_and_keeps_running_
         format!(
             "apiVersion: kube-wasm.dev/v1alpha1\nkind: WasmController\nmetadata:\n  name: reviser\n\
              spec:\n  module: {module}\n  pullSecret: {{namespace: default, name: regcred}}\n  \
-             logLinesPerSecond: 0\n  config:\n    revision: a\n"
+             pullInterval: 1s\n  logLinesPerSecond: 0\n  config:\n    revision: a\n"
         )
     };
     apply("wc", wc(&r)).await;
@@ -471,6 +471,32 @@ async fn a_wasmcontroller_pulls_its_module_with_a_pull_secret_and_keeps_running_
     assert!(ok, "{out}{err}");
     host.line("REV a reconcile default/one").await;
 
+    // The tag moves: within its pullInterval (1s) the host finds the new digest and upgrades,
+    // with no new generation of the resource.
+    let v2 = dir.join("reviser2.wasm");
+    rebuilt(&module, &v2);
+    push(
+        &v2,
+        &r,
+        &["--registry-config", &config.display().to_string()],
+    )
+    .await;
+    let v2_layer = kwh_oci::digest_of(&std::fs::read(&v2).expect("v2"));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let moved = loop {
+        let s = status().await;
+        if s["digest"] == v2_layer.as_str() && s["revision"] == 2 {
+            break s;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never upgraded: {s}\n{}",
+            host.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(moved["observedGeneration"], 1, "{moved}");
+
     // A digest the registry does not have: Fetched False with the reason; revision 1 runs on.
     let missing = format!(
         "oci://{}/team/reviser@sha256:{}",
@@ -489,7 +515,7 @@ async fn a_wasmcontroller_pulls_its_module_with_a_pull_secret_and_keeps_running_
     assert!(out.contains("FetchFailed"), "{line}\n{out}");
     assert!(out.contains("PreviousRevisionRunning"), "{out}");
     let s = status().await;
-    assert_eq!(s["digest"], layer.as_str(), "{s}");
+    assert_eq!(s["digest"], v2_layer.as_str(), "{s}");
     assert!(!host.has_exited());
     host.sigterm();
     assert!(host.exit(WAIT).await.success(), "{}", host.log());

@@ -633,3 +633,35 @@ async fn edits_of_the_plugins_file_upgrade_and_remove_plugins_without_a_restart(
     host.sigterm();
     assert!(host.exit(WAIT).await.success(), "{}", host.log());
 }
+
+/// A `leaderOnly` plugin added to the watched file of a sharded host without an election is
+/// refused in one line, as it is at start: no replica leads there, so it would never run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_only_plugin_added_live_to_a_sharded_host_without_an_election_is_refused() {
+    let dir = support::temp_dir("plugins-live-leader-only");
+    let module = dir.join("reviser.wasm");
+    std::fs::copy(guest("reviser"), &module).expect("copy guest");
+    let plugins = dir.join("plugins.yaml");
+    let entry = "- module: reviser.wasm\n  config: {revision: a}\n";
+    std::fs::write(&plugins, entry).expect("plugins file");
+    let mut host = HostProcess::spawn(
+        [
+            os("--plugins"),
+            plugins.as_os_str(),
+            os("--plugins-poll-interval"),
+            os("200ms"),
+            os("--shards"),
+            os("--emulator"),
+        ],
+        "info",
+    );
+    host.emulator().await;
+    host.line("running; SIGINT or SIGTERM stops").await;
+    std::fs::write(&plugins, format!("{entry}  leaderOnly: true\n")).expect("edit");
+    let line = host.line("leaderOnly: with --shards it needs --leader-elect").await;
+    assert!(line.contains("plugin reviser keeps its running revision"), "{line}");
+    assert!(!host.has_exited());
+    host.sigterm();
+    host.exit(WAIT).await;
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -66,6 +66,9 @@ pub struct PluginsWatch {
     text: Option<String>,
     entries: Vec<Entry>,
     modules: Arc<Modules>,
+    /// Whether a `leaderOnly` plugin can run here: not on a sharded host without an election
+    /// (no replica leads there; the start refuses such a plugin in the file, an edit likewise).
+    leader_only_runs: bool,
 }
 
 impl PluginsWatch {
@@ -82,6 +85,7 @@ impl PluginsWatch {
         specs: Vec<(PathBuf, PluginSpec)>,
         runtime: &PluginRuntime,
         modules: Arc<Modules>,
+        leader_only_runs: bool,
     ) -> Self {
         let running = runtime.plugins();
         let entries = specs
@@ -106,6 +110,7 @@ impl PluginsWatch {
             grace,
             entries,
             modules,
+            leader_only_runs,
         }
     }
 
@@ -174,16 +179,21 @@ impl PluginsWatch {
             let declared = spec.path.clone();
             let before = self.entries.iter().find(|e| e.declared == declared);
             let pulled = modules::is_reference(&declared).then(Instant::now);
-            let spec = match self
-                .modules
-                .fetch(spec.clone(), &Credentials::none(), None, &[])
-                .await
-            {
-                Ok((s, _)) => s,
+            let fetched = if spec.leader_only && !self.leader_only_runs {
+                Err("leaderOnly: with --shards it needs --leader-elect".to_owned())
+            } else {
+                self.modules
+                    .fetch(spec.clone(), &Credentials::none(), None, &[])
+                    .await
+                    .map(|(s, _)| s)
+                    .map_err(|e| e.to_string())
+            };
+            let spec = match fetched {
+                Ok(s) => s,
                 Err(e) => {
                     // As a revision that fails to load: the running one carries on.
                     let keeps = before.and_then(|b| b.name.clone());
-                    self.failed(runtime, i, &declared, keeps.as_deref(), &e.to_string());
+                    self.failed(runtime, i, &declared, keeps.as_deref(), &e);
                     if keeps.is_none() {
                         unknown.push(i);
                     }

@@ -267,6 +267,7 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
             specs,
             &runtime,
             modules.clone(),
+            !replica_settings.shards || replica_settings.leader_elect,
         )
     });
     let cluster = args.plugins_from_cluster.then(|| {
