@@ -555,6 +555,15 @@ async fn edits_of_the_plugins_file_upgrade_and_remove_plugins_without_a_restart(
     assert_eq!(p["revision"], 2, "{status}");
     let failed = p["failedRevision"]["error"].as_str().unwrap_or_default();
     assert!(failed.contains("revision bad is refused"), "{status}");
+    // Still ready (the last good revision runs), and /readyz says what failed.
+    let (code, ready) = http_get(&addr, "/readyz").await;
+    assert_eq!(code, 200, "{ready}");
+    assert!(ready.starts_with("ok\n"), "{ready}");
+    assert!(
+        ready.contains("plugin reviser: revision 2 runs; a new revision (")
+            && ready.contains("revision bad is refused"),
+        "{ready}"
+    );
     assert_eq!(
         relists(&statusz().await),
         relists_before,
@@ -658,8 +667,13 @@ async fn a_leader_only_plugin_added_live_to_a_sharded_host_without_an_election_i
     host.emulator().await;
     host.line("running; SIGINT or SIGTERM stops").await;
     std::fs::write(&plugins, format!("{entry}  leaderOnly: true\n")).expect("edit");
-    let line = host.line("leaderOnly: with --shards it needs --leader-elect").await;
-    assert!(line.contains("plugin reviser keeps its running revision"), "{line}");
+    let line = host
+        .line("leaderOnly: with --shards it needs --leader-elect")
+        .await;
+    assert!(
+        line.contains("plugin reviser keeps its running revision"),
+        "{line}"
+    );
     assert!(!host.has_exited());
     host.sigterm();
     host.exit(WAIT).await;

@@ -190,6 +190,23 @@ impl RuntimeStatus {
                 out.push('\n');
             }
         }
+        // A revision that failed leaves the last good one running, which keeps the host ready;
+        // the failure is said all the same, after the verdict.
+        let mut notes = String::new();
+        for slot in &slots {
+            if let Slot::Running(p) = slot {
+                if let Some(f) = p.failure.lock().as_ref() {
+                    let _ = writeln!(
+                        notes,
+                        "plugin {}: revision {} runs; a new revision ({}) failed: {}",
+                        p.plugin.name(),
+                        p.revision,
+                        f.module.display(),
+                        f.error
+                    );
+                }
+            }
+        }
         // A standby is ready (its caches are synced, it can take over): only a replica that
         // lost its lease, and is about to exit, is not. The role is said either way.
         let role = replica_line(&self.ownership);
@@ -197,14 +214,15 @@ impl RuntimeStatus {
             if lost {
                 out.push_str(&line);
             } else if out.is_empty() {
-                return (true, format!("ok\n{line}"));
+                return (true, format!("ok\n{notes}{line}"));
             } else {
                 out.push_str(&line);
             }
         }
         if out.is_empty() {
-            (true, "ok\n".into())
+            (true, format!("ok\n{notes}"))
         } else {
+            out.push_str(&notes);
             (false, out)
         }
     }
