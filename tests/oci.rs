@@ -354,8 +354,9 @@ async fn a_plugins_file_module_from_a_registry_upgrades_when_its_tag_moves_and_r
 
 /// A `WasmController` whose module is in a registry behind Basic authentication, with its
 /// credentials in a pull secret: Fetched, Compiled and Ready, the running digest the layer's;
-/// a digest that does not exist leaves it running, `Fetched` False with the reason, which
-/// `kubectl describe` shows.
+/// its tag moved is an upgrade within its `pullInterval`; a digest that does not exist, and a
+/// `publicKey` the module is not signed by, leave it running, `Fetched` False with the reason,
+/// which `kubectl describe` shows.
 #[cfg_attr(
     any(not(docker_registry), not(kubectl)),
     ignore = "needs docker-registry (Debian package) and kubectl, not both installed when this was built"
@@ -516,6 +517,22 @@ async fn a_wasmcontroller_pulls_its_module_with_a_pull_secret_and_keeps_running_
     assert!(out.contains("PreviousRevisionRunning"), "{out}");
     let s = status().await;
     assert_eq!(s["digest"], v2_layer.as_str(), "{s}");
+
+    // A `publicKey` the module is not signed by: Fetched False, the reason in describe.
+    let key = rcgen::KeyPair::generate().expect("key pair");
+    let pem = key.public_key_pem();
+    let indented: String = pem.lines().map(|l| format!("    {l}\n")).collect();
+    apply("wc", wc(&r) + &format!("  publicKey: |\n{indented}")).await;
+    let (line, out) = kubectl_until(
+        &dir,
+        &["describe", "wasmcontroller", "reviser"],
+        WAIT,
+        |l| l.contains("not signed by the required key: no signature"),
+    )
+    .await
+    .unwrap_or_else(|out| panic!("no signature failure in describe:\n{out}"));
+    assert!(out.contains("PreviousRevisionRunning"), "{line}\n{out}");
+    assert_eq!(status().await["digest"], v2_layer.as_str());
     assert!(!host.has_exited());
     host.sigterm();
     assert!(host.exit(WAIT).await.success(), "{}", host.log());
