@@ -15,7 +15,7 @@ use std::time::Duration;
 use kwh_oci::{BlobStore, Credentials, OciError, Reference, Registry};
 use registry::{RegistryProcess, TokenGate};
 use support::guests::{guest, rebuilt};
-use support::kubectl::{kubectl, kubectl_until};
+use support::kubectl::{apply_yaml, kubectl, kubectl_until, status_of};
 use support::process::{HostProcess, WAIT};
 
 fn os(s: &str) -> &std::ffi::OsStr {
@@ -400,14 +400,9 @@ async fn a_wasmcontroller_pulls_its_module_with_a_pull_secret_and_keeps_running_
     let (_, kubeconfig) = host.emulator().await;
     std::fs::copy(&kubeconfig, dir.join("kubeconfig")).expect("kubeconfig");
     host.line("running; SIGINT or SIGTERM stops").await;
-    let apply = |name: &str, yaml: String| {
-        let file = dir.join(format!("{name}.yaml"));
-        std::fs::write(&file, yaml).expect("write");
+    let apply = |name: &'static str, yaml: String| {
         let dir = dir.clone();
-        async move {
-            let (ok, out, err) = kubectl(&dir, &["apply", "-f", &file.display().to_string()]).await;
-            assert!(ok, "{out}{err}");
-        }
+        async move { apply_yaml(&dir, name, &yaml).await }
     };
     apply(
         "secret",
@@ -429,20 +424,7 @@ async fn a_wasmcontroller_pulls_its_module_with_a_pull_secret_and_keeps_running_
     let layer = kwh_oci::digest_of(&std::fs::read(&module).expect("guest"));
     let status = || {
         let dir = dir.clone();
-        async move {
-            let (_, out, _) = kubectl(
-                &dir,
-                &[
-                    "get",
-                    "wasmcontroller",
-                    "reviser",
-                    "-o",
-                    "jsonpath={.status}",
-                ],
-            )
-            .await;
-            serde_json::from_str::<serde_json::Value>(&out).unwrap_or_default()
-        }
+        async move { status_of(&dir, "wasmcontroller", "reviser").await }
     };
     let deadline = tokio::time::Instant::now() + WAIT;
     let ready = loop {

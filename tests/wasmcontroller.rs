@@ -8,7 +8,7 @@ mod support;
 use std::path::Path;
 
 use support::guests::guest;
-use support::kubectl::{kubectl, kubectl_until};
+use support::kubectl::{kubectl, kubectl_until, status_of};
 use support::process::{HostProcess, WAIT};
 
 fn os(s: &str) -> &std::ffi::OsStr {
@@ -143,18 +143,7 @@ async fn wasmcontrollers_add_upgrade_and_remove_plugins_and_carry_their_status()
     let (ok, out, err) = kubectl(&dir, &["create", "configmap", "two"]).await;
     assert!(ok, "{out}{err}");
     host.line("REV b reconcile default/two").await;
-    let (_, status, _) = kubectl(
-        &dir,
-        &[
-            "get",
-            "wasmcontroller",
-            "reviser",
-            "-o",
-            "jsonpath={.status}",
-        ],
-    )
-    .await;
-    let status: serde_json::Value = serde_json::from_str(&status).expect("status JSON");
+    let status = status_of(&dir, "wasmcontroller", "reviser").await;
     assert_eq!(status["plugin"], "reviser", "{status}");
     assert!(status["failedRevision"].is_null(), "{status}");
     assert_eq!(status["observedGeneration"], 3, "{status}");

@@ -28,6 +28,7 @@ use kwh_oci::{digest_of, BlobStore, Credentials, Reference, Registry};
 use kwh_plugin::{EngineConfig, Limits, PluginEngine, PluginRuntime, PluginSpec, RuntimeOptions};
 use serde_json::json;
 
+use bench_common::{env_or, median};
 use support::guests::{guest, variants};
 use support::process::HostProcess;
 
@@ -36,18 +37,6 @@ fn wanted(section: &str) -> bool {
         Ok(v) => v.split(',').any(|s| s.trim() == section),
         Err(_) => true,
     }
-}
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn row(measure: &str, value: String, floor: &str, met: bool) -> bool {

@@ -49,3 +49,20 @@ pub async fn kubectl_until(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// `kubectl apply -f` of `yaml`, written to `dir/<name>.yaml` first; panics with kubectl's
+/// output when it is refused.
+pub async fn apply_yaml(dir: &std::path::Path, name: &str, yaml: &str) {
+    let file = dir.join(format!("{name}.yaml"));
+    std::fs::write(&file, yaml).expect("write the manifest");
+    let (ok, out, err) = kubectl(dir, &["apply", "-f", &file.display().to_string()]).await;
+    assert!(ok, "kubectl apply {name}: {out}{err}");
+}
+
+/// The `.status` of `kind` `name` (cluster-scoped, or in the kubeconfig's namespace) as JSON;
+/// `null` when it has none.
+pub async fn status_of(dir: &std::path::Path, kind: &str, name: &str) -> serde_json::Value {
+    let (ok, out, err) = kubectl(dir, &["get", kind, name, "-o", "jsonpath={.status}"]).await;
+    assert!(ok, "kubectl get {kind} {name}: {err}");
+    serde_json::from_str(&out).unwrap_or_default()
+}
