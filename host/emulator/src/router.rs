@@ -369,9 +369,17 @@ struct Asked<'a> {
 /// A request for a resource, by its verb.
 async fn resource(shared: &Arc<Shared>, a: Asked<'_>) -> Result<Response<Body>, Status> {
     let (r, q, body) = (a.r, a.q, a.body);
+    // The options kind a verb's query is checked as (its `dryRun` refused by that name).
+    let options = match a.verb {
+        "create" => "CreateOptions",
+        "update" => "UpdateOptions",
+        "patch" => "PatchOptions",
+        "delete" | "deletecollection" => "DeleteOptions",
+        _ => "",
+    };
     let w = write::WriteOpts {
         manager: a.manager,
-        dry_run: q.get("dryRun") == Some("All"),
+        dry_run: !options.is_empty() && write::dry_run(q.get("dryRun"), options)?,
         apply: false,
     };
     match a.verb {

@@ -46,6 +46,7 @@ use body::{
     unchanged, CRDS, NAMESPACES,
 };
 use delete_options::delete_options;
+pub(crate) use delete_options::dry_run;
 pub use delete_options::{default_propagation, DeleteOptions, Propagation};
 
 /// Per-request options of create, update and patch.

@@ -762,7 +762,60 @@ async fn dry_run_stores_nothing() {
     );
     let cur = http.get(&format!("{CMS}/d")).await.json();
     assert_eq!(cur["data"]["k"], "d");
+    // client-go sends a delete's dry run in the DeleteOptions body.
+    let r = http
+        .send(
+            Method::DELETE,
+            &format!("{CMS}/d"),
+            Some("application/json"),
+            br#"{"kind":"DeleteOptions","apiVersion":"v1","dryRun":["All"]}"#,
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        http.get(&format!("{CMS}/d")).await.status,
+        200,
+        "still there"
+    );
     assert_eq!(h.current_resource_version(), rv_after_create);
+    h.shutdown().await;
+}
+
+/// A `dryRun` value other than `All` is refused as kube-apiserver refuses it
+/// (`dry-run/bad-dryrun-value.json`), for each verb's options kind.
+#[tokio::test]
+async fn unsupported_dry_run_values_are_refused_as_the_server_refuses_them() {
+    let (h, http) = start().await;
+    let r = http
+        .post(&format!("{CMS}?dryRun=Some"), &default_cm("d", json!({})))
+        .await;
+    assert_eq!(r.status, 422);
+    let want = sample_json("dry-run/bad-dryrun-value.json");
+    assert_eq!(r.json(), want);
+    assert_eq!(
+        http.get(&format!("{CMS}/d")).await.status,
+        404,
+        "nothing created"
+    );
+    h.create(default_cm("d", json!({}))).unwrap();
+    let r = http
+        .send(
+            Method::DELETE,
+            &format!("{CMS}/d"),
+            Some("application/json"),
+            br#"{"dryRun":["Some"]}"#,
+        )
+        .await;
+    assert_eq!(r.status, 422);
+    assert_eq!(
+        r.json()["message"],
+        "DeleteOptions.meta.k8s.io \"\" is invalid: dryRun: Unsupported value: []string{\"Some\"}: supported values: \"All\""
+    );
+    assert_eq!(
+        http.get(&format!("{CMS}/d")).await.status,
+        200,
+        "not deleted"
+    );
     h.shutdown().await;
 }
 

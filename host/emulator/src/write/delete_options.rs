@@ -37,6 +37,9 @@ struct DeleteOptionsBody {
     orphan_dependents: Option<bool>,
     #[serde(default)]
     preconditions: Option<Preconditions>,
+    /// `dryRun: ["All"]`: client-go sends a delete's dry run here, not in the query.
+    #[serde(default)]
+    dry_run: Vec<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -82,12 +85,38 @@ pub(super) fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, St
         }
     };
     let pre = b.preconditions.unwrap_or_default();
+    let query = dry_run(q.get("dryRun"), "DeleteOptions")?;
+    let mut in_body = false;
+    for v in &b.dry_run {
+        in_body |= dry_run(Some(v), "DeleteOptions")?;
+    }
     Ok(DeleteOptions {
         propagation,
-        dry_run: q.get("dryRun") == Some("All"),
+        dry_run: query || in_body,
         precondition_uid: pre.uid,
         precondition_rv: pre.resource_version,
     })
+}
+
+/// Whether `value` of `dryRun` asks for a dry run: `All` does; anything else is refused as
+/// kube-apiserver refuses it (422 on the request's `options` kind, e.g. `CreateOptions`).
+pub(crate) fn dry_run(value: Option<&str>, options: &str) -> Result<bool, Status> {
+    match value {
+        None => Ok(false),
+        Some("All") => Ok(true),
+        Some(v) => Err(response::invalid(
+            options,
+            "meta.k8s.io",
+            "",
+            &[FieldError {
+                reason: "FieldValueNotSupported",
+                field: "dryRun".into(),
+                detail: format!(
+                    "Unsupported value: []string{{\"{v}\"}}: supported values: \"All\""
+                ),
+            }],
+        )),
+    }
 }
 
 /// The propagation a DELETE without a policy gets. Like kube-apiserver, `batch/v1` Jobs and `v1`

@@ -97,7 +97,10 @@ impl From<kwh_client::Error> for ApiError {
     }
 }
 
-fn delete_params(d: DeleteParams) -> Result<kwh_client::client::DeleteParams, ApiError> {
+fn delete_params(
+    d: DeleteParams,
+    dry_run: bool,
+) -> Result<kwh_client::client::DeleteParams, ApiError> {
     let grace = match d.grace_period_seconds {
         Some(g) => Some(u32::try_from(g).map_err(|_| {
             ApiError::bad_request(format!("gracePeriodSeconds must be non-negative, got {g}"))
@@ -116,13 +119,14 @@ fn delete_params(d: DeleteParams) -> Result<kwh_client::client::DeleteParams, Ap
         grace_period_seconds: grace,
         precondition_uid: d.precondition_uid,
         precondition_resource_version: d.precondition_resource_version,
-        dry_run: false,
+        dry_run,
     })
 }
 
 /// One write sent as the guest asked it: the verb its operation maps to, PATCH of
-/// `.../status` for the status writes (the server keeps only their status there).
-async fn send(
+/// `.../status` for the status writes (the server keeps only their status there); with
+/// `params.dry_run`, as `dryRun=All` (a shadow revision's writes).
+pub(crate) async fn send(
     client: Client,
     res: ApiResource,
     req: WriteRequest,
@@ -178,14 +182,14 @@ async fn send(
             let params = WriteParams {
                 field_manager: Some(field_manager.to_string()),
                 force,
-                dry_run: false,
+                dry_run: params.dry_run,
             };
             client
                 .patch(&res, ns, name()?, sub, &Patch::Apply(body), &params)
                 .await?
         }
         WriteOp::Delete(d) => {
-            let p = delete_params(d)?;
+            let p = delete_params(d, params.dry_run)?;
             return match client.delete(&res, ns, name()?, &p).await? {
                 Deleted::Object(o) => Ok(Some(o.raw_bytes())),
                 Deleted::Status(_) => Ok(None),
@@ -365,10 +369,13 @@ mod tests {
         );
         let e: ApiError = kwh_client::Error::Timeout(Duration::from_secs(1)).into();
         assert_eq!(e.code, 504);
-        assert!(delete_params(DeleteParams {
-            grace_period_seconds: Some(-1),
-            ..DeleteParams::default()
-        })
+        assert!(delete_params(
+            DeleteParams {
+                grace_period_seconds: Some(-1),
+                ..DeleteParams::default()
+            },
+            false
+        )
         .is_err());
     }
 }

@@ -2,12 +2,14 @@
 //!
 //! The imports do not depend on the informer, the API client or the workqueue directly: the
 //! submodules implement these traits over the shared informer stores ([`informer`]), the API
-//! client ([`kube`]) and the plugin's workqueue ([`workqueue`]); the test harness implements
+//! client ([`kube`]; a shadow revision's dry runs in [`shadow`]) and the plugin's workqueue
+//! ([`workqueue`]); the test harness implements
 //! them with in-memory fakes. Permission checks happen before a backend is called, so backends
 //! never see a call the manifest forbids.
 
 pub mod informer;
 pub mod kube;
+pub mod shadow;
 pub mod workqueue;
 
 use std::future::Future;

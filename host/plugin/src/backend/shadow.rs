@@ -1,0 +1,329 @@
+//! A shadow revision's `client` import: every write is sent with `dryRun=All` (the server
+//! validates it and runs its admission, and persists nothing), and the object the server would
+//! store is compared with the object as it is stored. The guest gets the server's answer, as
+//! its live twin would; the comparison is kept in a [`ShadowLedger`].
+//!
+//! What is compared: the whole object, less what the server sets on every write whatever the
+//! writer asked (`metadata.resourceVersion`, `managedFields`, `generation`, `uid`,
+//! `creationTimestamp`, `selfLink`) and the times conditions carry (`last*Time` under
+//! `status`), which a controller stamps with its own clock. A write that would change nothing
+//! else is an agreement; one that would is a difference, kept with the JSON patch from the
+//! stored object to the one the server would store; a refusal (a validation error, a webhook's
+//! denial, a 403) is a difference of its own kind.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use kwh_client::client::WriteParams;
+use kwh_client::{ApiResource, Client};
+use parking_lot::Mutex;
+use serde_json::Value;
+
+use super::kube::{refuse_outside_scope, send};
+use super::{ApiError, BoxFuture, ClientBackend, WriteOp, WriteRequest};
+
+/// How many differences a ledger keeps (the newest).
+pub const KEPT_DIFFERENCES: usize = 20;
+
+/// What one shadow write would have done.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Nothing would change.
+    Agreement,
+    /// The stored object would change by this JSON patch (RFC 6902), from the stored object
+    /// (none: a create) to the one the server would store (none: a delete).
+    Changes(Value),
+    /// The server refused the write.
+    Refused(ApiError),
+}
+
+/// One difference: which write, of what, and what it would have done.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Difference {
+    /// The reconcile key it was written for (none from a handler).
+    pub key: Option<Arc<str>>,
+    /// `create`, `replace`, `patch`, `apply`, `delete`, `replace-status`, `patch-status`,
+    /// `apply-status`.
+    pub op: &'static str,
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub outcome: Outcome,
+    pub at: SystemTime,
+}
+
+/// A shadow revision's writes, counted by outcome, with the newest differences.
+#[derive(Debug, Default)]
+pub struct ShadowLedger {
+    pub agreements: AtomicU64,
+    pub differences: AtomicU64,
+    pub refusals: AtomicU64,
+    last: Mutex<VecDeque<Difference>>,
+}
+
+impl ShadowLedger {
+    /// The newest differences, oldest first.
+    pub fn differences(&self) -> Vec<Difference> {
+        self.last.lock().iter().cloned().collect()
+    }
+
+    fn record(&self, d: Difference) {
+        match &d.outcome {
+            Outcome::Agreement => {
+                self.agreements.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            Outcome::Changes(_) => self.differences.fetch_add(1, Ordering::Relaxed),
+            Outcome::Refused(_) => self.refusals.fetch_add(1, Ordering::Relaxed),
+        };
+        let mut last = self.last.lock();
+        if last.len() == KEPT_DIFFERENCES {
+            last.pop_front();
+        }
+        last.push_back(d);
+    }
+}
+
+fn op_name(op: &WriteOp) -> &'static str {
+    match op {
+        WriteOp::Create => "create",
+        WriteOp::Replace => "replace",
+        WriteOp::Patch(_) => "patch",
+        WriteOp::Delete(_) => "delete",
+        WriteOp::ReplaceStatus => "replace-status",
+        WriteOp::Apply { .. } => "apply",
+        WriteOp::PatchStatus(_) => "patch-status",
+        WriteOp::ApplyStatus { .. } => "apply-status",
+    }
+}
+
+/// Removes from `v` what the server sets on every write, and condition times.
+fn normalized(mut v: Value) -> Value {
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        for k in [
+            "resourceVersion",
+            "managedFields",
+            "generation",
+            "uid",
+            "creationTimestamp",
+            "selfLink",
+        ] {
+            m.remove(k);
+        }
+    }
+    fn drop_times(v: &mut Value) {
+        match v {
+            Value::Object(o) => {
+                o.retain(|k, _| !(k.starts_with("last") && k.ends_with("Time")));
+                o.values_mut().for_each(drop_times);
+            }
+            Value::Array(a) => a.iter_mut().for_each(drop_times),
+            _ => {}
+        }
+    }
+    if let Some(s) = v.get_mut("status") {
+        drop_times(s);
+    }
+    v
+}
+
+/// The outcome of turning `stored` (none: absent) into `would` (none: deleted).
+pub fn compare(stored: Option<&Value>, would: Option<&Value>) -> Outcome {
+    let a = stored.cloned().map(normalized).unwrap_or(Value::Null);
+    let b = would.cloned().map(normalized).unwrap_or(Value::Null);
+    let patch = json_patch::diff(&a, &b);
+    if patch.0.is_empty() {
+        Outcome::Agreement
+    } else {
+        Outcome::Changes(serde_json::to_value(patch).unwrap_or(Value::Null))
+    }
+}
+
+/// Writes as dry runs, each compared and recorded.
+pub struct ShadowClientBackend {
+    client: Client,
+    field_manager: String,
+    resources: HashMap<(String, String), ApiResource>,
+    confined_to: Option<String>,
+    ledger: Arc<ShadowLedger>,
+}
+
+impl ShadowClientBackend {
+    /// A backend for the shadow of plugin `field_manager` (writes carry the live plugin's
+    /// field manager, so that an apply compares as the live one's would), with the kinds
+    /// resolved at load.
+    pub fn new(
+        client: Client,
+        field_manager: &str,
+        resources: HashMap<(String, String), ApiResource>,
+        ledger: Arc<ShadowLedger>,
+    ) -> Self {
+        ShadowClientBackend {
+            client,
+            field_manager: field_manager.to_owned(),
+            resources,
+            confined_to: None,
+            ledger,
+        }
+    }
+
+    /// The live revision's confinement (see `KubeClientBackend::confined_to`).
+    pub fn confined_to(mut self, namespace: Option<String>) -> Self {
+        self.confined_to = namespace;
+        self
+    }
+}
+
+impl ClientBackend for ShadowClientBackend {
+    fn write(&self, req: WriteRequest) -> BoxFuture<'static, Result<Option<Bytes>, ApiError>> {
+        let Some(res) = self
+            .resources
+            .get(&(req.api_version.clone(), req.kind.clone()))
+            .cloned()
+        else {
+            let msg = format!(
+                "kind {} ({}) was not resolved at load",
+                req.kind, req.api_version
+            );
+            return Box::pin(async move { Err(ApiError::new(500, "InternalError", msg)) });
+        };
+        let client = self.client.clone();
+        let ledger = self.ledger.clone();
+        let field_manager = self.field_manager.clone();
+        let confined = refuse_outside_scope(
+            self.confined_to.as_deref(),
+            &self.field_manager,
+            &res.kind,
+            res.namespaced,
+            req.namespace.as_deref(),
+        );
+        Box::pin(async move {
+            // The name a create gives in its body (none: `generateName`, nothing stored yet).
+            let name = match &req.name {
+                Some(n) => n.clone(),
+                None => serde_json::from_slice::<Value>(&req.body)
+                    .ok()
+                    .and_then(|v| v["metadata"]["name"].as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+            };
+            let ns = req.namespace.clone().filter(|_| res.namespaced);
+            let stored = if name.is_empty() {
+                None
+            } else {
+                match client.get(&res, ns.as_deref(), &name).await {
+                    Ok(o) => serde_json::from_slice::<Value>(o.raw()).ok(),
+                    Err(e) if e.code() == Some(404) => None,
+                    Err(e) => return Err(ApiError::from(e)),
+                }
+            };
+            let mut difference = Difference {
+                key: req.reconciling.clone(),
+                op: op_name(&req.op),
+                api_version: req.api_version.clone(),
+                kind: req.kind.clone(),
+                namespace: ns,
+                name,
+                outcome: Outcome::Agreement,
+                at: SystemTime::now(),
+            };
+            let deleting = matches!(req.op, WriteOp::Delete(_));
+            let answer = match confined {
+                Err(e) => Err(e),
+                Ok(()) => {
+                    let params = WriteParams {
+                        field_manager: Some(field_manager),
+                        dry_run: true,
+                        ..WriteParams::default()
+                    };
+                    send(client, res, req, params).await
+                }
+            };
+            difference.outcome = match &answer {
+                Err(e) => Outcome::Refused(e.clone()),
+                Ok(body) => {
+                    let would = body
+                        .as_ref()
+                        .and_then(|b| serde_json::from_slice::<Value>(b).ok())
+                        // A delete's answer is the object as it goes: gone, unless a finalizer
+                        // holds it (then it stays, marked for deletion).
+                        .filter(|v| !deleting || v["metadata"]["deletionTimestamp"].is_string());
+                    compare(stored.as_ref(), would.as_ref())
+                }
+            };
+            tracing::debug!(kind = %difference.kind, name = %difference.name, op = difference.op,
+                outcome = ?difference.outcome, "shadow write checked");
+            ledger.record(difference);
+            answer
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn server_set_fields_and_condition_times_are_not_differences() {
+        let stored = json!({"metadata": {"name": "a", "resourceVersion": "5", "generation": 1,
+            "uid": "u", "managedFields": [{"manager": "x"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True",
+                                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+        let would = json!({"metadata": {"name": "a", "resourceVersion": "6", "generation": 2,
+            "uid": "u", "managedFields": []},
+            "status": {"conditions": [{"type": "Ready", "status": "True",
+                                        "lastTransitionTime": "2026-11-29T00:00:00Z"}]}});
+        assert_eq!(compare(Some(&stored), Some(&would)), Outcome::Agreement);
+    }
+
+    #[test]
+    fn a_change_is_the_json_patch_from_the_stored_object() {
+        let stored = json!({"metadata": {"name": "a"}, "data": {"k": "v"}});
+        let would = json!({"metadata": {"name": "a", "annotations": {"x": "1"}},
+                           "data": {"k": "v"}});
+        assert_eq!(
+            compare(Some(&stored), Some(&would)),
+            Outcome::Changes(json!([
+                {"op": "add", "path": "/metadata/annotations", "value": {"x": "1"}}
+            ]))
+        );
+        // A create and a delete are whole-object changes.
+        assert!(matches!(compare(None, Some(&stored)), Outcome::Changes(_)));
+        assert!(matches!(compare(Some(&stored), None), Outcome::Changes(_)));
+        assert_eq!(compare(None, None), Outcome::Agreement);
+    }
+
+    #[test]
+    fn the_ledger_counts_every_outcome_and_keeps_the_newest_differences() {
+        let l = ShadowLedger::default();
+        let d = |i: usize, outcome: Outcome| Difference {
+            key: None,
+            op: "patch",
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: Some("default".into()),
+            name: format!("cm-{i}"),
+            outcome,
+            at: SystemTime::now(),
+        };
+        l.record(d(0, Outcome::Agreement));
+        for i in 0..KEPT_DIFFERENCES + 5 {
+            l.record(d(i, Outcome::Changes(json!([]))));
+        }
+        l.record(d(99, Outcome::Refused(ApiError::forbidden("no"))));
+        assert_eq!(l.agreements.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            l.differences.load(Ordering::Relaxed),
+            (KEPT_DIFFERENCES + 5) as u64
+        );
+        assert_eq!(l.refusals.load(Ordering::Relaxed), 1);
+        let kept = l.differences();
+        assert_eq!(kept.len(), KEPT_DIFFERENCES);
+        assert_eq!(kept.last().map(|d| d.name.as_str()), Some("cm-99"));
+        assert_eq!(kept[0].name, "cm-6");
+    }
+}
