@@ -72,20 +72,32 @@ impl ReconcileStats {
     }
 }
 
-/// Starts `plugin.manifest().workers` workers on `queue`, each calling through `health`'s gate.
-/// They take no key before `synced` opens (every watch of the plugin has synced). Each takes
-/// an instance slot now, so an instance limit too small for the worker count fails the
-/// plugin's start, not a worker. Each key is checked against `own` before its reconcile. Once
-/// `retire` turns true (or its sender is dropped), each worker ends after the reconcile it
-/// holds (a newer revision's workers take the queue over).
+/// What a revision's workers share: the queue, counters, gates and links.
+#[derive(Clone)]
+pub struct WorkerParts {
+    pub queue: PluginQueue,
+    pub stats: Arc<ReconcileStats>,
+    pub health: Arc<Health>,
+    /// Opens once every watch of the plugin has synced.
+    pub synced: CacheSync,
+    /// Checked for each key before its reconcile.
+    pub own: PluginOwnership,
+    /// Turns true (or its sender is dropped) when a newer revision takes the queue over.
+    pub retire: watch::Receiver<bool>,
+    /// For a shadow revision: the live revision's queue, which it follows.
+    pub follows: Option<PluginQueue>,
+    /// For a live revision: its shadow's queue while one runs.
+    pub mirror: Mirror,
+}
+
+/// Starts `plugin.manifest().workers` workers on `parts.queue`, each calling through the health
+/// gate. They take no key before `synced` opens. Each takes an instance slot now, so an
+/// instance limit too small for the worker count fails the plugin's start, not a worker. Each
+/// key is checked against `own` before its reconcile. Once `retire` turns true, each worker
+/// ends after the reconcile it holds (a newer revision's workers take the queue over).
 pub fn spawn_workers(
     plugin: &Plugin,
-    queue: &PluginQueue,
-    stats: &Arc<ReconcileStats>,
-    health: &Arc<Health>,
-    synced: &CacheSync,
-    own: &PluginOwnership,
-    retire: &watch::Receiver<bool>,
+    parts: &WorkerParts,
 ) -> Result<Vec<JoinHandle<()>>, GuestError> {
     let n = plugin.manifest().workers.max(1);
     let instances = (0..n)
@@ -96,21 +108,19 @@ pub fn spawn_workers(
         .enumerate()
         .map(|(i, inst)| {
             let span = tracing::info_span!("worker", plugin = %plugin.name(), worker = i);
-            tokio::spawn(
-                worker(
-                    inst,
-                    queue.clone(),
-                    stats.clone(),
-                    health.clone(),
-                    synced.clone(),
-                    own.clone(),
-                    retire.clone(),
-                )
-                .instrument(span),
-            )
+            tokio::spawn(worker(inst, parts.clone()).instrument(span))
         })
         .collect())
 }
+
+/// How long a shadow's key waits after the live revision's reconcile of it (and again while
+/// the live revision has the key queued or in hand).
+const FOLLOW_WAIT: Duration = Duration::from_millis(50);
+
+/// The queue of a plugin's shadow revision, when one runs: each reconcile of the live revision
+/// hands its key on to it. Shared by every revision's workers, set and cleared as the shadow
+/// starts and stops.
+pub type Mirror = Arc<parking_lot::Mutex<Option<PluginQueue>>>;
 
 /// What the worker does with a key after a reconcile call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,15 +138,17 @@ fn next(r: &Result<Result<Outcome, String>, GuestError>) -> Next {
     }
 }
 
-async fn worker(
-    mut inst: PluginInstance,
-    queue: PluginQueue,
-    stats: Arc<ReconcileStats>,
-    health: Arc<Health>,
-    synced: CacheSync,
-    own: PluginOwnership,
-    mut retire: watch::Receiver<bool>,
-) {
+async fn worker(mut inst: PluginInstance, parts: WorkerParts) {
+    let WorkerParts {
+        queue,
+        stats,
+        health,
+        synced,
+        own,
+        mut retire,
+        follows,
+        mirror,
+    } = parts;
     let synced = tokio::select! {
         biased;
         _ = retire.wait_for(|r| *r) => false,
@@ -180,6 +192,18 @@ async fn worker(
                 continue;
             }
         }
+        // A shadow revision reconciles a key only once the live revision is done with it
+        // (neither queued nor held there), so both act on the same state: the live one's
+        // writes reach the cache, and queue the key there again, before the shadow's turn.
+        if let Some(live) = &follows {
+            if live.is_pending(&*key) {
+                queue.forget(&key);
+                queue.add_after(key.clone(), FOLLOW_WAIT);
+                queue.done(&key);
+                slice.step(Instant::now()).await;
+                continue;
+            }
+        }
         // Taken after the key: while the plugin is quarantined the key waits here, marked as
         // processing, so no other worker takes it and the rest stay queued.
         // A retirement seen here (the key was taken as it came) hands the key back: queued
@@ -217,7 +241,13 @@ async fn worker(
         }
         stats.observe(ended.saturating_duration_since(started));
         stats.total.fetch_add(1, Ordering::Relaxed);
-        match (next(&r), &r) {
+        // A shadow reconciles once per live reconcile: its own requeues are not followed.
+        let next = if follows.is_some() {
+            Next::Forget
+        } else {
+            next(&r)
+        };
+        match (next, &r) {
             (Next::Forget, _) => queue.forget(&key),
             (Next::After(d), _) => {
                 stats.requeue_after.fetch_add(1, Ordering::Relaxed);
@@ -239,6 +269,11 @@ async fn worker(
             }
         }
         queue.done_at(&key, tokio::time::Instant::from_std(ended));
+        // The live revision's reconcile is done: its shadow's turn, once the writes it made
+        // have had a moment to reach the cache (and the key is not queued here again).
+        if let Some(shadow) = mirror.lock().as_ref() {
+            shadow.add_after(key.clone(), FOLLOW_WAIT);
+        }
         slice.step(ended).await;
     }
     tracing::debug!("worker stopped: queue shut down");

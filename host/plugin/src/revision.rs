@@ -22,8 +22,12 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::backend::{
-    informer::InformerLister, kube::KubeClientBackend, workqueue::QueueRefusals,
-    workqueue::WorkqueueBackend, Backends,
+    informer::InformerLister,
+    kube::KubeClientBackend,
+    shadow::{ShadowClientBackend, ShadowEvents, ShadowLedger, ShadowQueue},
+    workqueue::QueueRefusals,
+    workqueue::WorkqueueBackend,
+    Backends, ClientBackend, EventBackend,
 };
 use super::cache_sync::CacheSync;
 use super::dispatch::{Dispatcher, Route};
@@ -35,7 +39,7 @@ use super::loader::{LoadedPlugin, Plugin};
 use super::manifest::IndexSpec;
 use super::options::RuntimeOptions;
 use super::rbac::namespace_scope;
-use super::reconcile::{spawn_workers, PluginQueue, ReconcileStats};
+use super::reconcile::{spawn_workers, Mirror, PluginQueue, ReconcileStats, WorkerParts};
 use super::spec::PluginSpec;
 use super::status::{RevisionFailure, RevisionRecord, RunningStatus, WatchStatus, HISTORY};
 use super::watch_counters::{CounterMap, CountingLw};
@@ -71,6 +75,16 @@ pub(crate) struct Env<'a> {
     pub lw_counters: &'a CounterMap,
     pub events: &'a EventRecorder,
     pub opts: &'a RuntimeOptions,
+    /// Set for a shadow revision: its writes are dry runs compared into the ledger, it records
+    /// no Events, and its workers follow the live revision's queue.
+    pub shadow: Option<&'a ShadowOf>,
+}
+
+/// What a shadow revision is built against.
+pub(crate) struct ShadowOf {
+    pub ledger: Arc<ShadowLedger>,
+    /// The live revision's queue: a key is reconciled only once the live one is done with it.
+    pub live_queue: PluginQueue,
 }
 
 /// One informer registration of a plugin, kept across its revisions. Its identity is the
@@ -122,6 +136,8 @@ struct Parts {
 pub struct RunningPlugin {
     name: String,
     queue: PluginQueue,
+    /// Its shadow revision's queue, while one runs.
+    mirror: Mirror,
     stats: Arc<ReconcileStats>,
     queue_refusals: Arc<QueueRefusals>,
     own: PluginOwnership,
@@ -207,6 +223,11 @@ impl RunningPlugin {
             at: std::time::SystemTime::now(),
         });
     }
+    /// Hands every key its workers reconcile on to `shadow` from now on (none: to no one).
+    pub(crate) fn set_mirror(&self, shadow: Option<PluginQueue>) {
+        *self.mirror.lock() = shadow;
+    }
+
     pub(crate) fn status(&self) -> Arc<RunningStatus> {
         self.current.lock().clone()
     }
@@ -237,6 +258,7 @@ impl RunningPlugin {
         );
         let failure = Arc::new(Mutex::new(None));
         let history = Arc::new(Mutex::new(VecDeque::new()));
+        let mirror = Mirror::default();
         let shared = Shared {
             queue: &queue,
             stats: &stats,
@@ -244,6 +266,7 @@ impl RunningPlugin {
             own: &own,
             failure: &failure,
             history: &history,
+            mirror: &mirror,
             revision: 1,
         };
         let built = build(
@@ -262,6 +285,7 @@ impl RunningPlugin {
         Ok(RunningPlugin {
             name,
             queue,
+            mirror,
             stats,
             queue_refusals,
             own,
@@ -317,6 +341,7 @@ impl RunningPlugin {
             own: &self.own,
             failure: &self.failure,
             history: &self.history,
+            mirror: &self.mirror,
             revision,
         };
         let built = build(env, &shared, loaded, resources, &plan, namespace)?;
@@ -430,6 +455,8 @@ struct Shared<'a> {
     own: &'a PluginOwnership,
     failure: &'a Arc<Mutex<Option<RevisionFailure>>>,
     history: &'a Arc<Mutex<VecDeque<RevisionRecord>>>,
+    /// Where the workers hand each reconciled key on to a shadow revision, when one runs.
+    mirror: &'a Mirror,
     /// The number of the revision being built.
     revision: u64,
 }
@@ -549,27 +576,47 @@ fn build(
 ) -> Result<Built, RevisionError> {
     let name = loaded.name().to_owned();
     let lister = Arc::new(InformerLister::new());
-    let backends = Backends {
-        lister: lister.clone(),
-        client: Arc::new(
+    let confined = namespace_scope(loaded.manifest(), namespace, |a, k| {
+        resources
+            .get(&(a.to_string(), k.to_string()))
+            .map(|r| r.namespaced)
+    });
+    let client: Arc<dyn ClientBackend> = match env.shadow {
+        None => Arc::new(
             KubeClientBackend::new(env.client.clone(), &name, resources.clone())
-                .confined_to(namespace_scope(loaded.manifest(), namespace, |a, k| {
-                    resources
-                        .get(&(a.to_string(), k.to_string()))
-                        .map(|r| r.namespaced)
-                }))
+                .confined_to(confined)
                 .owned_by(shared.own.clone()),
         ),
-        queue: Arc::new(
-            WorkqueueBackend::new(shared.queue.clone())
-                .owned_by(shared.own.clone())
-                .bounded(
-                    &name,
-                    loaded.limits().max_queued_keys,
-                    shared.queue_refusals.clone(),
-                ),
+        Some(s) => Arc::new(
+            ShadowClientBackend::new(
+                env.client.clone(),
+                &name,
+                resources.clone(),
+                s.ledger.clone(),
+            )
+            .confined_to(confined),
         ),
-        events: Arc::new(env.events.clone()),
+    };
+    let events: Arc<dyn EventBackend> = match env.shadow {
+        None => Arc::new(env.events.clone()),
+        Some(s) => Arc::new(ShadowEvents(s.ledger.clone())),
+    };
+    let backends = Backends {
+        lister: lister.clone(),
+        client,
+        queue: match env.shadow {
+            None => Arc::new(
+                WorkqueueBackend::new(shared.queue.clone())
+                    .owned_by(shared.own.clone())
+                    .bounded(
+                        &name,
+                        loaded.limits().max_queued_keys,
+                        shared.queue_refusals.clone(),
+                    ),
+            ),
+            Some(_) => Arc::new(ShadowQueue),
+        },
+        events,
     };
     let plugin = loaded.activate(backends);
     let health = Arc::new(Health::new(&name, env.opts.quarantine.clone()));
@@ -584,12 +631,16 @@ fn build(
     let (retire, retired) = watch::channel(false);
     let workers = spawn_workers(
         &plugin,
-        shared.queue,
-        shared.stats,
-        &health,
-        &synced,
-        shared.own,
-        &retired,
+        &WorkerParts {
+            queue: shared.queue.clone(),
+            stats: shared.stats.clone(),
+            health: health.clone(),
+            synced: synced.clone(),
+            own: shared.own.clone(),
+            retire: retired.clone(),
+            follows: env.shadow.map(|s| s.live_queue.clone()),
+            mirror: shared.mirror.clone(),
+        },
     )?;
     Ok(Built {
         plugin,

@@ -18,12 +18,13 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::backend::shadow::ShadowLedger;
 use super::engine::PluginEngine;
 use super::instance::GuestError;
 use super::loader::{LoadError, LoadedPlugin};
 use super::options::RuntimeOptions;
 pub use super::revision::RunningPlugin;
-use super::revision::{Env, Resources, RevisionError};
+use super::revision::{Env, Resources, RevisionError, ShadowOf};
 use super::spec::PluginSpec;
 pub use super::status::RuntimeStatus;
 use super::status::{metrics_registry, Slot, Slots, WaitingStatus};
@@ -157,8 +158,18 @@ struct Wiring {
     opts: RuntimeOptions,
     slots: Slots,
     running: Mutex<Vec<Arc<RunningPlugin>>>,
+    /// Shadow revisions, each beside the running plugin of its name.
+    shadows: Mutex<Vec<Shadow>>,
     /// One recorder for every plugin: Events are aggregated per reporting controller inside it.
     events: EventRecorder,
+}
+
+/// A shadow revision: the plugin it shadows, its own revision (queue, instances, watches), and
+/// what its writes would have done.
+struct Shadow {
+    live: String,
+    running: Arc<RunningPlugin>,
+    ledger: Arc<ShadowLedger>,
 }
 
 /// The plugins of one host process, sharing one informer factory and metrics registry.
@@ -229,6 +240,7 @@ impl PluginRuntime {
                 opts,
                 slots,
                 running: Mutex::new(Vec::new()),
+                shadows: Mutex::new(Vec::new()),
                 events,
             }),
             stop_waiting: watch::channel(false).0,
@@ -454,6 +466,8 @@ impl PluginRuntime {
     /// queued and in-flight reconciles finish within `grace`. Returns false when it was not
     /// running, or did not finish in time.
     pub async fn remove(&self, name: &str, grace: Duration) -> bool {
+        // Its shadow goes with it (first: it follows the live revision's queue).
+        self.stop_shadow(name, grace).await;
         let gave_up = self.give_up_waiting(name).await;
         let Some(running) = self.plugin(name) else {
             return gave_up;
@@ -471,6 +485,95 @@ impl PluginRuntime {
         let clean = running.stop(tokio::time::Instant::now() + grace).await;
         tracing::info!(plugin = %name, clean, "plugin removed");
         clean
+    }
+
+    /// Starts `spec` as the shadow of the running plugin `live` (its manifest must name that
+    /// plugin): on the same shared informers, with its own queue (metrics name `<live>~shadow`),
+    /// instances and limits; every write a dry run compared with the stored object, no Event
+    /// recorded, each key reconciled only once the live revision is done with it. Returns the
+    /// ledger its writes are kept in.
+    pub async fn start_shadow(
+        &self,
+        live: &str,
+        spec: PluginSpec,
+    ) -> Result<Arc<ShadowLedger>, UpgradeError> {
+        let running = self.plugin(live).ok_or_else(|| UpgradeError::NotRunning {
+            name: live.to_owned(),
+        })?;
+        let path = spec.path.clone();
+        let loaded = self.load(&spec).await?;
+        let refused = |reason: String| UpgradeError::Refused {
+            path: path.clone(),
+            name: loaded.name().to_owned(),
+            reason,
+        };
+        if loaded.name() != live {
+            return Err(UpgradeError::OtherPlugin {
+                path: path.clone(),
+                expected: live.to_owned(),
+                found: loaded.name().to_owned(),
+            });
+        }
+        if self.shadow_ledger(live).is_some() {
+            return Err(refused("a shadow of it runs already".into()));
+        }
+        let resources = self.wiring.resolve(&loaded).await?;
+        let queue = RateLimitingQueue::named(
+            &format!("{live}~shadow"),
+            &self.wiring.registry,
+            default_controller_rate_limiter::<Arc<str>>(),
+        )
+        .map_err(|source| StartError::Queue {
+            path: path.clone(),
+            source,
+        })?;
+        let ledger = Arc::new(ShadowLedger::default());
+        let of = ShadowOf {
+            ledger: ledger.clone(),
+            live_queue: running.queue().clone(),
+        };
+        let env = Env {
+            shadow: Some(&of),
+            ..self.wiring.env()
+        };
+        let shadow = RunningPlugin::start(&env, queue, spec, loaded, &resources)
+            .map_err(|e| StartError::from_revision(&path, e))?;
+        running.set_mirror(Some(shadow.queue().clone()));
+        tracing::info!(plugin = %live, file = %path.display(), "shadow revision started");
+        self.wiring.shadows.lock().push(Shadow {
+            live: live.to_owned(),
+            running: Arc::new(shadow),
+            ledger: ledger.clone(),
+        });
+        Ok(ledger)
+    }
+
+    /// Stops the shadow of `live` (its reconciles in flight get `grace`); whether one ran.
+    pub async fn stop_shadow(&self, live: &str, grace: Duration) -> bool {
+        let shadow = {
+            let mut shadows = self.wiring.shadows.lock();
+            let at = shadows.iter().position(|s| s.live == live);
+            at.map(|i| shadows.remove(i))
+        };
+        let Some(s) = shadow else {
+            return false;
+        };
+        if let Some(p) = self.plugin(live) {
+            p.set_mirror(None);
+        }
+        s.running.stop(tokio::time::Instant::now() + grace).await;
+        tracing::info!(plugin = %live, "shadow revision stopped");
+        true
+    }
+
+    /// What the shadow of `live` would have written, while it runs.
+    pub fn shadow_ledger(&self, live: &str) -> Option<Arc<ShadowLedger>> {
+        self.wiring
+            .shadows
+            .lock()
+            .iter()
+            .find(|s| s.live == live)
+            .map(|s| s.ledger.clone())
     }
 
     /// Gives up starting the plugin `name` if it waits for its kinds: its task is stopped (at
@@ -575,6 +678,10 @@ impl PluginRuntime {
         w.factory.shutdown();
         let deadline = tokio::time::Instant::now() + grace;
         let mut clean = true;
+        let shadows: Vec<Shadow> = std::mem::take(&mut *w.shadows.lock());
+        for s in shadows {
+            clean &= s.running.stop(deadline).await;
+        }
         let plugins = w.running.lock().clone();
         for p in plugins {
             clean &= p.stop(deadline).await;
@@ -711,6 +818,7 @@ impl Wiring {
             lw_counters: &self.lw_counters,
             events: &self.events,
             opts: &self.opts,
+            shadow: None,
         }
     }
 

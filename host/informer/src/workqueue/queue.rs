@@ -374,6 +374,18 @@ impl<T: Key> Queue<T> {
         self.shared.closed.notify_waiters();
     }
 
+    /// Whether `key` waits in the queue or is held by a worker: work on it is still to come or
+    /// under way (a key only scheduled with `add_after` is not, until its time comes). A
+    /// shadow revision waits on this for the live revision's queue before it reconciles a key.
+    pub fn is_pending<Q>(&self, key: &Q) -> bool
+    where
+        T: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        let st = self.shared.state.lock();
+        st.dirty.contains_key(key) || st.processing.contains_key(key)
+    }
+
     /// Whether `shutdown` or `shutdown_with_drain` has been called.
     pub fn shutting_down(&self) -> bool {
         self.shared.state.lock().shutting_down

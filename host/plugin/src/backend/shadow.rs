@@ -23,7 +23,10 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::kube::{refuse_outside_scope, send};
-use super::{ApiError, BoxFuture, ClientBackend, WriteOp, WriteRequest};
+use super::{
+    ApiError, BoxFuture, ClientBackend, EventBackend, QueueBackend, WriteOp, WriteRequest,
+};
+use crate::events::NewEvent;
 
 /// How many differences a ledger keeps (the newest).
 pub const KEPT_DIFFERENCES: usize = 20;
@@ -62,7 +65,30 @@ pub struct ShadowLedger {
     pub agreements: AtomicU64,
     pub differences: AtomicU64,
     pub refusals: AtomicU64,
+    /// Events the shadow would have recorded (none is written to the cluster).
+    pub events: AtomicU64,
     last: Mutex<VecDeque<Difference>>,
+}
+
+/// A shadow's `queue` import, and where its handlers' keys go: nowhere. A shadow reconciles
+/// the keys the live revision reconciles, each after it (the live workers hand them on), so
+/// what its own handlers and reconciles would enqueue is not followed.
+pub struct ShadowQueue;
+
+impl QueueBackend for ShadowQueue {
+    fn add(&self, _: &str) {}
+    fn add_after(&self, _: &str, _: std::time::Duration) {}
+}
+
+/// A shadow's `events` import: counted in its ledger and logged at debug, never written.
+pub struct ShadowEvents(pub Arc<ShadowLedger>);
+
+impl EventBackend for ShadowEvents {
+    fn record(&self, reporting_controller: &str, event: NewEvent) {
+        self.0.events.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(controller = reporting_controller, reason = %event.reason,
+            "shadow Event not recorded");
+    }
 }
 
 impl ShadowLedger {

@@ -9,10 +9,11 @@
 //! Settings: `revision` (required: the label its lines carry; `bad` is refused by
 //! `validate-config`), `secrets` (default false: also watch Secrets, a second informer),
 //! `name` (the manifest's name, default `reviser`), `workers`, `trap` (true: `validate-config`
-//! traps, as a revision that fails while it is instantiated). Its handlers are its own (never
+//! traps, as a revision that fails while it is instantiated), `annotate` (true: each reconcile
+//! merge-patches its ConfigMap with `reviser/revision: <revision>`). Its handlers are its own (never
 //! handed over to the host), so every notification is a guest call that says who took it.
 
-use kube_guest::{Action, Api, Controller, Manifest, Object, Result, Watch};
+use kube_guest::{Action, Api, Controller, Manifest, Object, Patch, Result, Verb, Watch, Write};
 
 /// The plugin's settings (`config:` in a plugins file).
 #[derive(serde::Deserialize, Default)]
@@ -24,6 +25,9 @@ struct Settings {
     workers: Option<u32>,
     /// Trap in `validate-config`, while the revision is being instantiated.
     trap: Option<bool>,
+    /// Annotate each ConfigMap it reconciles with `reviser/revision: <revision>` (a merge
+    /// patch): a write that differs between revisions, for shadow runs.
+    annotate: Option<bool>,
 }
 
 fn revision() -> &'static str {
@@ -47,9 +51,12 @@ impl Controller for Reviser {
 
     fn manifest() -> Manifest {
         let config = Self::config();
-        let m = Manifest::new(config.name.as_deref().unwrap_or("reviser"))
+        let mut m = Manifest::new(config.name.as_deref().unwrap_or("reviser"))
             .watch(Watch::new("v1", "ConfigMap"))
             .workers(config.workers.unwrap_or(2));
+        if config.annotate.unwrap_or(false) {
+            m = m.write(Write::new("v1", "ConfigMap", &[Verb::Patch]));
+        }
         if config.secrets.unwrap_or(false) {
             m.watch(Watch::new("v1", "Secret"))
         } else {
@@ -86,6 +93,11 @@ impl Controller for Reviser {
             .unwrap_or("-")
             .to_string();
         println!("REV {} reconcile {key} {rv}", revision());
+        if let (Some(cm), true) = (&cm, Reviser::config().annotate.unwrap_or(false)) {
+            let patch = serde_json::json!({"metadata": {"annotations": {"reviser/revision": revision()}}});
+            Api::namespaced("v1", "ConfigMap", cm.namespace().unwrap_or("default"))
+                .patch(cm.name(), &Patch::Merge(patch))?;
+        }
         Ok(Action::Done)
     }
 }

@@ -471,3 +471,23 @@ async fn drained_queue_gives_back_the_room_a_backlog_grew() {
         assert!(cap <= 2 * SPARE_CAPACITY, "{what} kept {cap} slots");
     }
 }
+
+#[tokio::test]
+async fn a_key_is_pending_while_queued_or_held_by_a_worker() {
+    let q: Queue<String> = Queue::new();
+    assert!(!q.is_pending("a"));
+    q.add("a".to_string());
+    assert!(q.is_pending("a"), "queued");
+    let got = within("get", q.get()).await.expect("an item");
+    assert!(q.is_pending("a"), "held by a worker");
+    q.done(&got);
+    assert!(!q.is_pending("a"), "done");
+    q.add("a".to_string());
+    let got = within("get", q.get()).await.expect("an item");
+    q.add("a".to_string());
+    q.done(&got);
+    assert!(
+        q.is_pending("a"),
+        "re-added while held: queued again at done"
+    );
+}

@@ -1,0 +1,157 @@
+//! Shadow revisions in the runtime (issue "Shadow runs"): a shadow beside the live `reviser`
+//! (which annotates each ConfigMap it reconciles with its revision) gets the same notifications
+//! on the same shared informers, reconciles each key on its own queue only after the live
+//! revision is done with it, and its writes are dry runs: an identical shadow agrees every time,
+//! one that would annotate differently is a difference with its patch, and nothing it does
+//! reaches the store. Over loopback HTTP against the emulator.
+
+#[path = "../../../tests/support/mod.rs"]
+mod support;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kwh_plugin::backend::shadow::Outcome;
+use kwh_plugin::{Limits, PluginSpec, RuntimeOptions, UpgradeError};
+use serde_json::json;
+use support::cluster::{cm, emulator, eventually, get_cm, runtime_with};
+use support::logs::Captured;
+
+const WAIT: Duration = Duration::from_secs(60);
+const GRACE: Duration = Duration::from_secs(10);
+const KEYS: usize = 5;
+
+fn options() -> RuntimeOptions {
+    RuntimeOptions {
+        limits: Limits {
+            log_lines_per_second: 0,
+            ..Limits::default()
+        },
+        ..RuntimeOptions::default()
+    }
+}
+
+/// The `reviser` guest as `name`, revision `revision`, annotating what it reconciles.
+fn spec(opts: &RuntimeOptions, name: &str, revision: &str) -> PluginSpec {
+    PluginSpec {
+        config: Arc::new(json!({"revision": revision, "name": name, "annotate": true})),
+        ..PluginSpec::with_defaults(support::guests::guest("reviser"), opts)
+    }
+}
+
+/// The order of `REV <rev> reconcile <key>` lines of plugin `name` for `key`: the revisions.
+fn reconciles_of(logs: &Captured, name: &str, key: &str) -> Vec<String> {
+    logs.lines()
+        .into_iter()
+        .filter(|l| l.plugin.as_deref() == Some(name))
+        .filter_map(|l| {
+            let mut f = l.message.strip_prefix("REV ")?.split(' ');
+            let (rev, what, k) = (f.next()?, f.next()?, f.next()?);
+            (what == "reconcile" && k == key).then(|| rev.to_owned())
+        })
+        .collect()
+}
+
+fn annotation(em: &kwh_emulator::EmulatorHandle, name: &str) -> Option<String> {
+    get_cm(em, name)?["metadata"]["annotations"]["reviser/revision"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_reconciles_after_the_live_revision_and_its_writes_are_only_compared() {
+    let logs = support::logs::capture_global();
+    let em = emulator().await;
+    let opts = options();
+    let mut rt = runtime_with(&em, opts.clone());
+    let name = "reviser-shadowed";
+    rt.start_spec(spec(&opts, name, "a"))
+        .await
+        .expect("live starts");
+    assert!(eventually(WAIT, || rt.is_ready()).await, "ready");
+
+    // A shadow must be of the plugin it shadows.
+    let other = rt
+        .start_shadow(name, spec(&opts, "someone-else", "a"))
+        .await
+        .expect_err("another plugin");
+    assert!(matches!(other, UpgradeError::OtherPlugin { .. }), "{other}");
+
+    // An identical shadow: every write agrees.
+    let ledger = rt
+        .start_shadow(name, spec(&opts, name, "a"))
+        .await
+        .expect("shadow starts");
+    for i in 0..KEYS {
+        em.create(cm(&format!("s-{i}"), json!({}))).expect("create");
+    }
+    assert!(
+        eventually(WAIT, || (0..KEYS).all(|i| annotation(
+            &em,
+            &format!("s-{i}")
+        )
+        .as_deref()
+            == Some("a"))
+            && ledger.agreements.load(Ordering::Relaxed) >= KEYS as u64)
+        .await,
+        "the live revision annotated every object and the shadow agreed: {:?}",
+        ledger.differences()
+    );
+    assert_eq!(
+        ledger.differences.load(Ordering::Relaxed),
+        0,
+        "{:?}",
+        ledger.differences()
+    );
+    assert_eq!(ledger.refusals.load(Ordering::Relaxed), 0);
+    assert!(rt.stop_shadow(name, GRACE).await);
+    assert!(rt.shadow_ledger(name).is_none());
+
+    // A shadow that would annotate with its own revision: differences, each with its patch,
+    // after the live revision's reconcile of the key; nothing written.
+    let ledger = rt
+        .start_shadow(name, spec(&opts, name, "b"))
+        .await
+        .expect("shadow starts");
+    let revision = em.current_resource_version();
+    em.create(cm("t-0", json!({}))).expect("create");
+    assert!(
+        eventually(WAIT, || ledger
+            .differences()
+            .iter()
+            .any(|d| d.name == "t-0"))
+        .await,
+        "a difference for t-0"
+    );
+    let d = ledger
+        .differences()
+        .into_iter()
+        .find(|d| d.name == "t-0")
+        .expect("t-0");
+    assert_eq!(d.op, "patch");
+    assert_eq!(d.key.as_deref(), Some("default/t-0"));
+    assert_eq!(
+        d.outcome,
+        Outcome::Changes(json!([
+            {"op": "replace", "path": "/metadata/annotations/reviser~1revision", "value": "b"}
+        ])),
+        "{d:?}"
+    );
+    let order = reconciles_of(&logs, name, "default/t-0");
+    assert_eq!(
+        order.first().map(String::as_str),
+        Some("a"),
+        "live first: {order:?}"
+    );
+    assert!(order.iter().any(|r| r == "b"), "{order:?}");
+    // The store holds the live revision's write and nothing of the shadow's: the create and
+    // the live annotation are its only revisions.
+    assert_eq!(annotation(&em, "t-0").as_deref(), Some("a"));
+    assert_eq!(em.current_resource_version(), revision + 2);
+
+    // Removing the live plugin takes its shadow along.
+    assert!(rt.remove(name, GRACE).await);
+    assert!(rt.shadow_ledger(name).is_none());
+    assert!(rt.shutdown(GRACE).await, "clean shutdown");
+}
