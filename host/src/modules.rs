@@ -87,6 +87,19 @@ impl Modules {
         max_age: Option<Duration>,
         keys: &[PublicKey],
     ) -> Result<(PluginSpec, Option<Pulled>), OciError> {
+        // A shadow's module is pulled the same way (its pull is not reported).
+        if let Some(shadow) = spec.shadow.clone() {
+            if let Some(text) = shadow.path.to_str().filter(|s| Reference::is_reference(s)) {
+                let r = Reference::parse(text)?;
+                let pulled = self
+                    .pull(&r, creds, max_age.unwrap_or(self.pull_interval), keys)
+                    .await?;
+                spec.shadow = Some(std::sync::Arc::new(kwh_plugin::ShadowSpec {
+                    path: pulled.path,
+                    ..(*shadow).clone()
+                }));
+            }
+        }
         let Some(text) = spec.path.to_str().filter(|s| Reference::is_reference(s)) else {
             return Ok((spec, None));
         };

@@ -76,6 +76,31 @@ struct Entry {
     namespace: Option<String>,
     #[serde(default)]
     leader_only: bool,
+    #[serde(default)]
+    shadow: Option<ShadowEntry>,
+}
+
+/// An entry's `shadow:`: another module (and configuration) run beside the plugin, its writes
+/// only compared; `promote: true` runs it as the plugin instead (by hand), `promoteAfter` once
+/// it has agreed long and often enough.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ShadowEntry {
+    module: PathBuf,
+    #[serde(default)]
+    config: Option<yaml_serde::Value>,
+    #[serde(default)]
+    promote: bool,
+    #[serde(default)]
+    promote_after: Option<PromoteAfterEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PromoteAfterEntry {
+    reconciles: u64,
+    /// e.g. `10m`.
+    duration: String,
 }
 
 /// The global settings a plugin's unset keys take.
@@ -141,6 +166,28 @@ pub fn one(
     entry(item, base, defaults)
 }
 
+/// A `module:` as the runtime loads it: a file relative to `base`, which must exist, or a
+/// registry reference, pulled before the plugin starts (`modules`) and here only checked, so
+/// that a malformed one is a mistake in the file, named as such.
+fn module_path(module: &Path, base: &Path) -> Result<PathBuf, String> {
+    match module
+        .to_str()
+        .filter(|m| kwh_oci::Reference::is_reference(m))
+    {
+        Some(r) => {
+            kwh_oci::Reference::parse(r).map_err(|e| format!("module: {e}"))?;
+            Ok(module.to_path_buf())
+        }
+        None => {
+            let path = base.join(module);
+            if !path.is_file() {
+                return Err(format!("module: {} is not a file", path.display()));
+            }
+            Ok(path)
+        }
+    }
+}
+
 /// One plugin's spec, or why not (naming the key).
 fn entry(
     item: yaml_serde::Value,
@@ -148,25 +195,7 @@ fn entry(
     defaults: &Defaults<'_>,
 ) -> Result<PluginSpec, String> {
     let e: Entry = yaml_serde::from_value(item).map_err(|e| e.to_string())?;
-    // A registry reference is pulled before the plugin starts (`modules`); here it is only
-    // checked, so a malformed one is a mistake in the file, named as such.
-    let module = match e
-        .module
-        .to_str()
-        .filter(|m| kwh_oci::Reference::is_reference(m))
-    {
-        Some(r) => {
-            kwh_oci::Reference::parse(r).map_err(|e| format!("module: {e}"))?;
-            e.module.clone()
-        }
-        None => {
-            let module = base.join(&e.module);
-            if !module.is_file() {
-                return Err(format!("module: {} is not a file", module.display()));
-            }
-            module
-        }
-    };
+    let module = module_path(&e.module, base)?;
     let d = defaults.limits;
     let ms = |key, v: Option<u64>, default: Duration| -> Result<Duration, String> {
         v.map_or(Ok(default), |v| {
@@ -220,6 +249,42 @@ fn entry(
         None => serde_json::Value::Null,
         Some(v) => serde_json::to_value(v).map_err(|e| format!("config: {e}"))?,
     };
+    let config = Arc::new(config);
+    let shadow = match e.shadow {
+        None => None,
+        Some(s) => {
+            let path = module_path(&s.module, base).map_err(|e| format!("shadow.{e}"))?;
+            let config = match s.config {
+                None => config.clone(),
+                Some(v) => {
+                    Arc::new(serde_json::to_value(v).map_err(|e| format!("shadow.config: {e}"))?)
+                }
+            };
+            let promote_after = s
+                .promote_after
+                .map(|p| {
+                    kwh_client::duration::parse_duration(&p.duration)
+                        .map(|after| kwh_plugin::PromoteAfter {
+                            reconciles: p.reconciles,
+                            after,
+                        })
+                        .map_err(|e| format!("shadow.promoteAfter.duration: {e}"))
+                })
+                .transpose()?;
+            let spec = Arc::new(kwh_plugin::ShadowSpec {
+                path,
+                config,
+                promote_after,
+            });
+            Some((spec, s.promote))
+        }
+    };
+    // Promoted by hand: the shadow's module and configuration run as the plugin, no shadow.
+    let (module, config, shadow) = match shadow {
+        Some((s, true)) => (s.path.clone(), s.config.clone(), None),
+        Some((s, false)) => (module, config, Some(s)),
+        None => (module, config, None),
+    };
     Ok(PluginSpec {
         path: module,
         limits,
@@ -227,8 +292,9 @@ fn entry(
         namespace: e
             .namespace
             .or_else(|| defaults.namespace.map(str::to_owned)),
-        config: Arc::new(config),
+        config,
         leader_only: e.leader_only,
+        shadow,
     })
 }
 
@@ -342,6 +408,41 @@ mod tests {
             *s[1].config,
             serde_json::json!({"ttl": "5m", "names": ["a", "b"]})
         );
+    }
+
+    #[test]
+    fn a_shadow_runs_beside_its_plugin_until_it_is_promoted_by_hand() {
+        let dir = dir_with_module();
+        std::fs::write(dir.join("b.wasm"), b"").expect("module");
+        let s = specs(
+            "- module: a.wasm\n  config: {x: 1}\n  shadow:\n    module: b.wasm\n    \
+             promoteAfter: {reconciles: 100, duration: 10m}\n\
+             - module: a.wasm\n  config: {x: 1}\n  shadow: {module: b.wasm, config: {x: 2}, promote: true}\n",
+            &dir,
+        )
+        .expect("valid");
+        let shadow = s[0].shadow.as_ref().expect("a shadow");
+        assert_eq!(s[0].path, dir.join("a.wasm"));
+        assert_eq!(shadow.path, dir.join("b.wasm"));
+        assert_eq!(
+            *shadow.config,
+            serde_json::json!({"x": 1}),
+            "the plugin's own"
+        );
+        assert_eq!(
+            shadow.promote_after,
+            Some(kwh_plugin::PromoteAfter {
+                reconciles: 100,
+                after: Duration::from_secs(600)
+            })
+        );
+        // Promoted by hand: the shadow's module and configuration are the plugin's.
+        assert_eq!(s[1].path, dir.join("b.wasm"));
+        assert_eq!(*s[1].config, serde_json::json!({"x": 2}));
+        assert!(s[1].shadow.is_none());
+        let e = specs("- module: a.wasm\n  shadow: {module: gone.wasm}\n", &dir)
+            .expect_err("no such module");
+        assert!(e.contains("shadow.module: "), "{e}");
     }
 
     #[test]

@@ -128,6 +128,13 @@ impl PluginsWatch {
                     e.pulled
                         .is_some_and(|t| t.elapsed() >= self.modules.pull_interval())
                 })
+                // A shadow waiting for its automatic promotion is looked at every poll.
+                || self.entries.iter().any(|e| {
+                    e.spec
+                        .shadow
+                        .as_ref()
+                        .is_some_and(|s| s.promote_after.is_some())
+                })
             {
                 return;
             }
@@ -157,6 +164,10 @@ impl PluginsWatch {
 
     /// Reads the file again and applies what changed (see the module's documentation).
     pub async fn apply(&mut self, runtime: &mut PluginRuntime) {
+        for name in runtime.promote_due(self.grace).await {
+            tracing::info!(target: LOG_TARGET, plugin = %name,
+                "plugins file {}: the shadow of plugin {name} was promoted", self.path.display());
+        }
         self.text = std::fs::read_to_string(&self.path).ok();
         let defaults = Defaults {
             limits: &self.limits,
@@ -229,6 +240,7 @@ impl PluginsWatch {
                     let how = match how {
                         Applied::Upgraded => "upgraded",
                         Applied::Started(_) => "added",
+                        Applied::Kept => "kept (its shadow changed)",
                     };
                     tracing::info!(target: LOG_TARGET, plugin = %name,
                         "plugins file {}: plugin {i} ({}) {how}", self.path.display(), declared.display());

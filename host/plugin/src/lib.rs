@@ -62,4 +62,4 @@ pub use options::RuntimeOptions;
 pub use runtime::{
     Applied, PluginRuntime, RunningPlugin, RuntimeStatus, StartError, Started, UpgradeError,
 };
-pub use spec::PluginSpec;
+pub use spec::{PluginSpec, PromoteAfter, ShadowSpec};

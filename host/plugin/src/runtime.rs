@@ -25,7 +25,7 @@ use super::loader::{LoadError, LoadedPlugin};
 use super::options::RuntimeOptions;
 pub use super::revision::RunningPlugin;
 use super::revision::{Env, Resources, RevisionError, ShadowOf};
-use super::spec::PluginSpec;
+use super::spec::{PluginSpec, ShadowSpec};
 pub use super::status::RuntimeStatus;
 use super::status::{metrics_registry, Slot, Slots, WaitingStatus};
 use super::watch_counters::{CounterMap, CountingLw};
@@ -135,6 +135,8 @@ pub enum Applied {
     Started(Started),
     /// A plugin of its name ran: switched to the new revision.
     Upgraded,
+    /// A plugin of its name ran with these settings already: only its shadow changed.
+    Kept,
 }
 
 /// What `start` made of a plugin that loaded.
@@ -160,6 +162,8 @@ struct Wiring {
     running: Mutex<Vec<Arc<RunningPlugin>>>,
     /// Shadow revisions, each beside the running plugin of its name.
     shadows: Mutex<Vec<Shadow>>,
+    /// Shadows promoted without a hand: a spec still naming one runs it as the plugin.
+    promoted: Mutex<Vec<Arc<ShadowSpec>>>,
     /// One recorder for every plugin: Events are aggregated per reporting controller inside it.
     events: EventRecorder,
 }
@@ -170,6 +174,11 @@ struct Shadow {
     live: String,
     running: Arc<RunningPlugin>,
     ledger: Arc<ShadowLedger>,
+    /// The spec it runs, when a plugin spec asked for it (none: started by hand).
+    spec: Option<Arc<ShadowSpec>>,
+    started: std::time::Instant,
+    /// Its automatic promotion was stopped by a difference (said once).
+    blocked: bool,
 }
 
 /// The plugins of one host process, sharing one informer factory and metrics registry.
@@ -241,6 +250,7 @@ impl PluginRuntime {
                 slots,
                 running: Mutex::new(Vec::new()),
                 shadows: Mutex::new(Vec::new()),
+                promoted: Mutex::new(Vec::new()),
                 events,
             }),
             stop_waiting: watch::channel(false).0,
@@ -404,21 +414,164 @@ impl PluginRuntime {
         grace: Duration,
         check: impl FnOnce(&str) -> Result<(), String>,
     ) -> Result<(String, Applied), UpgradeError> {
-        let loaded = self.load(&spec).await?;
+        // A shadow promoted without a hand stays promoted while the spec still names it.
+        let spec = match spec.shadow.as_ref() {
+            Some(s) if self.wiring.promoted.lock().contains(s) => {
+                spec.shadow_spec().unwrap_or(spec)
+            }
+            _ => {
+                self.wiring.promoted.lock().clear();
+                spec
+            }
+        };
+        let shadow = spec.shadow.clone();
+        let live = spec.live();
+        let loaded = self.load(&live).await?;
         let name = loaded.name().to_owned();
         check(&name).map_err(|reason| UpgradeError::Refused {
-            path: spec.path.clone(),
+            path: live.path.clone(),
             name: name.clone(),
             reason,
         })?;
         // A revision of a plugin still waiting for its kinds replaces the waiting one.
         self.give_up_waiting(&name).await;
-        if let Some(running) = self.plugin(&name) {
-            self.upgrade_loaded(&running, spec, loaded, grace).await?;
-            return Ok((name, Applied::Upgraded));
+        let applied = match self.plugin(&name) {
+            Some(running) if running.spec() == live => Applied::Kept,
+            Some(running) => {
+                self.upgrade_loaded(&running, live.clone(), loaded, grace)
+                    .await?;
+                Applied::Upgraded
+            }
+            None => Applied::Started(self.start_loaded(live.clone(), loaded).await?),
+        };
+        self.sync_shadow(&name, &spec, shadow, grace).await;
+        Ok((name, applied))
+    }
+
+    /// Runs `shadow` (none: no shadow) beside plugin `name`, replacing a shadow of another
+    /// spec. A shadow that fails to start is one error line and the plugin's failed revision;
+    /// the live revision is not affected.
+    async fn sync_shadow(
+        &self,
+        name: &str,
+        spec: &PluginSpec,
+        shadow: Option<Arc<ShadowSpec>>,
+        grace: Duration,
+    ) {
+        let current = self
+            .wiring
+            .shadows
+            .lock()
+            .iter()
+            .find(|s| s.live == name)
+            .map(|s| s.spec.clone());
+        if current.as_ref().is_some_and(|c| *c == shadow) || (current.is_none() && shadow.is_none())
+        {
+            return;
         }
-        let started = self.start_loaded(spec, loaded).await?;
-        Ok((name, Applied::Started(started)))
+        if current.is_some() {
+            self.stop_shadow(name, grace).await;
+        }
+        let (Some(shadow), Some(shadow_spec)) = (shadow, spec.shadow_spec()) else {
+            return;
+        };
+        let path = shadow_spec.path.clone();
+        match self.start_shadow(name, shadow_spec).await {
+            Ok(_) => {
+                if let Some(s) = self
+                    .wiring
+                    .shadows
+                    .lock()
+                    .iter_mut()
+                    .find(|s| s.live == name)
+                {
+                    s.spec = Some(shadow);
+                }
+            }
+            Err(e) => {
+                tracing::error!(plugin = %name, "shadow revision {} not started: {e}", path.display());
+                self.record_failure(name, &path, &format!("shadow: {e}"));
+            }
+        }
+    }
+
+    /// Promotes each shadow whose `promoteAfter` is met (that many reconciles and that long,
+    /// no difference and no refusal): the plugin is upgraded to the shadow's module and
+    /// configuration, with the upgrade's guarantees, and the shadow stops. A shadow with a
+    /// difference is not promoted, and says why once. Returns the plugins promoted.
+    pub async fn promote_due(&mut self, grace: Duration) -> Vec<String> {
+        let due: Vec<(String, Arc<ShadowSpec>)> = {
+            let mut shadows = self.wiring.shadows.lock();
+            let mut due = Vec::new();
+            for s in shadows.iter_mut() {
+                let (Some(spec), Some(after)) = (
+                    s.spec.clone(),
+                    s.spec.as_ref().and_then(|p| p.promote_after),
+                ) else {
+                    continue;
+                };
+                let differing = s.ledger.differences.load(Ordering::Relaxed)
+                    + s.ledger.refusals.load(Ordering::Relaxed);
+                if differing > 0 {
+                    if !s.blocked {
+                        s.blocked = true;
+                        let last = s
+                            .ledger
+                            .differences()
+                            .last()
+                            .map(|d| format!("; the last: {} {} of {}", d.op, d.kind, d.name))
+                            .unwrap_or_default();
+                        tracing::warn!(plugin = %s.live,
+                            "automatic promotion of the shadow stopped: {differing} of its writes differ{last}");
+                    }
+                    continue;
+                }
+                let reconciles = s.running.reconcile_stats().total.load(Ordering::Relaxed);
+                if reconciles >= after.reconciles && s.started.elapsed() >= after.after {
+                    due.push((s.live.clone(), spec));
+                }
+            }
+            due
+        };
+        let mut promoted = Vec::new();
+        for (name, shadow) in due {
+            let Some(live) = self.plugin(&name) else {
+                continue;
+            };
+            let spec = PluginSpec {
+                path: shadow.path.clone(),
+                config: shadow.config.clone(),
+                ..live.spec()
+            };
+            let reconciles = self.stop_shadow_counted(&name, grace).await;
+            match self.upgrade(&name, spec, grace).await {
+                Ok(_) => {
+                    tracing::info!(plugin = %name, reconciles,
+                        "shadow promoted: it agreed on every write");
+                    self.wiring.promoted.lock().push(shadow);
+                    promoted.push(name);
+                }
+                Err(e) => {
+                    tracing::error!(plugin = %name, "shadow not promoted: {e}");
+                }
+            }
+        }
+        promoted
+    }
+
+    /// [`stop_shadow`](Self::stop_shadow), returning how many reconciles the shadow ran.
+    async fn stop_shadow_counted(&self, live: &str, grace: Duration) -> u64 {
+        let n = self
+            .wiring
+            .shadows
+            .lock()
+            .iter()
+            .find(|s| s.live == live)
+            .map_or(0, |s| {
+                s.running.reconcile_stats().total.load(Ordering::Relaxed)
+            });
+        self.stop_shadow(live, grace).await;
+        n
     }
 
     /// Switches `running` to `loaded` (its name checked, its kinds resolved, the slot's status
@@ -544,6 +697,9 @@ impl PluginRuntime {
             live: live.to_owned(),
             running: Arc::new(shadow),
             ledger: ledger.clone(),
+            spec: None,
+            started: std::time::Instant::now(),
+            blocked: false,
         });
         Ok(ledger)
     }

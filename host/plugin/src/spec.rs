@@ -7,6 +7,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::instance::Limits;
 use super::options::RuntimeOptions;
@@ -28,6 +29,28 @@ pub struct PluginSpec {
     /// Runs on the elected leader only, also when the host is sharded: for controllers that
     /// need a global view (the plugins file's `leaderOnly`).
     pub leader_only: bool,
+    /// A shadow revision to run beside it (the plugins file's `shadow:`).
+    pub shadow: Option<Arc<ShadowSpec>>,
+}
+
+/// A shadow revision of a plugin: another module (and configuration) run beside the live one
+/// on the same informers, its writes dry runs compared with the stored objects.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShadowSpec {
+    /// The shadow's component file.
+    pub path: PathBuf,
+    /// Its configuration (the live one's unless the entry gives its own).
+    pub config: Arc<serde_json::Value>,
+    /// Promoted to the live revision once it has agreed this long and this often.
+    pub promote_after: Option<PromoteAfter>,
+}
+
+/// When a shadow is promoted without a hand: after `reconciles` reconciles and `after` time,
+/// with no difference and no refusal in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PromoteAfter {
+    pub reconciles: u64,
+    pub after: Duration,
 }
 
 impl PluginSpec {
@@ -41,7 +64,28 @@ impl PluginSpec {
             namespace: opts.namespace.clone(),
             config: Arc::new(serde_json::Value::Null),
             leader_only: false,
+            shadow: None,
         }
+    }
+
+    /// What the live revision runs: this spec without its shadow.
+    pub fn live(&self) -> PluginSpec {
+        PluginSpec {
+            shadow: None,
+            ..self.clone()
+        }
+    }
+
+    /// The shadow's own spec: the live one's settings with the shadow's module and
+    /// configuration (what a promotion runs).
+    pub fn shadow_spec(&self) -> Option<PluginSpec> {
+        let s = self.shadow.as_ref()?;
+        Some(PluginSpec {
+            path: s.path.clone(),
+            config: s.config.clone(),
+            shadow: None,
+            ..self.clone()
+        })
     }
 }
 

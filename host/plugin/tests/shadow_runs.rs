@@ -155,3 +155,80 @@ async fn a_shadow_reconciles_after_the_live_revision_and_its_writes_are_only_com
     assert!(rt.shadow_ledger(name).is_none());
     assert!(rt.shutdown(GRACE).await, "clean shutdown");
 }
+
+/// A plugin spec's shadow (`shadow:` of a plugins-file entry): started with the plugin, and
+/// promoted without a hand once it has run `promoteAfter`'s reconciles and time with no
+/// difference; a spec still naming the promoted shadow keeps it; a shadow that differs is never
+/// promoted automatically.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_that_agrees_is_promoted_after_its_threshold_and_one_that_differs_is_not() {
+    let logs = support::logs::capture_global();
+    let em = emulator().await;
+    let opts = options();
+    let mut rt = runtime_with(&em, opts.clone());
+    let name = "reviser-promoted";
+    let with_shadow = |revision: &str, reconciles: u64| {
+        let live = spec(&opts, name, "a");
+        let shadow = spec(&opts, name, revision);
+        PluginSpec {
+            shadow: Some(Arc::new(kwh_plugin::ShadowSpec {
+                path: shadow.path,
+                config: shadow.config,
+                promote_after: Some(kwh_plugin::PromoteAfter {
+                    reconciles,
+                    after: Duration::from_secs(1),
+                }),
+            })),
+            ..live
+        }
+    };
+    let (_, how) = rt.apply(with_shadow("a", 3), GRACE).await.expect("applied");
+    assert!(matches!(how, kwh_plugin::Applied::Started(_)), "{how:?}");
+    let ledger = rt.shadow_ledger(name).expect("its shadow runs");
+    for i in 0..KEYS {
+        em.create(cm(&format!("p-{i}"), json!({}))).expect("create");
+    }
+    assert!(
+        eventually(WAIT, || ledger.agreements.load(Ordering::Relaxed) >= 3).await,
+        "the shadow agreed"
+    );
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if rt.promote_due(GRACE).await == [name.to_owned()] {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never promoted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        rt.shadow_ledger(name).is_none(),
+        "the shadow became the plugin"
+    );
+    let running = rt.plugin(name).expect("runs");
+    assert_eq!(running.revisions(), 2, "promoted by an upgrade");
+    assert!(running.spec().shadow.is_none());
+    // The same spec again: the promotion holds, no shadow starts again.
+    let (_, how) = rt.apply(with_shadow("a", 3), GRACE).await.expect("applied");
+    assert_eq!(how, kwh_plugin::Applied::Kept);
+    assert!(rt.shadow_ledger(name).is_none());
+
+    // A shadow that differs: never promoted, and it says why.
+    let (_, how) = rt.apply(with_shadow("b", 1), GRACE).await.expect("applied");
+    assert_eq!(how, kwh_plugin::Applied::Kept, "only the shadow changed");
+    let ledger = rt.shadow_ledger(name).expect("the new shadow runs");
+    em.create(cm("q-0", json!({}))).expect("create");
+    assert!(
+        eventually(WAIT, || ledger.differences.load(Ordering::Relaxed) >= 1).await,
+        "a difference"
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(rt.promote_due(GRACE).await.is_empty(), "not promoted");
+    assert!(rt.shadow_ledger(name).is_some());
+    assert!(
+        logs.lines().iter().any(|l| l
+            .message
+            .contains("automatic promotion of the shadow stopped")),
+        "said why"
+    );
+    assert!(rt.shutdown(GRACE).await, "clean shutdown");
+}

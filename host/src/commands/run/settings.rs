@@ -337,6 +337,7 @@ pub fn plugin_specs(
         namespace: namespace.map(str::to_owned),
         config: std::sync::Arc::new(serde_json::Value::Null),
         leader_only: false,
+        shadow: None,
     }));
     Ok((specs, from_file))
 }
