@@ -163,7 +163,7 @@ struct Wiring {
     /// Shadow revisions, each beside the running plugin of its name.
     shadows: Mutex<Vec<Shadow>>,
     /// Shadows promoted without a hand: a spec still naming one runs it as the plugin.
-    promoted: Mutex<Vec<Arc<ShadowSpec>>>,
+    promoted: Mutex<Vec<(String, Arc<ShadowSpec>)>>,
     /// One recorder for every plugin: Events are aggregated per reporting controller inside it.
     events: EventRecorder,
 }
@@ -415,14 +415,14 @@ impl PluginRuntime {
         check: impl FnOnce(&str) -> Result<(), String>,
     ) -> Result<(String, Applied), UpgradeError> {
         // A shadow promoted without a hand stays promoted while the spec still names it.
-        let spec = match spec.shadow.as_ref() {
-            Some(s) if self.wiring.promoted.lock().contains(s) => {
-                spec.shadow_spec().unwrap_or(spec)
-            }
-            _ => {
-                self.wiring.promoted.lock().clear();
-                spec
-            }
+        let promoted = spec
+            .shadow
+            .as_ref()
+            .is_some_and(|s| self.wiring.promoted.lock().iter().any(|(_, p)| p == s));
+        let spec = if promoted {
+            spec.shadow_spec().unwrap_or(spec)
+        } else {
+            spec
         };
         let shadow = spec.shadow.clone();
         let live = spec.live();
@@ -433,6 +433,10 @@ impl PluginRuntime {
             name: name.clone(),
             reason,
         })?;
+        if !promoted {
+            // The spec no longer names the shadow this plugin was promoted from.
+            self.wiring.promoted.lock().retain(|(n, _)| *n != name);
+        }
         // A revision of a plugin still waiting for its kinds replaces the waiting one.
         self.give_up_waiting(&name).await;
         let applied = match self.plugin(&name) {
@@ -548,7 +552,7 @@ impl PluginRuntime {
                 Ok(_) => {
                     tracing::info!(plugin = %name, reconciles,
                         "shadow promoted: it agreed on every write");
-                    self.wiring.promoted.lock().push(shadow);
+                    self.wiring.promoted.lock().push((name.clone(), shadow));
                     promoted.push(name);
                 }
                 Err(e) => {
