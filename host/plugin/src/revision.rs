@@ -223,6 +223,11 @@ impl RunningPlugin {
             at: std::time::SystemTime::now(),
         });
     }
+    /// Its reconcile counters, shared (for a status view that outlives a borrow).
+    pub(crate) fn stats_shared(&self) -> Arc<ReconcileStats> {
+        self.stats.clone()
+    }
+
     /// Hands every key its workers reconcile on to `shadow` from now on (none: to no one).
     pub(crate) fn set_mirror(&self, shadow: Option<PluginQueue>) {
         *self.mirror.lock() = shadow;

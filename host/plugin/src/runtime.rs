@@ -27,7 +27,7 @@ pub use super::revision::RunningPlugin;
 use super::revision::{Env, Resources, RevisionError, ShadowOf};
 use super::spec::{PluginSpec, ShadowSpec};
 pub use super::status::RuntimeStatus;
-use super::status::{metrics_registry, Slot, Slots, WaitingStatus};
+use super::status::{metrics_registry, ShadowView, ShadowViews, Slot, Slots, WaitingStatus};
 use super::watch_counters::{CounterMap, CountingLw};
 use crate::events::{EventRecorder, RecorderConfig};
 use kwh_client::{Client, Discovery};
@@ -162,6 +162,8 @@ struct Wiring {
     running: Mutex<Vec<Arc<RunningPlugin>>>,
     /// Shadow revisions, each beside the running plugin of its name.
     shadows: Mutex<Vec<Shadow>>,
+    /// The shadows as `/statusz` and `/metrics` read them.
+    shadow_views: ShadowViews,
     /// Shadows promoted without a hand: a spec still naming one runs it as the plugin.
     promoted: Mutex<Vec<(String, Arc<ShadowSpec>)>>,
     /// One recorder for every plugin: Events are aggregated per reporting controller inside it.
@@ -211,6 +213,7 @@ impl PluginRuntime {
         let event_writer = tokio::spawn(writer.run(async move {
             let _ = stopped.await;
         }));
+        let shadow_views = ShadowViews::default();
         let metrics = metrics_registry(
             &engine,
             &registry,
@@ -218,6 +221,7 @@ impl PluginRuntime {
             &lw_counters,
             &events,
             &opts.ownership,
+            &shadow_views,
         );
         PluginRuntime {
             engine,
@@ -250,6 +254,7 @@ impl PluginRuntime {
                 slots,
                 running: Mutex::new(Vec::new()),
                 shadows: Mutex::new(Vec::new()),
+                shadow_views,
                 promoted: Mutex::new(Vec::new()),
                 events,
             }),
@@ -696,6 +701,12 @@ impl PluginRuntime {
         let shadow = RunningPlugin::start(&env, queue, spec, loaded, &resources)
             .map_err(|e| StartError::from_revision(&path, e))?;
         running.set_mirror(Some(shadow.queue().clone()));
+        self.wiring.shadow_views.lock().push(ShadowView {
+            live: live.to_owned(),
+            module: path.clone(),
+            ledger: ledger.clone(),
+            stats: shadow.stats_shared(),
+        });
         tracing::info!(plugin = %live, file = %path.display(), "shadow revision started");
         self.wiring.shadows.lock().push(Shadow {
             live: live.to_owned(),
@@ -721,6 +732,7 @@ impl PluginRuntime {
         if let Some(p) = self.plugin(live) {
             p.set_mirror(None);
         }
+        self.wiring.shadow_views.lock().retain(|v| v.live != live);
         s.running.stop(tokio::time::Instant::now() + grace).await;
         tracing::info!(plugin = %live, "shadow revision stopped");
         true
@@ -820,6 +832,7 @@ impl PluginRuntime {
             metrics: self.wiring.metrics.clone(),
             slots: self.wiring.slots.clone(),
             ownership: self.wiring.opts.ownership.clone(),
+            shadows: self.wiring.shadow_views.clone(),
         }
     }
 

@@ -18,6 +18,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 
+use super::backend::shadow::{Outcome, ShadowLedger};
 use super::backend::workqueue::QueueRefusals;
 use super::cache_sync::CacheSync;
 use super::dispatch::Dispatcher;
@@ -126,6 +127,18 @@ pub(crate) enum Slot {
 /// and the ops endpoint.
 pub(crate) type Slots = Arc<Mutex<Vec<Slot>>>;
 
+/// A shadow revision as `/statusz` and `/metrics` show it.
+#[derive(Clone)]
+pub(crate) struct ShadowView {
+    pub live: String,
+    pub module: std::path::PathBuf,
+    pub ledger: Arc<ShadowLedger>,
+    pub stats: Arc<ReconcileStats>,
+}
+
+/// The shadows of one runtime, kept by the runtime as they start and stop.
+pub(crate) type ShadowViews = Arc<Mutex<Vec<ShadowView>>>;
+
 /// What `/metrics` and `/readyz` read: shared handles, cloned out under a short lock.
 #[derive(Clone)]
 pub struct RuntimeStatus {
@@ -133,6 +146,81 @@ pub struct RuntimeStatus {
     pub(crate) metrics: Arc<prometheus_client::registry::Registry>,
     pub(crate) slots: Slots,
     pub(crate) ownership: Ownership,
+    pub(crate) shadows: ShadowViews,
+}
+
+/// A shadow's figures and its newest differences, as JSON.
+fn shadow_json(v: &ShadowView) -> serde_json::Value {
+    let l = &v.ledger;
+    serde_json::json!({
+        "module": v.module.display().to_string(),
+        "reconciles": v.stats.total.load(Ordering::Relaxed),
+        "agreements": l.agreements.load(Ordering::Relaxed),
+        "differences": l.differences.load(Ordering::Relaxed),
+        "refusals": l.refusals.load(Ordering::Relaxed),
+        "eventsNotRecorded": l.events.load(Ordering::Relaxed),
+        "lastDifferences": l.differences().iter().map(|d| {
+            let (kind, detail) = match &d.outcome {
+                Outcome::Changes(patch) => ("changes", patch.clone()),
+                Outcome::Refused(e) => ("refused", serde_json::json!({
+                    "code": e.code, "reason": e.reason, "message": e.message})),
+                Outcome::Agreement => ("agreement", serde_json::Value::Null),
+            };
+            serde_json::json!({
+                "key": d.key.as_deref(),
+                "op": d.op,
+                "apiVersion": d.api_version,
+                "kind": d.kind,
+                "namespace": d.namespace,
+                "name": d.name,
+                "outcome": kind,
+                "patch": if kind == "changes" { detail.clone() } else { serde_json::Value::Null },
+                "refusal": if kind == "refused" { detail } else { serde_json::Value::Null },
+            })
+        }).collect::<Vec<_>>(),
+    })
+}
+
+/// Shadow writes by outcome, per plugin: `plugin_shadow_writes_total`.
+#[derive(Debug)]
+struct ShadowMetrics(ShadowViews);
+
+impl std::fmt::Debug for ShadowView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShadowView")
+            .field("live", &self.live)
+            .finish()
+    }
+}
+
+impl Collector for ShadowMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let views = self.0.lock().clone();
+        let rows: Vec<([(&str, &str); 2], ConstCounter<u64>)> = views
+            .iter()
+            .flat_map(|v| {
+                let l = &v.ledger;
+                [
+                    ("agreement", l.agreements.load(Ordering::Relaxed)),
+                    ("difference", l.differences.load(Ordering::Relaxed)),
+                    ("refused", l.refusals.load(Ordering::Relaxed)),
+                ]
+                .map(|(o, n)| {
+                    (
+                        [("plugin", v.live.as_str()), ("outcome", o)],
+                        ConstCounter::new(n),
+                    )
+                })
+            })
+            .collect();
+        encode_family(
+            &mut encoder,
+            "plugin_shadow_writes",
+            "A shadow revision's writes, sent as dry runs, by outcome against the stored object: agreement (nothing would change), difference, refused by the server.",
+            None,
+            rows,
+        )
+    }
 }
 
 impl RuntimeStatus {
@@ -247,6 +335,7 @@ impl RuntimeStatus {
                 .ok()
                 .map(|d| d.as_secs())
         };
+        let shadows = self.shadows.lock().clone();
         let plugins: Vec<_> = self
             .snapshot()
             .iter()
@@ -319,6 +408,10 @@ impl RuntimeStatus {
                         "config": p.plugin.config(),
                         "limits": limits_json(p.plugin.limits()),
                         "workers": p.plugin.manifest().workers,
+                        "shadow": shadows
+                            .iter()
+                            .find(|v| v.live == p.plugin.name())
+                            .map(shadow_json),
                     })
                 }
             })
@@ -484,6 +577,7 @@ pub(crate) fn metrics_registry(
     lw_counters: &CounterMap,
     events: &EventRecorder,
     ownership: &Ownership,
+    shadows: &ShadowViews,
 ) -> Arc<prometheus_client::registry::Registry> {
     let mut registry = prometheus_client::registry::Registry::default();
     registry.register_collector(Box::new(queues.clone()));
@@ -493,6 +587,7 @@ pub(crate) fn metrics_registry(
     }));
     registry.register_collector(Box::new(EventMetrics(events.clone())));
     registry.register_collector(Box::new(ReplicaMetrics(ownership.clone())));
+    registry.register_collector(Box::new(ShadowMetrics(shadows.clone())));
     registry.register_collector(Box::new(CompileMetrics(
         engine.sandbox().cache_stats_shared(),
     )));

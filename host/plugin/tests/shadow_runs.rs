@@ -150,6 +150,29 @@ async fn a_shadow_reconciles_after_the_live_revision_and_its_writes_are_only_com
     assert_eq!(annotation(&em, "t-0").as_deref(), Some("a"));
     assert_eq!(em.current_resource_version(), revision + 2);
 
+    // Where people look: /statusz and /metrics.
+    let status: serde_json::Value =
+        serde_json::from_str(&rt.status().render_status()).expect("statusz JSON");
+    let shadow = status["plugins"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == name))
+        .map(|p| p["shadow"].clone())
+        .expect("the plugin");
+    assert!(shadow["differences"].as_u64() >= Some(1), "{shadow}");
+    let last = shadow["lastDifferences"]
+        .as_array()
+        .and_then(|d| d.iter().find(|d| d["name"] == "t-0"))
+        .expect("t-0 listed");
+    assert_eq!(last["outcome"], "changes");
+    assert_eq!(last["patch"][0]["value"], "b");
+    let metrics = rt.status().render_metrics().expect("metrics");
+    assert!(
+        metrics.lines().any(|l| l.starts_with(&format!(
+            "plugin_shadow_writes_total{{plugin=\"{name}\",outcome=\"difference\"}}"
+        ))),
+        "{metrics}"
+    );
+
     // Removing the live plugin takes its shadow along.
     assert!(rt.remove(name, GRACE).await);
     assert!(rt.shadow_ledger(name).is_none());
