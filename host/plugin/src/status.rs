@@ -181,6 +181,9 @@ fn shadow_json(v: &ShadowView) -> serde_json::Value {
     })
 }
 
+/// A shadow row's labels: plugin and outcome.
+type Labels<'a> = [(&'static str, &'a str); 2];
+
 /// Shadow writes by outcome, per plugin: `plugin_shadow_writes_total`.
 #[derive(Debug)]
 struct ShadowMetrics(ShadowViews);
@@ -196,7 +199,7 @@ impl std::fmt::Debug for ShadowView {
 impl Collector for ShadowMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let views = self.0.lock().clone();
-        let rows: Vec<([(&str, &str); 2], ConstCounter<u64>)> = views
+        let rows: Vec<(Labels<'_>, ConstCounter<u64>)> = views
             .iter()
             .flat_map(|v| {
                 let l = &v.ledger;

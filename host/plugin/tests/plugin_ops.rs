@@ -918,10 +918,11 @@ async fn the_metrics_endpoint_serves_valid_openmetrics_with_every_family() {
         ("events_dropped", "counter"),
         ("component_compiles", "counter"),
         ("component_cache_hits", "counter"),
+        ("plugin_shadow_writes", "counter"),
     ] {
         assert_eq!(family(name), Some(kind), "{name} in\n{body}");
     }
-    assert_eq!(families.len(), 38, "no family beyond those: {families:?}");
+    assert_eq!(families.len(), 39, "no family beyond those: {families:?}");
     assert!(
         body.contains("events_dropped_total{reason=\"queue_full\"} 0\n"),
         "{body}"
