@@ -679,3 +679,111 @@ async fn a_leader_only_plugin_added_live_to_a_sharded_host_without_an_election_i
     host.exit(WAIT).await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A plugins-file entry's `shadow:` through the binary (issue "Shadow runs"): the shadow runs
+/// beside the plugin, its writes are compared and never made, `/statusz` shows its differences
+/// with their patches, and `promote: true` makes it the plugin (an upgrade, no relist).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_in_the_plugins_file_is_compared_then_promoted_by_hand() {
+    let dir = support::temp_dir("plugins-shadow");
+    std::fs::copy(guest("reviser"), dir.join("reviser.wasm")).expect("copy guest");
+    let plugins = dir.join("plugins.yaml");
+    let entry = |promote: bool| {
+        format!(
+            "- module: reviser.wasm\n  logLinesPerSecond: 0\n  config: {{revision: a, annotate: true}}\n  \
+             shadow:\n    module: reviser.wasm\n    config: {{revision: b, annotate: true}}\n    \
+             promote: {promote}\n"
+        )
+    };
+    std::fs::write(&plugins, entry(false)).expect("plugins file");
+    let mut host = HostProcess::spawn(
+        [
+            os("--plugins"),
+            plugins.as_os_str(),
+            os("--plugins-poll-interval"),
+            os("200ms"),
+            os("--metrics-addr"),
+            os("127.0.0.1:0"),
+            os("--emulator"),
+        ],
+        "info",
+    );
+    let (_, kubeconfig) = host.emulator().await;
+    let addr = host.ops_addr().await;
+    host.line("running; SIGINT or SIGTERM stops").await;
+    host.line("shadow revision started").await;
+    let client = support::process::client(&kubeconfig);
+    let cm = ApiResource::new("v1", "ConfigMap", "configmaps", true);
+    let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "one", "namespace": "default"}});
+    client
+        .create(
+            &cm,
+            Some("default"),
+            body.to_string().into(),
+            &WriteParams::default(),
+        )
+        .await
+        .expect("create");
+    host.line("REV b reconcile default/one").await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let shadow = loop {
+        let (code, body) = http_get(&addr, "/statusz").await;
+        assert_eq!(code, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("statusz JSON");
+        let s = v["plugins"][0]["shadow"].clone();
+        if s["differences"].as_u64() >= Some(1) {
+            break s;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no difference: {v}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        shadow["lastDifferences"][0]["patch"][0]["value"], "b",
+        "{shadow}"
+    );
+    let stored = client.get(&cm, Some("default"), "one").await.expect("get");
+    let stored: serde_json::Value = serde_json::from_slice(stored.raw()).expect("JSON");
+    assert_eq!(
+        stored["metadata"]["annotations"]["reviser/revision"], "a",
+        "only the live revision's write reached the object"
+    );
+
+    // Promoted by hand: the shadow's configuration runs as the plugin; its writes are made.
+    std::fs::write(&plugins, entry(true)).expect("edit");
+    host.line(") upgraded").await;
+    client
+        .create(
+            &cm,
+            Some("default"),
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "two", "namespace": "default"}})
+            .to_string()
+            .into(),
+            &WriteParams::default(),
+        )
+        .await
+        .expect("create");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let o = client.get(&cm, Some("default"), "two").await.expect("get");
+        let v: serde_json::Value = serde_json::from_slice(o.raw()).expect("JSON");
+        if v["metadata"]["annotations"]["reviser/revision"] == "b" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never annotated by b: {v}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (_, body) = http_get(&addr, "/statusz").await;
+    let v: serde_json::Value = serde_json::from_str(&body).expect("statusz JSON");
+    assert!(
+        v["plugins"][0]["shadow"].is_null(),
+        "no shadow after the promotion: {v}"
+    );
+    host.sigterm();
+    host.exit(WAIT).await;
+    let _ = std::fs::remove_dir_all(dir);
+}

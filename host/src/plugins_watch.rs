@@ -96,7 +96,7 @@ impl PluginsWatch {
                 module: Stamp::of(&spec.path),
                 name: running
                     .iter()
-                    .find(|p| p.spec() == spec)
+                    .find(|p| p.spec() == spec.live())
                     .map(|p| p.name().to_owned()),
                 spec,
             })

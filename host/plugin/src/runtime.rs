@@ -307,8 +307,17 @@ impl PluginRuntime {
     /// manifest's, its namespace confines its watches, and its configuration is carried with
     /// it ([`Plugin::config`](crate::Plugin::config)).
     pub async fn start_spec(&mut self, spec: PluginSpec) -> Result<Started, StartError> {
-        let loaded = self.load(&spec).await?;
-        self.start_loaded(spec, loaded).await
+        let live = spec.live();
+        let loaded = self.load(&live).await?;
+        let name = loaded.name().to_owned();
+        let started = self.start_loaded(live, loaded).await?;
+        // Its shadow, once the plugin runs (a waiting plugin's shadow starts with its next
+        // apply).
+        if started == Started::Running && spec.shadow.is_some() {
+            self.sync_shadow(&name, &spec, spec.shadow.clone(), Duration::ZERO)
+                .await;
+        }
+        Ok(started)
     }
 
     /// Starts `loaded` (not running yet) as [`PluginRuntime::start_spec`] does.
