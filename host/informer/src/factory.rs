@@ -133,8 +133,17 @@ impl<L: ListerWatcher> SharedInformerFactory<L> {
             let inf = informer.clone();
             let key_s = key.to_string();
             self.inner.runtime.spawn(async move {
-                if let Err(e) = inf.run().await {
-                    tracing::error!(informer = %key_s, error = %e, "informer did not run");
+                match inf.run().await {
+                    Ok(()) => {}
+                    // Stopped before its task first ran: the factory shut down, or its last
+                    // handler went, at once (a host exiting at a bad plugin, a plugin removed
+                    // right after it started). Nothing was lost.
+                    Err(InformerError::Stopped) => {
+                        tracing::debug!(informer = %key_s, "informer stopped before it ran")
+                    }
+                    Err(e) => {
+                        tracing::error!(informer = %key_s, error = %e, "informer did not run")
+                    }
                 }
             });
         }
