@@ -211,3 +211,76 @@ async fn sharded_hosts_need_an_election_to_take_plugins_from_the_cluster() {
         "{stderr}"
     );
 }
+
+/// A `WasmController`'s `shadow:` (issue "Shadow runs"): the shadow runs beside the plugin and
+/// the resource's status carries what its writes would have done, with their patches.
+#[cfg_attr(
+    not(kubectl),
+    ignore = "needs kubectl, not installed when this was built"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wasmcontrollers_shadow_reports_its_differences_in_status() {
+    let dir = support::temp_dir("wasmcontroller-shadow");
+    let module = dir.join("reviser.wasm");
+    std::fs::copy(guest("reviser"), &module).expect("copy guest");
+    let crd = support::guests::repo_root().join("deploy/crds/wasmcontroller.yaml");
+    let mut host = HostProcess::spawn(
+        [
+            os("--plugins-from-cluster"),
+            os("--emulator"),
+            crd.as_os_str(),
+            os("--cache-dir"),
+            dir.join("cache").as_os_str(),
+        ],
+        "info",
+    );
+    let (_, kubeconfig) = host.emulator().await;
+    std::fs::copy(&kubeconfig, dir.join("kubeconfig")).expect("kubeconfig");
+    host.line("running; SIGINT or SIGTERM stops").await;
+    let m = module.display();
+    support::kubectl::apply_yaml(
+        &dir,
+        "wc",
+        &format!(
+            "apiVersion: kube-wasm.dev/v1alpha1\nkind: WasmController\nmetadata:\n  name: reviser\n\
+             spec:\n  module: {m}\n  logLinesPerSecond: 0\n  config: {{revision: a, annotate: true}}\n  \
+             shadow:\n    module: {m}\n    config: {{revision: b, annotate: true}}\n"
+        ),
+    )
+    .await;
+    host.line("shadow revision started").await;
+    let (ok, out, err) = kubectl(&dir, &["create", "configmap", "one"]).await;
+    assert!(ok, "{out}{err}");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let shadow = loop {
+        let s = status_of(&dir, "wasmcontroller", "reviser").await;
+        if s["shadow"]["differences"].as_u64() >= Some(1) {
+            break s["shadow"].clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no difference in status: {s}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert_eq!(shadow["lastDifferences"][0]["name"], "one", "{shadow}");
+    assert_eq!(
+        shadow["lastDifferences"][0]["patch"][0]["value"], "b",
+        "{shadow}"
+    );
+    let (ok, annotation, err) = kubectl(
+        &dir,
+        &[
+            "get",
+            "configmap",
+            "one",
+            "-o",
+            "jsonpath={.metadata.annotations.reviser/revision}",
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(annotation, "a", "only the live revision wrote");
+    host.sigterm();
+    assert!(host.exit(WAIT).await.success(), "{}", host.log());
+}

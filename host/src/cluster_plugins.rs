@@ -225,6 +225,9 @@ impl ClusterPlugins {
             // A partial list would read as deletions.
             return;
         }
+        for plugin in runtime.promote_due(self.grace).await {
+            tracing::info!(target: LOG_TARGET, plugin = %plugin, "the shadow of plugin {plugin} was promoted");
+        }
         let objects = self.informer.indexer().list();
         for obj in &objects {
             let Ok(v) = serde_json::from_slice::<Value>(obj.raw()) else {
@@ -495,7 +498,14 @@ impl ClusterPlugins {
             return;
         }
         let running = applied.plugin.as_deref().and_then(|p| runtime.plugin(p));
-        let status = status(applied, running.as_deref(), &v["status"]);
+        let mut status = status(applied, running.as_deref(), &v["status"]);
+        if let Some(ledger) = applied
+            .plugin
+            .as_deref()
+            .and_then(|p| runtime.shadow_ledger(p))
+        {
+            status["shadow"] = shadow_status(&ledger);
+        }
         if status == v["status"] {
             return;
         }
@@ -610,6 +620,34 @@ fn status(applied: &Applied, running: Option<&kwh_plugin::RunningPlugin>, old: &
             .load(std::sync::atomic::Ordering::Relaxed));
     }
     s
+}
+
+/// A shadow's figures and its three newest differences, for the resource's status.
+fn shadow_status(l: &kwh_plugin::backend::shadow::ShadowLedger) -> Value {
+    use kwh_plugin::backend::shadow::Outcome;
+    use std::sync::atomic::Ordering::Relaxed;
+    let last: Vec<Value> = l
+        .differences()
+        .iter()
+        .rev()
+        .take(3)
+        .map(|d| {
+            let mut v = json!({"op": d.op, "kind": d.kind, "namespace": d.namespace,
+                               "name": d.name});
+            match &d.outcome {
+                Outcome::Changes(patch) => v["patch"] = patch.clone(),
+                Outcome::Refused(e) => v["refused"] = json!(e.to_string()),
+                Outcome::Agreement => {}
+            }
+            v
+        })
+        .collect();
+    json!({
+        "agreements": l.agreements.load(Relaxed),
+        "differences": l.differences.load(Relaxed),
+        "refusals": l.refusals.load(Relaxed),
+        "lastDifferences": last,
+    })
 }
 
 /// Now, as `metav1.Time` writes it.
