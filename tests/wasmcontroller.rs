@@ -281,6 +281,20 @@ async fn a_wasmcontrollers_shadow_reports_its_differences_in_status() {
     .await;
     assert!(ok, "{err}");
     assert_eq!(annotation, "a", "only the live revision wrote");
+    // An Event for the new kind of difference on the object, and on the resource.
+    kubectl_until(&dir, &["describe", "configmap", "one"], WAIT, |l| {
+        l.contains("Warning") && l.contains("ShadowDifference")
+    })
+    .await
+    .unwrap_or_else(|out| panic!("no ShadowDifference Event on the ConfigMap:\n{out}"));
+    kubectl_until(
+        &dir,
+        &["describe", "wasmcontroller", "reviser"],
+        WAIT,
+        |l| l.contains("ShadowDifference"),
+    )
+    .await
+    .unwrap_or_else(|out| panic!("no ShadowDifference Event on the resource:\n{out}"));
     host.sigterm();
     assert!(host.exit(WAIT).await.success(), "{}", host.log());
 }

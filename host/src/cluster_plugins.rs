@@ -100,6 +100,8 @@ struct Applied {
     failure: Option<(&'static str, String)>,
     /// Where its module comes from, when a registry reference names it.
     pull: Option<Pull>,
+    /// The kinds of shadow difference already recorded as Events on it.
+    shadow_kinds: std::collections::HashSet<String>,
 }
 
 /// A module named by reference: asked for its digest again every `interval`.
@@ -244,6 +246,7 @@ impl ClusterPlugins {
                 self.apply_one(runtime, &name, generation, &v["spec"]).await;
                 self.record(obj, generation);
             }
+            self.shadow_events(runtime, obj);
             self.write_status(runtime, &name, &v).await;
         }
         let present: Vec<&str> = objects.iter().map(|o| o.name()).collect();
@@ -447,8 +450,52 @@ impl ClusterPlugins {
                 plugin,
                 failure,
                 pull,
+                shadow_kinds: self
+                    .applied
+                    .get(name)
+                    .map(|a| a.shadow_kinds.clone())
+                    .unwrap_or_default(),
             },
         );
+    }
+
+    /// An Event on `obj` for each kind of difference its plugin's shadow met since the last
+    /// look (the first of each kind is also an Event on the object it concerns).
+    fn shadow_events(&mut self, runtime: &PluginRuntime, obj: &Object) {
+        let Some(applied) = self.applied.get_mut(obj.name()) else {
+            return;
+        };
+        let Some(plugin) = applied.plugin.clone() else {
+            return;
+        };
+        let Some(ledger) = runtime.shadow_ledger(&plugin) else {
+            return;
+        };
+        let mut new: Vec<String> = ledger
+            .kinds()
+            .into_iter()
+            .filter(|k| !applied.shadow_kinds.contains(k))
+            .collect();
+        new.sort();
+        for kind in new {
+            applied.shadow_kinds.insert(kind.clone());
+            self.events.record(
+                "kube-wasm-host",
+                NewEvent {
+                    regarding: ObjectRef {
+                        api_version: "kube-wasm.dev/v1alpha1".into(),
+                        kind: "WasmController".into(),
+                        namespace: None,
+                        name: obj.name().to_owned(),
+                        uid: Some(obj.uid().to_owned()),
+                    },
+                    event_type: EventType::Warning,
+                    reason: "ShadowDifference".into(),
+                    action: "Shadow".into(),
+                    note: Some(format!("the shadow of plugin {plugin} differs: {kind}")),
+                },
+            );
+        }
     }
 
     /// The Event of the generation just applied to `obj`.

@@ -599,7 +599,8 @@ fn build(
                 resources.clone(),
                 s.ledger.clone(),
             )
-            .confined_to(confined),
+            .confined_to(confined)
+            .with_events(env.events.clone()),
         ),
     };
     let events: Arc<dyn EventBackend> = match env.shadow {

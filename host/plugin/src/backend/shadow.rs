@@ -26,7 +26,7 @@ use super::kube::{refuse_outside_scope, send};
 use super::{
     ApiError, BoxFuture, ClientBackend, EventBackend, QueueBackend, WriteOp, WriteRequest,
 };
-use crate::events::NewEvent;
+use crate::events::{EventRecorder, EventType, NewEvent, ObjectRef};
 
 /// How many differences a ledger keeps (the newest).
 pub const KEPT_DIFFERENCES: usize = 20;
@@ -68,6 +68,9 @@ pub struct ShadowLedger {
     /// Events the shadow would have recorded (none is written to the cluster).
     pub events: AtomicU64,
     last: Mutex<VecDeque<Difference>>,
+    /// The kinds of difference seen so far (op, kind, and the paths a patch touches, or the
+    /// refusal's reason): the first of each kind is an Event.
+    kinds: Mutex<std::collections::HashSet<String>>,
 }
 
 /// A shadow's `queue` import, and where its handlers' keys go: nowhere. A shadow reconciles
@@ -97,7 +100,22 @@ impl ShadowLedger {
         self.last.lock().iter().cloned().collect()
     }
 
-    fn record(&self, d: Difference) {
+    /// The kinds of difference seen so far (see [`kind_of`]), in no order.
+    pub fn kinds(&self) -> Vec<String> {
+        self.kinds.lock().iter().cloned().collect()
+    }
+
+    /// Records `d`; whether it is a difference of a kind not seen before.
+    fn record(&self, d: Difference) -> bool {
+        let new_kind = match &d.outcome {
+            Outcome::Agreement => false,
+            outcome => self.kinds.lock().insert(kind_of(d.op, &d.kind, outcome)),
+        };
+        self.keep(d);
+        new_kind
+    }
+
+    fn keep(&self, d: Difference) {
         match &d.outcome {
             Outcome::Agreement => {
                 self.agreements.fetch_add(1, Ordering::Relaxed);
@@ -111,6 +129,26 @@ impl ShadowLedger {
             last.pop_front();
         }
         last.push_back(d);
+    }
+}
+
+/// A difference's kind: the operation, the object's kind, and the paths its patch touches (or
+/// the refusal's reason), e.g. `patch ConfigMap /metadata/annotations/x`.
+pub fn kind_of(op: &str, kind: &str, outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Agreement => format!("{op} {kind} agreement"),
+        Outcome::Refused(e) => format!("{op} {kind} refused {}", e.reason),
+        Outcome::Changes(patch) => {
+            let mut paths: Vec<&str> = patch
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p["path"].as_str())
+                .collect();
+            paths.sort_unstable();
+            paths.dedup();
+            format!("{op} {kind} {}", paths.join(" "))
+        }
     }
 }
 
@@ -169,6 +207,39 @@ pub fn compare(stored: Option<&Value>, would: Option<&Value>) -> Outcome {
     }
 }
 
+/// The Event of a difference of a new kind, on the object it concerns.
+fn shadow_event(d: &Difference, stored: Option<&Value>) -> NewEvent {
+    let (reason, note) = match &d.outcome {
+        Outcome::Refused(e) => (
+            "ShadowRefused",
+            format!("the shadow revision's {} was refused: {e}", d.op),
+        ),
+        Outcome::Changes(patch) => (
+            "ShadowDifference",
+            format!(
+                "the shadow revision's {} would change: {}",
+                d.op,
+                serde_json::to_string(patch).unwrap_or_default()
+            ),
+        ),
+        Outcome::Agreement => ("ShadowAgreement", String::new()),
+    };
+    NewEvent {
+        regarding: ObjectRef {
+            api_version: d.api_version.clone(),
+            kind: d.kind.clone(),
+            namespace: d.namespace.clone(),
+            name: d.name.clone(),
+            uid: stored.and_then(|v| v["metadata"]["uid"].as_str().map(str::to_owned)),
+        },
+        event_type: EventType::Warning,
+        reason: reason.into(),
+        action: "Shadow".into(),
+        note: Some(note),
+    }
+    .within_api_limits()
+}
+
 /// Writes as dry runs, each compared and recorded.
 pub struct ShadowClientBackend {
     client: Client,
@@ -176,6 +247,8 @@ pub struct ShadowClientBackend {
     resources: HashMap<(String, String), ApiResource>,
     confined_to: Option<String>,
     ledger: Arc<ShadowLedger>,
+    /// Where the first difference of each kind is recorded as an Event on its object.
+    events: Option<EventRecorder>,
 }
 
 impl ShadowClientBackend {
@@ -194,7 +267,15 @@ impl ShadowClientBackend {
             resources,
             confined_to: None,
             ledger,
+            events: None,
         }
+    }
+
+    /// Records the first difference of each kind as a Warning Event on the object it concerns
+    /// (`ShadowDifference`, or `ShadowRefused`), reported by the plugin.
+    pub fn with_events(mut self, events: EventRecorder) -> Self {
+        self.events = Some(events);
+        self
     }
 
     /// The live revision's confinement (see `KubeClientBackend::confined_to`).
@@ -220,6 +301,8 @@ impl ClientBackend for ShadowClientBackend {
         let client = self.client.clone();
         let ledger = self.ledger.clone();
         let field_manager = self.field_manager.clone();
+        let field_manager_name = self.field_manager.clone();
+        let events = self.events.clone();
         let confined = refuse_outside_scope(
             self.confined_to.as_deref(),
             &self.field_manager,
@@ -282,7 +365,12 @@ impl ClientBackend for ShadowClientBackend {
             };
             tracing::debug!(kind = %difference.kind, name = %difference.name, op = difference.op,
                 outcome = ?difference.outcome, "shadow write checked");
-            ledger.record(difference);
+            let event = events.map(|e| (e, shadow_event(&difference, stored.as_ref())));
+            if ledger.record(difference) {
+                if let Some((recorder, event)) = event {
+                    recorder.record(&field_manager_name, event);
+                }
+            }
             answer
         })
     }
@@ -321,6 +409,41 @@ mod tests {
         assert!(matches!(compare(None, Some(&stored)), Outcome::Changes(_)));
         assert!(matches!(compare(Some(&stored), None), Outcome::Changes(_)));
         assert_eq!(compare(None, None), Outcome::Agreement);
+    }
+
+    #[test]
+    fn a_kind_of_difference_is_its_operation_kind_and_paths() {
+        let patch = Outcome::Changes(json!([
+            {"op": "replace", "path": "/data/b", "value": "1"},
+            {"op": "add", "path": "/data/a", "value": "2"},
+            {"op": "replace", "path": "/data/b", "value": "3"}
+        ]));
+        assert_eq!(
+            kind_of("patch", "ConfigMap", &patch),
+            "patch ConfigMap /data/a /data/b"
+        );
+        assert_eq!(
+            kind_of(
+                "create",
+                "Pod",
+                &Outcome::Refused(ApiError::forbidden("no"))
+            ),
+            "create Pod refused Forbidden"
+        );
+        let l = ShadowLedger::default();
+        let d = |name: &str| Difference {
+            key: None,
+            op: "patch",
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: None,
+            name: name.into(),
+            outcome: patch.clone(),
+            at: SystemTime::now(),
+        };
+        assert!(l.record(d("a")), "a new kind");
+        assert!(!l.record(d("b")), "the same kind on another object");
+        assert_eq!(l.kinds(), ["patch ConfigMap /data/a /data/b"]);
     }
 
     #[test]
