@@ -742,6 +742,25 @@ async fn a_shadow_in_the_plugins_file_is_compared_then_promoted_by_hand() {
         shadow["lastDifferences"][0]["patch"][0]["value"], "b",
         "{shadow}"
     );
+    // `host shadow report` groups them by kind of change.
+    let out = tokio::process::Command::new(support::host_bin())
+        .args(["shadow", "report", "--url", &format!("http://{addr}")])
+        .output()
+        .await
+        .expect("host shadow report runs");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        report.contains("plugin reviser: shadow ")
+            && report.contains(
+                "  patch ConfigMap /metadata/annotations/reviser~1revision: 1 object(s): default/one"
+            ),
+        "{report}"
+    );
     let stored = client.get(&cm, Some("default"), "one").await.expect("get");
     let stored: serde_json::Value = serde_json::from_slice(stored.raw()).expect("JSON");
     assert_eq!(

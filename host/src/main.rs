@@ -21,6 +21,7 @@ use commands::inspect::InspectArgs;
 use commands::push::PushArgs;
 use commands::rbac::RbacArgs;
 use commands::run::RunArgs;
+use commands::shadow::ShadowArgs;
 #[cfg(feature = "harness")]
 use commands::test::TestArgs;
 use output::LogFormat;
@@ -51,6 +52,8 @@ enum Command {
     /// Publish a plugin to an OCI registry (`oci://registry/repository:tag`), in the CNCF Wasm
     /// artifact layout.
     Push(PushArgs),
+    /// What a running host's shadow revisions would have done differently (`shadow report`).
+    Shadow(ShadowArgs),
     /// Print the RBAC the plugins need: a Role and RoleBinding in the namespace of each plugin
     /// confined to one, a ClusterRole and ClusterRoleBinding for the others; with
     /// `--leader-elect` or `--shards`, a Role for the host's own Leases too.
@@ -92,6 +95,9 @@ fn main() -> std::process::ExitCode {
         }
         Some(Command::Inspect(args)) => {
             commands::runtime().and_then(|rt| rt.block_on(commands::inspect::inspect(args)))
+        }
+        Some(Command::Shadow(args)) => {
+            commands::runtime().and_then(|rt| rt.block_on(commands::shadow::shadow(args)))
         }
         Some(Command::Push(args)) => {
             commands::runtime().and_then(|rt| rt.block_on(commands::push::push(args)))

@@ -8,6 +8,7 @@ pub mod inspect;
 pub mod push;
 pub mod rbac;
 pub mod run;
+pub mod shadow;
 #[cfg(feature = "harness")]
 pub mod test;
 
