@@ -111,3 +111,58 @@ async fn a_bad_scenario_file_is_one_line_naming_the_file_and_cause() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `host test --compare OLD NEW` (issue "Shadow runs"): two revisions over the same scenario;
+/// what the new one leaves different is printed as shadow runs report it, and the exit code
+/// says whether anything differs.
+#[tokio::test]
+async fn compare_prints_what_a_new_revision_leaves_different() {
+    let dir = support::temp_dir("test-compare");
+    let builds = support::guests::variants("reviser", &dir, 2);
+    let scenario = dir.join("annotate.yaml");
+    std::fs::write(
+        &scenario,
+        "name: reviser annotates\nconfig: {revision: a, annotate: true}\nsteps:\n  \
+         - add: {apiVersion: v1, kind: ConfigMap, metadata: {name: web, namespace: default}}\n  \
+         - reconcile: default/web\n",
+    )
+    .expect("scenario");
+    let compare = |old: &std::path::Path, new: &std::path::Path| {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_host"));
+        cmd.arg("test")
+            .arg("--compare")
+            .arg(old)
+            .arg(new)
+            .arg(&scenario)
+            .env(
+                "XDG_CACHE_HOME",
+                std::env::temp_dir().join("kube-wasm-host-test-cache"),
+            )
+            .env_remove("RUST_LOG")
+            .kill_on_drop(true);
+        async move {
+            tokio::time::timeout(T, cmd.output())
+                .await
+                .expect("host finishes")
+                .expect("host runs")
+        }
+    };
+    let same = compare(&builds[0], &builds[0]).await;
+    assert!(same.status.success(), "{}", text(&same.stderr));
+    assert_eq!(
+        text(&same.stdout),
+        "reviser annotates: 0 kind(s) of difference\n"
+    );
+    let other = compare(&builds[0], &builds[1]).await;
+    assert_eq!(other.status.code(), Some(1), "{}", text(&other.stderr));
+    let out = text(&other.stdout);
+    assert!(
+        out.starts_with("reviser annotates: 1 kind(s) of difference\n")
+            && out.contains(
+                "  state ConfigMap /metadata/annotations/reviser~1build: 1 object(s): default/web\n"
+            )
+            && out.contains("\"value\":\"reviser-01\""),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

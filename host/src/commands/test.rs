@@ -9,8 +9,17 @@ use kwh_plugin::{EngineConfig, Limits, PluginEngine};
 #[derive(Args, Debug)]
 pub struct TestArgs {
     /// The controller component under test.
-    #[arg(long = "plugin", value_name = "FILE.wasm")]
-    plugin: PathBuf,
+    #[arg(
+        long = "plugin",
+        value_name = "FILE.wasm",
+        required_unless_present = "compare"
+    )]
+    plugin: Option<PathBuf>,
+    /// Run two revisions of a plugin over each scenario and print what the new one leaves
+    /// different (objects' final states, refusals), grouped by kind of change as shadow runs
+    /// report it; exit 1 when anything differs. Expectations in the scenarios are not checked.
+    #[arg(long, num_args = 2, value_names = ["OLD.wasm", "NEW.wasm"], conflicts_with = "plugin")]
+    compare: Option<Vec<PathBuf>>,
     /// Scenario files (format: docs/testing.md).
     #[arg(value_name = "SCENARIO.yaml", required = true)]
     scenarios: Vec<PathBuf>,
@@ -54,17 +63,38 @@ pub async fn test(args: TestArgs) -> std::process::ExitCode {
             return ExitCode::from(2);
         }
     };
+    let plugins: Vec<PathBuf> = match (&args.compare, &args.plugin) {
+        (Some(both), _) => both.clone(),
+        (None, Some(p)) => vec![p.clone()],
+        (None, None) => unreachable!("clap requires --plugin or --compare"),
+    };
     // Each scenario loads the plugin with its own `config:`; this only checks it is a plugin.
-    if let Err(e) = engine
-        .load_for_inspection(&args.plugin, Limits::default())
-        .await
-    {
-        eprintln!("error: {e}");
-        return ExitCode::from(2);
+    for p in &plugins {
+        if let Err(e) = engine.load_for_inspection(p, Limits::default()).await {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
     }
+    if let [old, new] = &plugins[..] {
+        let mut differ = false;
+        for s in &scenarios {
+            let (_, a) = scenario::run_traced(s, old, &engine).await;
+            let (_, b) = scenario::run_traced(s, new, &engine).await;
+            let d = scenario::differences(&a, &b);
+            differ |= !d.is_empty();
+            print!("{}", scenario::render_differences(&s.name, &d));
+        }
+        let _ = std::io::stdout().flush();
+        return if differ {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        };
+    }
+    let plugin = &plugins[0];
     let mut reports = Vec::new();
     for s in &scenarios {
-        reports.push(scenario::run(s, &args.plugin, &engine).await);
+        reports.push(scenario::run(s, plugin, &engine).await);
     }
     print!("{}", scenario::render_table(&reports));
     if args.show_logs {

@@ -6,6 +6,7 @@
 //! documented in `docs/testing.md`; [`parse`] checks a file completely before anything runs, so
 //! a typo is one error naming the file, the step and the field, not a confusing failure later.
 
+pub mod compare;
 mod expect;
 mod matcher;
 mod parse;
@@ -19,10 +20,11 @@ use std::time::{Duration, SystemTime};
 use kwh_plugin::events::EventType;
 use serde_json::Value;
 
+pub use compare::{differences, render as render_differences, KindOfDifference};
 pub use kwh_client::duration::parse_duration;
 pub use parse::{parse, ScenarioError};
 pub use report::{render_failure_logs, render_table, ScenarioReport, StepFailure};
-pub use run::run;
+pub use run::{run, run_traced, Trace};
 
 /// A parsed scenario.
 #[derive(Debug, Clone)]

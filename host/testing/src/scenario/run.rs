@@ -23,9 +23,41 @@ struct Observed {
     handler_failure: Option<String>,
 }
 
+/// What a plugin did over a scenario, for comparing two revisions of it: every write it made,
+/// and the final state of each object it wrote (none: absent).
+#[derive(Debug, Default)]
+pub struct Trace {
+    pub writes: Vec<RecordedWrite>,
+    /// `(apiVersion, kind, namespace, name)` → the object at the end.
+    pub finals: std::collections::BTreeMap<
+        (String, String, Option<String>, String),
+        Option<serde_json::Value>,
+    >,
+}
+
 /// Runs `scenario` against the component at `plugin`, stopping at the first failing step
 /// (later steps build on its state).
 pub async fn run(scenario: &Scenario, plugin: &Path, engine: &PluginEngine) -> ScenarioReport {
+    run_inner(scenario, plugin, engine, None).await
+}
+
+/// [`run`], also tracing what the plugin wrote (see [`Trace`]).
+pub async fn run_traced(
+    scenario: &Scenario,
+    plugin: &Path,
+    engine: &PluginEngine,
+) -> (ScenarioReport, Trace) {
+    let mut trace = Trace::default();
+    let report = run_inner(scenario, plugin, engine, Some(&mut trace)).await;
+    (report, trace)
+}
+
+async fn run_inner(
+    scenario: &Scenario,
+    plugin: &Path,
+    engine: &PluginEngine,
+    mut trace: Option<&mut Trace>,
+) -> ScenarioReport {
     let mut report = ScenarioReport {
         file: scenario.file.clone(),
         name: scenario.name.clone(),
@@ -73,7 +105,10 @@ pub async fn run(scenario: &Scenario, plugin: &Path, engine: &PluginEngine) -> S
         }
     };
     for (i, step) in scenario.steps.iter().enumerate() {
-        let (problems, logs) = run_step(&mut h, step).await;
+        let (problems, logs, writes) = run_step(&mut h, step).await;
+        if let Some(t) = trace.as_deref_mut() {
+            t.writes.extend(writes);
+        }
         if !problems.is_empty() {
             report.failure = Some(StepFailure {
                 step: Some(i + 1),
@@ -84,14 +119,39 @@ pub async fn run(scenario: &Scenario, plugin: &Path, engine: &PluginEngine) -> S
                     .map(|l| format!("[{} {}] {}", l.level.as_str(), l.source.as_str(), l.message))
                     .collect(),
             });
+            if let Some(t) = trace {
+                finish_trace(&h, t);
+            }
             return report;
         }
         report.passed_steps += 1;
     }
+    if let Some(t) = trace {
+        finish_trace(&h, t);
+    }
     report
 }
 
-async fn run_step(h: &mut Harness, step: &Step) -> (Vec<String>, Vec<LogLine>) {
+/// The final state of every object `t`'s writes touched.
+fn finish_trace(h: &Harness, t: &mut Trace) {
+    for w in &t.writes {
+        let r = &w.request;
+        let key = (
+            r.api_version.clone(),
+            r.kind.clone(),
+            r.namespace.clone(),
+            w.name.clone(),
+        );
+        let now = h
+            .cluster()
+            .get(&r.api_version, &r.kind, r.namespace.as_deref(), &w.name)
+            .and_then(|o| serde_json::from_slice(o.raw()).ok());
+        t.finals.insert(key, now);
+    }
+}
+
+/// One step: its problems, what the guest logged, and the writes it made.
+async fn run_step(h: &mut Harness, step: &Step) -> (Vec<String>, Vec<LogLine>, Vec<RecordedWrite>) {
     h.clear_records();
     let mut problems = Vec::new();
     let mut seen = Observed::default();
@@ -139,7 +199,7 @@ async fn run_step(h: &mut Harness, step: &Step) -> (Vec<String>, Vec<LogLine>) {
         .collect();
     seen.logs = h.take_logs();
     check(h, &step.expect, &seen, &mut problems);
-    (problems, seen.logs)
+    (problems, seen.logs, seen.writes)
 }
 
 fn check(h: &Harness, e: &Expect, seen: &Observed, problems: &mut Vec<String>) {

@@ -10,7 +10,8 @@
 //! `validate-config`), `secrets` (default false: also watch Secrets, a second informer),
 //! `name` (the manifest's name, default `reviser`), `workers`, `trap` (true: `validate-config`
 //! traps, as a revision that fails while it is instantiated), `annotate` (true: each reconcile
-//! merge-patches its ConfigMap with `reviser/revision: <revision>`). Its handlers are its own (never
+//! merge-patches its ConfigMap with `reviser/revision: <revision>` and `reviser/build: <BUILD>`,
+//! the build `reviser-00` unless a test renamed it in a copy). Its handlers are its own (never
 //! handed over to the host), so every notification is a guest call that says who took it.
 
 use kube_guest::{Action, Api, Controller, Manifest, Object, Patch, Result, Verb, Watch, Write};
@@ -43,6 +44,10 @@ fn say(what: &str, obj: &Object) {
     );
     kube_guest::enqueue(&key);
 }
+
+/// Which build of the guest this is: tests make copies that differ only here (the bytes
+/// `reviser-00` occur once), for two revisions whose writes differ whatever their settings.
+const BUILD: &str = "reviser-00";
 
 struct Reviser;
 
@@ -94,7 +99,10 @@ impl Controller for Reviser {
             .to_string();
         println!("REV {} reconcile {key} {rv}", revision());
         if let (Some(cm), true) = (&cm, Reviser::config().annotate.unwrap_or(false)) {
-            let patch = serde_json::json!({"metadata": {"annotations": {"reviser/revision": revision()}}});
+            let patch = serde_json::json!({"metadata": {"annotations": {
+                "reviser/revision": revision(),
+                "reviser/build": std::hint::black_box(BUILD),
+            }}});
             Api::namespaced("v1", "ConfigMap", cm.namespace().unwrap_or("default"))
                 .patch(cm.name(), &Patch::Merge(patch))?;
         }
