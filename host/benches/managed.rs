@@ -28,7 +28,7 @@ use kwh_oci::{digest_of, BlobStore, Credentials, Reference, Registry};
 use kwh_plugin::{EngineConfig, Limits, PluginEngine, PluginRuntime, PluginSpec, RuntimeOptions};
 use serde_json::json;
 
-use bench_common::{env_or, median};
+use bench_common::{env_or, floor_row, median};
 use support::guests::{guest, variants};
 use support::process::HostProcess;
 
@@ -37,14 +37,6 @@ fn wanted(section: &str) -> bool {
         Ok(v) => v.split(',').any(|s| s.trim() == section),
         Err(_) => true,
     }
-}
-
-fn row(measure: &str, value: String, floor: &str, met: bool) -> bool {
-    println!(
-        "| {measure} | {value} | {floor} | {} |",
-        if met { "yes" } else { "no" }
-    );
-    met
 }
 
 fn main() {
@@ -155,7 +147,7 @@ async fn start_section(runs: usize) -> bool {
     println!("| measure | value | floor | met |\n|---|---|---|---|");
     println!("| start from a local file | {f:.2} ms | - | - |");
     println!("| of the start by reference, the pull (manifest and layer from the blob cache) | {p:.3} ms | - | - |");
-    row(
+    floor_row(
         "start by `oci://…@sha256:…`, pull included / its difference to the file's",
         format!("{o:.2} ms / {:+.2} ms", o - f),
         "≤ 1 ms more",
@@ -269,13 +261,13 @@ async fn controllers_section(n: usize) -> bool {
     println!("\n## {n} WasmController resources created at once\n");
     println!("Each a distinct `bench-sdk` plugin (renamed in its bytes) watching ConfigMaps of namespace `bench`, compiled into the cache first (`host compile`); created one after another over the API ({:.0} ms for all); `Ready` read back from each resource's status, polled every 50 ms.\n", (last_create - started).as_secs_f64() * 1e3);
     println!("| measure | value | floor | met |\n|---|---|---|---|");
-    let mut ok = row(
+    let mut ok = floor_row(
         "all Ready, from the last create",
         format!("{:.2} s", all_ready.as_secs_f64()),
         "≤ 10 s",
         all_ready <= Duration::from_secs(10),
     );
-    ok &= row(
+    ok &= floor_row(
         "host VmRSS with them running (before the creates / peak)",
         format!(
             "{:.1} MiB ({:.1} MiB / {:.1} MiB)",

@@ -537,3 +537,12 @@ pub fn perf_window(on: bool) {
         let _ = std::fs::File::open(ack).and_then(|mut f| f.read(&mut buf));
     }
 }
+
+/// One row of a floors table (`| measure | value | floor | met |`); whether it was met.
+pub fn floor_row(measure: &str, value: String, floor: &str, met: bool) -> bool {
+    println!(
+        "| {measure} | {value} | {floor} | {} |",
+        if met { "yes" } else { "no" }
+    );
+    met
+}

@@ -600,7 +600,8 @@ fn build(
                 s.ledger.clone(),
             )
             .confined_to(confined)
-            .with_events(env.events.clone()),
+            .with_events(env.events.clone())
+            .with_lister(lister.clone()),
         ),
     };
     let events: Arc<dyn EventBackend> = match env.shadow {

@@ -41,7 +41,11 @@ fn others(rt: &PluginRuntime) -> Vec<u64> {
 /// For each plugin, the time from each update to the reconcile that counted it: the `k`-th
 /// update since the start is reconciled once the plugin's count has grown by `k + 1` (one
 /// reconcile per update: every update is of another key, and nothing else changes them).
-fn latencies(sent: &[Instant], samples: &[(Instant, Vec<u64>)], base: &[u64]) -> Vec<Vec<f64>> {
+pub(super) fn latencies(
+    sent: &[Instant],
+    samples: &[(Instant, Vec<u64>)],
+    base: &[u64],
+) -> Vec<Vec<f64>> {
     (0..base.len())
         .map(|j| {
             let mut at = 0;
@@ -59,7 +63,7 @@ fn latencies(sent: &[Instant], samples: &[(Instant, Vec<u64>)], base: &[u64]) ->
         .collect()
 }
 
-fn p99(mut v: Vec<f64>) -> f64 {
+pub(super) fn p99(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return 0.0;
     }

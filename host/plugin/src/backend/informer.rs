@@ -29,6 +29,16 @@ pub struct InformerLister {
 }
 
 impl InformerLister {
+    /// Whether an object of `kind` in `namespace` would be in one of these caches (a watch of
+    /// the kind over all namespaces, or over that one): then its absence there means absent.
+    pub fn covers(&self, api_version: &str, kind: &str, namespace: Option<&str>) -> bool {
+        self.scopes.read().iter().any(|s| {
+            s.api_version == api_version
+                && s.kind == kind
+                && (s.namespace.is_none() || s.namespace.as_deref() == namespace)
+        })
+    }
+
     /// An empty lister.
     pub fn new() -> Self {
         Self::default()

@@ -24,7 +24,8 @@ use serde_json::Value;
 
 use super::kube::{refuse_outside_scope, send};
 use super::{
-    ApiError, BoxFuture, ClientBackend, EventBackend, QueueBackend, WriteOp, WriteRequest,
+    ApiError, BoxFuture, ClientBackend, EventBackend, ListerBackend, QueueBackend, WriteOp,
+    WriteRequest,
 };
 use crate::events::{EventRecorder, EventType, NewEvent, ObjectRef};
 
@@ -249,6 +250,8 @@ pub struct ShadowClientBackend {
     ledger: Arc<ShadowLedger>,
     /// Where the first difference of each kind is recorded as an Event on its object.
     events: Option<EventRecorder>,
+    /// The plugin's caches: a stored object of a kind it watches is read there, not fetched.
+    lister: Option<Arc<super::informer::InformerLister>>,
 }
 
 impl ShadowClientBackend {
@@ -268,7 +271,15 @@ impl ShadowClientBackend {
             confined_to: None,
             ledger,
             events: None,
+            lister: None,
         }
+    }
+
+    /// Reads the stored object from `lister`'s caches when they cover its kind (one request
+    /// fewer per write; the shadow's reconcile runs after the live one's writes reached them).
+    pub fn with_lister(mut self, lister: Arc<super::informer::InformerLister>) -> Self {
+        self.lister = Some(lister);
+        self
     }
 
     /// Records the first difference of each kind as a Warning Event on the object it concerns
@@ -303,6 +314,7 @@ impl ClientBackend for ShadowClientBackend {
         let field_manager = self.field_manager.clone();
         let field_manager_name = self.field_manager.clone();
         let events = self.events.clone();
+        let lister = self.lister.clone();
         let confined = refuse_outside_scope(
             self.confined_to.as_deref(),
             &self.field_manager,
@@ -320,8 +332,14 @@ impl ClientBackend for ShadowClientBackend {
                     .unwrap_or_default(),
             };
             let ns = req.namespace.clone().filter(|_| res.namespaced);
+            let cached = lister
+                .as_ref()
+                .filter(|l| l.covers(&req.api_version, &req.kind, ns.as_deref()));
             let stored = if name.is_empty() {
                 None
+            } else if let Some(l) = cached {
+                l.get(&req.api_version, &req.kind, ns.as_deref(), &name)?
+                    .and_then(|o| serde_json::from_slice::<Value>(o.raw()).ok())
             } else {
                 match client.get(&res, ns.as_deref(), &name).await {
                     Ok(o) => serde_json::from_slice::<Value>(o.raw()).ok(),
