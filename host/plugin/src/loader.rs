@@ -358,6 +358,23 @@ impl LoadedPlugin {
         Plugin(Arc::new(self.inner))
     }
 
+    /// Tags the plugin's log lines (its `log` import, stdout and stderr) as a shadow
+    /// revision's: `plugin="<name> (shadow)"`, with the same budget.
+    pub fn as_shadow(mut self) -> Self {
+        let ctx = &self.inner.ctx;
+        let label: Arc<str> = Arc::from(format!("{} (shadow)", ctx.name));
+        self.inner.ctx = Arc::new(PluginCtx {
+            name: ctx.name.clone(),
+            manifest: ctx.manifest.clone(),
+            backends: ctx.backends.clone(),
+            config: ctx.config.clone(),
+            config_json: ctx.config_json.clone(),
+            own_keys: ctx.own_keys.clone(),
+            log: Arc::new(GuestLog::new(label, self.inner.limits.log_lines_per_second)),
+        });
+        self
+    }
+
     /// Applies the operator's worker count for this plugin alone, over the count its manifest
     /// asks for. (Its configuration is given at load, where `validate-config` checks it.)
     pub fn with_workers(mut self, workers: Option<u32>) -> Self {

@@ -625,6 +625,11 @@ fn build(
         },
         events,
     };
+    let loaded = if env.shadow.is_some() {
+        loaded.as_shadow()
+    } else {
+        loaded
+    };
     let plugin = loaded.activate(backends);
     let health = Arc::new(Health::new(&name, env.opts.quarantine.clone()));
     let dispatcher = Dispatcher::new(

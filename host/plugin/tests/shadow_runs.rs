@@ -40,11 +40,13 @@ fn spec(opts: &RuntimeOptions, name: &str, revision: &str) -> PluginSpec {
     }
 }
 
-/// The order of `REV <rev> reconcile <key>` lines of plugin `name` for `key`: the revisions.
+/// The order of `REV <rev> reconcile <key>` lines of plugin `name` and of its shadow (whose
+/// lines are tagged `<name> (shadow)`) for `key`: the revisions.
 fn reconciles_of(logs: &Captured, name: &str, key: &str) -> Vec<String> {
+    let shadow = format!("{name} (shadow)");
     logs.lines()
         .into_iter()
-        .filter(|l| l.plugin.as_deref() == Some(name))
+        .filter(|l| l.plugin.as_deref() == Some(name) || l.plugin.as_deref() == Some(&shadow))
         .filter_map(|l| {
             let mut f = l.message.strip_prefix("REV ")?.split(' ');
             let (rev, what, k) = (f.next()?, f.next()?, f.next()?);
@@ -145,6 +147,21 @@ async fn a_shadow_reconciles_after_the_live_revision_and_its_writes_are_only_com
         "live first: {order:?}"
     );
     assert!(order.iter().any(|r| r == "b"), "{order:?}");
+    // The shadow's lines are tagged as such.
+    assert!(
+        logs.lines()
+            .iter()
+            .any(|l| l.plugin.as_deref() == Some(&format!("{name} (shadow)"))
+                && l.message.starts_with("REV b ")),
+        "shadow lines tagged"
+    );
+    assert!(
+        !logs
+            .lines()
+            .iter()
+            .any(|l| l.plugin.as_deref() == Some(name) && l.message.starts_with("REV b ")),
+        "no untagged shadow line"
+    );
     // The store holds the live revision's write and nothing of the shadow's: the create and
     // the live annotation are the object's only revisions (the store's next ones are the
     // shadow's Event about the difference, written by the host, not by the shadow).
