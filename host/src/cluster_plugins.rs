@@ -479,21 +479,13 @@ impl ClusterPlugins {
         new.sort();
         for kind in new {
             applied.shadow_kinds.insert(kind.clone());
-            self.events.record(
-                "kube-wasm-host",
-                NewEvent {
-                    regarding: ObjectRef {
-                        api_version: "kube-wasm.dev/v1alpha1".into(),
-                        kind: "WasmController".into(),
-                        namespace: None,
-                        name: obj.name().to_owned(),
-                        uid: Some(obj.uid().to_owned()),
-                    },
-                    event_type: EventType::Warning,
-                    reason: "ShadowDifference".into(),
-                    action: "Shadow".into(),
-                    note: Some(format!("the shadow of plugin {plugin} differs: {kind}")),
-                },
+            record_on(
+                &self.events,
+                obj,
+                EventType::Warning,
+                "ShadowDifference",
+                "Shadow",
+                format!("the shadow of plugin {plugin} differs: {kind}"),
             );
         }
     }
@@ -518,22 +510,7 @@ impl ClusterPlugins {
                 format!("generation {generation}: {message}"),
             ),
         };
-        self.events.record(
-            "kube-wasm-host",
-            NewEvent {
-                regarding: ObjectRef {
-                    api_version: "kube-wasm.dev/v1alpha1".into(),
-                    kind: "WasmController".into(),
-                    namespace: None,
-                    name: obj.name().to_owned(),
-                    uid: Some(obj.uid().to_owned()),
-                },
-                event_type,
-                reason: reason.into(),
-                action: "Apply".into(),
-                note: Some(note),
-            },
-        );
+        record_on(&self.events, obj, event_type, reason, "Apply", note);
     }
 
     /// Writes the status of resource `name` (its object `v`) if it differs from what it holds.
@@ -667,6 +644,33 @@ fn status(applied: &Applied, running: Option<&kwh_plugin::RunningPlugin>, old: &
             .load(std::sync::atomic::Ordering::Relaxed));
     }
     s
+}
+
+/// An Event on the `WasmController` `obj`, reported by the host.
+fn record_on(
+    events: &EventRecorder,
+    obj: &Object,
+    event_type: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    events.record(
+        "kube-wasm-host",
+        NewEvent {
+            regarding: ObjectRef {
+                api_version: "kube-wasm.dev/v1alpha1".into(),
+                kind: "WasmController".into(),
+                namespace: None,
+                name: obj.name().to_owned(),
+                uid: Some(obj.uid().to_owned()),
+            },
+            event_type,
+            reason: reason.into(),
+            action: action.into(),
+            note: Some(note),
+        },
+    );
 }
 
 /// A shadow's figures and its three newest differences, for the resource's status.

@@ -231,18 +231,32 @@ impl KubeClientBackend {
     }
 }
 
+/// The resource of `req`'s kind among those resolved at load; a kind that was not is the
+/// host's error (the manifest check lets through only declared kinds, all resolved).
+pub(crate) fn resolved(
+    resources: &HashMap<(String, String), ApiResource>,
+    req: &WriteRequest,
+) -> Result<ApiResource, ApiError> {
+    resources
+        .get(&(req.api_version.clone(), req.kind.clone()))
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::new(
+                500,
+                "InternalError",
+                format!(
+                    "kind {} ({}) was not resolved at load",
+                    req.kind, req.api_version
+                ),
+            )
+        })
+}
+
 impl ClientBackend for KubeClientBackend {
     fn write(&self, req: WriteRequest) -> BoxFuture<'static, Result<Option<Bytes>, ApiError>> {
-        let Some(res) = self
-            .resources
-            .get(&(req.api_version.clone(), req.kind.clone()))
-            .cloned()
-        else {
-            let msg = format!(
-                "kind {} ({}) was not resolved at load",
-                req.kind, req.api_version
-            );
-            return Box::pin(async move { Err(ApiError::new(500, "InternalError", msg)) });
+        let res = match resolved(&self.resources, &req) {
+            Ok(r) => r,
+            Err(e) => return Box::pin(async move { Err(e) }),
         };
         if let Some(e) = self.refusal(&req, &res) {
             return Box::pin(async move { Err(e) });

@@ -22,7 +22,7 @@ use kwh_client::{ApiResource, Client};
 use parking_lot::Mutex;
 use serde_json::Value;
 
-use super::kube::{refuse_outside_scope, send};
+use super::kube::{refuse_outside_scope, resolved, send};
 use super::{
     ApiError, BoxFuture, ClientBackend, EventBackend, ListerBackend, QueueBackend, WriteOp,
     WriteRequest,
@@ -298,16 +298,9 @@ impl ShadowClientBackend {
 
 impl ClientBackend for ShadowClientBackend {
     fn write(&self, req: WriteRequest) -> BoxFuture<'static, Result<Option<Bytes>, ApiError>> {
-        let Some(res) = self
-            .resources
-            .get(&(req.api_version.clone(), req.kind.clone()))
-            .cloned()
-        else {
-            let msg = format!(
-                "kind {} ({}) was not resolved at load",
-                req.kind, req.api_version
-            );
-            return Box::pin(async move { Err(ApiError::new(500, "InternalError", msg)) });
+        let res = match resolved(&self.resources, &req) {
+            Ok(r) => r,
+            Err(e) => return Box::pin(async move { Err(e) }),
         };
         let client = self.client.clone();
         let ledger = self.ledger.clone();
