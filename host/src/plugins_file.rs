@@ -338,7 +338,16 @@ pub fn fuzz_target(input: &[u8]) {
     };
     let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     for s in specs {
-        assert!(s.path.is_file(), "{}", s.path.display());
+        // A module is a file that exists or a well-formed registry reference (pulled later).
+        let module_ok = |p: &Path| {
+            p.is_file()
+                || p.to_str()
+                    .is_some_and(|r| kwh_oci::Reference::parse(r).is_ok())
+        };
+        assert!(module_ok(&s.path), "{}", s.path.display());
+        if let Some(shadow) = &s.shadow {
+            assert!(module_ok(&shadow.path), "{}", shadow.path.display());
+        }
         let l = &s.limits;
         assert!(DEADLINE_MS.contains(&ms(l.handler_deadline)), "{l:?}");
         assert!(DEADLINE_MS.contains(&ms(l.reconcile_deadline)), "{l:?}");
