@@ -194,7 +194,7 @@ struct Inner {
     tls: Arc<TlsState>,
     /// `scheme://authority` plus any path prefix, without a trailing slash.
     base: String,
-    auth: Auth,
+    auth: Arc<Auth>,
     user_agent: HeaderValue,
     proxy_authorization: Option<HeaderValue>,
     request_timeout: Duration,
@@ -263,12 +263,12 @@ impl Client {
             proxy,
         };
         let http = RwLock::new((tls.generation(), Arc::new(Pools::new(&connector))));
-        let auth = Auth::new(
+        let auth = Arc::new(Auth::new(
             config.auth.clone(),
             config.token_file_refresh,
             config.request_timeout.max(Duration::from_secs(10)),
             tls.clone(),
-        )?;
+        )?);
         let base = config
             .cluster_url
             .to_string()
@@ -290,6 +290,28 @@ impl Client {
             ingest: config.ingest,
             default_namespace: config.default_namespace,
         })))
+    }
+
+    /// A client of the same server, with the same credentials and settings, on connections of
+    /// its own. Why: a pooled connection is driven by a task on the runtime whose request
+    /// opened it, and every client sharing the pool may ride on it; work kept on a runtime of
+    /// lower priority (shadow revisions) must not carry the other requests' connections.
+    pub fn with_own_connections(&self) -> Client {
+        let i = &self.0;
+        Client(Arc::new(Inner {
+            http: RwLock::new((i.tls.generation(), Arc::new(Pools::new(&i.connector)))),
+            connector: i.connector.clone(),
+            tls: i.tls.clone(),
+            base: i.base.clone(),
+            auth: i.auth.clone(),
+            user_agent: i.user_agent.clone(),
+            proxy_authorization: i.proxy_authorization.clone(),
+            request_timeout: i.request_timeout,
+            watch_idle_margin: i.watch_idle_margin,
+            watch_idle_default: i.watch_idle_default,
+            ingest: i.ingest,
+            default_namespace: i.default_namespace.clone(),
+        }))
     }
 
     /// The connection pools for the current TLS identity (see `Inner::http`).

@@ -240,6 +240,11 @@ impl Store {
 
     /// [`Store::mutate`], or with `dry_run` only what it would produce: the outcome is computed
     /// (the object keeps its current resourceVersion) but nothing is stored and no event is sent.
+    ///
+    /// A dry run decides outside the lock, on the object as it was read: kube-apiserver's dry
+    /// runs read and compute without serializing with the writes of others, and a dry run
+    /// holding the lock would delay every write and watch event meanwhile (a shadow revision's
+    /// dry runs would slow the live revision's notifications).
     pub fn mutate_with<E: From<StoreError>>(
         &self,
         res: &Arc<str>,
@@ -247,12 +252,14 @@ impl Store {
         dry_run: bool,
         f: impl FnOnce(Option<&Object>) -> Result<Mutation, E>,
     ) -> Result<Outcome, E> {
-        let window = self.window.load(Ordering::Relaxed);
-        let mut guard = self.inner.lock();
-        let inner = &mut *guard;
-        let current = inner.res(res).objects.get(key).cloned();
-        let decision = f(current.as_ref())?;
         if dry_run {
+            let current = {
+                let g = self.inner.lock();
+                g.resources
+                    .get(res)
+                    .and_then(|r| r.objects.get(key).cloned())
+            };
+            let decision = f(current.as_ref())?;
             return Ok(match (decision, current) {
                 (Mutation::Put(v), cur) => {
                     let obj = Object::from_bytes(Bytes::from(
@@ -269,6 +276,11 @@ impl Store {
                 (_, cur) => Outcome::Unchanged(cur),
             });
         }
+        let window = self.window.load(Ordering::Relaxed);
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        let current = inner.res(res).objects.get(key).cloned();
+        let decision = f(current.as_ref())?;
         let rv = inner.rv + 1;
         let (ty, obj) = match (decision, &current) {
             (Mutation::Unchanged, _) | (Mutation::Delete, None) => {

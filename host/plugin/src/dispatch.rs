@@ -143,13 +143,21 @@ enum Delivery {
 /// The way from a plugin's informer registrations to the dispatcher of its current revision.
 pub struct Route {
     current: parking_lot::RwLock<Arc<Dispatcher>>,
+    /// Where deliveries run when not on the informer's runtime (a shadow's: low priority).
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl Route {
-    /// A route to `dispatcher`.
+    /// A route to `dispatcher`, delivering on the informer's runtime.
     pub fn new(dispatcher: Arc<Dispatcher>) -> Arc<Self> {
+        Self::on(dispatcher, None)
+    }
+
+    /// A route to `dispatcher` whose deliveries run on `runtime` (none: the informer's).
+    pub fn on(dispatcher: Arc<Dispatcher>, runtime: Option<tokio::runtime::Handle>) -> Arc<Self> {
         Arc::new(Route {
             current: parking_lot::RwLock::new(dispatcher),
+            runtime,
         })
     }
 
@@ -464,9 +472,22 @@ impl ResourceEventHandler for WatchHandler {
     /// Every plugin notification passes here (once per plugin per event): no box and no
     /// span per call (the span is the listener's: a guest call's future is kilobytes, and each
     /// wrapper would move it once more).
+    ///
+    /// On a route with a runtime of its own, the listener's task only waits for the delivery
+    /// loop, which runs there (and is cancelled with that task).
     fn listen(self: Arc<Self>, notifications: Notifications) -> BoxFuture<'static, ()> {
         let span = tracing::debug_span!("dispatch", plugin = %self.route.current().name, registration = self.id);
-        listen_with(self, notifications).instrument(span).boxed()
+        match self.route.runtime.clone() {
+            None => listen_with(self, notifications).instrument(span).boxed(),
+            Some(rt) => {
+                let task = AbortOnDrop(rt.spawn(listen_with(self, notifications).instrument(span)));
+                async move {
+                    let mut task = task;
+                    let _ = (&mut task.0).await;
+                }
+                .boxed()
+            }
+        }
     }
 
     /// A handed-over handler's enqueue runs as the informer distributes the notification:
@@ -491,6 +512,15 @@ impl ResourceEventHandler for WatchHandler {
             Notification::Delete(o) => o.with_key(|k| d.enqueue(k)),
         }
         true
+    }
+}
+
+/// A task cancelled when its handle is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

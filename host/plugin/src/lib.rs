@@ -20,6 +20,7 @@
 //! `kwh-coordination`'s to say.
 
 pub mod backend;
+pub mod background;
 mod bindings;
 pub mod cache_sync;
 pub mod contract;

@@ -90,7 +90,7 @@ pub struct WorkerParts {
     pub mirror: Mirror,
 }
 
-/// Starts `plugin.manifest().workers` workers on `parts.queue`, each calling through the health
+/// Starts `plugin.manifest().workers` workers on `parts.queue`, as tasks on `on`, each calling through the health
 /// gate. They take no key before `synced` opens. Each takes an instance slot now, so an
 /// instance limit too small for the worker count fails the plugin's start, not a worker. Each
 /// key is checked against `own` before its reconcile. Once `retire` turns true, each worker
@@ -98,6 +98,7 @@ pub struct WorkerParts {
 pub fn spawn_workers(
     plugin: &Plugin,
     parts: &WorkerParts,
+    on: &tokio::runtime::Handle,
 ) -> Result<Vec<JoinHandle<()>>, GuestError> {
     let n = plugin.manifest().workers.max(1);
     let instances = (0..n)
@@ -108,7 +109,7 @@ pub fn spawn_workers(
         .enumerate()
         .map(|(i, inst)| {
             let span = tracing::info_span!("worker", plugin = %plugin.name(), worker = i);
-            tokio::spawn(worker(inst, parts.clone()).instrument(span))
+            on.spawn(worker(inst, parts.clone()).instrument(span))
         })
         .collect())
 }

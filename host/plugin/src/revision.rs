@@ -85,6 +85,9 @@ pub(crate) struct ShadowOf {
     pub ledger: Arc<ShadowLedger>,
     /// The live revision's queue: a key is reconciled only once the live one is done with it.
     pub live_queue: PluginQueue,
+    /// Where its deliveries, reconciles and dry runs run: low-priority threads
+    /// ([`Background`](crate::background::Background)).
+    pub runtime: tokio::runtime::Handle,
 }
 
 /// One informer registration of a plugin, kept across its revisions. Its identity is the
@@ -282,7 +285,10 @@ impl RunningPlugin {
             &plan,
             spec.namespace.as_deref(),
         )?;
-        let route = Route::new(built.dispatcher.clone());
+        let route = Route::on(
+            built.dispatcher.clone(),
+            env.shadow.map(|s| s.runtime.clone()),
+        );
         let mut regs = Vec::new();
         register(env, &route, &plan, &mut regs).inspect_err(|_| built.synced.close())?;
         let revision = built.run(&shared, &plan, &regs);
@@ -594,7 +600,7 @@ fn build(
         ),
         Some(s) => Arc::new(
             ShadowClientBackend::new(
-                env.client.clone(),
+                env.client.with_own_connections(),
                 &name,
                 resources.clone(),
                 s.ledger.clone(),
@@ -653,6 +659,8 @@ fn build(
             follows: env.shadow.map(|s| s.live_queue.clone()),
             mirror: shared.mirror.clone(),
         },
+        &env.shadow
+            .map_or_else(tokio::runtime::Handle::current, |s| s.runtime.clone()),
     )?;
     Ok(Built {
         plugin,

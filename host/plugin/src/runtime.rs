@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::backend::shadow::ShadowLedger;
+use super::background::Background;
 use super::engine::PluginEngine;
 use super::instance::GuestError;
 use super::loader::{LoadError, LoadedPlugin};
@@ -168,6 +169,22 @@ struct Wiring {
     promoted: Mutex<Vec<(String, Arc<ShadowSpec>)>>,
     /// One recorder for every plugin: Events are aggregated per reporting controller inside it.
     events: EventRecorder,
+    /// The shadows' low-priority threads, started with the first shadow.
+    background: Mutex<Option<Background>>,
+}
+
+impl Wiring {
+    /// Where shadow revisions run (see [`Background`]), its threads started on first use.
+    fn background(&self) -> std::io::Result<tokio::runtime::Handle> {
+        let mut bg = self.background.lock();
+        if let Some(b) = bg.as_ref() {
+            return Ok(b.handle());
+        }
+        let b = Background::start("kwh-shadow", 1)?;
+        let h = b.handle();
+        *bg = Some(b);
+        Ok(h)
+    }
 }
 
 /// A shadow revision: the plugin it shadows, its own revision (queue, instances, watches), and
@@ -254,6 +271,7 @@ impl PluginRuntime {
                 slots,
                 running: Mutex::new(Vec::new()),
                 shadows: Mutex::new(Vec::new()),
+                background: Mutex::new(None),
                 shadow_views,
                 promoted: Mutex::new(Vec::new()),
                 events,
@@ -689,6 +707,10 @@ impl PluginRuntime {
             return Err(refused("a shadow of it runs already".into()));
         }
         let resources = self.wiring.resolve(&loaded).await?;
+        let runtime = self
+            .wiring
+            .background()
+            .map_err(|e| refused(format!("its threads did not start: {e}")))?;
         let queue = RateLimitingQueue::named(
             &format!("{live}~shadow"),
             &self.wiring.registry,
@@ -698,10 +720,13 @@ impl PluginRuntime {
             path: path.clone(),
             source,
         })?;
+        // The live workers hand keys on with a delay: their timers run with the shadow.
+        queue.start_timers_on(&runtime);
         let ledger = Arc::new(ShadowLedger::default());
         let of = ShadowOf {
             ledger: ledger.clone(),
             live_queue: running.queue().clone(),
+            runtime,
         };
         let env = Env {
             shadow: Some(&of),

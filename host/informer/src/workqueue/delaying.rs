@@ -162,13 +162,21 @@ impl<T: Key> DelayingQueue<T> {
         if self.timer.started.load(Ordering::Acquire) {
             return;
         }
+        self.start_timers_on(&tokio::runtime::Handle::current());
+    }
+
+    /// Starts the timer task (which moves delayed items into the queue once ready) on
+    /// `runtime` now, rather than on the runtime of the first [`add_after`](Self::add_after):
+    /// for a queue whose delayed adds come from tasks of another runtime than its consumers'.
+    /// Nothing when it runs already.
+    pub fn start_timers_on(&self, runtime: &tokio::runtime::Handle) {
         let Some(rx) = self.timer.rx.lock().take() else {
             return;
         };
         self.timer.started.store(true, Ordering::Release);
         let span =
             tracing::debug_span!("workqueue_timers", queue = self.queue.name().unwrap_or(""));
-        tokio::spawn(
+        runtime.spawn(
             timer_loop(self.queue.clone(), rx, Arc::clone(&self.timer.stats)).instrument(span),
         );
     }

@@ -9,9 +9,12 @@
 //! - nothing the shadow does persists: the store's revision moves by exactly the updates made
 //!   (and the host's Events about the shadow's differences).
 //!
-//! Run only when named (`BENCH_ONLY=shadow`): the first floor is not met yet with a writing
-//! shadow (1.36–1.41×; a shadow of the live module itself, writing nothing, 1.08×), so the
-//! default run, CI's included, leaves it out. `BENCH_SHADOW=bench-sdk` runs that second case.
+//! Run only when named (`BENCH_ONLY=shadow`), in a release build: the ratio of two p99s over a
+//! few seconds is judged here, and on a loaded machine in a debug build (CI's short benchmark
+//! run) it would judge the machine. The shadow's zero writes are also checked by the test run
+//! (`host/plugin/tests/shadow_writes.rs` and `shadow_runs.rs`).
+//! `BENCH_SHADOW=bench-sdk` runs the live module itself as the shadow (no writes, handlers
+//! handed over): what the shadow machinery costs without dry runs.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -24,13 +27,18 @@ use kwh_emulator::{Emulator, EmulatorHandle};
 use kwh_plugin::{PluginRuntime, PluginSpec, RuntimeOptions};
 
 const OBJECTS: usize = 10_000;
-/// Updates in each phase; the phases alternate, without and with the shadow, `ROUNDS` times
-/// each, so that a drift over the run falls on both sides.
-const UPDATES: usize = 1_500;
-const ROUNDS: usize = 2;
+/// Updates in each phase (`BENCH_SHADOW_UPDATES`); the phases alternate, without and with the
+/// shadow, [`rounds`] times each, so that a drift over the run falls on both sides.
+fn updates() -> usize {
+    env_or("BENCH_SHADOW_UPDATES", 3_000)
+}
+/// Rounds (`BENCH_SHADOW_ROUNDS`): five, so that one disturbed round is not the median.
+fn rounds() -> usize {
+    env_or("BENCH_SHADOW_ROUNDS", 5)
+}
 const SAMPLE: Duration = Duration::from_micros(100);
 
-/// `UPDATES` updates at 1,000/s from `offset` on; the live plugin's latency p99 (ms).
+/// [`updates`] updates at 1,000/s from `offset` on; the live plugin's latency p99 (ms).
 async fn phase(
     h: &EmulatorHandle,
     rt: &Arc<PluginRuntime>,
@@ -44,6 +52,7 @@ async fn phase(
             .total
             .load(Ordering::Relaxed)
     };
+    let updates = updates();
     let base = vec![count(rt)];
     let sampler = {
         let rt = rt.clone();
@@ -56,16 +65,16 @@ async fn phase(
                 tick.tick().await;
                 let n = count(&rt);
                 samples.push((Instant::now(), vec![n]));
-                if n - base >= UPDATES as u64 || Instant::now() > deadline {
+                if n - base >= updates as u64 || Instant::now() > deadline {
                     return samples;
                 }
             }
         })
     };
-    let mut sent = Vec::with_capacity(UPDATES);
+    let mut sent = Vec::with_capacity(updates);
     let mut tick = tokio::time::interval(Duration::from_millis(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    for i in 0..UPDATES {
+    for i in 0..updates {
         tick.tick().await;
         sent.push(Instant::now());
         h.update(bump(configmap("bench", (offset + i) % OBJECTS, pad), rev))
@@ -90,7 +99,7 @@ pub async fn shadow_section() {
             .expect("emulator runtime");
         rt.block_on(async move {
             let h = Emulator::builder()
-                .history_window(2 * ROUNDS * UPDATES + OBJECTS + 10)
+                .history_window(2 * rounds() * updates() + OBJECTS + 10)
                 .start()
                 .await
                 .expect("emulator");
@@ -122,11 +131,14 @@ pub async fn shadow_section() {
     // The shadow: the reviser guest under the live plugin's name, annotating what it reconciles.
     // `BENCH_SHADOW=bench-sdk` runs the live plugin's own module as the shadow instead (no
     // writes, handlers handed over): what the shadow machinery costs without dry runs.
-    let writing = std::env::var("BENCH_SHADOW").as_deref() != Ok("bench-sdk");
+    let writing = std::env::var("BENCH_SHADOW").as_deref() != Ok("bench-sdk")
+        && std::env::var("BENCH_ANNOTATE").as_deref() != Ok("no");
     let shadow = match std::env::var("BENCH_SHADOW").as_deref() {
         Ok("bench-sdk") => PluginSpec::with_defaults(&live, &opts),
         _ => PluginSpec {
-            config: Arc::new(serde_json::json!({"revision": "b", "name": name, "annotate": true})),
+            config: Arc::new(
+                serde_json::json!({"revision": "b", "name": name, "annotate": std::env::var("BENCH_ANNOTATE").as_deref() != Ok("no")}),
+            ),
             ..PluginSpec::with_defaults(super::guests::guest("reviser"), &opts)
         },
     };
@@ -134,9 +146,9 @@ pub async fn shadow_section() {
     let (mut without, mut with) = (Vec::new(), Vec::new());
     let (mut moved, mut writes, mut events) = (0, 0, 0);
     let mut offset = 0;
-    for round in 0..ROUNDS {
+    for round in 0..rounds() {
         without.push(phase(&h, &rt, pad, offset, 2 * round + 1).await);
-        offset += UPDATES;
+        offset += updates();
         let ledger = rt
             .start_shadow(&name, shadow.clone())
             .await
@@ -144,13 +156,13 @@ pub async fn shadow_section() {
         let revision = h.current_resource_version();
         let events_before = h.list("events.k8s.io/v1", "Event", None).len() as u64;
         with.push(phase(&h, &rt, pad, offset, 2 * round + 2).await);
-        offset += UPDATES;
+        offset += updates();
         // Every update reaches the shadow too (50 ms after the live reconcile).
         until("the shadow's writes", DEADLINE, || {
             !writing
                 || ledger.differences.load(Ordering::Relaxed)
                     + ledger.agreements.load(Ordering::Relaxed)
-                    >= UPDATES as u64
+                    >= updates() as u64
         })
         .await;
         // The store's revisions while the shadow ran: the updates, and the host's Events
@@ -161,6 +173,10 @@ pub async fn shadow_section() {
         writes +=
             ledger.differences.load(Ordering::Relaxed) + ledger.agreements.load(Ordering::Relaxed);
         assert!(rt.stop_shadow(&name, Duration::from_secs(5)).await);
+        eprintln!(
+            "  round {round}: p99 {:.2} ms without, {:.2} ms with the shadow",
+            without[round], with[round]
+        );
     }
     let (without, with) = (median(without), median(with));
     let rt = Arc::into_inner(rt).expect("the runtime is not shared any more");
@@ -169,7 +185,7 @@ pub async fn shadow_section() {
     let _ = server.join();
 
     println!("\n## A shadow revision beside a live plugin, at a steady 1,000 updates/s\n");
-    println!("10,000 cached ConfigMaps; the live `bench-sdk` plugin (default handlers, a reconcile reading the object from the cache); {ROUNDS} rounds of {UPDATES} updates one at a time without a shadow, then {UPDATES} with one (the `reviser` guest under the live plugin's name, each reconcile a merge patch sent as a dry run and compared). Latency: update to the live reconcile, sampled every 100 µs.\n");
+    println!("10,000 cached ConfigMaps; the live `bench-sdk` plugin (default handlers, a reconcile reading the object from the cache); {} rounds of {} updates one at a time without a shadow, then {} with one (the `reviser` guest under the live plugin's name, each reconcile a merge patch sent as a dry run and compared). Latency: update to the live reconcile, sampled every 100 µs.\n", rounds(), updates(), updates());
     println!("| measure | value | floor | met |\n|---|---|---|---|");
     let mut ok = floor_row(
         "the live revision's p99 update → reconcile, without / with the shadow (medians of the rounds)",
@@ -184,7 +200,7 @@ pub async fn shadow_section() {
         "the shadow's writes checked / store revisions while it ran, less the host's Events about it",
         format!("{writes} / {moved} ({events} Events)"),
         "revisions = updates made",
-        moved == (ROUNDS * UPDATES) as u64,
+        moved == (rounds() * updates()) as u64,
     );
     println!("\nmet: {ok}");
     assert!(ok, "a shadow floor was missed");
