@@ -165,6 +165,7 @@ pub struct Faults {
     /// applies to its verb.
     fail: Mutex<Vec<Armed<InjectedFailure>>>,
     delay: Mutex<Vec<Armed<Duration>>>,
+    lag: Mutex<Vec<Armed<Duration>>>,
     stall_until: Mutex<Option<Instant>>,
     omit_initial_events_end: AtomicBool,
     refuse_watch_list: AtomicBool,
@@ -197,6 +198,7 @@ impl Faults {
             compact_before_continue: AtomicU64::new(0),
             fail: Mutex::new(Vec::new()),
             delay: Mutex::new(Vec::new()),
+            lag: Mutex::new(Vec::new()),
             stall_until: Mutex::new(None),
             omit_initial_events_end: AtomicBool::new(false),
             refuse_watch_list: AtomicBool::new(false),
@@ -327,6 +329,29 @@ impl Faults {
         Some(by)
     }
 
+    /// The next `n` requests of `verbs` are answered at once, but the watch events of what they
+    /// write reach the open streams `by` late (every stream stalls from just before the write
+    /// on): kube-apiserver's watch cache lagging behind etcd, where a client sees its write's
+    /// answer before its informer sees the write. Replaces what was armed for the same verbs.
+    pub fn lag_watches_after_next(
+        &self,
+        n: u64,
+        by: Duration,
+        verbs: &[&str],
+    ) -> Result<(), UnknownVerb> {
+        let verbs = verb_mask(verbs)?;
+        arm(&mut self.lag.lock(), n, verbs, by);
+        Ok(())
+    }
+
+    /// Stalls the streams if a lag is armed for `verb` (see [`Faults::lag_watches_after_next`]).
+    pub(crate) fn take_lag(&self, verb: &str) {
+        let by = take(&mut self.lag.lock(), verb);
+        if let Some(by) = by {
+            self.stall_streams(by);
+        }
+    }
+
     /// Open watch streams stop sending for `d` (events queue up in the history meanwhile).
     pub fn stall_streams(&self, d: Duration) {
         *self.stall_until.lock() = Some(Instant::now() + d);
@@ -424,6 +449,7 @@ impl Faults {
         self.compact_before_continue(0);
         self.fail.lock().clear();
         self.delay.lock().clear();
+        self.lag.lock().clear();
         *self.stall_until.lock() = None;
         self.omit_initial_events_end(false);
         self.refuse_watch_list(false);
@@ -637,6 +663,21 @@ mod tests {
             (3, 1, 1),
             "the 410 taken by a LIST above, and these two"
         );
+    }
+
+    #[test]
+    fn a_lag_stalls_the_streams_for_its_verbs_only_and_counts_down() {
+        let f = Faults::new(Arc::new(Store::new(10)));
+        let by = Duration::from_secs(60);
+        f.lag_watches_after_next(1, by, &["patch"]).unwrap();
+        f.take_lag("update");
+        assert!(f.stalled_until().is_none(), "another verb");
+        f.take_lag("patch");
+        let until = f.stalled_until().expect("stalled");
+        assert!(until > Instant::now() + by / 2, "for about {by:?}");
+        f.clear();
+        f.take_lag("patch");
+        assert!(f.stalled_until().is_none(), "counted down, and cleared");
     }
 
     #[test]

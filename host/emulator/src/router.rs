@@ -324,7 +324,11 @@ async fn inject_faults(shared: &Shared, v: &str) -> Option<Response<Body>> {
         debug!(?by, verb = v, "injected delay");
         tokio::time::sleep(by).await;
     }
-    let f = shared.faults.take_failure(v)?;
+    let f = shared.faults.take_failure(v);
+    if f.is_none() {
+        shared.faults.take_lag(v);
+    }
+    let f = f?;
     debug!(code = f.code, verb = v, "injected failure");
     Some(response::status(&match f.code {
         429 => response::too_many_requests(f.retry_after),

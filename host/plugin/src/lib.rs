@@ -27,6 +27,7 @@ pub mod contract;
 pub mod dispatch;
 pub mod engine;
 pub mod events;
+pub mod follow;
 pub mod guest_log;
 pub mod health;
 pub mod identity;

@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::cache_sync::CacheSync;
+use super::follow::{Following, Mirror, Turn};
 use super::health::Health;
 use super::instance::{GuestError, Outcome, PluginInstance};
 use super::loader::Plugin;
@@ -84,8 +85,8 @@ pub struct WorkerParts {
     pub own: PluginOwnership,
     /// Turns true (or its sender is dropped) when a newer revision takes the queue over.
     pub retire: watch::Receiver<bool>,
-    /// For a shadow revision: the live revision's queue, which it follows.
-    pub follows: Option<PluginQueue>,
+    /// For a shadow revision: the live revision it follows.
+    pub follows: Option<Following>,
     /// For a live revision: its shadow's queue while one runs.
     pub mirror: Mirror,
 }
@@ -113,15 +114,6 @@ pub fn spawn_workers(
         })
         .collect())
 }
-
-/// How long a shadow's key waits after the live revision's reconcile of it (and again while
-/// the live revision has the key queued or in hand).
-const FOLLOW_WAIT: Duration = Duration::from_millis(50);
-
-/// The queue of a plugin's shadow revision, when one runs: each reconcile of the live revision
-/// hands its key on to it. Shared by every revision's workers, set and cleared as the shadow
-/// starts and stops.
-pub type Mirror = Arc<parking_lot::Mutex<Option<PluginQueue>>>;
 
 /// What the worker does with a key after a reconcile call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,12 +186,15 @@ async fn worker(mut inst: PluginInstance, parts: WorkerParts) {
             }
         }
         // A shadow revision reconciles a key only once the live revision is done with it
-        // (neither queued nor held there), so both act on the same state: the live one's
-        // writes reach the cache, and queue the key there again, before the shadow's turn.
+        // (neither queued nor held there) and the writes it made have reached the caches, so
+        // both act on the same state.
         if let Some(live) = &follows {
-            if live.is_pending(&*key) {
+            let turn = live.turn(&key);
+            if turn != Turn::Now {
                 queue.forget(&key);
-                queue.add_after(key.clone(), FOLLOW_WAIT);
+                if let Turn::Later(wait) = turn {
+                    queue.add_after(key.clone(), wait);
+                }
                 queue.done(&key);
                 slice.step(Instant::now()).await;
                 continue;
@@ -270,10 +265,10 @@ async fn worker(mut inst: PluginInstance, parts: WorkerParts) {
             }
         }
         queue.done_at(&key, tokio::time::Instant::from_std(ended));
-        // The live revision's reconcile is done: its shadow's turn, once the writes it made
-        // have had a moment to reach the cache (and the key is not queued here again).
+        // The live revision's reconcile is done: its shadow's turn (which waits for the
+        // writes it made to reach the caches, and for the key not to be queued here again).
         if let Some(shadow) = mirror.lock().as_ref() {
-            shadow.add_after(key.clone(), FOLLOW_WAIT);
+            shadow.hand_on(&key);
         }
         slice.step(ended).await;
     }

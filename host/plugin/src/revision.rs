@@ -32,6 +32,7 @@ use super::backend::{
 use super::cache_sync::CacheSync;
 use super::dispatch::{Dispatcher, Route};
 use super::events::EventRecorder;
+use super::follow::{Follow, Following, Mirror};
 use super::health::Health;
 use super::index::register as register_indexes;
 use super::instance::GuestError;
@@ -39,7 +40,7 @@ use super::loader::{LoadedPlugin, Plugin};
 use super::manifest::IndexSpec;
 use super::options::RuntimeOptions;
 use super::rbac::namespace_scope;
-use super::reconcile::{spawn_workers, Mirror, PluginQueue, ReconcileStats, WorkerParts};
+use super::reconcile::{spawn_workers, PluginQueue, ReconcileStats, WorkerParts};
 use super::spec::PluginSpec;
 use super::status::{RevisionFailure, RevisionRecord, RunningStatus, WatchStatus, HISTORY};
 use super::watch_counters::{CounterMap, CountingLw};
@@ -85,6 +86,8 @@ pub(crate) struct ShadowOf {
     pub ledger: Arc<ShadowLedger>,
     /// The live revision's queue: a key is reconciled only once the live one is done with it.
     pub live_queue: PluginQueue,
+    /// The link the live revision hands keys on through and notes its writes in.
+    pub follow: Arc<Follow>,
     /// Where its deliveries, reconciles and dry runs run: low-priority threads
     /// ([`Background`](crate::background::Background)).
     pub runtime: tokio::runtime::Handle,
@@ -232,7 +235,7 @@ impl RunningPlugin {
     }
 
     /// Hands every key its workers reconcile on to `shadow` from now on (none: to no one).
-    pub(crate) fn set_mirror(&self, shadow: Option<PluginQueue>) {
+    pub(crate) fn set_mirror(&self, shadow: Option<Arc<Follow>>) {
         *self.mirror.lock() = shadow;
     }
 
@@ -596,7 +599,8 @@ fn build(
         None => Arc::new(
             KubeClientBackend::new(env.client.clone(), &name, resources.clone())
                 .confined_to(confined)
-                .owned_by(shared.own.clone()),
+                .owned_by(shared.own.clone())
+                .noting_writes_in(shared.mirror.clone()),
         ),
         Some(s) => Arc::new(
             ShadowClientBackend::new(
@@ -656,7 +660,11 @@ fn build(
             synced: synced.clone(),
             own: shared.own.clone(),
             retire: retired.clone(),
-            follows: env.shadow.map(|s| s.live_queue.clone()),
+            follows: env.shadow.map(|s| Following {
+                live: s.live_queue.clone(),
+                follow: s.follow.clone(),
+                caches: lister.clone(),
+            }),
             mirror: shared.mirror.clone(),
         },
         &env.shadow

@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 use super::backend::shadow::ShadowLedger;
 use super::background::Background;
 use super::engine::PluginEngine;
+use super::follow::Follow;
 use super::instance::GuestError;
 use super::loader::{LoadError, LoadedPlugin};
 use super::options::RuntimeOptions;
@@ -726,6 +727,7 @@ impl PluginRuntime {
         let of = ShadowOf {
             ledger: ledger.clone(),
             live_queue: running.queue().clone(),
+            follow: Follow::new(queue.clone()),
             runtime,
         };
         let env = Env {
@@ -734,7 +736,7 @@ impl PluginRuntime {
         };
         let shadow = RunningPlugin::start(&env, queue, spec, loaded, &resources)
             .map_err(|e| StartError::from_revision(&path, e))?;
-        running.set_mirror(Some(shadow.queue().clone()));
+        running.set_mirror(Some(of.follow.clone()));
         self.wiring.shadow_views.lock().push(ShadowView {
             live: live.to_owned(),
             module: path.clone(),

@@ -117,6 +117,11 @@ async fn a_shadow_reconciles_after_the_live_revision_and_its_writes_are_only_com
         .await
         .expect("shadow starts");
     let revision = em.current_resource_version();
+    // The live revision's write of t-0 reaches the watches a second after its answer (a
+    // lagging watch cache): the shadow must wait for it, not act on the state before it.
+    em.faults()
+        .lag_watches_after_next(1, Duration::from_secs(1), &["patch"])
+        .expect("verb");
     em.create(cm("t-0", json!({}))).expect("create");
     assert!(
         eventually(WAIT, || ledger
@@ -147,6 +152,23 @@ async fn a_shadow_reconciles_after_the_live_revision_and_its_writes_are_only_com
         "live first: {order:?}"
     );
     assert!(order.iter().any(|r| r == "b"), "{order:?}");
+    // The shadow acted on the state the live revision left: each of its reconciles read the
+    // object at the live annotation's revision (the create's revision + 1), never before it.
+    let live_write = (revision + 2).to_string();
+    let shadow_reads: Vec<String> = logs
+        .lines()
+        .into_iter()
+        .filter(|l| l.plugin.as_deref() == Some(&format!("{name} (shadow)")))
+        .filter_map(|l| {
+            let rest = l.message.strip_prefix("REV b reconcile default/t-0 ")?;
+            Some(rest.to_owned())
+        })
+        .collect();
+    assert!(!shadow_reads.is_empty());
+    assert!(
+        shadow_reads.iter().all(|rv| *rv == live_write),
+        "the shadow read {shadow_reads:?}, the live revision wrote {live_write}"
+    );
     // The shadow's lines are tagged as such.
     assert!(
         logs.lines()

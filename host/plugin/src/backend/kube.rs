@@ -2,12 +2,14 @@
 //! discovery once, at load: nothing here talks to discovery again, so a write never waits on a
 //! discovery round trip.
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
 use super::{
     ApiError, BoxFuture, ClientBackend, DeleteParams, PatchKind, Propagation, WriteOp, WriteRequest,
 };
+use crate::follow::{Follow, Mirror, WriteTarget};
 use kwh_client::client::{Deleted, Patch, WriteParams};
 use kwh_client::{ApiResource, Client};
 use kwh_coordination::ownership::{Admit, Ownership, PluginOwnership};
@@ -19,6 +21,8 @@ pub struct KubeClientBackend {
     resources: HashMap<(String, String), ApiResource>,
     confined_to: Option<String>,
     own: PluginOwnership,
+    /// Where the writes made while reconciling are noted while a shadow follows the plugin.
+    mirror: Option<Mirror>,
 }
 
 impl KubeClientBackend {
@@ -35,7 +39,15 @@ impl KubeClientBackend {
             resources,
             confined_to: None,
             own: Ownership::single().for_plugin(field_manager, false),
+            mirror: None,
         }
+    }
+
+    /// Notes each write made while reconciling a key in `mirror`'s link, while a shadow
+    /// revision follows the plugin: the shadow waits for them to reach its caches.
+    pub fn noting_writes_in(mut self, mirror: Mirror) -> Self {
+        self.mirror = Some(mirror);
+        self
     }
 
     /// Refuses every write while `own` is not active: a standby, or a leader whose lease may
@@ -252,6 +264,22 @@ pub(crate) fn resolved(
         })
 }
 
+impl KubeClientBackend {
+    /// What to note of `req` once answered, when a shadow follows and a reconcile writes it.
+    fn note(&self, req: &WriteRequest) -> Option<(Arc<Follow>, Arc<str>, WriteTarget)> {
+        let follow = self.mirror.as_ref()?.lock().clone()?;
+        let key = req.reconciling.clone()?;
+        let target = WriteTarget {
+            api_version: req.api_version.clone(),
+            kind: req.kind.clone(),
+            namespace: req.namespace.clone(),
+            name: req.name.clone(),
+            delete: matches!(req.op, WriteOp::Delete(_)),
+        };
+        Some((follow, key, target))
+    }
+}
+
 impl ClientBackend for KubeClientBackend {
     fn write(&self, req: WriteRequest) -> BoxFuture<'static, Result<Option<Bytes>, ApiError>> {
         let res = match resolved(&self.resources, &req) {
@@ -269,11 +297,12 @@ impl ClientBackend for KubeClientBackend {
         let fence = self.own.fence().clone();
         let plugin = self.field_manager.clone();
         let kind = req.kind.clone();
+        let note = self.note(&req);
         let write = send(client, res, req, params);
         // Bounded by the fence, not only by the client's timeout: a write still in flight
         // when this replica's lease may lapse is abandoned before another replica can act.
         Box::pin(async move {
-            match fence.guard(write).await {
+            let r = match fence.guard(write).await {
                 Ok(r) => r,
                 Err(closed) => {
                     tracing::warn!(plugin = %plugin, kind = %kind, "client write abandoned: {closed}");
@@ -281,7 +310,11 @@ impl ClientBackend for KubeClientBackend {
                         "plugin {plugin:?}: write of {kind}: {closed}"
                     )))
                 }
+            };
+            if let (Some((follow, key, target)), Ok(answer)) = (note, &r) {
+                follow.wrote(&key, target, answer.as_deref());
             }
+            r
         })
     }
 }
