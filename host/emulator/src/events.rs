@@ -43,6 +43,7 @@
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
+use super::object_meta::qualified_name_errors;
 use super::registry::ResourceDef;
 use super::response::{self, FieldError};
 use super::util::validate_dns_subdomain;
@@ -461,46 +462,6 @@ fn is_set(v: &Value, member: &str) -> bool {
     v.get(member).is_some_and(|x| !is_zero(x))
 }
 
-/// `validation.IsQualifiedName`'s messages for `value`.
-fn qualified_name_errors(value: &str) -> Vec<String> {
-    const NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
-    let regex_error = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
-    let mut errs = Vec::new();
-    let parts: Vec<&str> = value.split('/').collect();
-    let name = match parts.as_slice() {
-        [name] => *name,
-        [prefix, name] => {
-            if prefix.is_empty() {
-                errs.push("prefix part must be non-empty".to_owned());
-            } else if let Err(why) = validate_dns_subdomain(prefix) {
-                errs.push(format!("prefix part {why}"));
-            }
-            *name
-        }
-        _ => {
-            errs.push(format!(
-                "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '{NAME_FMT}') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-            ));
-            return errs;
-        }
-    };
-    if name.is_empty() {
-        errs.push("name part must be non-empty".to_owned());
-    } else if name.len() > 63 {
-        errs.push("name part must be no more than 63 characters".to_owned());
-    }
-    let b = name.as_bytes();
-    let matches = !b.is_empty()
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
-    if !matches {
-        errs.push(format!("name part {regex_error}"));
-    }
-    errs
-}
-
 /// `legacyValidateEvent`, on a stored-form Event in namespace `ns`.
 fn legacy_errors(e: &Value, ns: &str) -> Vec<FieldError> {
     let mut errs = Vec::new();
@@ -830,22 +791,6 @@ mod tests {
         assert_eq!(field_value("source", &stored), "janitor", "falls back");
         assert_eq!(field_value("type", &stored), "Normal");
         assert_eq!(field_value("involvedObject.fieldPath", &stored), "");
-    }
-
-    #[test]
-    fn qualified_names() {
-        assert!(qualified_name_errors("janitor").is_empty());
-        assert!(qualified_name_errors("example.com/my-controller").is_empty());
-        assert_eq!(qualified_name_errors("").len(), 2);
-        assert_eq!(
-            qualified_name_errors("-x"),
-            ["name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"]
-        );
-        assert_eq!(qualified_name_errors("a/b/c").len(), 1);
-        assert_eq!(
-            qualified_name_errors("/x"),
-            ["prefix part must be non-empty"]
-        );
     }
 
     #[test]

@@ -80,6 +80,7 @@ pub mod fields;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod list;
+pub(crate) mod object_meta;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;

@@ -28,7 +28,7 @@ use super::request::{Query, ResourceRequest};
 use super::response::{self, Body, FieldError};
 use super::store::{key_of, Mutation, Outcome, StoreError};
 use super::util::{name_suffix, new_uid, validate_dns_subdomain, validate_path_segment_name};
-use super::{events, fields, patch, Shared};
+use super::{events, fields, object_meta, patch, Shared};
 use kwh_client::object::Object;
 use kwh_client::Status;
 
@@ -262,6 +262,7 @@ fn create_in(
         let name = meta_str(&v, "name").unwrap_or("").to_owned();
         let body = events::to_stored(def, std::mem::take(&mut v));
         events::validate_create(def, &body)?;
+        valid_meta(def, &name, &body)?;
         let out = shared
             .store
             .mutate_with(&def.store_key, &key, w.dry_run, |cur| {
@@ -402,9 +403,24 @@ fn to_storage(def: &ResourceDef, cur: &Object, next: Mutation) -> Result<Mutatio
             let stored = events::to_stored(def, v);
             let old = cur.to_value().map_err(StoreError::from)?;
             events::validate_update(def, &old, &stored)?;
+            valid_meta(def, cur.name(), &stored)?;
             Ok(Mutation::Put(stored))
         }
+        Mutation::Put(v) => {
+            valid_meta(def, cur.name(), &v)?;
+            Ok(Mutation::Put(v))
+        }
         next => Ok(next),
+    }
+}
+
+/// The metadata checks of every kind ([`object_meta`]): a 422 naming each broken field.
+fn valid_meta(def: &ResourceDef, name: &str, stored: &Value) -> Result<(), Status> {
+    let errs = object_meta::meta_errors(stored);
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(response::invalid(&def.kind, &def.group, name, &errs))
     }
 }
 
