@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
 
@@ -45,6 +45,28 @@ pub const POLL: Duration = Duration::from_millis(10);
 
 /// The longest a noted write is waited for.
 pub const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Objects whose last live write is kept, to show beside a shadow's difference on them; the
+/// oldest goes first.
+const LAST_WRITES: usize = 1024;
+
+/// The longest request body kept of a live write (bytes; longer ones are clipped).
+const BODY_KEPT: usize = 4096;
+
+/// The live revision's last write of one object, shown beside a shadow's difference on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveWrite {
+    /// As a difference names it (`patch`, `create`…).
+    pub op: &'static str,
+    /// The request's body (clipped to 4 KiB): the object, or the patch, it sent.
+    pub body: String,
+    /// The resourceVersion it was stored at (none: answered with a `Status`).
+    pub resource_version: Option<String>,
+    pub at: SystemTime,
+}
+
+/// An object, as a write names it: apiVersion, kind, namespace, name.
+type ObjectId = (String, String, Option<String>, String);
 
 /// Writes noted per key: a live revision re-reconciling one key while the shadow waits keeps
 /// only this many (each object's last).
@@ -81,6 +103,7 @@ pub enum Turn {
 pub struct Follow {
     shadow: PluginQueue,
     writes: Mutex<HashMap<Arc<str>, Vec<Written>>>,
+    last: Mutex<HashMap<ObjectId, LiveWrite>>,
 }
 
 impl Follow {
@@ -89,6 +112,7 @@ impl Follow {
         Arc::new(Follow {
             shadow,
             writes: Mutex::new(HashMap::new()),
+            last: Mutex::new(HashMap::new()),
         })
     }
 
@@ -118,6 +142,20 @@ impl Follow {
                 None => return,
             },
         };
+        self.keep_last(
+            (
+                target.api_version.clone(),
+                target.kind.clone(),
+                namespace.clone(),
+                name.clone(),
+            ),
+            LiveWrite {
+                op: target.op,
+                body: target.body,
+                resource_version: revision.map(|r: u64| r.to_string()),
+                at: SystemTime::now(),
+            },
+        );
         if revision.is_none() && !target.delete {
             // An answer without a revision to wait for.
             return;
@@ -165,25 +203,40 @@ impl Follow {
         }
     }
 
+    /// The live revision's last write of an object, if one is kept.
+    pub fn last_write(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<LiveWrite> {
+        let id = (
+            api_version.to_owned(),
+            kind.to_owned(),
+            namespace.map(str::to_owned),
+            name.to_owned(),
+        );
+        self.last.lock().get(&id).cloned()
+    }
+
+    fn keep_last(&self, id: ObjectId, w: LiveWrite) {
+        let mut last = self.last.lock();
+        if last.len() >= LAST_WRITES && !last.contains_key(&id) {
+            let oldest = last
+                .iter()
+                .min_by_key(|(_, w)| w.at)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                last.remove(&k);
+            }
+        }
+        last.insert(id, w);
+    }
+
     /// Keys with writes still waited for (tests, status).
     pub fn waiting(&self) -> usize {
         self.writes.lock().len()
-    }
-}
-
-/// A shadow worker's side of the link: the live revision's queue, the link, and the shadow's
-/// own caches.
-#[derive(Clone)]
-pub struct Following {
-    pub live: PluginQueue,
-    pub follow: Arc<Follow>,
-    pub caches: Arc<InformerLister>,
-}
-
-impl Following {
-    /// Whether the shadow may reconcile `key` now ([`Follow::turn`]).
-    pub fn turn(&self, key: &str) -> Turn {
-        self.follow.turn(key, &self.live, &self.caches)
     }
 }
 
@@ -196,6 +249,18 @@ pub struct WriteTarget {
     /// None for a create.
     pub name: Option<String>,
     pub delete: bool,
+    /// As a difference names it (`patch`, `create`…).
+    pub op: &'static str,
+    /// The request's body, clipped ([`WriteTarget::body_of`]).
+    pub body: String,
+}
+
+impl WriteTarget {
+    /// A request body as kept: text, at most 4 KiB (cut at a character boundary).
+    pub fn body_of(body: &[u8]) -> String {
+        let s = String::from_utf8_lossy(&body[..body.len().min(BODY_KEPT)]);
+        s.trim_end_matches('\u{FFFD}').to_owned()
+    }
 }
 
 /// Whether the caches show `w`: the object at its revision or a later one, or gone after a
@@ -239,6 +304,8 @@ mod tests {
             namespace: Some("ns".into()),
             name: name.map(str::to_owned),
             delete,
+            op: if delete { "delete" } else { "patch" },
+            body: "{}".into(),
         }
     }
 
@@ -308,6 +375,25 @@ mod tests {
             Turn::Now,
             "no cache of Secrets"
         );
+    }
+
+    #[test]
+    fn the_live_revisions_last_write_of_each_object_is_kept() {
+        let f = Follow::new(queue());
+        let key: Arc<str> = Arc::from("ns/a");
+        let t = |body: &str| WriteTarget {
+            body: WriteTarget::body_of(body.as_bytes()),
+            ..target(Some("a"), false)
+        };
+        f.wrote(&key, t(r#"{"v":1}"#), Some(cm("a", 3).raw()));
+        f.wrote(&key, t(r#"{"v":2}"#), Some(cm("a", 4).raw()));
+        let w = f
+            .last_write("v1", "ConfigMap", Some("ns"), "a")
+            .expect("kept");
+        assert_eq!((w.op, w.body.as_str()), ("patch", r#"{"v":2}"#));
+        assert_eq!(w.resource_version.as_deref(), Some("4"));
+        assert!(f.last_write("v1", "ConfigMap", Some("ns"), "b").is_none());
+        assert_eq!(WriteTarget::body_of(&vec![b'x'; 10_000]).len(), BODY_KEPT);
     }
 
     #[test]

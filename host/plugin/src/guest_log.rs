@@ -36,6 +36,21 @@ pub struct GuestLog {
     dropped: AtomicU64,
     /// Of those, not yet reported by a summary line.
     unreported: AtomicU64,
+    /// Keep each reconcile's lines for the caller (a shadow's: shown beside its differences).
+    capture: bool,
+}
+
+/// Lines kept of one reconcile when capturing: the first ones (a reconcile's story starts
+/// where it read its object), the rest counted.
+pub const CAPTURED_LINES: usize = 20;
+
+/// Keeps `message` as the next captured line of a reconcile (see [`GuestLog::capturing`]).
+pub fn capture(lines: &mut Vec<String>, level: &str, message: &str) {
+    match lines.len() {
+        n if n < CAPTURED_LINES => lines.push(format!("{level} {}", bounded(message))),
+        CAPTURED_LINES => lines.push("… more lines not kept".to_owned()),
+        _ => {}
+    }
 }
 
 #[derive(Debug)]
@@ -59,7 +74,20 @@ impl GuestLog {
             }),
             dropped: AtomicU64::new(0),
             unreported: AtomicU64::new(0),
+            capture: false,
         }
+    }
+
+    /// The same budget, keeping each reconcile's lines (all levels, at most
+    /// [`CAPTURED_LINES`]) for the caller, whatever the host's log shows.
+    pub fn capturing(mut self) -> Self {
+        self.capture = true;
+        self
+    }
+
+    /// Whether each reconcile's lines are kept.
+    pub fn captures(&self) -> bool {
+        self.capture
     }
 
     /// The plugin's name, as its lines carry it.

@@ -592,6 +592,16 @@ impl queue::Host for GuestState {
 
 impl log::Host for GuestState {
     fn log(&mut self, level: wit::Level, message: String) {
+        if self.reconciling && self.ctx.log.captures() {
+            let name = match level {
+                wit::Level::Trace => "TRACE",
+                wit::Level::Debug => "DEBUG",
+                wit::Level::Info => "INFO",
+                wit::Level::Warn => "WARN",
+                wit::Level::Error => "ERROR",
+            };
+            crate::guest_log::capture(&mut self.reconcile_log, name, &message);
+        }
         if !self.ctx.log.admit() {
             return;
         }
@@ -607,6 +617,9 @@ impl log::Host for GuestState {
     }
 
     fn enabled(&mut self, level: wit::Level) -> bool {
+        if self.reconciling && self.ctx.log.captures() {
+            return true;
+        }
         match level {
             wit::Level::Trace => tracing::enabled!(target: "plugin::guest", tracing::Level::TRACE),
             wit::Level::Debug => tracing::enabled!(target: "plugin::guest", tracing::Level::DEBUG),

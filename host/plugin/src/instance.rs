@@ -207,6 +207,7 @@ async fn instantiate_with_clock(
     let state = GuestState {
         reconcile_key: String::new(),
         reconciling: false,
+        reconcile_log: Vec::new(),
         ctx: ctx.clone(),
     };
     let sandbox = inner.engine.sandbox();
@@ -341,6 +342,8 @@ pub struct PluginInstance {
     meta: [Vec<u32>; 2],
     /// The reconcile's wall-clock bound, its timer reused call to call.
     backstop: Backstop,
+    /// The last reconcile's log lines, when the plugin's log captures them.
+    reconcile_log: Vec<String>,
 }
 
 impl Drop for PluginInstance {
@@ -357,7 +360,14 @@ impl PluginInstance {
             clock: None,
             meta: Default::default(),
             backstop: Backstop::default(),
+            reconcile_log: Vec::new(),
         }
+    }
+
+    /// The last reconcile's log lines (taken), when the plugin's log captures them
+    /// ([`GuestLog::capturing`](crate::guest_log::GuestLog::capturing)); empty otherwise.
+    pub fn take_reconcile_log(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.reconcile_log)
     }
 
     /// Makes this instance (and every replacement of it after a failure) read `clock` through
@@ -518,12 +528,19 @@ impl PluginInstance {
             data.reconcile_key.push_str(key);
             data.reconciling = true;
             let r = timer.run(live.call(f, (key,)), at).await;
-            live.inst.store_mut().data_mut().data_mut().reconciling = false;
-            Ok::<_, GuestError>(r)
+            let data = live.inst.store_mut().data_mut().data_mut();
+            data.reconciling = false;
+            let log = if data.ctx.log.captures() {
+                std::mem::take(&mut data.reconcile_log)
+            } else {
+                Vec::new()
+            };
+            Ok::<_, GuestError>((r, log))
         }
         .await;
         self.backstop = timer;
-        let r = r?;
+        let (r, log) = r?;
+        self.reconcile_log = log;
         let (res,) = self.settle(r, d)?;
         if let Err(msg) = &res {
             if msg.len() > MAX_ERROR_MESSAGE {

@@ -370,7 +370,7 @@ impl LoadedPlugin {
             config: ctx.config.clone(),
             config_json: ctx.config_json.clone(),
             own_keys: ctx.own_keys.clone(),
-            log: Arc::new(GuestLog::new(label, self.inner.limits.log_lines_per_second)),
+            log: Arc::new(GuestLog::new(label, self.inner.limits.log_lines_per_second).capturing()),
         });
         self
     }

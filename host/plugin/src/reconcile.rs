@@ -15,8 +15,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use super::backend::informer::InformerLister;
+use super::backend::shadow::ShadowLedger;
 use super::cache_sync::CacheSync;
-use super::follow::{Following, Mirror, Turn};
+use super::follow::{Follow, Mirror, Turn};
 use super::health::Health;
 use super::instance::{GuestError, Outcome, PluginInstance};
 use super::loader::Plugin;
@@ -113,6 +115,23 @@ pub fn spawn_workers(
             on.spawn(worker(inst, parts.clone()).instrument(span))
         })
         .collect())
+}
+
+/// A shadow worker's side of the link to the live revision: its queue, the link, the
+/// shadow's own caches, and the ledger its reconciles' log lines go to.
+#[derive(Clone)]
+pub struct Following {
+    pub live: PluginQueue,
+    pub follow: Arc<Follow>,
+    pub caches: Arc<InformerLister>,
+    pub ledger: Arc<ShadowLedger>,
+}
+
+impl Following {
+    /// Whether the shadow may reconcile `key` now ([`Follow::turn`]).
+    pub fn turn(&self, key: &str) -> Turn {
+        self.follow.turn(key, &self.live, &self.caches)
+    }
 }
 
 /// What the worker does with a key after a reconcile call.
@@ -237,6 +256,9 @@ async fn worker(mut inst: PluginInstance, parts: WorkerParts) {
         }
         stats.observe(ended.saturating_duration_since(started));
         stats.total.fetch_add(1, Ordering::Relaxed);
+        if let Some(f) = &follows {
+            f.ledger.attach_logs(&key, &inst.take_reconcile_log());
+        }
         // A shadow reconciles once per live reconcile: its own requeues are not followed.
         let next = if follows.is_some() {
             Next::Forget

@@ -32,7 +32,7 @@ use super::backend::{
 use super::cache_sync::CacheSync;
 use super::dispatch::{Dispatcher, Route};
 use super::events::EventRecorder;
-use super::follow::{Follow, Following, Mirror};
+use super::follow::{Follow, Mirror};
 use super::health::Health;
 use super::index::register as register_indexes;
 use super::instance::GuestError;
@@ -40,7 +40,7 @@ use super::loader::{LoadedPlugin, Plugin};
 use super::manifest::IndexSpec;
 use super::options::RuntimeOptions;
 use super::rbac::namespace_scope;
-use super::reconcile::{spawn_workers, PluginQueue, ReconcileStats, WorkerParts};
+use super::reconcile::{spawn_workers, Following, PluginQueue, ReconcileStats, WorkerParts};
 use super::spec::PluginSpec;
 use super::status::{RevisionFailure, RevisionRecord, RunningStatus, WatchStatus, HISTORY};
 use super::watch_counters::{CounterMap, CountingLw};
@@ -611,7 +611,8 @@ fn build(
             )
             .confined_to(confined)
             .with_events(env.events.clone())
-            .with_lister(lister.clone()),
+            .with_lister(lister.clone())
+            .following(s.follow.clone()),
         ),
     };
     let events: Arc<dyn EventBackend> = match env.shadow {
@@ -664,6 +665,7 @@ fn build(
                 live: s.live_queue.clone(),
                 follow: s.follow.clone(),
                 caches: lister.clone(),
+                ledger: s.ledger.clone(),
             }),
             mirror: shared.mirror.clone(),
         },

@@ -33,6 +33,8 @@ pub struct GuestState {
     /// call to call (every reconcile sets it; only a write reads it).
     pub(crate) reconcile_key: String,
     pub(crate) reconciling: bool,
+    /// The running reconcile's log lines, when the plugin's log captures them (a shadow's).
+    pub(crate) reconcile_log: Vec<String>,
 }
 
 impl GuestState {

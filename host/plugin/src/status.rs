@@ -176,6 +176,13 @@ fn shadow_json(v: &ShadowView) -> serde_json::Value {
                 "outcome": kind,
                 "patch": if kind == "changes" { detail.clone() } else { serde_json::Value::Null },
                 "refusal": if kind == "refused" { detail } else { serde_json::Value::Null },
+                "liveWrite": d.live_write.as_ref().map(|w| serde_json::json!({
+                    "op": w.op,
+                    "body": w.body,
+                    "resourceVersion": w.resource_version,
+                    "at": kwh_client::time::time(w.at),
+                })),
+                "logs": d.logs,
             })
         }).collect::<Vec<_>>(),
     })

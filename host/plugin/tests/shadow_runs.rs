@@ -193,6 +193,31 @@ async fn a_shadow_reconciles_after_the_live_revision_and_its_writes_are_only_com
         .and_then(|v| v.parse::<u64>().ok());
     assert_eq!(rv, Some(revision + 2));
 
+    // Beside the difference: the live revision's last write of the object, and the shadow's
+    // reconcile's log lines (attached once it has returned).
+    assert!(
+        eventually(WAIT, || ledger
+            .differences()
+            .iter()
+            .any(|d| d.name == "t-0" && d.logs.is_some()))
+        .await,
+        "logs attached"
+    );
+    let d = ledger
+        .differences()
+        .into_iter()
+        .find(|d| d.name == "t-0")
+        .expect("t-0");
+    let live = d.live_write.as_ref().expect("the live revision's write");
+    assert_eq!(live.op, "patch");
+    assert!(live.body.contains(r#""reviser/revision":"a""#), "{live:?}");
+    assert_eq!(live.resource_version, Some(live_write.clone()));
+    assert_eq!(
+        d.logs.as_deref(),
+        Some(&["INFO reviser b: annotating default/t-0".to_owned()][..]),
+        "{d:?}"
+    );
+
     // Where people look: /statusz and /metrics.
     let status: serde_json::Value =
         serde_json::from_str(&rt.status().render_status()).expect("statusz JSON");
@@ -208,6 +233,8 @@ async fn a_shadow_reconciles_after_the_live_revision_and_its_writes_are_only_com
         .expect("t-0 listed");
     assert_eq!(last["outcome"], "changes");
     assert_eq!(last["patch"][0]["value"], "b");
+    assert_eq!(last["liveWrite"]["op"], "patch", "{last}");
+    assert_eq!(last["logs"][0], "INFO reviser b: annotating default/t-0");
     let metrics = rt.status().render_metrics().expect("metrics");
     assert!(
         metrics.lines().any(|l| l.starts_with(&format!(

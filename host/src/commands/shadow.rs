@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use bytes::Bytes;
 use clap::{Args, Subcommand};
 use http_body_util::Full;
+use kwh_client::clip::clip;
 use kwh_plugin::backend::shadow::{kind_of, Outcome};
 use kwh_plugin::ApiError;
 use serde_json::Value;
@@ -70,7 +71,7 @@ pub fn report(statusz: &Value, only: Option<&str>) -> String {
             n("differences"),
             n("refusals")
         ));
-        let mut groups: BTreeMap<String, (Vec<String>, Value)> = BTreeMap::new();
+        let mut groups: BTreeMap<String, (Vec<String>, Value, &Value)> = BTreeMap::new();
         for d in s["lastDifferences"].as_array().into_iter().flatten() {
             let outcome = match d["outcome"].as_str() {
                 Some("changes") => Outcome::Changes(d["patch"].clone()),
@@ -94,7 +95,9 @@ pub fn report(statusz: &Value, only: Option<&str>) -> String {
                 Outcome::Changes(p) => p.clone(),
                 _ => d["refusal"].clone(),
             };
-            let e = groups.entry(kind).or_insert_with(|| (Vec::new(), example));
+            let e = groups
+                .entry(kind)
+                .or_insert_with(|| (Vec::new(), example, d));
             if !e.0.contains(&object) {
                 e.0.push(object);
             }
@@ -102,12 +105,28 @@ pub fn report(statusz: &Value, only: Option<&str>) -> String {
         if groups.is_empty() {
             out.push_str("  no differences\n");
         }
-        for (kind, (objects, example)) in groups {
+        for (kind, (objects, example, first)) in groups {
             out.push_str(&format!(
                 "  {kind}: {} object(s): {}\n    {example}\n",
                 objects.len(),
                 objects.join(", ")
             ));
+            // The first object's context: what the live revision last wrote to it, and what
+            // the shadow's reconcile logged.
+            let w = &first["liveWrite"];
+            if !w.is_null() {
+                out.push_str(&format!(
+                    "    live revision's last write: {} {}\n",
+                    w["op"].as_str().unwrap_or("?"),
+                    clip(w["body"].as_str().unwrap_or(""))
+                ));
+            }
+            for line in first["logs"].as_array().into_iter().flatten() {
+                out.push_str(&format!(
+                    "    shadow log: {}\n",
+                    line.as_str().unwrap_or("")
+                ));
+            }
         }
     }
     if !any {
@@ -127,7 +146,9 @@ mod tests {
             {"name": "a", "shadow": {"module": "/m/b.wasm", "reconciles": 5, "agreements": 2,
               "differences": 3, "refusals": 1, "lastDifferences": [
                 {"op": "patch", "kind": "ConfigMap", "namespace": "default", "name": "x",
-                 "outcome": "changes", "patch": [{"op": "add", "path": "/data/k", "value": "1"}]},
+                 "outcome": "changes", "patch": [{"op": "add", "path": "/data/k", "value": "1"}],
+                 "liveWrite": {"op": "patch", "body": "{\"data\":{\"k\":\"0\"}}"},
+                 "logs": ["INFO x: k is 1 now"]},
                 {"op": "patch", "kind": "ConfigMap", "namespace": "default", "name": "y",
                  "outcome": "changes", "patch": [{"op": "add", "path": "/data/k", "value": "2"}]},
                 {"op": "create", "kind": "Pod", "namespace": "ns", "name": "p",
@@ -140,6 +161,10 @@ mod tests {
         assert!(r.starts_with("plugin a: shadow /m/b.wasm (5 reconciles; 2 agreements, 3 differences, 1 refusals)\n"), "{r}");
         assert!(
             r.contains("  patch ConfigMap /data/k: 2 object(s): default/x, default/y\n"),
+            "{r}"
+        );
+        assert!(
+            r.contains("    live revision's last write: patch {\"data\":{\"k\":\"0\"}}\n    shadow log: INFO x: k is 1 now\n"),
             "{r}"
         );
         assert!(

@@ -275,6 +275,8 @@ impl KubeClientBackend {
             namespace: req.namespace.clone(),
             name: req.name.clone(),
             delete: matches!(req.op, WriteOp::Delete(_)),
+            op: req.op.name(),
+            body: WriteTarget::body_of(&req.body),
         };
         Some((follow, key, target))
     }

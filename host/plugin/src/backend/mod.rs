@@ -180,6 +180,24 @@ pub enum WriteOp {
 }
 
 impl WriteOp {
+    /// How a shadow's difference (and the live write beside it) names the operation:
+    /// `create`, `replace`, `patch`, `delete`, `replace-status`, `apply`, `patch-status`,
+    /// `apply-status`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            WriteOp::Create => "create",
+            WriteOp::Replace => "replace",
+            WriteOp::Patch(_) => "patch",
+            WriteOp::Delete(_) => "delete",
+            WriteOp::ReplaceStatus => "replace-status",
+            WriteOp::Apply { .. } => "apply",
+            WriteOp::PatchStatus(_) => "patch-status",
+            WriteOp::ApplyStatus { .. } => "apply-status",
+        }
+    }
+}
+
+impl WriteOp {
     /// The subresource the request goes to.
     pub fn subresource(&self) -> Option<&'static str> {
         match self {

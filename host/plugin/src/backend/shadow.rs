@@ -28,6 +28,7 @@ use super::{
     WriteRequest,
 };
 use crate::events::{EventRecorder, EventType, NewEvent, ObjectRef};
+use crate::follow::{Follow, LiveWrite};
 
 /// How many differences a ledger keeps (the newest).
 pub const KEPT_DIFFERENCES: usize = 20;
@@ -58,6 +59,12 @@ pub struct Difference {
     pub name: String,
     pub outcome: Outcome,
     pub at: SystemTime,
+    /// The live revision's last write of the same object, when one was made while the shadow
+    /// ran (kept for the newest 1,024 objects it wrote).
+    pub live_write: Option<LiveWrite>,
+    /// The log lines of the shadow's reconcile that made the write (its `log` import, every
+    /// level, the first 20); none until that reconcile has returned, and for a handler's write.
+    pub logs: Option<Vec<String>>,
 }
 
 /// A shadow revision's writes, counted by outcome, with the newest differences.
@@ -99,6 +106,17 @@ impl ShadowLedger {
     /// The newest differences, oldest first.
     pub fn differences(&self) -> Vec<Difference> {
         self.last.lock().iter().cloned().collect()
+    }
+
+    /// Gives the differences recorded during the reconcile of `key` that just returned its
+    /// log lines (the shadow reconciles a key on one worker at a time, so those are the ones
+    /// without lines yet).
+    pub fn attach_logs(&self, key: &str, lines: &[String]) {
+        for d in self.last.lock().iter_mut() {
+            if d.logs.is_none() && d.key.as_deref() == Some(key) {
+                d.logs = Some(lines.to_vec());
+            }
+        }
     }
 
     /// The kinds of difference seen so far (see [`kind_of`]), in no order.
@@ -150,19 +168,6 @@ pub fn kind_of(op: &str, kind: &str, outcome: &Outcome) -> String {
             paths.dedup();
             format!("{op} {kind} {}", paths.join(" "))
         }
-    }
-}
-
-fn op_name(op: &WriteOp) -> &'static str {
-    match op {
-        WriteOp::Create => "create",
-        WriteOp::Replace => "replace",
-        WriteOp::Patch(_) => "patch",
-        WriteOp::Delete(_) => "delete",
-        WriteOp::ReplaceStatus => "replace-status",
-        WriteOp::Apply { .. } => "apply",
-        WriteOp::PatchStatus(_) => "patch-status",
-        WriteOp::ApplyStatus { .. } => "apply-status",
     }
 }
 
@@ -252,6 +257,8 @@ pub struct ShadowClientBackend {
     events: Option<EventRecorder>,
     /// The plugin's caches: a stored object of a kind it watches is read there, not fetched.
     lister: Option<Arc<super::informer::InformerLister>>,
+    /// The link to the live revision: its last write of an object, shown beside a difference.
+    follow: Option<Arc<Follow>>,
 }
 
 impl ShadowClientBackend {
@@ -272,7 +279,15 @@ impl ShadowClientBackend {
             ledger,
             events: None,
             lister: None,
+            follow: None,
         }
+    }
+
+    /// Shows the live revision's last write of an object (noted in `follow`) beside each
+    /// difference on it.
+    pub fn following(mut self, follow: Arc<Follow>) -> Self {
+        self.follow = Some(follow);
+        self
     }
 
     /// Reads the stored object from `lister`'s caches when they cover its kind (one request
@@ -308,6 +323,7 @@ impl ClientBackend for ShadowClientBackend {
         let field_manager_name = self.field_manager.clone();
         let events = self.events.clone();
         let lister = self.lister.clone();
+        let follow = self.follow.clone();
         let confined = refuse_outside_scope(
             self.confined_to.as_deref(),
             &self.field_manager,
@@ -342,13 +358,15 @@ impl ClientBackend for ShadowClientBackend {
             };
             let mut difference = Difference {
                 key: req.reconciling.clone(),
-                op: op_name(&req.op),
+                op: req.op.name(),
                 api_version: req.api_version.clone(),
                 kind: req.kind.clone(),
                 namespace: ns,
                 name,
                 outcome: Outcome::Agreement,
                 at: SystemTime::now(),
+                live_write: None,
+                logs: None,
             };
             let deleting = matches!(req.op, WriteOp::Delete(_));
             let answer = match confined {
@@ -374,6 +392,19 @@ impl ClientBackend for ShadowClientBackend {
                     compare(stored.as_ref(), would.as_ref())
                 }
             };
+            if difference.outcome != Outcome::Agreement {
+                difference.live_write = follow.and_then(|f| {
+                    f.last_write(
+                        &difference.api_version,
+                        &difference.kind,
+                        difference.namespace.as_deref(),
+                        &difference.name,
+                    )
+                });
+                if difference.key.is_none() {
+                    difference.logs = Some(Vec::new());
+                }
+            }
             tracing::debug!(kind = %difference.kind, name = %difference.name, op = difference.op,
                 outcome = ?difference.outcome, "shadow write checked");
             let event = events.map(|e| (e, shadow_event(&difference, stored.as_ref())));
@@ -451,10 +482,43 @@ mod tests {
             name: name.into(),
             outcome: patch.clone(),
             at: SystemTime::now(),
+            live_write: None,
+            logs: None,
         };
         assert!(l.record(d("a")), "a new kind");
         assert!(!l.record(d("b")), "the same kind on another object");
         assert_eq!(l.kinds(), ["patch ConfigMap /data/a /data/b"]);
+    }
+
+    #[test]
+    fn a_reconciles_lines_go_to_its_differences_only() {
+        let l = ShadowLedger::default();
+        let d = |key: &str| Difference {
+            key: Some(Arc::from(key)),
+            op: "patch",
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: None,
+            name: key.into(),
+            outcome: Outcome::Changes(json!([])),
+            at: SystemTime::now(),
+            live_write: None,
+            logs: None,
+        };
+        l.record(d("a"));
+        l.record(d("b"));
+        l.attach_logs("a", &["INFO first".to_owned()]);
+        l.record(d("a"));
+        l.attach_logs("a", &["INFO second".to_owned()]);
+        let logs: Vec<_> = l.differences().into_iter().map(|d| d.logs).collect();
+        assert_eq!(
+            logs,
+            [
+                Some(vec!["INFO first".to_owned()]),
+                None,
+                Some(vec!["INFO second".to_owned()])
+            ]
+        );
     }
 
     #[test]
@@ -469,6 +533,8 @@ mod tests {
             name: format!("cm-{i}"),
             outcome,
             at: SystemTime::now(),
+            live_write: None,
+            logs: None,
         };
         l.record(d(0, Outcome::Agreement));
         for i in 0..KEPT_DIFFERENCES + 5 {

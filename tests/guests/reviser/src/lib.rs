@@ -99,6 +99,7 @@ impl Controller for Reviser {
             .to_string();
         println!("REV {} reconcile {key} {rv}", revision());
         if let (Some(cm), true) = (&cm, Reviser::config().annotate.unwrap_or(false)) {
+            kube_guest::info!("reviser {}: annotating {key}", revision());
             let patch = serde_json::json!({"metadata": {"annotations": {
                 "reviser/revision": revision(),
                 "reviser/build": std::hint::black_box(BUILD),
