@@ -218,6 +218,7 @@ impl Emulator {
             authorize: false,
             users: Vec::new(),
             token_file: None,
+            clock: None,
         }
     }
 }
@@ -234,9 +235,28 @@ pub struct EmulatorBuilder {
     authorize: bool,
     users: Vec<(String, authn::UserInfo)>,
     token_file: Option<PathBuf>,
+    clock: Option<BuilderClock>,
+}
+
+/// A builder's clock (see [`EmulatorBuilder::clock`]); shown by `Debug` as set or not.
+#[derive(Clone)]
+struct BuilderClock(Arc<dyn Fn() -> u64 + Send + Sync>);
+
+impl std::fmt::Debug for BuilderClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BuilderClock")
+    }
 }
 
 impl EmulatorBuilder {
+    /// Server-set timestamps (creation, deletion, managedFields) from `clock` (seconds since
+    /// the Unix epoch) instead of the system clock: answers whose order depends on the second
+    /// a write was made in (managedFields are sorted by it) reproduced exactly in tests.
+    pub fn clock(mut self, clock: Arc<dyn Fn() -> u64 + Send + Sync>) -> Self {
+        self.clock = Some(BuilderClock(clock));
+        self
+    }
+
     /// Authenticate bearer tokens and authorize every request by RBAC, as a cluster with RBAC
     /// on does. The kubeconfig's token (the [`EmulatorBuilder::token`], else a random one)
     /// belongs to an `admin` user in `system:masters`; requests without a token are
@@ -345,7 +365,7 @@ impl EmulatorBuilder {
             tls: self.tls,
             bookmark_interval: self.bookmark_interval,
             admin: self.admin,
-            clock: None,
+            clock: self.clock.map(|c| c.0),
         });
         seed_default_namespaces(&shared).map_err(|s| EmulatorError::Rejected {
             index: 0,

@@ -781,6 +781,163 @@ async fn dry_run_stores_nothing() {
     h.shutdown().await;
 }
 
+/// `value` with what differs between any two servers' answers set aside: uids, times and
+/// resourceVersions.
+fn volatile_aside(mut value: Value) -> Value {
+    fn walk(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m.iter_mut() {
+                    match k.as_str() {
+                        "uid" | "creationTimestamp" | "time" | "resourceVersion" => {
+                            *x = json!("(volatile)")
+                        }
+                        _ => walk(x),
+                    }
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    walk(&mut value);
+    value
+}
+
+/// Server-side dry runs (`dryRun=All`) answered as kube-apiserver v1.26 answered them
+/// (`dry-run/`, recorded for the issue "Shadow runs"): a create, a merge patch that changes and
+/// one that changes nothing, an apply to an existing and to an absent object, a delete, and an
+/// invalid create, each body equal to the recorded one with uids, times and resourceVersions
+/// aside (a patch's answer keeps the stored resourceVersion); afterwards the object is as it
+/// was (`after-get-existing`), the created one absent (`after-get-new-one`), and the store
+/// used no revision, so no watch event can have been sent.
+#[tokio::test]
+async fn dry_run_answers_are_the_recorded_ones_and_nothing_changes() {
+    // The recorded object was created a second before the dry runs (managedFields are
+    // ordered by the second of each write, then by manager).
+    let now = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1_795_000_000));
+    let clock = now.clone();
+    let h = Emulator::builder()
+        .clock(std::sync::Arc::new(move || {
+            clock.load(std::sync::atomic::Ordering::Relaxed)
+        }))
+        .start()
+        .await
+        .expect("emulator");
+    let http = Http::new(h.base_url());
+    let cms = "/api/v1/namespaces/dryrun-samples/configmaps";
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "dryrun-samples"}});
+    assert_eq!(http.post("/api/v1/namespaces", &ns).await.status, 201);
+    let existing = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "existing"}, "data": {"a": "1"}});
+    let r = http
+        .post(&format!("{cms}?fieldManager=kubectl-create"), &existing)
+        .await;
+    assert_eq!(r.status, 201);
+    let before = http.get(&format!("{cms}/existing")).await.json();
+    let revision = h.current_resource_version();
+    now.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let cm = |name: &str, data: Value| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+            "data": data})
+        .to_string()
+    };
+    const JSON: &str = "application/json";
+    const MERGE: &str = "application/merge-patch+json";
+    const APPLY: &str = "application/apply-patch+yaml";
+    let cases = [
+        (
+            "create-configmap-dryrun",
+            Method::POST,
+            format!("{cms}?dryRun=All&fieldManager=curl"),
+            Some(JSON),
+            cm("new-one", json!({"k": "v"})),
+            201,
+        ),
+        (
+            "merge-patch-dryrun",
+            Method::PATCH,
+            format!("{cms}/existing?dryRun=All&fieldManager=curl"),
+            Some(MERGE),
+            json!({"data": {"a": "2"}}).to_string(),
+            200,
+        ),
+        (
+            "merge-patch-noop-dryrun",
+            Method::PATCH,
+            format!("{cms}/existing?dryRun=All&fieldManager=curl"),
+            Some(MERGE),
+            json!({"data": {"a": "1"}}).to_string(),
+            200,
+        ),
+        (
+            "apply-dryrun",
+            Method::PATCH,
+            format!("{cms}/existing?dryRun=All&fieldManager=shadow"),
+            Some(APPLY),
+            cm("existing", json!({"b": "3"})),
+            200,
+        ),
+        (
+            "apply-create-dryrun",
+            Method::PATCH,
+            format!("{cms}/not-there?dryRun=All&fieldManager=shadow"),
+            Some(APPLY),
+            cm("not-there", json!({"b": "3"})),
+            201,
+        ),
+        (
+            "delete-dryrun",
+            Method::DELETE,
+            format!("{cms}/existing?dryRun=All"),
+            None,
+            String::new(),
+            200,
+        ),
+        (
+            "invalid-create-dryrun",
+            Method::POST,
+            format!("{cms}?dryRun=All"),
+            Some(JSON),
+            cm("Bad_Name", json!({})),
+            422,
+        ),
+    ];
+    for (sample, method, path, ct, body, status) in cases {
+        let r = http.send(method.clone(), &path, ct, body.as_bytes()).await;
+        assert_eq!(
+            r.status,
+            status,
+            "{sample}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        let got = r.json();
+        assert_eq!(
+            volatile_aside(got.clone()),
+            volatile_aside(sample_json(&format!("dry-run/{sample}.json"))),
+            "{sample}"
+        );
+        if method == Method::PATCH && status == 200 {
+            assert_eq!(
+                got["metadata"]["resourceVersion"], before["metadata"]["resourceVersion"],
+                "{sample}: the stored resourceVersion"
+            );
+        }
+    }
+    let after = http.get(&format!("{cms}/existing")).await.json();
+    assert_eq!(after, before, "unchanged, resourceVersion included");
+    assert_eq!(
+        volatile_aside(after),
+        volatile_aside(sample_json("dry-run/after-get-existing.json"))
+    );
+    let r = http.get(&format!("{cms}/new-one")).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.json(), sample_json("dry-run/after-get-new-one.json"));
+    assert_eq!(h.current_resource_version(), revision, "no revision used");
+    h.shutdown().await;
+}
+
 /// A `dryRun` value other than `All` is refused as kube-apiserver refuses it
 /// (`dry-run/bad-dryrun-value.json`), for each verb's options kind.
 #[tokio::test]
