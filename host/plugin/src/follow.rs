@@ -121,9 +121,11 @@ impl Follow {
         &self.shadow
     }
 
-    /// The live revision is done with `key`: the shadow's turn.
+    /// The live revision is done with `key`: the shadow's turn. Through the shadow queue's
+    /// timer task ([`add_soon`](kwh_informer::workqueue::DelayingQueue::add_soon)): the live
+    /// worker never takes a lock the shadow's low-priority thread may hold.
     pub fn hand_on(&self, key: &Arc<str>) {
-        self.shadow.add_borrowed(key);
+        self.shadow.add_soon(key.clone());
     }
 
     /// Notes a write the live revision made while reconciling `key`: `target` as the request

@@ -146,6 +146,28 @@ impl<T: Key> DelayingQueue<T> {
         }
     }
 
+    /// Adds `item` through the timer task (which adds it as soon as it runs) instead of taking
+    /// the queue's lock here: for a producer that must never wait for the queue's consumers,
+    /// such as a live plugin's worker handing keys on to a shadow whose threads run at a lower
+    /// priority (one of them preempted while holding the lock would hold the producer up).
+    /// Not counted as a retry. Ignored while shutting down.
+    ///
+    /// # Panics
+    /// When first used outside a Tokio runtime and no timer task was started
+    /// ([`start_timers_on`](Self::start_timers_on)).
+    pub fn add_soon(&self, item: T) {
+        if self.queue.shutting_down() {
+            return;
+        }
+        self.ensure_timer_task();
+        let in_flight = &self.timer.stats.in_flight;
+        in_flight.fetch_add(1, Ordering::Relaxed);
+        let ready_at = Instant::now();
+        if self.timer.tx.send(Waiting { item, ready_at }).is_err() {
+            in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     /// Items parked in the timer set (not yet ready, or ready but not yet moved to the queue),
     /// counting those on their way to it.
     pub fn waiting_len(&self) -> usize {

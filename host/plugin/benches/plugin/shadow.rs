@@ -1,7 +1,8 @@
 //! The `shadow` section (issue "Shadow runs"): a live SDK plugin over 10,000 cached ConfigMaps
 //! updated one at a time at a steady 1,000/s, alone and with a shadow revision beside it whose
 //! every reconcile writes (a merge patch, sent as a dry run and compared), in alternating
-//! rounds; the emulator on a runtime thread of its own.
+//! rounds; the emulator on two low-priority runtime threads of its own, standing in for an API
+//! server on other machines.
 //!
 //! Floors, each checked here (a row that misses one fails the run):
 //! - the live revision's p99 latency from update to reconcile with the shadow is within 1.1×
@@ -12,9 +13,14 @@
 //! Run only when named (`BENCH_ONLY=shadow`), in a release build: the ratio of two p99s over a
 //! few seconds is judged here, and on a loaded machine in a debug build (CI's short benchmark
 //! run) it would judge the machine. The shadow's zero writes are also checked by the test run
-//! (`host/plugin/tests/shadow_writes.rs` and `shadow_runs.rs`).
-//! `BENCH_SHADOW=bench-sdk` runs the live module itself as the shadow (no writes, handlers
-//! handed over): what the shadow machinery costs without dry runs.
+//! (`host/plugin/tests/shadow_writes.rs` and `shadow_runs.rs`, `tests/shadow_config_reloader.rs`).
+//! Variants: `BENCH_SHADOW=bench-sdk` runs the live module itself as the shadow (no writes,
+//! handlers handed over): what the shadow machinery costs without dry runs;
+//! `BENCH_ANNOTATE=no` a shadow with its own handlers and reconciles that writes nothing;
+//! `BENCH_EMULATOR=colocated` the emulator at the host's priority, sharing its two cores (the
+//! latency row is then printed, not judged: it measures what the stand-in's answers cost this
+//! machine, not what the shadow adds to the host); `BENCH_SHADOW_UPDATES`,
+//! `BENCH_SHADOW_ROUNDS`.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -24,6 +30,7 @@ use super::common::*;
 use super::upgrade::{latencies, p99};
 use super::{client, engine, DEADLINE};
 use kwh_emulator::{Emulator, EmulatorHandle};
+use kwh_plugin::background::Background;
 use kwh_plugin::{PluginRuntime, PluginSpec, RuntimeOptions};
 
 const OBJECTS: usize = 10_000;
@@ -86,18 +93,17 @@ async fn phase(
 
 pub async fn shadow_section() {
     eprintln!("shadow …");
-    // The API server's stand-in on runtime threads of its own, as a real one is on other
-    // machines: its handling of the shadow's dry runs is not the host's work, and must not
-    // queue behind (or in front of) the live revision's tasks.
+    // The API server's stand-in on two runtime threads of its own, as a real one serves
+    // requests concurrently on other machines: its handling of the shadow's dry runs is not
+    // the host's work. At the lowest priority (`BENCH_EMULATOR=colocated`: at the host's), so
+    // that, as on a real cluster, its CPU is not taken from the host's two cores: at the
+    // host's priority the work of answering 1,000 dry runs a second lands on the live
+    // revision's latency (BENCHMARKS.md, "Shadow runs", both rows).
+    let colocated = std::env::var("BENCH_EMULATOR").as_deref() == Ok("colocated");
     let (tx, rx) = std::sync::mpsc::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("emulator runtime");
-        rt.block_on(async move {
+        let serve = async move {
             let h = Emulator::builder()
                 .history_window(2 * rounds() * updates() + OBJECTS + 10)
                 .start()
@@ -106,7 +112,23 @@ pub async fn shadow_section() {
             let _ = tx.send(h.clone());
             let _ = stopped.await;
             h.shutdown().await;
-        });
+        };
+        if colocated {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("emulator runtime");
+            rt.block_on(serve);
+        } else {
+            let threads = Background::start("emulator", 2).expect("emulator threads");
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(threads.handle().spawn(serve))
+                .expect("the emulator's task");
+        }
     });
     let h = rx.recv().expect("the emulator started");
     let pad = seed_configmaps(&h, "bench", OBJECTS, 1024);
@@ -185,17 +207,27 @@ pub async fn shadow_section() {
     let _ = server.join();
 
     println!("\n## A shadow revision beside a live plugin, at a steady 1,000 updates/s\n");
+    println!(
+        "The API server's stand-in: {}.\n",
+        if colocated {
+            "two threads at the host's priority (sharing its cores)"
+        } else {
+            "two threads at the lowest priority (its CPU not taken from the host's, as on a real cluster)"
+        }
+    );
     println!("10,000 cached ConfigMaps; the live `bench-sdk` plugin (default handlers, a reconcile reading the object from the cache); {} rounds of {} updates one at a time without a shadow, then {} with one (the `reviser` guest under the live plugin's name, each reconcile a merge patch sent as a dry run and compared). Latency: update to the live reconcile, sampled every 100 µs.\n", rounds(), updates(), updates());
     println!("| measure | value | floor | met |\n|---|---|---|---|");
-    let mut ok = floor_row(
-        "the live revision's p99 update → reconcile, without / with the shadow (medians of the rounds)",
-        format!(
-            "{without:.2} ms / {with:.2} ms ({:.2}×)",
-            with / without.max(f64::EPSILON)
-        ),
-        "with ≤ 1.1 × without",
-        with <= without * 1.1,
+    let latency = format!(
+        "{without:.2} ms / {with:.2} ms ({:.2}×)",
+        with / without.max(f64::EPSILON)
     );
+    let what = "the live revision's p99 update → reconcile, without / with the shadow (medians of the rounds)";
+    let mut ok = if colocated {
+        println!("| {what} | {latency} | not judged: the stand-in shares the host's cores | – |");
+        true
+    } else {
+        floor_row(what, latency, "with ≤ 1.1 × without", with <= without * 1.1)
+    };
     ok &= floor_row(
         "the shadow's writes checked / store revisions while it ran, less the host's Events about it",
         format!("{writes} / {moved} ({events} Events)"),

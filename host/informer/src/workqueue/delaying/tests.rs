@@ -178,3 +178,22 @@ fn timers_keep_one_entry_per_item_at_its_earliest_time() {
     assert_eq!(t.len(), 0);
     assert_eq!(t.next_ready_at(), None);
 }
+
+#[tokio::test(start_paused = true)]
+async fn add_soon_goes_through_the_timer_task_at_once_and_is_no_retry() {
+    let q = DelayingQueue::new();
+    let start = Instant::now();
+    q.add_soon("a");
+    assert_eq!(q.len(), 0, "not added by the caller");
+    assert!(
+        q.timer.started.load(Ordering::Relaxed),
+        "the timer task adds it"
+    );
+    assert_eq!(
+        get_at(&q, start).await,
+        ("a", Duration::ZERO),
+        "without a wait"
+    );
+    q.done(&"a");
+    assert_eq!(q.waiting_len(), 0);
+}
