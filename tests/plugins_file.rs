@@ -680,6 +680,91 @@ async fn a_leader_only_plugin_added_live_to_a_sharded_host_without_an_election_i
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A plugin whose configuration its `validate-config` refuses does not vanish: `/statusz`
+/// lists it as `failed` with the reason, `plugin_failed_to_start` counts it, `/readyz` notes
+/// it (the other plugin runs, so the host is ready); once the entry is fixed it starts and the
+/// failure is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_whose_configuration_is_refused_is_listed_as_failed_until_fixed() {
+    let dir = support::temp_dir("plugins-refused");
+    std::fs::copy(guest("reviser"), dir.join("reviser.wasm")).expect("copy guest");
+    let plugins = dir.join("plugins.yaml");
+    let file = |revision: &str| {
+        format!(
+            "- module: reviser.wasm\n  config: {{revision: ok, name: other}}\n\
+             - module: reviser.wasm\n  config: {{revision: {revision}}}\n"
+        )
+    };
+    std::fs::write(&plugins, file("bad")).expect("plugins file");
+    let mut host = HostProcess::spawn(
+        [
+            os("--plugins"),
+            plugins.as_os_str(),
+            os("--plugins-poll-interval"),
+            os("200ms"),
+            os("--metrics-addr"),
+            os("127.0.0.1:0"),
+            os("--emulator"),
+        ],
+        "info",
+    );
+    let addr = host.ops_addr().await;
+    host.line("running; SIGINT or SIGTERM stops").await;
+    let statusz = || async {
+        let (code, body) = http_get(&addr, "/statusz").await;
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str::<serde_json::Value>(&body).expect("statusz JSON")
+    };
+    let v = statusz().await;
+    let failed: Vec<&serde_json::Value> = v["plugins"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["state"] == "failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{v}");
+    assert_eq!(failed[0]["name"], "reviser", "the file's stem: {v}");
+    assert!(
+        failed[0]["reason"].as_str().is_some_and(
+            |r| r.contains("configuration refused by the plugin: revision bad is refused")
+        ),
+        "{v}"
+    );
+    let (_, metrics) = http_get(&addr, "/metrics").await;
+    assert!(
+        metrics.contains("plugin_failed_to_start{plugin=\"reviser\"} 1\n")
+            && metrics.contains("plugin_failed_to_start{plugin=\"other\"} 0\n"),
+        "{metrics}"
+    );
+    let ready = support::cluster::get_until(&addr, "/readyz", WAIT, |code, _| code == 200)
+        .await
+        .expect("the other plugin runs: ready");
+    assert!(
+        ready.1.contains("plugin reviser (") && ready.1.contains("failed to start"),
+        "{}",
+        ready.1
+    );
+
+    // Fixed: it starts, and the failure is gone.
+    std::fs::write(&plugins, file("good")).expect("edit");
+    host.line(") added").await;
+    let v = statusz().await;
+    let states: Vec<(&str, &str)> = v["plugins"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| Some((p["name"].as_str()?, p["state"].as_str()?)))
+        .collect();
+    assert_eq!(
+        states,
+        [("other", "running"), ("reviser", "running")],
+        "{v}"
+    );
+    host.sigterm();
+    host.exit(WAIT).await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A plugins-file entry's `shadow:` through the binary (issue "Shadow runs"): the shadow runs
 /// beside the plugin, its writes are compared and never made, `/statusz` shows its differences
 /// with their patches, and `promote: true` makes it the plugin (an upgrade, no relist).

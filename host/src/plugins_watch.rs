@@ -151,8 +151,10 @@ impl PluginsWatch {
         keeps: Option<&str>,
         error: &str,
     ) {
-        if let Some(name) = keeps {
-            runtime.record_failure(name, declared, error);
+        match keeps {
+            Some(name) => runtime.record_failure(name, declared, error),
+            // Listed as failed (`/statusz`, `plugin_failed_to_start`) rather than gone.
+            None => runtime.record_start_failure(declared, error),
         }
         let kept = match keeps {
             Some(n) => format!("plugin {n} keeps its running revision"),
@@ -244,6 +246,7 @@ impl PluginsWatch {
                     };
                     tracing::info!(target: LOG_TARGET, plugin = %name,
                         "plugins file {}: plugin {i} ({}) {how}", self.path.display(), declared.display());
+                    runtime.forget_failed(|p| p != declared.as_path());
                     Some(name)
                 }
                 Err(e) => {
@@ -287,6 +290,11 @@ impl PluginsWatch {
                     "plugins file {}: plugin removed", self.path.display());
             }
         }
+        // A module that failed and is no longer listed is no longer shown as failed.
+        let listed_before: Vec<PathBuf> = self.entries.iter().map(|e| e.declared.clone()).collect();
+        runtime.forget_failed(|p| {
+            !listed_before.iter().any(|b| b == p) || next.iter().any(|e| e.declared == p)
+        });
         self.entries = next;
     }
 }

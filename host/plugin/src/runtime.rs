@@ -29,7 +29,9 @@ pub use super::revision::RunningPlugin;
 use super::revision::{Env, Resources, RevisionError, ShadowOf};
 use super::spec::{PluginSpec, ShadowSpec};
 pub use super::status::RuntimeStatus;
-use super::status::{metrics_registry, ShadowView, ShadowViews, Slot, Slots, WaitingStatus};
+use super::status::{
+    metrics_registry, FailedStatus, ShadowView, ShadowViews, Slot, Slots, WaitingStatus,
+};
 use super::watch_counters::{CounterMap, CountingLw};
 use crate::events::{EventRecorder, RecorderConfig};
 use kwh_client::{Client, Discovery};
@@ -300,11 +302,13 @@ impl PluginRuntime {
     ) -> Result<Vec<StartError>, StartError> {
         let mut failed = Vec::new();
         for spec in specs {
+            let path = spec.path.clone();
             match self.start_spec(spec).await {
                 Ok(_) => {}
                 Err(e) if self.wiring.opts.fail_fast => return Err(e),
                 Err(e) => {
                     tracing::error!("{e}");
+                    self.record_start_failure(&path, &e.to_string());
                     failed.push(e);
                 }
             }
@@ -416,6 +420,39 @@ impl PluginRuntime {
             }
         };
         self.upgrade_loaded(&running, spec, loaded, grace).await
+    }
+
+    /// Lists the module at `path` as a plugin that failed to start (`/statusz` state `failed`,
+    /// the metric `plugin_failed_to_start`, a note in `/readyz`), named by the file's stem,
+    /// replacing an earlier failure of the same file. It stays listed until that file starts
+    /// or [`forget_failed`](Self::forget_failed) drops it.
+    pub fn record_start_failure(&self, path: &Path, error: &str) {
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| path.display().to_string());
+        let failed = Slot::Failed(Arc::new(FailedStatus {
+            name,
+            path: path.to_path_buf(),
+            since: SystemTime::now(),
+            reason: error.to_owned(),
+        }));
+        let mut slots = self.wiring.slots.lock();
+        match slots
+            .iter()
+            .position(|s| matches!(s, Slot::Failed(f) if f.path == path))
+        {
+            Some(i) => slots[i] = failed,
+            None => slots.push(failed),
+        }
+    }
+
+    /// Drops the failures of modules `keep` says no (a plugins file that no longer lists them).
+    pub fn forget_failed(&self, keep: impl Fn(&Path) -> bool) {
+        self.wiring
+            .slots
+            .lock()
+            .retain(|s| !matches!(s, Slot::Failed(f) if !keep(&f.path)));
     }
 
     /// Notes on the running plugin `name` that a revision from `module` failed to replace it
@@ -840,7 +877,7 @@ impl PluginRuntime {
             .iter()
             .filter_map(|s| match s {
                 Slot::Waiting(w) => Some((w.name.clone(), w.reason.lock().clone())),
-                Slot::Running(_) => None,
+                Slot::Running(_) | Slot::Failed(_) => None,
             })
             .collect()
     }
@@ -1003,6 +1040,9 @@ impl Wiring {
         let slot = Slot::Running(running.status());
         {
             let mut slots = self.slots.lock();
+            // The module that failed before starts now (fixed, or its configuration).
+            let path = running.status().plugin.path().to_path_buf();
+            slots.retain(|s| !matches!(s, Slot::Failed(f) if f.path == path));
             let at = waiting.and_then(|w| {
                 slots
                     .iter()

@@ -116,11 +116,23 @@ pub(crate) struct WaitingStatus {
     pub attempts: std::sync::atomic::AtomicU64,
 }
 
+/// A plugin that did not start and will not by itself: its module did not load (not a
+/// component, a bad manifest, its configuration refused by `validate-config`, a trap while
+/// starting). Listed so that a plugin given to the host never just vanishes; named by the
+/// file's stem when its manifest could not be read.
+pub(crate) struct FailedStatus {
+    pub name: String,
+    pub path: PathBuf,
+    pub since: SystemTime,
+    pub reason: String,
+}
+
 /// A place in the host's list of plugins, in the order they were given.
 #[derive(Clone)]
 pub(crate) enum Slot {
     Waiting(Arc<WaitingStatus>),
     Running(Arc<RunningStatus>),
+    Failed(Arc<FailedStatus>),
 }
 
 /// The plugins of one runtime: shared by the runtime, the tasks that start waiting plugins
@@ -260,6 +272,8 @@ impl RuntimeStatus {
                     let _ = writeln!(out, "plugin {}: not started: {}", w.name, w.reason.lock());
                     continue;
                 }
+                // Said after the verdict: the others run (as a failed revision's is).
+                Slot::Failed(_) => continue,
                 Slot::Running(p) => p,
             };
             let name = p.plugin.name();
@@ -292,6 +306,15 @@ impl RuntimeStatus {
         // the failure is said all the same, after the verdict.
         let mut notes = String::new();
         for slot in &slots {
+            if let Slot::Failed(f) = slot {
+                let _ = writeln!(
+                    notes,
+                    "plugin {} ({}): failed to start: {}",
+                    f.name,
+                    f.path.display(),
+                    f.reason
+                );
+            }
             if let Slot::Running(p) = slot {
                 if let Some(f) = p.failure.lock().as_ref() {
                     let _ = writeln!(
@@ -357,6 +380,15 @@ impl RuntimeStatus {
                     "reason": *w.reason.lock(),
                     "waitingSinceUnix": unix(w.since),
                     "startAttempts": w.attempts.load(Ordering::Relaxed),
+                    "informersSynced": false,
+                    "cachesSynced": false,
+                }),
+                Slot::Failed(f) => serde_json::json!({
+                    "name": f.name,
+                    "file": f.path.display().to_string(),
+                    "state": "failed",
+                    "reason": f.reason,
+                    "failedSinceUnix": unix(f.since),
                     "informersSynced": false,
                     "cachesSynced": false,
                 }),
@@ -847,7 +879,7 @@ impl Collector for PluginMetrics {
             .iter()
             .filter_map(|s| match s {
                 Slot::Running(r) => Some(&**r),
-                Slot::Waiting(_) => None,
+                Slot::Waiting(_) | Slot::Failed(_) => None,
             })
             .collect();
         for (name, help, get) in PLUGIN_COUNTERS {
@@ -910,6 +942,18 @@ impl Collector for PluginMetrics {
             None,
             slots.iter().map(|slot| match slot {
                 Slot::Waiting(w) => (plugin_label(&w.name), ConstGauge::new(1i64)),
+                Slot::Running(p) => (plugin_label(p.plugin.name()), ConstGauge::new(0)),
+                Slot::Failed(f) => (plugin_label(&f.name), ConstGauge::new(0)),
+            }),
+        )?;
+        encode_family(
+            &mut encoder,
+            "plugin_failed_to_start",
+            "Whether the plugin failed to start and will not by itself (1): its module did not load, or its configuration was refused; /statusz and /readyz say why.",
+            None,
+            slots.iter().map(|slot| match slot {
+                Slot::Failed(f) => (plugin_label(&f.name), ConstGauge::new(1i64)),
+                Slot::Waiting(w) => (plugin_label(&w.name), ConstGauge::new(0)),
                 Slot::Running(p) => (plugin_label(p.plugin.name()), ConstGauge::new(0)),
             }),
         )?;

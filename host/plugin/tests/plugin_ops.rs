@@ -907,6 +907,7 @@ async fn the_metrics_endpoint_serves_valid_openmetrics_with_every_family() {
         ("plugin_informers_synced", "gauge"),
         ("plugin_workers_started", "gauge"),
         ("plugin_waiting_to_start", "gauge"),
+        ("plugin_failed_to_start", "gauge"),
         ("informer_relists", "counter"),
         ("informer_watch_restarts", "counter"),
         ("informer_decode_errors", "counter"),
@@ -922,7 +923,7 @@ async fn the_metrics_endpoint_serves_valid_openmetrics_with_every_family() {
     ] {
         assert_eq!(family(name), Some(kind), "{name} in\n{body}");
     }
-    assert_eq!(families.len(), 39, "no family beyond those: {families:?}");
+    assert_eq!(families.len(), 40, "no family beyond those: {families:?}");
     assert!(
         body.contains("events_dropped_total{reason=\"queue_full\"} 0\n"),
         "{body}"
