@@ -57,8 +57,15 @@ impl HostProcess {
     /// Starts the binary with `args` and `RUST_LOG=rust_log`, the tests' shared compile cache,
     /// no colours and no KUBECONFIG from the test's environment.
     pub fn spawn<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>, rust_log: &str) -> Self {
-        let mut child = tokio::process::Command::new(super::host_bin())
-            .args(args)
+        let mut command = tokio::process::Command::new(super::host_bin());
+        command.args(args);
+        Self::spawn_command(command, rust_log)
+    }
+
+    /// [`spawn`](Self::spawn) for another command that runs the host (a script); give it a
+    /// process group of its own for [`sigterm_group`](Self::sigterm_group) to reach the host.
+    pub fn spawn_command(mut command: tokio::process::Command, rust_log: &str) -> Self {
+        let mut child = command
             .env(
                 "XDG_CACHE_HOME",
                 std::env::temp_dir().join("kube-wasm-host-test-cache"),
@@ -196,6 +203,16 @@ impl HostProcess {
             self.child.start_kill().expect("SIGKILL");
         }
         self.exit(WAIT).await
+    }
+
+    /// SIGTERM to the process group a [`spawn_command`](Self::spawn_command) child leads.
+    pub fn sigterm_group(&self) {
+        let pid = self.child.id().expect("running");
+        let ok = std::process::Command::new("kill")
+            .args(["-TERM", "--", &format!("-{pid}")])
+            .status()
+            .expect("kill");
+        assert!(ok.success());
     }
 
     pub fn sigterm(&self) {
