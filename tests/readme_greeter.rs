@@ -9,13 +9,14 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::cluster::{cm, emulator, eventually, get_cm, running};
 use support::guests::{guest, target_dir};
+use support::user_crate::{dev_profile, merged_lock, passed_tests, prepare, run, text};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -246,101 +247,6 @@ fn test_names(code: &str) -> Vec<String> {
         .collect()
 }
 
-/// `lock` and then `more`'s packages not in it: one lock file pinning both workspaces' versions
-/// (cargo keeps the entries a workspace uses and drops the others).
-fn merged_lock(lock: &str, more: &str) -> String {
-    let packages = |text: &str| -> Vec<String> {
-        text.split("\n[[package]]\n")
-            .skip(1)
-            .map(|p| format!("[[package]]\n{}\n", p.trim_end()))
-            .collect()
-    };
-    let header = lock.split("\n[[package]]\n").next().unwrap_or_default();
-    let id = |p: &str| -> Vec<String> {
-        p.lines()
-            .filter(|l| {
-                ["name = ", "version = ", "source = "]
-                    .iter()
-                    .any(|k| l.starts_with(k))
-            })
-            .map(str::to_string)
-            .collect()
-    };
-    let mut out: Vec<String> = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    for p in packages(lock).into_iter().chain(packages(more)) {
-        if seen.insert(id(&p)) {
-            out.push(p);
-        }
-    }
-    format!("{}\n\n{}", header.trim_end(), out.join("\n"))
-}
-
-/// Runs `command` to completion within `timeout` (its whole process group killed past it).
-fn run(mut command: Command, timeout: Duration) -> Output {
-    #[cfg(unix)]
-    std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    let shown = format!("{command:?}");
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {shown}: {e}"));
-    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    let out = drain(child.stdout.take().map(|s| Box::new(s) as _));
-    let err = drain(child.stderr.take().map(|s| Box::new(s) as _));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        if started.elapsed() > timeout {
-            #[cfg(unix)]
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{}", child.id())])
-                .status();
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{shown} took more than {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    Output {
-        status,
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
-    }
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}\n--- stdout\n{}\n--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// The tests `cargo test` reported as passed (`test NAME ... ok`), sorted.
-fn passed_tests(stdout: &str) -> Vec<String> {
-    let mut names: Vec<String> = stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("test ")?.strip_suffix(" ... ok"))
-        .map(str::to_string)
-        .collect();
-    names.sort();
-    names
-}
-
 /// README step 5 in full: the guide's crate, made outside the repository by the guide's own
 /// commands from the clone's top directory, with the guide's files, passes `cargo test` alone —
 /// the harness builds the component, the scenario and the Rust test run — and a scenario that
@@ -395,17 +301,7 @@ fn the_guide_s_crate_passes_its_own_cargo_test() {
     for (marker, lang, file) in GUIDE_FILES {
         std::fs::write(krate.join(file), code_block(&guide, marker, lang)).expect("guide file");
     }
-    std::fs::write(
-        krate.join("Cargo.lock"),
-        merged_lock(
-            &read(&repo().join("Cargo.lock")),
-            &read(&repo().join("tests/guests/Cargo.lock")),
-        ),
-    )
-    .expect("Cargo.lock");
-    let root_manifest = read(&repo().join("Cargo.toml"));
-    let profile = work.join("repo-dev-profile.toml");
-    std::fs::write(&profile, dev_profile(&root_manifest)).expect("profile");
+    let profile = prepare(&krate);
     let cargo_test = |extra: &[&str]| {
         let mut c = command(&commands[3]);
         c.arg("--config")
@@ -478,26 +374,6 @@ steps:
       objects:
         - {apiVersion: v1, kind: ConfigMap, metadata: {name: team-greeting, namespace: default}, data: {message: "bonjour, team"}}
 "#;
-
-/// The `[profile.dev…]` tables of the workspace's manifest, as a cargo configuration file.
-fn dev_profile(manifest: &str) -> String {
-    let mut out = String::new();
-    let mut keep = false;
-    for line in manifest.lines() {
-        if line.starts_with('[') {
-            keep = line.starts_with("[profile.dev]") || line.starts_with("[profile.dev.");
-        }
-        if keep {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    assert!(
-        out.contains("[profile.dev]"),
-        "no [profile.dev] in Cargo.toml"
-    );
-    out
-}
 
 #[test]
 fn the_helpers_of_the_guide_test() {

@@ -18,6 +18,7 @@ use commands::compile::CompileArgs;
 #[cfg(feature = "emulator")]
 use commands::emulator::EmulatorArgs;
 use commands::inspect::InspectArgs;
+use commands::new::NewArgs;
 use commands::push::PushArgs;
 use commands::rbac::RbacArgs;
 use commands::run::RunArgs;
@@ -49,6 +50,10 @@ enum Command {
     Emulator(EmulatorArgs),
     /// Print a plugin's manifest.
     Inspect(InspectArgs),
+    /// Create a controller crate (`NAME/`) that builds as a component and passes its own
+    /// `cargo test`: a manifest watching the kinds given, a reconcile that reads its object
+    /// and logs, a scenario file and the test that runs it.
+    New(NewArgs),
     /// Publish a plugin to an OCI registry (`oci://registry/repository:tag`), in the CNCF Wasm
     /// artifact layout.
     Push(PushArgs),
@@ -84,6 +89,7 @@ fn main() -> std::process::ExitCode {
     let format = cli.run.log_format;
     let r = match cli.command {
         Some(Command::Compile(args)) => return commands::compile::compile(args),
+        Some(Command::New(args)) => commands::new::new(args),
         #[cfg(feature = "harness")]
         Some(Command::Test(args)) => match commands::runtime() {
             Ok(rt) => return rt.block_on(commands::test::test(args)),

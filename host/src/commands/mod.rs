@@ -5,6 +5,7 @@ pub mod compile;
 #[cfg(feature = "emulator")]
 pub mod emulator;
 pub mod inspect;
+pub mod new;
 pub mod push;
 pub mod rbac;
 pub mod run;
