@@ -62,7 +62,7 @@ pub mod bindings {
     // The generated export glue takes a notification's objects as flattened arguments.
     #![allow(clippy::too_many_arguments)]
     wit_bindgen::generate!({
-        path: "../../wit",
+        path: "wit",
         world: "kube:controller/controller",
         pub_export_macro: true,
         export_macro_name: "export",

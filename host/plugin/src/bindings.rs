@@ -12,7 +12,7 @@
 /// links every import and requires every export but the optional `validate-config`.
 pub mod v0_2 {
     wasmtime::component::bindgen!({
-        path: "../../wit",
+        path: "wit",
         world: "kube:controller/controller-base",
         imports: {
             "kube:controller/client": async,
@@ -26,7 +26,7 @@ pub mod v0_2 {
 /// `kube:controller@0.1.0` (`wit/0.1.0/controller.wit`), frozen.
 pub mod v0_1 {
     wasmtime::component::bindgen!({
-        path: "../../wit/0.1.0",
+        path: "wit/0.1.0",
         world: "kube:controller/controller",
         imports: {
             "kube:controller/client": async,
