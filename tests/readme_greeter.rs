@@ -1,4 +1,4 @@
-//! The README's "Write your first controller" guide, kept true: its controller, scenario and Rust
+//! The guide "Write your first controller" (`docs/guide.md`, linked from the README), kept true: its controller, scenario and Rust
 //! tests are the test guest `greeter` byte for byte, the scenario passes under the real
 //! `host test`, the controller does in the real host against the emulator what step 4 says it
 //! does, and the guide's crate, made in a temp dir by the guide's own commands, passes its
@@ -36,7 +36,7 @@ fn read(path: &Path) -> String {
 fn code_block<'a>(text: &'a str, marker: &str, lang: &str) -> &'a str {
     let at = text
         .find(marker)
-        .unwrap_or_else(|| panic!("README has no {marker:?}"));
+        .unwrap_or_else(|| panic!("the guide has no {marker:?}"));
     let fence = format!("```{lang}\n");
     let start = text[at..]
         .find(&fence)
@@ -48,15 +48,14 @@ fn code_block<'a>(text: &'a str, marker: &str, lang: &str) -> &'a str {
     &text[start..start + len]
 }
 
+/// The guide, `docs/guide.md` (linked from the README).
 fn guide() -> String {
-    let readme = read(&repo().join("README.md"));
-    let at = readme
-        .find("## Write your first controller")
-        .expect("the guide's section");
-    let len = readme[at + 3..]
-        .find("\n## ")
-        .map_or(readme.len() - at, |i| i + 4);
-    readme[at..at + len].to_string()
+    let guide = read(&repo().join("docs/guide.md"));
+    assert!(
+        guide.starts_with("# Write your first controller"),
+        "the guide's page"
+    );
+    guide
 }
 
 /// The guide's files, each after the marker that introduces it, and where the greeter guest
@@ -87,14 +86,14 @@ fn the_readme_code_blocks_are_the_greeter_test_guest() {
         assert_eq!(
             code_block(&guide, marker, lang),
             read(&greeter_dir().join(file)),
-            "the README's block after {marker:?} and tests/guests/greeter/{file} differ"
+            "the guide's block after {marker:?} and tests/guests/greeter/{file} differ"
         );
     }
     // Step 1's addition to Cargo.toml is what makes the crate a component.
     let toml = code_block(&guide, "**1. Create the crate**", "toml");
     assert!(
         read(&greeter_dir().join("Cargo.toml")).contains(toml),
-        "README step 1's Cargo.toml lines are not in the greeter's Cargo.toml"
+        "the guide's step 1 Cargo.toml lines are not in the greeter's Cargo.toml"
     );
     // Its commands are the ones the_guide_s_crate_passes_its_own_cargo_test runs.
     assert_guide_commands(&guide_cargo_commands(&guide));
@@ -117,7 +116,7 @@ fn managers(obj: &Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
-/// README step 4 in code: a ConfigMap labelled `greet=yes` gets `<name>-greeting` holding
+/// The guide's step 4 in code: a ConfigMap labelled `greet=yes` gets `<name>-greeting` holding
 /// `hello, <name>`, owned by it; one not labelled is never seen. Then an update and a delete each
 /// bring a reconcile (the default handlers enqueue), and the delete takes the greeting with it
 /// through its owner reference.
@@ -247,7 +246,7 @@ fn test_names(code: &str) -> Vec<String> {
         .collect()
 }
 
-/// README step 5 in full: the guide's crate, made outside the repository by the guide's own
+/// The guide's step 5 in full: the guide's crate, made outside the repository by the guide's own
 /// commands from the clone's top directory, with the guide's files, passes `cargo test` alone —
 /// the harness builds the component, the scenario and the Rust test run — and a scenario that
 /// does not hold fails it with the report table.
