@@ -11,7 +11,7 @@
 //!   cache first with `host compile`), created at once against a `host --emulator
 //!   --plugins-from-cluster` process. Floors: all `Ready` within 10 s of the last create; the
 //!   host's resident memory then within the many-plugins figure of 100 plugins (under 100 MiB,
-//!   BENCHMARKS.md "Many plugins in one process").
+//!   docs/benchmarks-history.md, "Many plugins in one process").
 //!
 //! `cargo bench -p host --bench managed` prints Markdown tables; a missed floor fails the run.
 

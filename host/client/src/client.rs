@@ -214,7 +214,7 @@ pub struct Client(Arc<Inner>);
 ///
 /// HTTP/1.1 connections keep hyper's adaptive read buffer (see [`Lane`] for where it is kept
 /// small): a fixed 32 KiB buffer cost 17 to 27 % more CPU per event in released bursts and a
-/// 4 KB-Pod sync (BENCHMARKS.md, "Safe under faults: the soak's shards").
+/// 4 KB-Pod sync (docs/benchmarks-history.md, "Safe under faults: the soak's shards").
 pub(crate) fn pool(connector: Connector, max_idle: Option<usize>) -> Http {
     let mut b = HyperClient::builder(TokioExecutor::new());
     b.timer(TokioTimer::new())

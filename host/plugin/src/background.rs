@@ -18,7 +18,7 @@ use tokio::runtime::{Handle, Runtime};
 /// How much the background threads' `nice` value is raised: to the lowest priority, whose
 /// CPU share beside a live thread wanting the same core is about 1.5 % (the kernel's weights
 /// 15 and 1024). Measured: at +10 the live revision's p99 still moved by up to 14 % with a
-/// writing shadow beside it; at +19, 1–8 % (BENCHMARKS.md, "Shadow runs").
+/// writing shadow beside it; at +19, 1–8 % (docs/benchmarks-history.md, "Shadow runs").
 pub const NICE: i32 = 19;
 
 /// A tokio runtime on low-priority threads; shut down (without waiting) when dropped.

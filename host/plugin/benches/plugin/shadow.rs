@@ -98,7 +98,7 @@ pub async fn shadow_section() {
     // the host's work. At the lowest priority (`BENCH_EMULATOR=colocated`: at the host's), so
     // that, as on a real cluster, its CPU is not taken from the host's two cores: at the
     // host's priority the work of answering 1,000 dry runs a second lands on the live
-    // revision's latency (BENCHMARKS.md, "Shadow runs", both rows).
+    // revision's latency (docs/benchmarks-history.md, "Shadow runs", both rows).
     let colocated = std::env::var("BENCH_EMULATOR").as_deref() == Ok("colocated");
     let (tx, rx) = std::sync::mpsc::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
