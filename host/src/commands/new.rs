@@ -90,6 +90,7 @@ pub fn new(args: NewArgs) -> anyhow::Result<()> {
         }
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
+    ensure_wasm_target();
     let d = dir.display();
     let underscored = name.replace('-', "_");
     println!("created {d}: the controller {}, watching {}", name, {
@@ -104,6 +105,36 @@ pub fn new(args: NewArgs) -> anyhow::Result<()> {
     println!("  cargo build --target wasm32-wasip2 --release");
     println!("  host --emulator --plugin target/wasm32-wasip2/release/{underscored}.wasm");
     Ok(())
+}
+
+/// The crate's tests build it for `wasm32-wasip2`: where rustup manages the toolchain and the
+/// target is missing, it is added now (one line says so), as `scripts/test` does, so that the
+/// first `cargo test` needs nothing more. Without rustup, one line says what is needed.
+fn ensure_wasm_target() {
+    const TARGET: &str = "wasm32-wasip2";
+    let installed = std::process::Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output();
+    match installed {
+        Ok(out) if out.status.success() => {
+            if String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .any(|l| l.trim() == TARGET)
+            {
+                return;
+            }
+            println!("adding the {TARGET} target (rustup target add {TARGET}) …");
+            let added = std::process::Command::new("rustup")
+                .args(["target", "add", TARGET])
+                .status();
+            if !added.is_ok_and(|s| s.success()) {
+                eprintln!("warning: rustup target add {TARGET} failed: cargo test needs that target");
+            }
+        }
+        _ => println!(
+            "note: the crate's tests build it for {TARGET}; without rustup, make sure your toolchain has that target"
+        ),
+    }
 }
 
 /// The name must do as a crate name, a directory name and a plugin name (a DNS-1123 label,
