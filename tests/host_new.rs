@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use support::guests::repo_root;
+use support::guests::{repo_root, target_dir};
 use support::user_crate::{cargo_test, passed_tests, text};
 
 fn host_new(dir: &Path, args: &[&str]) -> std::process::Output {
@@ -101,7 +101,7 @@ fn host_new_writes_a_crate_for_the_kinds_asked_for() {
             &["ok", "--kind", "example.com/v1/Widget"][..],
             "not a kind kube-apiserver serves out of the box",
         ),
-        (&["ok", "--lang", "python"][..], "Rust crates only"),
+        (&["ok", "--lang", "go"][..], "writes rust or python"),
         (&["my-ctl"][..], "exists and is not empty"),
     ] {
         let out = host_new(&dir, args);
@@ -148,5 +148,48 @@ fn a_new_crate_passes_its_first_cargo_test() {
         !stderr.contains("--> src/") && !stderr.contains("--> tests/"),
         "{stderr}"
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A Python project (`--lang python`): its documented one command, `./test.sh`, builds it with
+/// componentize-py and its scenario passes in `host test`. The componentize-py the Python
+/// example's build installed is used (`COMPONENTIZE_PY`), and this build's host (`KWH_HOST`).
+#[test]
+fn a_new_python_project_passes_its_test_script() {
+    // Installs componentize-py under the target directory, if no test did yet.
+    support::guests::python_example("secret-replicator-py");
+    let componentize = std::fs::read_dir(target_dir().join("python-guests"))
+        .expect("the Python builds' directory")
+        .filter_map(Result::ok)
+        .map(|e| e.path().join("bin/componentize-py"))
+        .find(|p| p.is_file())
+        .expect("componentize-py installed");
+    let dir = support::temp_dir("host-new-python");
+    let out = host_new(&dir, &["py-ctl", "--lang", "python", "--kind", "v1/Secret"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let project = dir.join("py-ctl");
+    let app = read(&project.join("app.py"));
+    assert!(
+        app.contains("NAME = \"py-ctl\"") && app.contains("(\"v1\", \"Secret\"),"),
+        "{app}"
+    );
+    let mut test = Command::new(project.join("test.sh"));
+    test.env("COMPONENTIZE_PY", &componentize)
+        .env("KWH_HOST", support::host_bin())
+        .env(
+            "XDG_CACHE_HOME",
+            std::env::temp_dir().join("kube-wasm-host-test-cache"),
+        );
+    let out = support::user_crate::run(test, Duration::from_secs(600));
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("PASS")
+            && stdout.contains("py-ctl reconciles a Secret")
+            && stdout.contains("1 scenario: 1 passed, 0 failed"),
+        "{}",
+        text(&out)
+    );
+    assert!(project.join("target/py_ctl.wasm").is_file());
     let _ = std::fs::remove_dir_all(dir);
 }

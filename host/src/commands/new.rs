@@ -28,7 +28,7 @@ pub struct NewArgs {
     /// Where to create it (default: NAME, as a path).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
-    /// The language: `rust` (the only one `host new` writes so far).
+    /// The language: `rust` (a crate: `cargo test`) or `python` (componentize-py: `./test.sh`).
     #[arg(long, default_value = "rust")]
     lang: String,
     /// The clone of kube-wasm-host the crate's `[patch]` section points at (default: the one
@@ -45,12 +45,11 @@ struct Kind {
 }
 
 pub fn new(args: NewArgs) -> anyhow::Result<()> {
-    if args.lang != "rust" {
-        bail!(
-            "--lang {}: host new writes Rust crates only so far (see examples/secret-replicator-py for a Python controller)",
-            args.lang
-        );
-    }
+    let python = match args.lang.as_str() {
+        "rust" => false,
+        "python" => true,
+        other => bail!("--lang {other}: host new writes rust or python"),
+    };
     let name = args
         .path
         .file_name()
@@ -75,13 +74,27 @@ pub fn new(args: NewArgs) -> anyhow::Result<()> {
     {
         bail!("{} exists and is not empty", dir.display());
     }
-    let files = [
-        ("Cargo.toml".to_owned(), cargo_toml(&name, &sdk)),
-        ("src/lib.rs".to_owned(), lib_rs(&name, &kinds)),
-        (format!("tests/{}.yaml", name), scenario(&name, &kinds[0])),
-        ("tests/scenarios.rs".to_owned(), SCENARIOS_RS.to_owned()),
-        (".gitignore".to_owned(), "/target\n".to_owned()),
-    ];
+    let scenario_file = (format!("tests/{name}.yaml"), scenario(&name, &kinds[0]));
+    let files = if python {
+        vec![
+            ("app.py".to_owned(), app_py(&name, &kinds)),
+            ("build.sh".to_owned(), build_sh(&name, &sdk)),
+            ("test.sh".to_owned(), test_sh(&name, &sdk)),
+            scenario_file,
+            (
+                ".gitignore".to_owned(),
+                "/target\n/.venv\n__pycache__/\n".to_owned(),
+            ),
+        ]
+    } else {
+        vec![
+            ("Cargo.toml".to_owned(), cargo_toml(&name, &sdk)),
+            ("src/lib.rs".to_owned(), lib_rs(&name, &kinds)),
+            scenario_file,
+            ("tests/scenarios.rs".to_owned(), SCENARIOS_RS.to_owned()),
+            (".gitignore".to_owned(), "/target\n".to_owned()),
+        ]
+    };
     for (path, text) in &files {
         let path = dir.join(path);
         if let Some(parent) = path.parent() {
@@ -89,9 +102,25 @@ pub fn new(args: NewArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("creating {}", parent.display()))?;
         }
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        #[cfg(unix)]
+        if path.extension().is_some_and(|e| e == "sh") {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+                .with_context(|| format!("making {} executable", path.display()))?;
+        }
+    }
+    let d = dir.display();
+    if python {
+        println!("created {d}: the Python controller {name}");
+        println!();
+        println!("  cd {d} && ./test.sh        # builds it with componentize-py, runs its scenario in host test");
+        println!(
+            "  host --emulator --plugin target/{}.wasm",
+            name.replace('-', "_")
+        );
+        return Ok(());
     }
     ensure_wasm_target();
-    let d = dir.display();
     let underscored = name.replace('-', "_");
     println!("created {d}: the controller {}, watching {}", name, {
         let names: Vec<String> = kinds
@@ -299,6 +328,147 @@ steps:
 "#,
         kind = k.kind,
         api_version = k.api_version,
+    )
+}
+
+/// componentize-py, pinned (as the Python example's build).
+const COMPONENTIZE_PY: &str = "0.25.1";
+
+fn app_py(name: &str, kinds: &[Kind]) -> String {
+    let mut list = String::new();
+    for k in kinds {
+        let _ = writeln!(list, "    (\"{}\", \"{}\"),", k.api_version, k.kind);
+    }
+    format!(
+        r#""""{name}: a controller for kube-wasm-host, in Python.
+
+`./test.sh` builds it into a component (componentize-py) and runs the scenarios in tests/ in
+the host's test harness; `host --plugin target/{underscored}.wasm` runs it.
+"""
+
+import json
+
+import wit_world
+from componentize_py_types import Err
+from wit_world.imports import lister, log, queue, types
+
+NAME = "{name}"
+
+# The kinds it watches, as (apiVersion, kind).
+KINDS = [
+{list}]
+
+
+def _key(obj):
+    """The key of a notification's object: namespace/name, or name when cluster-scoped."""
+    meta = json.loads(bytes(obj.json)).get("metadata") or {{}}
+    namespace = meta.get("namespace")
+    return f"{{namespace}}/{{meta.get('name', '')}}" if namespace else meta.get("name", "")
+
+
+class WitWorld(wit_world.WitWorld):
+    def validate_config(self, raw: bytes) -> None:
+        # Settings an operator can give this plugin (`config:` in a plugins file): none yet.
+        return None
+
+    def manifest(self) -> types.Manifest:
+        # What it reads and writes: the host checks every call against it, and `host rbac`
+        # turns it into the RBAC the plugin needs. Declare `writes` before writing.
+        return types.Manifest(
+            name=NAME,
+            watches=[
+                types.Watch(
+                    api_version=api_version,
+                    kind=kind,
+                    namespace=None,
+                    label_selector=None,
+                    field_selector=None,
+                    indexes=[],
+                )
+                for api_version, kind in KINDS
+            ],
+            writes=[],
+            resync_period_ms=0,
+            workers=1,
+        )
+
+    def on_add(self, watch: int, obj: types.CachedObject) -> None:
+        queue.add(_key(obj))
+
+    def on_update(self, watch: int, old: types.CachedObject, new: types.CachedObject) -> None:
+        queue.add(_key(new))
+
+    def on_delete(self, watch: int, obj: types.CachedObject, tombstone: bool) -> None:
+        queue.add(_key(obj))
+
+    def reconcile(self, key: str) -> types.Outcome:
+        for watch, (api_version, kind) in enumerate(KINDS):
+            # Reads come from the host's cache, never from the API server.
+            try:
+                raw = lister.get_by_key(watch, key)
+            except Err as e:
+                raise Err(f"reading {{kind}} {{key}}: {{e.value}}")
+            if raw is not None:
+                meta = json.loads(bytes(raw)).get("metadata") or {{}}
+                version = meta.get("resourceVersion", "-")
+                log.log(types.Level.INFO, f"{{key}}: {{kind}} at resourceVersion {{version}}")
+        return types.Outcome_Done()
+"#,
+        underscored = name.replace('-', "_"),
+    )
+}
+
+fn build_sh(name: &str, sdk: &Path) -> String {
+    format!(
+        r#"#!/bin/sh
+# Builds {name} into a WebAssembly component, target/{underscored}.wasm, with componentize-py
+# (CPython inside the component), against the host's contract in {sdk}/wit.
+# componentize-py {version} comes from PyPI into .venv on first use (python3 with venv and pip);
+# COMPONENTIZE_PY names another componentize-py to use instead.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+out="$here/target/{underscored}.wasm"
+componentize=${{COMPONENTIZE_PY:-$here/.venv/bin/componentize-py}}
+if ! "$componentize" --version >/dev/null 2>&1; then
+    echo "installing componentize-py {version} into $here/.venv" >&2
+    python3 -m venv "$here/.venv"
+    "$here/.venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "componentize-py=={version}"
+    componentize=$here/.venv/bin/componentize-py
+fi
+mkdir -p "$here/target"
+cd "$here"
+env -u VIRTUAL_ENV PYTHONDONTWRITEBYTECODE=1 "$componentize" --quiet \
+    -d "{sdk}/wit" -w kube:controller/controller \
+    componentize app -p "$here" -o "$out.tmp" >&2
+mv "$out.tmp" "$out"
+echo "$out"
+"#,
+        underscored = name.replace('-', "_"),
+        sdk = sdk.display(),
+        version = COMPONENTIZE_PY,
+    )
+}
+
+fn test_sh(name: &str, sdk: &Path) -> String {
+    format!(
+        r#"#!/bin/sh
+# Builds {name} (./build.sh) and runs every scenario in tests/ against it in the host's test
+# harness (a fake cluster on a virtual clock): a pass/fail table; exits 0 only when all pass.
+# The host is $KWH_HOST, else `host` on the PATH (if it is this host), else built from {sdk}.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+wasm=$("$here/build.sh")
+if [ -n "${{KWH_HOST:-}}" ]; then
+    exec "$KWH_HOST" test --plugin "$wasm" "$here"/tests/*.yaml
+elif command -v host >/dev/null 2>&1 && host test --help >/dev/null 2>&1; then
+    exec host test --plugin "$wasm" "$here"/tests/*.yaml
+else
+    exec cargo run --quiet --release --manifest-path "{sdk}/Cargo.toml" -p host -- \
+        test --plugin "$wasm" "$here"/tests/*.yaml
+fi
+"#,
+        sdk = sdk.display(),
     )
 }
 
