@@ -12,11 +12,12 @@ use std::time::{Duration, Instant};
 
 const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
 
-/// The repository's root: the nearest ancestor of the including crate that holds `wit/` (these
+/// The repository's root: the nearest ancestor of the including crate that holds the directory `wit/` (these
 /// helpers are compiled into tests of several crates, each at its own depth).
 pub fn repo_root() -> PathBuf {
     let mut dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    while !dir.join("wit").is_dir() {
+    // A real directory: the crates that package the contract hold a link to it (`wit`).
+    while !std::fs::symlink_metadata(dir.join("wit")).is_ok_and(|m| m.is_dir()) {
         dir = dir.parent().expect("the crate lies inside the repository");
     }
     dir.to_path_buf()

@@ -16,11 +16,12 @@ use serde_json::Value;
 /// Bound for any single request in these tests.
 pub const STEP: Duration = Duration::from_secs(10);
 
-/// The repository's root: the nearest ancestor of the including crate that holds `wit/` (this
+/// The repository's root: the nearest ancestor of the including crate that holds the directory `wit/` (this
 /// module is compiled into tests of several crates, each at its own depth).
 pub fn repo_root() -> std::path::PathBuf {
     let mut dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    while !dir.join("wit").is_dir() {
+    // A real directory: the crates that package the contract hold a link to it (`wit`).
+    while !std::fs::symlink_metadata(dir.join("wit")).is_ok_and(|m| m.is_dir()) {
         dir = dir.parent().expect("the crate lies inside the repository");
     }
     dir.to_path_buf()
