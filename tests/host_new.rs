@@ -136,12 +136,7 @@ fn a_new_crate_passes_its_first_cargo_test() {
         "{}",
         text(&out)
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.contains("PASS ") && stdout.contains("tests/first-ctl.yaml"),
-        "{}",
-        text(&out)
-    );
+    // (The scenario table is the test's own output, which cargo shows only when it fails.)
     // The crate's own code compiled without a warning.
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
