@@ -335,50 +335,9 @@ impl ClusterPlugins {
                 .and_then(|item| plugins_file::one(item, Path::new("/"), &defaults))?;
             Ok((spec, pull))
         });
-        let mut pull = None;
-        let fetched = match parsed {
-            Err(e) => Err(format!("spec: {e}")),
-            Ok((spec, how)) => match spec.path.to_str().filter(|s| Reference::is_reference(s)) {
-                None => Ok(spec),
-                Some(text) => {
-                    let credentials = match &how.secret {
-                        Some((ns, n)) => self.pull_secret(ns, n).await,
-                        None => Ok(Credentials::none()),
-                    };
-                    match (Reference::parse(text), credentials) {
-                        (Err(e), _) => Err(e.to_string()),
-                        (_, Err(e)) => Err(e),
-                        (Ok(reference), Ok(credentials)) => {
-                            let interval = how.interval.unwrap_or(self.modules.pull_interval());
-                            let r = self
-                                .modules
-                                .fetch(spec, &credentials, Some(Duration::ZERO), how.key.as_slice())
-                                .await;
-                            // A failed pull keeps the digest running, so the tag is asked
-                            // again only when it moves.
-                            let manifest = r
-                                .as_ref()
-                                .ok()
-                                .and_then(|(_, p)| p.as_ref())
-                                .map(|p| p.manifest_digest.clone())
-                                .or_else(|| {
-                                    self.applied
-                                        .get(name)
-                                        .and_then(|a| a.pull.as_ref())
-                                        .and_then(|p| p.manifest.clone())
-                                });
-                            pull = Some(Pull {
-                                reference,
-                                credentials,
-                                interval,
-                                manifest,
-                                checked: Instant::now(),
-                            });
-                            r.map(|(s, _)| s).map_err(|e| e.to_string())
-                        }
-                    }
-                }
-            },
+        let (fetched, pull) = match parsed {
+            Err(e) => (Err(format!("spec: {e}")), None),
+            Ok((spec, how)) => self.fetch(name, spec, how).await,
         };
         let (plugin, failure) = match fetched {
             Err(e) => {
@@ -391,56 +350,8 @@ impl ClusterPlugins {
                 (previous.clone(), Some(("Fetched", e)))
             }
             Ok(spec) => {
-                let module = spec.path.clone();
-                // A plugin runs for one source only: this resource's own, or one no other
-                // resource, plugins file or `--plugin` runs.
-                let others: Vec<(String, String)> = self
-                    .applied
-                    .iter()
-                    .filter(|(n, _)| n.as_str() != name)
-                    .filter_map(|(n, a)| Some((a.plugin.clone()?, n.clone())))
-                    .collect();
-                let running: Vec<String> = runtime
-                    .plugins()
-                    .iter()
-                    .map(|p| p.name().to_owned())
-                    .collect();
-                let check = |plugin: &str| match others.iter().find(|(p, _)| p == plugin) {
-                    Some((_, other)) => Err(format!("already run by WasmController {other}")),
-                    None if previous.as_deref() != Some(plugin)
-                        && running.iter().any(|r| r == plugin) =>
-                    {
-                        Err("already run from the plugins file or --plugin".to_owned())
-                    }
-                    None => Ok(()),
-                };
-                match runtime.apply_checked(spec, self.grace, check).await {
-                    Ok((plugin, _)) => {
-                        tracing::info!(target: LOG_TARGET, plugin = %plugin,
-                            "WasmController {name} generation {generation} applied");
-                        (Some(plugin), None)
-                    }
-                    Err(e) => {
-                        let message = e.to_string();
-                        if let Some(p) = &previous {
-                            runtime.record_failure(p, &module, &message);
-                        }
-                        let kept = match &previous {
-                            Some(p) => format!("plugin {p} keeps its running revision"),
-                            None => "nothing was started".to_owned(),
-                        };
-                        tracing::error!(target: LOG_TARGET,
-                            "WasmController {name} generation {generation}: {message}; {kept}");
-                        let condition = if matches!(&e, kwh_plugin::UpgradeError::Load(l)
-                            if matches!(l.cause, kwh_plugin::LoadCause::Read(_)))
-                        {
-                            "Fetched"
-                        } else {
-                            "Compiled"
-                        };
-                        (previous.clone(), Some((condition, message)))
-                    }
-                }
+                self.start_or_upgrade(runtime, name, generation, previous.as_deref(), spec)
+                    .await
             }
         };
         self.applied.insert(
@@ -457,6 +368,117 @@ impl ClusterPlugins {
                     .unwrap_or_default(),
             },
         );
+    }
+
+    /// The module of `spec`: a file as it is, an `oci://` reference pulled (or found in the
+    /// blob cache) with the resource's pull secret and keys, and how to ask for it again.
+    async fn fetch(
+        &self,
+        name: &str,
+        spec: kwh_plugin::PluginSpec,
+        how: PullSpec,
+    ) -> (Result<kwh_plugin::PluginSpec, String>, Option<Pull>) {
+        match spec.path.to_str().filter(|s| Reference::is_reference(s)) {
+            None => (Ok(spec), None),
+            Some(text) => {
+                let credentials = match &how.secret {
+                    Some((ns, n)) => self.pull_secret(ns, n).await,
+                    None => Ok(Credentials::none()),
+                };
+                match (Reference::parse(text), credentials) {
+                    (Err(e), _) => (Err(e.to_string()), None),
+                    (_, Err(e)) => (Err(e), None),
+                    (Ok(reference), Ok(credentials)) => {
+                        let interval = how.interval.unwrap_or(self.modules.pull_interval());
+                        let r = self
+                            .modules
+                            .fetch(spec, &credentials, Some(Duration::ZERO), how.key.as_slice())
+                            .await;
+                        // A failed pull keeps the digest running, so the tag is asked
+                        // again only when it moves.
+                        let manifest = r
+                            .as_ref()
+                            .ok()
+                            .and_then(|(_, p)| p.as_ref())
+                            .map(|p| p.manifest_digest.clone())
+                            .or_else(|| {
+                                self.applied
+                                    .get(name)
+                                    .and_then(|a| a.pull.as_ref())
+                                    .and_then(|p| p.manifest.clone())
+                            });
+                        let pull = Pull {
+                            reference,
+                            credentials,
+                            interval,
+                            manifest,
+                            checked: Instant::now(),
+                        };
+                        (r.map(|(s, _)| s).map_err(|e| e.to_string()), Some(pull))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Starts the plugin of `spec`, or upgrades the one this resource runs (`previous`), unless
+    /// another source runs it. The plugin it runs after, and the failed condition if any.
+    async fn start_or_upgrade(
+        &self,
+        runtime: &mut PluginRuntime,
+        name: &str,
+        generation: i64,
+        previous: Option<&str>,
+        spec: kwh_plugin::PluginSpec,
+    ) -> (Option<String>, Option<(&'static str, String)>) {
+        let module = spec.path.clone();
+        // A plugin runs for one source only: this resource's own, or one no other
+        // resource, plugins file or `--plugin` runs.
+        let others: Vec<(String, String)> = self
+            .applied
+            .iter()
+            .filter(|(n, _)| n.as_str() != name)
+            .filter_map(|(n, a)| Some((a.plugin.clone()?, n.clone())))
+            .collect();
+        let running: Vec<String> = runtime
+            .plugins()
+            .iter()
+            .map(|p| p.name().to_owned())
+            .collect();
+        let check = |plugin: &str| match others.iter().find(|(p, _)| p == plugin) {
+            Some((_, other)) => Err(format!("already run by WasmController {other}")),
+            None if previous != Some(plugin) && running.iter().any(|r| r == plugin) => {
+                Err("already run from the plugins file or --plugin".to_owned())
+            }
+            None => Ok(()),
+        };
+        match runtime.apply_checked(spec, self.grace, check).await {
+            Ok((plugin, _)) => {
+                tracing::info!(target: LOG_TARGET, plugin = %plugin,
+                    "WasmController {name} generation {generation} applied");
+                (Some(plugin), None)
+            }
+            Err(e) => {
+                let message = e.to_string();
+                if let Some(p) = &previous {
+                    runtime.record_failure(p, &module, &message);
+                }
+                let kept = match &previous {
+                    Some(p) => format!("plugin {p} keeps its running revision"),
+                    None => "nothing was started".to_owned(),
+                };
+                tracing::error!(target: LOG_TARGET,
+                    "WasmController {name} generation {generation}: {message}; {kept}");
+                let condition = if matches!(&e, kwh_plugin::UpgradeError::Load(l)
+                    if matches!(l.cause, kwh_plugin::LoadCause::Read(_)))
+                {
+                    "Fetched"
+                } else {
+                    "Compiled"
+                };
+                (previous.map(str::to_owned), Some((condition, message)))
+            }
+        }
     }
 
     /// An Event on `obj` for each kind of difference its plugin's shadow met since the last

@@ -189,83 +189,110 @@ impl PluginsWatch {
         let mut next = Vec::with_capacity(specs.len());
         let mut unknown = Vec::new();
         for (i, spec) in specs.into_iter().enumerate() {
-            let declared = spec.path.clone();
-            let before = self.entries.iter().find(|e| e.declared == declared);
-            let pulled = modules::is_reference(&declared).then(Instant::now);
-            let fetched = if spec.leader_only && !self.leader_only_runs {
-                Err("leaderOnly: with --shards it needs --leader-elect".to_owned())
-            } else {
-                self.modules
-                    .fetch(spec.clone(), &Credentials::none(), None, &[])
-                    .await
-                    .map(|(s, _)| s)
-                    .map_err(|e| e.to_string())
-            };
-            let spec = match fetched {
-                Ok(s) => s,
-                Err(e) => {
-                    // As a revision that fails to load: the running one carries on.
-                    let keeps = before.and_then(|b| b.name.clone());
-                    self.failed(runtime, i, &declared, keeps.as_deref(), &e);
-                    if keeps.is_none() {
-                        unknown.push(i);
-                    }
-                    let (spec, module) = match before {
-                        Some(b) => (b.spec.clone(), b.module.clone()),
-                        None => (spec, Stamp(None)),
-                    };
-                    next.push(Entry {
-                        declared,
-                        spec,
-                        pulled,
-                        module,
-                        name: keeps,
-                    });
-                    continue;
-                }
-            };
-            let module = Stamp::of(&spec.path);
-            if let Some(e) = before.filter(|e| e.spec == spec && e.module == module) {
-                if e.name.is_some() {
-                    next.push(Entry {
-                        declared,
-                        spec,
-                        pulled,
-                        module,
-                        name: e.name.clone(),
-                    });
-                    continue;
-                }
-            }
-            let name = match runtime.apply(spec.clone(), self.grace).await {
-                Ok((name, how)) => {
-                    let how = match how {
-                        Applied::Upgraded => "upgraded",
-                        Applied::Started(_) => "added",
-                        Applied::Kept => "kept (its shadow changed)",
-                    };
-                    tracing::info!(target: LOG_TARGET, plugin = %name,
-                        "plugins file {}: plugin {i} ({}) {how}", self.path.display(), declared.display());
-                    runtime.forget_failed(|p| p != declared.as_path());
-                    Some(name)
-                }
-                Err(e) => {
-                    let keeps = before.and_then(|b| b.name.clone());
-                    self.failed(runtime, i, &declared, keeps.as_deref(), &e.to_string());
-                    if keeps.is_none() {
-                        unknown.push(i);
-                    }
-                    keeps
-                }
-            };
-            next.push(Entry {
-                declared,
-                spec,
-                pulled,
-                module,
-                name,
-            });
+            next.push(self.apply_entry(runtime, i, spec, &mut unknown).await);
         }
+        self.remove_gone(runtime, &mut next, &unknown).await;
+        // A module that failed and is no longer listed is no longer shown as failed.
+        let listed_before: Vec<PathBuf> = self.entries.iter().map(|e| e.declared.clone()).collect();
+        runtime.forget_failed(|p| {
+            !listed_before.iter().any(|b| b == p) || next.iter().any(|e| e.declared == p)
+        });
+        self.entries = next;
+    }
+
+    /// Entry `i` of the file, fetched and applied: started, upgraded or kept; one that fails
+    /// keeps its running revision (`unknown` gets its index when none runs).
+    async fn apply_entry(
+        &self,
+        runtime: &mut PluginRuntime,
+        i: usize,
+        spec: PluginSpec,
+        unknown: &mut Vec<usize>,
+    ) -> Entry {
+        let declared = spec.path.clone();
+        let before = self.entries.iter().find(|e| e.declared == declared);
+        let pulled = modules::is_reference(&declared).then(Instant::now);
+        let fetched = if spec.leader_only && !self.leader_only_runs {
+            Err("leaderOnly: with --shards it needs --leader-elect".to_owned())
+        } else {
+            self.modules
+                .fetch(spec.clone(), &Credentials::none(), None, &[])
+                .await
+                .map(|(s, _)| s)
+                .map_err(|e| e.to_string())
+        };
+        let spec = match fetched {
+            Ok(s) => s,
+            Err(e) => {
+                // As a revision that fails to load: the running one carries on.
+                let keeps = before.and_then(|b| b.name.clone());
+                self.failed(runtime, i, &declared, keeps.as_deref(), &e);
+                if keeps.is_none() {
+                    unknown.push(i);
+                }
+                let (spec, module) = match before {
+                    Some(b) => (b.spec.clone(), b.module.clone()),
+                    None => (spec, Stamp(None)),
+                };
+                return Entry {
+                    declared,
+                    spec,
+                    pulled,
+                    module,
+                    name: keeps,
+                };
+            }
+        };
+        let module = Stamp::of(&spec.path);
+        if let Some(e) = before.filter(|e| e.spec == spec && e.module == module) {
+            if e.name.is_some() {
+                return Entry {
+                    declared,
+                    spec,
+                    pulled,
+                    module,
+                    name: e.name.clone(),
+                };
+            }
+        }
+        let name = match runtime.apply(spec.clone(), self.grace).await {
+            Ok((name, how)) => {
+                let how = match how {
+                    Applied::Upgraded => "upgraded",
+                    Applied::Started(_) => "added",
+                    Applied::Kept => "kept (its shadow changed)",
+                };
+                tracing::info!(target: LOG_TARGET, plugin = %name,
+                    "plugins file {}: plugin {i} ({}) {how}", self.path.display(), declared.display());
+                runtime.forget_failed(|p| p != declared.as_path());
+                Some(name)
+            }
+            Err(e) => {
+                let keeps = before.and_then(|b| b.name.clone());
+                self.failed(runtime, i, &declared, keeps.as_deref(), &e.to_string());
+                if keeps.is_none() {
+                    unknown.push(i);
+                }
+                keeps
+            }
+        };
+        Entry {
+            declared,
+            spec,
+            pulled,
+            module,
+            name,
+        }
+    }
+
+    /// Removes the plugins no entry of `next` names any more, unless an entry failed to load
+    /// (its new revision may be one of them): then they are kept as entries, for a later edit.
+    async fn remove_gone(
+        &mut self,
+        runtime: &mut PluginRuntime,
+        next: &mut Vec<Entry>,
+        unknown: &[usize],
+    ) {
         let named: Vec<&str> = next.iter().filter_map(|e| e.name.as_deref()).collect();
         let gone: Vec<String> = self
             .entries
@@ -290,11 +317,5 @@ impl PluginsWatch {
                     "plugins file {}: plugin removed", self.path.display());
             }
         }
-        // A module that failed and is no longer listed is no longer shown as failed.
-        let listed_before: Vec<PathBuf> = self.entries.iter().map(|e| e.declared.clone()).collect();
-        runtime.forget_failed(|p| {
-            !listed_before.iter().any(|b| b == p) || next.iter().any(|e| e.declared == p)
-        });
-        self.entries = next;
     }
 }

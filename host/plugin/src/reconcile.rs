@@ -185,39 +185,9 @@ async fn worker(mut inst: PluginInstance, parts: WorkerParts) {
             key = queue.get() => key,
         };
         let Some(key) = key else { break };
-        // Ownership is checked again here: the key may have moved to another replica while
-        // it was queued (dropped), or have just arrived from one (started after its lease).
-        match own.admit(&key) {
-            Admit::Now => {}
-            Admit::After(wait) => {
-                queue.forget(&key);
-                queue.add_after(key.clone(), wait);
-                queue.done(&key);
-                slice.step(Instant::now()).await;
-                continue;
-            }
-            Admit::No => {
-                tracing::debug!(key = %clip(&key), "not this replica's key now; dropped");
-                queue.forget(&key);
-                queue.done(&key);
-                slice.step(Instant::now()).await;
-                continue;
-            }
-        }
-        // A shadow revision reconciles a key only once the live revision is done with it
-        // (neither queued nor held there) and the writes it made have reached the caches, so
-        // both act on the same state.
-        if let Some(live) = &follows {
-            let turn = live.turn(&key);
-            if turn != Turn::Now {
-                queue.forget(&key);
-                if let Turn::Later(wait) = turn {
-                    queue.add_after(key.clone(), wait);
-                }
-                queue.done(&key);
-                slice.step(Instant::now()).await;
-                continue;
-            }
+        if !admitted(&key, &own, follows.as_ref(), &queue) {
+            slice.step(Instant::now()).await;
+            continue;
         }
         // Taken after the key: while the plugin is quarantined the key waits here, marked as
         // processing, so no other worker takes it and the rest stay queued.
@@ -259,33 +229,7 @@ async fn worker(mut inst: PluginInstance, parts: WorkerParts) {
         if let Some(f) = &follows {
             f.ledger.attach_logs(&key, &inst.take_reconcile_log());
         }
-        // A shadow reconciles once per live reconcile: its own requeues are not followed.
-        let next = if follows.is_some() {
-            Next::Forget
-        } else {
-            next(&r)
-        };
-        match (next, &r) {
-            (Next::Forget, _) => queue.forget(&key),
-            (Next::After(d), _) => {
-                stats.requeue_after.fetch_add(1, Ordering::Relaxed);
-                queue.forget(&key);
-                queue.add_after(key.clone(), d);
-            }
-            (Next::RateLimited, r) => {
-                stats.errors.fetch_add(1, Ordering::Relaxed);
-                match r {
-                    Ok(Err(msg)) => {
-                        tracing::warn!(key = %clip(&key), error = %clip(msg), "reconcile failed; requeued with backoff")
-                    }
-                    Err(e) => {
-                        tracing::warn!(key = %clip(&key), error = %clip(&e.to_string()), "reconcile failed in the sandbox; instance replaced, requeued with backoff")
-                    }
-                    Ok(Ok(_)) => {}
-                }
-                queue.add_rate_limited(key.clone());
-            }
-        }
+        settle(&queue, &stats, &key, &r, follows.is_some());
         queue.done_at(&key, tokio::time::Instant::from_std(ended));
         // The live revision's reconcile is done: its shadow's turn (which waits for the
         // writes it made to reach the caches, and for the key not to be queued here again).
@@ -295,6 +239,71 @@ async fn worker(mut inst: PluginInstance, parts: WorkerParts) {
         slice.step(ended).await;
     }
     tracing::debug!("worker stopped: queue shut down");
+}
+
+/// Whether the worker reconciles `key` now; if not, the key is queued again (or dropped) and
+/// done. Ownership is checked again here: the key may have moved to another replica while it
+/// was queued (dropped), or have just arrived from one (started after its lease). A shadow
+/// revision reconciles a key only once the live revision is done with it (neither queued nor
+/// held there) and the writes it made have reached the caches, so both act on the same state.
+fn admitted(
+    key: &Arc<str>,
+    own: &PluginOwnership,
+    follows: Option<&Following>,
+    queue: &PluginQueue,
+) -> bool {
+    let again = match own.admit(key) {
+        Admit::Now => match follows.map(|live| live.turn(key)) {
+            None | Some(Turn::Now) => return true,
+            Some(Turn::Later(wait)) => Some(wait),
+            Some(Turn::Drop) => None,
+        },
+        Admit::After(wait) => Some(wait),
+        Admit::No => {
+            tracing::debug!(key = %clip(key), "not this replica's key now; dropped");
+            None
+        }
+    };
+    queue.forget(key);
+    if let Some(wait) = again {
+        queue.add_after(key.clone(), wait);
+    }
+    queue.done(key);
+    false
+}
+
+/// Queues `key` again as the reconcile's result asks: forgotten, after a delay, or with
+/// backoff after an error (logged). A shadow (`shadow`) reconciles once per live reconcile:
+/// its own requeues are not followed.
+fn settle(
+    queue: &PluginQueue,
+    stats: &ReconcileStats,
+    key: &Arc<str>,
+    r: &Result<Result<Outcome, String>, GuestError>,
+    shadow: bool,
+) {
+    let next = if shadow { Next::Forget } else { next(r) };
+    match next {
+        Next::Forget => queue.forget(key),
+        Next::After(d) => {
+            stats.requeue_after.fetch_add(1, Ordering::Relaxed);
+            queue.forget(key);
+            queue.add_after(key.clone(), d);
+        }
+        Next::RateLimited => {
+            stats.errors.fetch_add(1, Ordering::Relaxed);
+            match r {
+                Ok(Err(msg)) => {
+                    tracing::warn!(key = %clip(key), error = %clip(msg), "reconcile failed; requeued with backoff")
+                }
+                Err(e) => {
+                    tracing::warn!(key = %clip(key), error = %clip(&e.to_string()), "reconcile failed in the sandbox; instance replaced, requeued with backoff")
+                }
+                Ok(Ok(_)) => {}
+            }
+            queue.add_rate_limited(key.clone());
+        }
+    }
 }
 
 #[cfg(test)]

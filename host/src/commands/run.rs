@@ -163,33 +163,12 @@ pub struct RunArgs {
 
 pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
     trim::start();
-    if args.plugins.is_empty()
-        && args.plugins_file.is_none()
-        && args.config.is_none()
-        && !args.plugins_from_cluster
-    {
-        bail!(
-            "no plugin given: use `--plugin FILE.wasm` or `--plugins FILE` (see `host --help`), \
-             or a subcommand"
-        );
-    }
+    require_plugins(&args)?;
     // Listen before anything is announced, so an early signal stops the host cleanly.
     let mut stop =
         shutdown::ShutdownSignal::install().context("cannot listen for SIGINT/SIGTERM")?;
-    let Settings {
-        limits,
-        namespace,
-        specs,
-        watched,
-        grace,
-        quarantine,
-        handler_retry,
-        metrics_addr,
-        replica: replica_settings,
-        list_page_size,
-        fail_fast,
-        cache_dir,
-    } = Settings::resolve(&args, &file)?;
+    let mut settings = Settings::resolve(&args, &file)?;
+    let replica_settings = &settings.replica;
     if args.plugins_from_cluster && replica_settings.shards && !replica_settings.leader_elect {
         // Every member runs every plugin; the leader writes the resources' status, and a
         // sharded host without an election has no leader.
@@ -197,39 +176,28 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
     }
     // Modules named by `oci://` reference are pulled (or found in the blob cache) first: from
     // here on every spec names a file.
-    let modules = std::sync::Arc::new(super::modules(cache_dir.as_deref(), &args.registry)?);
-    let specs = modules.fetch_all(specs).await?;
-    let watched = match watched {
-        Some(w) => {
-            let mut pairs = Vec::with_capacity(w.specs.len());
-            for s in w.specs {
-                let declared = s.path.clone();
-                pairs.push((
-                    declared,
-                    modules
-                        .fetch(s, &kwh_oci::Credentials::none(), None, &[])
-                        .await?
-                        .0,
-                ));
-            }
-            Some((w.path, w.interval, pairs))
-        }
+    let modules = std::sync::Arc::new(super::modules(
+        settings.cache_dir.as_deref(),
+        &args.registry,
+    )?);
+    let specs = modules
+        .fetch_all(std::mem::take(&mut settings.specs))
+        .await?;
+    let watched = match settings.watched.take() {
+        Some(w) => Some(fetch_watched(&modules, w).await?),
         None => None,
     };
-    // Each plugin may hold its `max_instances` instances (its workers and its dispatcher), each
-    // with its own memory cap: the pool is sized for all of them and for the largest cap.
-    let mut slots = specs
-        .iter()
-        .fold(0u32, |n, s| n.saturating_add(s.limits.max_instances));
-    if watched.is_some() || args.plugins_from_cluster {
-        // Room for plugins added later, and for an upgrade's two revisions side by side.
-        slots = slots.saturating_mul(2).max(LIVE_SLOTS);
-    }
-    let max_memory = specs
-        .iter()
-        .map(|s| s.limits.memory_bytes)
-        .fold(limits.memory_bytes, usize::max);
-    let engine = engine(cache_dir, max_memory, slots, run_compiler())?;
+    let (slots, max_memory) = pool_size(
+        &specs,
+        &settings.limits,
+        watched.is_some() || args.plugins_from_cluster,
+    );
+    let engine = engine(
+        settings.cache_dir.clone(),
+        max_memory,
+        slots,
+        run_compiler(),
+    )?;
     let (config, emulator) = connect(&args).await?;
     let client = Client::new(config)?;
     let identity = kwh_plugin::identity::default_identity();
@@ -238,54 +206,39 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
         .filter(|s| s.leader_only)
         .map(|s| s.path.display().to_string())
         .collect();
-    let replica = replica::Replica::start(&replica_settings, &client, &identity, &leader_only)?;
+    let replica = replica::Replica::start(&settings.replica, &client, &identity, &leader_only)?;
     let mut runtime = PluginRuntime::new(
         engine,
         client,
         RuntimeOptions {
-            limits: limits.clone(),
-            namespace: namespace.clone(),
-            fail_fast,
-            quarantine,
-            handler_retry,
+            limits: settings.limits.clone(),
+            namespace: settings.namespace.clone(),
+            fail_fast: settings.fail_fast,
+            quarantine: settings.quarantine.clone(),
+            handler_retry: settings.handler_retry.clone(),
             identity,
             ownership: replica.ownership(),
-            list_page_size,
+            list_page_size: settings.list_page_size,
             ..RuntimeOptions::default()
         },
     );
     replica.record_leadership(runtime.events());
     let given = specs.len();
     let started = runtime.start_all_specs(specs).await;
-    let watch = watched.map(|(path, interval, specs)| {
-        PluginsWatch::new(
-            path,
-            limits.clone(),
-            namespace.clone(),
-            interval,
-            grace,
-            specs,
-            &runtime,
-            modules.clone(),
-            !replica_settings.shards || replica_settings.leader_elect,
-        )
-    });
-    let cluster = args.plugins_from_cluster.then(|| {
-        ClusterPlugins::start(
-            runtime.client(),
-            limits.clone(),
-            namespace.clone(),
-            grace,
-            replica.ownership(),
-            runtime.events(),
-            modules.clone(),
-        )
-    });
+    let sources = Sources::start(
+        watched,
+        args.plugins_from_cluster,
+        &settings,
+        &runtime,
+        &modules,
+        &replica,
+    );
+    let grace = settings.grace;
     let result = match started {
         Err(e) => Err(anyhow::anyhow!("{e}")),
         Ok(_)
-            if watch.is_none()
-                && cluster.is_none()
+            if sources.watch.is_none()
+                && sources.cluster.is_none()
                 && runtime.plugins().is_empty()
                 && runtime.waiting().is_empty() =>
         {
@@ -296,28 +249,16 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
         Ok(_) => {
             serve(
                 &mut runtime,
-                Sources { watch, cluster },
+                sources,
                 &replica,
-                metrics_addr,
+                settings.metrics_addr,
                 args.log_format,
                 &mut stop,
             )
             .await
         }
     };
-    // Queue handles outlive the runtime's shutdown: what their workers still held then is what
-    // the grace period cut off.
-    let queues: Vec<_> = runtime
-        .plugins()
-        .iter()
-        .map(|p| (p.plugin().name().to_string(), p.queue().clone()))
-        .collect();
-    let clean = runtime.shutdown(grace).await;
-    // After the plugins stopped: the next owner of their keys may start at once.
-    replica.stop().await;
-    if let Some(emulator) = emulator {
-        emulator.stop().await;
-    }
+    let (clean, queues) = stop_all(runtime, grace, replica, emulator).await;
     result?;
     if !clean {
         // A stop that was asked for is a success: the reconciles are level-based and run again
@@ -329,12 +270,132 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuses a run with nothing to run, in one line.
+fn require_plugins(args: &RunArgs) -> anyhow::Result<()> {
+    if args.plugins.is_empty()
+        && args.plugins_file.is_none()
+        && args.config.is_none()
+        && !args.plugins_from_cluster
+    {
+        bail!(
+            "no plugin given: use `--plugin FILE.wasm` or `--plugins FILE` (see `host --help`), \
+             or a subcommand"
+        );
+    }
+    Ok(())
+}
+
+/// The watched plugins file, its poll interval, and its plugins as declared and as fetched.
+type FetchedWatch = (PathBuf, Duration, Vec<(PathBuf, kwh_plugin::PluginSpec)>);
+
+/// The watched plugins file's path, poll interval and plugins, each module fetched (pulled or
+/// found in the blob cache), beside the reference it was declared by.
+async fn fetch_watched(
+    modules: &crate::modules::Modules,
+    w: settings::Watched,
+) -> anyhow::Result<FetchedWatch> {
+    let mut pairs = Vec::with_capacity(w.specs.len());
+    for s in w.specs {
+        let declared = s.path.clone();
+        let (spec, ..) = modules
+            .fetch(s, &kwh_oci::Credentials::none(), None, &[])
+            .await?;
+        pairs.push((declared, spec));
+    }
+    Ok((w.path, w.interval, pairs))
+}
+
+/// The instance pool's slots and per-instance memory cap. Each plugin may hold its
+/// `max_instances` instances (its workers and its dispatcher), each with its own memory cap:
+/// the pool is sized for all of them and for the largest cap; a run that adds plugins later
+/// (`live`) has room for them, and for an upgrade's two revisions side by side.
+fn pool_size(
+    specs: &[kwh_plugin::PluginSpec],
+    limits: &kwh_plugin::Limits,
+    live: bool,
+) -> (u32, usize) {
+    let mut slots = specs
+        .iter()
+        .fold(0u32, |n, s| n.saturating_add(s.limits.max_instances));
+    if live {
+        slots = slots.saturating_mul(2).max(LIVE_SLOTS);
+    }
+    let max_memory = specs
+        .iter()
+        .map(|s| s.limits.memory_bytes)
+        .fold(limits.memory_bytes, usize::max);
+    (slots, max_memory)
+}
+
+/// Stops the plugins (within `grace`), then the replica's membership and the embedded
+/// emulator. Whether every reconcile finished, and each plugin's queue: the queue handles
+/// outlive the runtime's shutdown, so what their workers still held is what the grace period
+/// cut off.
+async fn stop_all(
+    runtime: PluginRuntime,
+    grace: Duration,
+    replica: replica::Replica,
+    emulator: Option<Embedded>,
+) -> (bool, Vec<(String, kwh_plugin::reconcile::PluginQueue)>) {
+    let queues: Vec<_> = runtime
+        .plugins()
+        .iter()
+        .map(|p| (p.plugin().name().to_string(), p.queue().clone()))
+        .collect();
+    let clean = runtime.shutdown(grace).await;
+    // After the plugins stopped: the next owner of their keys may start at once.
+    replica.stop().await;
+    if let Some(emulator) = emulator {
+        emulator.stop().await;
+    }
+    (clean, queues)
+}
+
 /// Where plugins come from while the host runs, besides those it started with.
 pub struct Sources {
     /// The watched `--plugins` file.
     pub watch: Option<PluginsWatch>,
     /// `WasmController` resources (`--plugins-from-cluster`).
     pub cluster: Option<ClusterPlugins>,
+}
+
+impl Sources {
+    /// Watches the plugins file (`watched`) and, with `--plugins-from-cluster`, the
+    /// `WasmController` resources, for plugins added, changed and removed while the host runs.
+    fn start(
+        watched: Option<FetchedWatch>,
+        from_cluster: bool,
+        settings: &Settings,
+        runtime: &PluginRuntime,
+        modules: &std::sync::Arc<crate::modules::Modules>,
+        replica: &replica::Replica,
+    ) -> Sources {
+        let watch = watched.map(|(path, interval, specs)| {
+            PluginsWatch::new(
+                path,
+                settings.limits.clone(),
+                settings.namespace.clone(),
+                interval,
+                settings.grace,
+                specs,
+                runtime,
+                modules.clone(),
+                !settings.replica.shards || settings.replica.leader_elect,
+            )
+        });
+        let cluster = from_cluster.then(|| {
+            ClusterPlugins::start(
+                runtime.client(),
+                settings.limits.clone(),
+                settings.namespace.clone(),
+                settings.grace,
+                replica.ownership(),
+                runtime.events(),
+                modules.clone(),
+            )
+        });
+        Sources { watch, cluster }
+    }
 }
 
 /// Instance slots of a run whose plugins file is watched, at least: plugins added later need
