@@ -92,6 +92,7 @@ pub mod reviews;
 pub mod router;
 pub mod server;
 pub mod store;
+pub mod strategy;
 pub mod token;
 pub mod util;
 pub mod watch;
@@ -156,6 +157,13 @@ pub struct Shared {
     /// Where server-set timestamps (creation, deletion, managedFields) come from: the system
     /// clock when none, a virtual clock (seconds since the Unix epoch) in the test harness.
     pub clock: Option<Arc<dyn Fn() -> u64 + Send + Sync>>,
+    /// Cluster IPs and node ports given to Services.
+    pub(crate) allocator: strategy::Allocator,
+    /// What the `kube-root-ca.crt` ConfigMap of every namespace holds: the serving
+    /// certificate's PEM, empty over plain HTTP.
+    pub(crate) root_ca: String,
+    /// See [`EmulatorBuilder::namespace_controller`].
+    pub(crate) namespace_controller: bool,
 }
 
 impl Shared {
@@ -177,6 +185,9 @@ impl Shared {
             bookmark_interval: Duration::from_secs(60),
             admin: false,
             clock,
+            allocator: strategy::Allocator::default(),
+            root_ca: String::new(),
+            namespace_controller: false,
         });
         seed_default_namespaces(&shared)?;
         Ok(shared)
@@ -215,6 +226,7 @@ impl Emulator {
             history_window: 10_000,
             bookmark_interval: Duration::from_secs(60),
             admin: false,
+            namespace_controller: false,
             authorize: false,
             users: Vec::new(),
             token_file: None,
@@ -232,6 +244,7 @@ pub struct EmulatorBuilder {
     history_window: usize,
     bookmark_interval: Duration,
     admin: bool,
+    namespace_controller: bool,
     authorize: bool,
     users: Vec<(String, authn::UserInfo)>,
     token_file: Option<PathBuf>,
@@ -310,6 +323,16 @@ impl EmulatorBuilder {
         self
     }
 
+    /// Do in every namespace, as it is created, what kube-controller-manager does within a
+    /// second of it: create its `default` ServiceAccount and its `kube-root-ca.crt`
+    /// ConfigMap. With it on, the ServiceAccount admission plugin refuses a Pod whose
+    /// ServiceAccount does not exist (403), as a real cluster's does; off (the default, for
+    /// tests that count a namespace's objects), a Pod's ServiceAccount is not looked up.
+    pub fn namespace_controller(mut self, on: bool) -> Self {
+        self.namespace_controller = on;
+        self
+    }
+
     /// Bind, seed the default namespaces and start serving.
     pub async fn start(self) -> Result<EmulatorHandle, EmulatorError> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
@@ -366,6 +389,9 @@ impl EmulatorBuilder {
             bookmark_interval: self.bookmark_interval,
             admin: self.admin,
             clock: self.clock.map(|c| c.0),
+            allocator: strategy::Allocator::default(),
+            root_ca: cert_pem.clone().unwrap_or_default(),
+            namespace_controller: self.namespace_controller,
         });
         seed_default_namespaces(&shared).map_err(|s| EmulatorError::Rejected {
             index: 0,

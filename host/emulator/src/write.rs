@@ -27,6 +27,7 @@ use super::registry::{Registry, ResourceDef};
 use super::request::{Query, ResourceRequest};
 use super::response::{self, Body, FieldError};
 use super::store::{key_of, Mutation, Outcome, StoreError};
+use super::strategy::{self, Generation};
 use super::util::{name_suffix, new_uid, validate_dns_subdomain, validate_path_segment_name};
 use super::{events, fields, object_meta, patch, Shared};
 use kwh_client::object::Object;
@@ -41,9 +42,10 @@ impl From<StoreError> for Status {
 mod body;
 mod delete_options;
 
+pub(crate) use body::spec_changed;
 use body::{
-    check_type, kind_defaults, meta_mut, meta_str, object_body, parse_body, spec_changed,
-    unchanged, CRDS, NAMESPACES,
+    check_type, kind_defaults, meta_mut, meta_str, object_body, parse_body, unchanged, CRDS,
+    NAMESPACES,
 };
 use delete_options::delete_options;
 pub(crate) use delete_options::dry_run;
@@ -193,9 +195,10 @@ fn prepare_create(
         meta_mut(v).remove("namespace");
         None
     };
-    let tracks = def.tracks_generation();
+    let tracks = strategy::generation(def) != Generation::None;
+    let uid = new_uid();
     let m = meta_mut(v);
-    m.insert("uid".into(), new_uid().into());
+    m.insert("uid".into(), uid.clone().into());
     m.insert("creationTimestamp".into(), now.into());
     m.remove("resourceVersion");
     m.remove("deletionTimestamp");
@@ -205,16 +208,21 @@ fn prepare_create(
     } else {
         m.remove("generation");
     }
+    // The status a create starts from is the kind's (set after the field manager's record).
     if def.status {
         if let Some(o) = v.as_object_mut() {
             o.remove("status");
         }
     }
     kind_defaults(def, v, &name, now)?;
+    strategy::default(def, v);
+    strategy::prepare_create_owned(def, v);
     // An apply's managedFields come from the apply itself.
     if !apply {
         fields::record_update(None, v, manager, "Update", None, now);
     }
+    strategy::admission::admit_create(shared, def, v, ns.as_deref(), &name)?;
+    strategy::prepare_create(def, v, &uid, &name, &shared.allocator)?;
     Ok(key_of(ns.as_deref(), &name))
 }
 
@@ -275,6 +283,9 @@ fn create_in(
             Ok(Outcome::Created(o)) => {
                 if !w.dry_run {
                     after_write(shared, def, &o)?;
+                    if &*def.store_key == NAMESPACES && shared.namespace_controller {
+                        strategy::admission::namespace_created(shared, o.name());
+                    }
                 }
                 return Ok(events::serve(def, o));
             }
@@ -460,6 +471,7 @@ fn next_state(
     now: &str,
 ) -> Result<Mutation, Status> {
     object_body(&new)?;
+    strategy::default(def, &mut new);
     if let Some(rv) = meta_str(&new, "resourceVersion").filter(|s| !s.is_empty()) {
         if rv != cur.resource_version() {
             return Err(response::conflict(&def.plural, cur.name(), response::STALE));
@@ -514,14 +526,23 @@ fn next_state(
         }
         m.insert("resourceVersion".into(), cur.resource_version().into());
     }
-    if def.tracks_generation() && spec_changed(cur_v, &new) {
+    if sub != Some("status") {
+        strategy::prepare_update(def, cur_v, &mut new)?;
+    }
+    if strategy::generation_moves(def, cur_v, &new) {
         let g = cm.get("generation").and_then(Value::as_i64).unwrap_or(0) + 1;
         meta_mut(&mut new).insert("generation".into(), g.into());
     }
     if unchanged(cur_v, &new) {
         return Ok(Mutation::Unchanged);
     }
-    if operation != "Apply" {
+    // An object created with no fields to own (an empty ServiceAccount) has no managedFields,
+    // and the server's updates do not start tracking it: only an apply does.
+    let tracked = cm
+        .get("managedFields")
+        .and_then(Value::as_array)
+        .is_some_and(|m| !m.is_empty());
+    if operation != "Apply" && tracked {
         fields::record_update(Some(cur_v), &mut new, manager, operation, sub, now);
     }
     let deleting = cm.contains_key("deletionTimestamp");

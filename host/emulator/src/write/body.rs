@@ -172,7 +172,7 @@ pub(super) fn unchanged(old: &Value, new: &Value) -> bool {
     same_meta && same_except(o, n, |k| k == "metadata")
 }
 
-pub(super) fn spec_changed(old: &Value, new: &Value) -> bool {
+pub(crate) fn spec_changed(old: &Value, new: &Value) -> bool {
     match (old.as_object(), new.as_object()) {
         (Some(o), Some(n)) => !same_except(o, n, |k| k == "metadata" || k == "status"),
         _ => old != new,
