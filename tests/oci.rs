@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use kwh_oci::{BlobStore, Credentials, OciError, Reference, Registry};
+use kwh_oci::{BlobStore, Credentials, OciError, Pulled, Reference, Registry};
 use registry::{RegistryProcess, TokenGate};
 use support::guests::{guest, rebuilt};
 use support::kubectl::{apply_yaml, kubectl, kubectl_until, status_of};
@@ -44,6 +44,117 @@ async fn push(file: &Path, reference: &str, extra: &[&str]) -> String {
 fn pushed_digest(stdout: &str) -> String {
     let at = stdout.find("@sha256:").expect("a digest in the output") + 1;
     stdout[at..at + 71].to_owned()
+}
+
+/// The requests the gate forwarded or refused so far (manifests, blobs, refusals): unchanged
+/// across a step means the step asked nothing of the registry.
+fn gate_requests(gate: &TokenGate) -> (u64, u64, u64) {
+    (
+        gate.counters.manifests.load(Ordering::SeqCst),
+        gate.counters.blobs.load(Ordering::SeqCst),
+        gate.counters.refused.load(Ordering::SeqCst),
+    )
+}
+
+/// The cached manifest's config is the CNCF layout's, listing the component's imports and
+/// exports, with the module as its one layer.
+fn assert_cncf_layout(store: &BlobStore, manifest: &str) {
+    let m: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(store.get(manifest).expect("manifest")).expect("read"),
+    )
+    .expect("manifest JSON");
+    assert_eq!(
+        m["config"]["mediaType"],
+        "application/vnd.wasm.config.v0+json"
+    );
+    assert_eq!(m["layers"].as_array().map(Vec::len), Some(1));
+}
+
+/// A pull by digest of what is cached comes from the cache: no request at all.
+async fn a_pull_by_digest_asks_nothing(
+    gate: &TokenGate,
+    registry: &Registry,
+    reference: &Reference,
+    pulled: &Pulled,
+) {
+    let seen = gate_requests(gate);
+    let again = registry
+        .pull(
+            &reference.at(&pulled.manifest_digest),
+            &Credentials::none(),
+            Duration::ZERO,
+        )
+        .await
+        .expect("pull by digest");
+    assert!(!again.fetched);
+    assert_eq!(again.path, pulled.path);
+    assert_eq!(seen, gate_requests(gate), "nothing asked of the registry");
+}
+
+/// The older wasm-to-oci layout pushed through the gate pulls too, to the same layer.
+async fn the_legacy_layout_pulls_too(
+    gate: &TokenGate,
+    module: &Path,
+    registry: &Registry,
+    layer_digest: &str,
+) {
+    let legacy = format!("oci://{}/team/legacy:v1", gate.host());
+    push(module, &legacy, &["--layout", "wasm-to-oci"]).await;
+    let l = registry
+        .pull(
+            &Reference::parse(&legacy).expect("ref"),
+            &Credentials::none(),
+            Duration::ZERO,
+        )
+        .await
+        .expect("legacy pull");
+    assert_eq!(
+        l.layer_media_type,
+        "application/vnd.wasm.content.layer.v1+wasm"
+    );
+    assert_eq!(l.layer_digest, layer_digest);
+}
+
+/// Into an empty cache: a blob altered in flight is refused and not kept, and a tag that does
+/// not exist is one line naming it.
+async fn a_corrupted_blob_and_a_missing_tag_are_refused(
+    gate: &TokenGate,
+    dir: &Path,
+    reference: &Reference,
+    layer_digest: &str,
+) {
+    let none = Credentials::none();
+    let fresh =
+        Registry::new(BlobStore::new(dir.join("cache2")), Credentials::none()).expect("registry");
+    gate.corrupt_blobs(true);
+    let e = fresh
+        .pull(reference, &none, Duration::ZERO)
+        .await
+        .expect_err("a corrupted layer");
+    assert!(matches!(e, OciError::DigestMismatch { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("the module layer has digest sha256:"),
+        "{e}"
+    );
+    assert!(BlobStore::new(dir.join("cache2"))
+        .get(layer_digest)
+        .is_none());
+    gate.corrupt_blobs(false);
+
+    // A tag that does not exist: one line naming it.
+    let e = fresh
+        .pull(
+            &Reference::parse(&format!("oci://{}/team/reviser:nope", gate.host())).expect("ref"),
+            &none,
+            Duration::ZERO,
+        )
+        .await
+        .expect_err("no such tag");
+    assert!(
+        e.to_string().contains("team/reviser:nope: not found"),
+        "{e}"
+    );
 }
 
 #[cfg_attr(
@@ -93,87 +204,17 @@ async fn push_and_pull_through_a_bearer_token_gate_verified_and_cached_by_digest
         format!("oci://{}/team/reviser:v1@{manifest}", gate.host())
     );
     // The config is the CNCF layout's, listing the component's imports and exports.
-    let m: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(store.get(&manifest).expect("manifest")).expect("read"),
-    )
-    .expect("manifest JSON");
-    assert_eq!(
-        m["config"]["mediaType"],
-        "application/vnd.wasm.config.v0+json"
-    );
-    assert_eq!(m["layers"].as_array().map(Vec::len), Some(1));
+    assert_cncf_layout(&store, &manifest);
 
     // By digest, from the cache: no request at all.
-    let seen = (
-        gate.counters.manifests.load(Ordering::SeqCst),
-        gate.counters.blobs.load(Ordering::SeqCst),
-        gate.counters.refused.load(Ordering::SeqCst),
-    );
-    let again = registry
-        .pull(&reference.at(&manifest), &none, Duration::ZERO)
-        .await
-        .expect("pull by digest");
-    assert!(!again.fetched);
-    assert_eq!(again.path, pulled.path);
-    assert_eq!(
-        seen,
-        (
-            gate.counters.manifests.load(Ordering::SeqCst),
-            gate.counters.blobs.load(Ordering::SeqCst),
-            gate.counters.refused.load(Ordering::SeqCst),
-        ),
-        "nothing asked of the registry"
-    );
+    a_pull_by_digest_asks_nothing(&gate, &registry, &reference, &pulled).await;
 
     // The older wasm-to-oci layout pulls too.
-    let legacy = format!("oci://{}/team/legacy:v1", gate.host());
-    push(&module, &legacy, &["--layout", "wasm-to-oci"]).await;
-    let l = registry
-        .pull(
-            &Reference::parse(&legacy).expect("ref"),
-            &none,
-            Duration::ZERO,
-        )
-        .await
-        .expect("legacy pull");
-    assert_eq!(
-        l.layer_media_type,
-        "application/vnd.wasm.content.layer.v1+wasm"
-    );
-    assert_eq!(l.layer_digest, pulled.layer_digest);
+    the_legacy_layout_pulls_too(&gate, &module, &registry, &pulled.layer_digest).await;
 
-    // A blob altered in flight is refused and not kept.
-    let fresh =
-        Registry::new(BlobStore::new(dir.join("cache2")), Credentials::none()).expect("registry");
-    gate.corrupt_blobs(true);
-    let e = fresh
-        .pull(&reference, &none, Duration::ZERO)
-        .await
-        .expect_err("a corrupted layer");
-    assert!(matches!(e, OciError::DigestMismatch { .. }), "{e}");
-    assert!(
-        e.to_string()
-            .contains("the module layer has digest sha256:"),
-        "{e}"
-    );
-    assert!(BlobStore::new(dir.join("cache2"))
-        .get(&pulled.layer_digest)
-        .is_none());
-    gate.corrupt_blobs(false);
-
-    // A tag that does not exist: one line naming it.
-    let e = fresh
-        .pull(
-            &Reference::parse(&format!("oci://{}/team/reviser:nope", gate.host())).expect("ref"),
-            &none,
-            Duration::ZERO,
-        )
-        .await
-        .expect_err("no such tag");
-    assert!(
-        e.to_string().contains("team/reviser:nope: not found"),
-        "{e}"
-    );
+    // A blob altered in flight is refused and not kept; a tag that does not exist is one line.
+    a_corrupted_blob_and_a_missing_tag_are_refused(&gate, &dir, &reference, &pulled.layer_digest)
+        .await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -317,21 +358,13 @@ async fn a_plugins_file_module_from_a_registry_upgrades_when_its_tag_moves_and_r
     assert!(blobs.get(&v2_layer).is_some());
 
     // Rollback by digest: both manifests and layers are cached, so nothing is asked.
-    let seen = (
-        gate.counters.manifests.load(Ordering::SeqCst),
-        gate.counters.blobs.load(Ordering::SeqCst),
-        gate.counters.refused.load(Ordering::SeqCst),
-    );
+    let seen = gate_requests(&gate);
     let pinned = format!("oci://{}/team/reviser@{first}", gate.host());
     std::fs::write(&plugins, entry(&pinned)).expect("edit");
     host.line(&format!("({pinned}) upgraded")).await;
     assert_eq!(
         seen,
-        (
-            gate.counters.manifests.load(Ordering::SeqCst),
-            gate.counters.blobs.load(Ordering::SeqCst),
-            gate.counters.refused.load(Ordering::SeqCst),
-        ),
+        gate_requests(&gate),
         "the rollback asked nothing of the registry"
     );
 
@@ -350,6 +383,106 @@ async fn a_plugins_file_module_from_a_registry_upgrades_when_its_tag_moves_and_r
     host.sigterm();
     host.exit(Duration::from_secs(30)).await;
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The `WasmController` `reviser` running `module` with the pull secret `default/regcred`,
+/// pulled every second.
+fn reviser_wasmcontroller(module: &str) -> String {
+    format!(
+        "apiVersion: kube-wasm.dev/v1alpha1\nkind: WasmController\nmetadata:\n  name: reviser\n\
+         spec:\n  module: {module}\n  pullSecret: {{namespace: default, name: regcred}}\n  \
+         pullInterval: 1s\n  logLinesPerSecond: 0\n  config:\n    revision: a\n"
+    )
+}
+
+/// A host taking its plugins from `WasmController`s on an emulator with the CRD, whose own
+/// registry file has no credentials: they must come from the pull secret.
+fn spawn_host_with_plugins_from_cluster(dir: &Path) -> HostProcess {
+    let crd = support::guests::repo_root().join("deploy/crds/wasmcontroller.yaml");
+    HostProcess::spawn(
+        [
+            os("--plugins-from-cluster"),
+            os("--emulator"),
+            crd.as_os_str(),
+            os("--cache-dir"),
+            dir.join("cache").as_os_str(),
+            // The host's own file has no credentials: they come from the pull secret.
+            os("--registry-config"),
+            dir.join("none.json").as_os_str(),
+        ],
+        "info",
+    )
+}
+
+/// Polls the status of `WasmController` `reviser` until `done` holds of it, or fails with
+/// `what` and the host's log at the deadline.
+async fn wait_for_reviser_status(
+    dir: &Path,
+    host: &HostProcess,
+    what: &str,
+    mut done: impl FnMut(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let s = status_of(dir, "wasmcontroller", "reviser").await;
+        if done(&s) {
+            break s;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: {s}\n{}",
+            host.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A digest the registry does not have: Fetched False with the reason in `kubectl describe`,
+/// and the revision with `running` digest runs on.
+async fn a_missing_digest_fails_to_fetch_and_the_running_revision_stays(
+    dir: &Path,
+    reg: &RegistryProcess,
+    running: &str,
+) {
+    let missing = format!(
+        "oci://{}/team/reviser@sha256:{}",
+        reg.host(),
+        "0".repeat(64)
+    );
+    apply_yaml(dir, "wc", &reviser_wasmcontroller(&missing)).await;
+    let (line, out) = kubectl_until(dir, &["describe", "wasmcontroller", "reviser"], WAIT, |l| {
+        l.contains("not found in the registry")
+    })
+    .await
+    .unwrap_or_else(|out| panic!("no failure in describe:\n{out}"));
+    assert!(out.contains("FetchFailed"), "{line}\n{out}");
+    assert!(out.contains("PreviousRevisionRunning"), "{out}");
+    let s = status_of(dir, "wasmcontroller", "reviser").await;
+    assert_eq!(s["digest"], running, "{s}");
+}
+
+/// A `publicKey` the module `r` is not signed by: Fetched False, the reason in describe, and
+/// the revision with `running` digest runs on.
+async fn an_unsigned_module_fails_to_fetch_and_the_running_revision_stays(
+    dir: &Path,
+    r: &str,
+    running: &str,
+) {
+    let key = rcgen::KeyPair::generate().expect("key pair");
+    let pem = key.public_key_pem();
+    let indented: String = pem.lines().map(|l| format!("    {l}\n")).collect();
+    let yaml = reviser_wasmcontroller(r) + &format!("  publicKey: |\n{indented}");
+    apply_yaml(dir, "wc", &yaml).await;
+    let (line, out) = kubectl_until(dir, &["describe", "wasmcontroller", "reviser"], WAIT, |l| {
+        l.contains("not signed by the required key: no signature")
+    })
+    .await
+    .unwrap_or_else(|out| panic!("no signature failure in describe:\n{out}"));
+    assert!(out.contains("PreviousRevisionRunning"), "{line}\n{out}");
+    assert_eq!(
+        status_of(dir, "wasmcontroller", "reviser").await["digest"],
+        running
+    );
 }
 
 /// A `WasmController` whose module is in a registry behind Basic authentication, with its
@@ -383,67 +516,26 @@ async fn a_wasmcontroller_pulls_its_module_with_a_pull_secret_and_keeps_running_
     )
     .await;
 
-    let crd = support::guests::repo_root().join("deploy/crds/wasmcontroller.yaml");
-    let mut host = HostProcess::spawn(
-        [
-            os("--plugins-from-cluster"),
-            os("--emulator"),
-            crd.as_os_str(),
-            os("--cache-dir"),
-            dir.join("cache").as_os_str(),
-            // The host's own file has no credentials: they come from the pull secret.
-            os("--registry-config"),
-            dir.join("none.json").as_os_str(),
-        ],
-        "info",
-    );
+    let mut host = spawn_host_with_plugins_from_cluster(&dir);
     let (_, kubeconfig) = host.emulator().await;
     std::fs::copy(&kubeconfig, dir.join("kubeconfig")).expect("kubeconfig");
     host.line("running; SIGINT or SIGTERM stops").await;
-    let apply = |name: &'static str, yaml: String| {
-        let dir = dir.clone();
-        async move { apply_yaml(&dir, name, &yaml).await }
-    };
-    apply(
-        "secret",
-        format!(
-            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: regcred\n  namespace: default\n\
-             type: kubernetes.io/dockerconfigjson\ndata:\n  .dockerconfigjson: {}\n",
-            b64(&docker_config)
-        ),
-    )
-    .await;
-    let wc = |module: &str| {
-        format!(
-            "apiVersion: kube-wasm.dev/v1alpha1\nkind: WasmController\nmetadata:\n  name: reviser\n\
-             spec:\n  module: {module}\n  pullSecret: {{namespace: default, name: regcred}}\n  \
-             pullInterval: 1s\n  logLinesPerSecond: 0\n  config:\n    revision: a\n"
-        )
-    };
-    apply("wc", wc(&r)).await;
+    let secret = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: regcred\n  namespace: default\n\
+         type: kubernetes.io/dockerconfigjson\ndata:\n  .dockerconfigjson: {}\n",
+        b64(&docker_config)
+    );
+    apply_yaml(&dir, "secret", &secret).await;
+    apply_yaml(&dir, "wc", &reviser_wasmcontroller(&r)).await;
     let layer = kwh_oci::digest_of(&std::fs::read(&module).expect("guest"));
-    let status = || {
-        let dir = dir.clone();
-        async move { status_of(&dir, "wasmcontroller", "reviser").await }
-    };
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let ready = loop {
-        let s = status().await;
-        let ready = s["conditions"]
+    let ready = wait_for_reviser_status(&dir, &host, "never Ready", |s| {
+        s["conditions"]
             .as_array()
             .into_iter()
             .flatten()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True");
-        if ready {
-            break s;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never Ready: {s}\n{}",
-            host.log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
+    .await;
     assert_eq!(ready["digest"], layer.as_str(), "{ready}");
     let pulled = ready["pulled"].as_str().unwrap_or_default();
     assert!(
@@ -465,56 +557,17 @@ async fn a_wasmcontroller_pulls_its_module_with_a_pull_secret_and_keeps_running_
     )
     .await;
     let v2_layer = kwh_oci::digest_of(&std::fs::read(&v2).expect("v2"));
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let moved = loop {
-        let s = status().await;
-        if s["digest"] == v2_layer.as_str() && s["revision"] == 2 {
-            break s;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never upgraded: {s}\n{}",
-            host.log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let moved = wait_for_reviser_status(&dir, &host, "never upgraded", |s| {
+        s["digest"] == v2_layer.as_str() && s["revision"] == 2
+    })
+    .await;
     assert_eq!(moved["observedGeneration"], 1, "{moved}");
 
     // A digest the registry does not have: Fetched False with the reason; revision 1 runs on.
-    let missing = format!(
-        "oci://{}/team/reviser@sha256:{}",
-        reg.host(),
-        "0".repeat(64)
-    );
-    apply("wc", wc(&missing)).await;
-    let (line, out) = kubectl_until(
-        &dir,
-        &["describe", "wasmcontroller", "reviser"],
-        WAIT,
-        |l| l.contains("not found in the registry"),
-    )
-    .await
-    .unwrap_or_else(|out| panic!("no failure in describe:\n{out}"));
-    assert!(out.contains("FetchFailed"), "{line}\n{out}");
-    assert!(out.contains("PreviousRevisionRunning"), "{out}");
-    let s = status().await;
-    assert_eq!(s["digest"], v2_layer.as_str(), "{s}");
+    a_missing_digest_fails_to_fetch_and_the_running_revision_stays(&dir, &reg, &v2_layer).await;
 
     // A `publicKey` the module is not signed by: Fetched False, the reason in describe.
-    let key = rcgen::KeyPair::generate().expect("key pair");
-    let pem = key.public_key_pem();
-    let indented: String = pem.lines().map(|l| format!("    {l}\n")).collect();
-    apply("wc", wc(&r) + &format!("  publicKey: |\n{indented}")).await;
-    let (line, out) = kubectl_until(
-        &dir,
-        &["describe", "wasmcontroller", "reviser"],
-        WAIT,
-        |l| l.contains("not signed by the required key: no signature"),
-    )
-    .await
-    .unwrap_or_else(|out| panic!("no signature failure in describe:\n{out}"));
-    assert!(out.contains("PreviousRevisionRunning"), "{line}\n{out}");
-    assert_eq!(status().await["digest"], v2_layer.as_str());
+    an_unsigned_module_fails_to_fetch_and_the_running_revision_stays(&dir, &r, &v2_layer).await;
     assert!(!host.has_exited());
     host.sigterm();
     assert!(host.exit(WAIT).await.success(), "{}", host.log());

@@ -8,7 +8,7 @@ mod support;
 use std::path::{Path, PathBuf};
 
 use kwh_client::client::WriteParams;
-use kwh_client::ApiResource;
+use kwh_client::{ApiResource, Client};
 use support::cluster::http_get;
 use support::guests::{guest, rebuilt as guest_rebuilt};
 use support::process::{HostProcess, WAIT};
@@ -459,24 +459,15 @@ async fn rbac_from_a_plugins_file_gives_each_plugin_its_own_namespace() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// The plugins file is watched (issue "Plugins as managed workloads"): an edit upgrades a
-/// running plugin in place, a broken revision is one line and the running one carries on, and
-/// an entry taken out removes its plugin, all without a restart (the informers' list counter
-/// in `/statusz` does not move).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn edits_of_the_plugins_file_upgrade_and_remove_plugins_without_a_restart() {
-    let dir = support::temp_dir("plugins-live");
-    let module = dir.join("reviser.wasm");
-    std::fs::copy(guest("reviser"), &module).expect("copy guest");
-    let plugins = dir.join("plugins.yaml");
-    let entry = |revision: &str| {
-        format!(
-            "- module: reviser.wasm\n  logLinesPerSecond: 0\n  config: {{revision: {revision}}}\n"
-        )
-    };
-    std::fs::write(&plugins, entry("a")).expect("plugins file");
-    let cache = dir.join("cache");
-    let mut host = HostProcess::spawn(
+/// The plugins-file entry of the `reviser` guest at `revision`, its log lines unthrottled.
+fn reviser_entry(revision: &str) -> String {
+    format!("- module: reviser.wasm\n  logLinesPerSecond: 0\n  config: {{revision: {revision}}}\n")
+}
+
+/// A host watching `plugins` every 200 ms with a compile cache of its own (which loads
+/// compiled is part of what the live-edit test checks), on an emulator.
+fn spawn_watching_host(plugins: &Path, cache: &Path) -> HostProcess {
+    HostProcess::spawn(
         [
             os("--plugins"),
             plugins.as_os_str(),
@@ -492,71 +483,67 @@ async fn edits_of_the_plugins_file_upgrade_and_remove_plugins_without_a_restart(
             os("5"),
         ],
         "info",
-    );
-    let (_, kubeconfig) = host.emulator().await;
-    let addr = host.ops_addr().await;
-    host.line("running; SIGINT or SIGTERM stops").await;
-    let client = support::process::client(&kubeconfig);
+    )
+}
+
+/// Creates an empty ConfigMap `default/<name>`: each one is a reconcile to look for.
+async fn create_configmap(client: &Client, name: &str) {
     let cm = ApiResource::new("v1", "ConfigMap", "configmaps", true);
-    let create = |name: &str| {
-        let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": "default"}});
-        let (client, cm) = (client.clone(), cm.clone());
-        async move {
-            client
-                .create(
-                    &cm,
-                    Some("default"),
-                    body.to_string().into(),
-                    &WriteParams::default(),
-                )
-                .await
-                .expect("create");
-        }
-    };
-    let relists = |status: &serde_json::Value| {
-        status["plugins"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|p| p["informers"].as_array().cloned().unwrap_or_default())
-            .map(|i| i["relists"].as_u64().expect("relists"))
-            .sum::<u64>()
-    };
-    let statusz = || async {
-        let (code, body) = http_get(&addr, "/statusz").await;
-        assert_eq!(code, 200, "{body}");
-        serde_json::from_str::<serde_json::Value>(&body).expect("statusz is JSON")
-    };
+    let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default"}});
+    client
+        .create(
+            &cm,
+            Some("default"),
+            body.to_string().into(),
+            &WriteParams::default(),
+        )
+        .await
+        .expect("create");
+}
 
-    create("one").await;
-    host.line("REV a reconcile default/one").await;
-    let relists_before = relists(&statusz().await);
+/// The informers' list counter summed over every plugin in `/statusz`: a restart would move it.
+fn informer_relists(status: &serde_json::Value) -> u64 {
+    status["plugins"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| p["informers"].as_array().cloned().unwrap_or_default())
+        .map(|i| i["relists"].as_u64().expect("relists"))
+        .sum::<u64>()
+}
 
-    // Upgrade: the same module with another configuration.
-    std::fs::write(&plugins, entry("b")).expect("edit");
-    host.line("plugin 0 (").await;
-    assert!(host.saw(") upgraded"), "{}", host.log());
-    create("two").await;
-    host.line("REV b reconcile default/two").await;
-    assert!(!host.saw("REV a reconcile default/two"), "{}", host.log());
+/// `/statusz` of the host at `addr`, checked to answer 200 and parsed.
+async fn statusz(addr: &str) -> serde_json::Value {
+    let (code, body) = http_get(addr, "/statusz").await;
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str::<serde_json::Value>(&body).expect("statusz is JSON")
+}
 
-    // A configuration the guest refuses: one line, b carries on.
-    std::fs::write(&plugins, entry("bad")).expect("edit");
+/// A configuration the guest refuses is one line, and revision b carries on: still ready,
+/// `/statusz` and `/readyz` say what failed, and nothing relisted.
+async fn a_refused_revision_keeps_b_running(
+    host: &mut HostProcess,
+    client: &Client,
+    addr: &str,
+    plugins: &Path,
+    relists_before: u64,
+) {
+    std::fs::write(plugins, reviser_entry("bad")).expect("edit");
     let refused = host.line("revision bad is refused").await;
     assert!(
         refused.contains("plugin reviser keeps its running revision"),
         "{refused}"
     );
-    create("three").await;
+    create_configmap(client, "three").await;
     host.line("REV b reconcile default/three").await;
-    let status = statusz().await;
+    let status = statusz(addr).await;
     let p = &status["plugins"][0];
     assert_eq!(p["revision"], 2, "{status}");
     let failed = p["failedRevision"]["error"].as_str().unwrap_or_default();
     assert!(failed.contains("revision bad is refused"), "{status}");
     // Still ready (the last good revision runs), and /readyz says what failed.
-    let (code, ready) = http_get(&addr, "/readyz").await;
+    let (code, ready) = http_get(addr, "/readyz").await;
     assert_eq!(code, 200, "{ready}");
     assert!(ready.starts_with("ok\n"), "{ready}");
     assert!(
@@ -565,40 +552,15 @@ async fn edits_of_the_plugins_file_upgrade_and_remove_plugins_without_a_restart(
         "{ready}"
     );
     assert_eq!(
-        relists(&statusz().await),
+        informer_relists(&statusz(addr).await),
         relists_before,
         "nothing relisted"
     );
+}
 
-    // A file that no longer parses: one line, every plugin kept as it runs.
-    std::fs::write(&plugins, "- module: [\n").expect("edit");
-    host.line("the running plugins are kept as they are").await;
-    assert_eq!(statusz().await["plugins"][0]["revision"], 2);
-
-    // A rebuilt module (another digest), then back to the first one: a rollback loads the
-    // first module from the compile cache, no compile.
-    guest_rebuilt(&module, &dir.join("reviser2.wasm"));
-    std::fs::write(
-        &plugins,
-        entry("c").replace("reviser.wasm", "reviser2.wasm"),
-    )
-    .expect("edit");
-    host.line("reviser2.wasm) upgraded").await;
-    create("four").await;
-    host.line("REV c reconcile default/four").await;
-    std::fs::write(&plugins, entry("a")).expect("edit");
-    // The second upgrade to reviser.wasm (lines already seen count, so count them).
-    let mut n = 0;
-    let rolled_back = host
-        .line_where(WAIT, |l| {
-            n += usize::from(l.text.contains("reviser.wasm) upgraded"));
-            n == 2
-        })
-        .await;
-    assert!(rolled_back.is_some(), "{}", host.log());
-    create("five").await;
-    host.line("REV a reconcile default/five").await;
-    let status = statusz().await;
+/// After the rollback: revision 4 runs config a with the first module's digest again, the
+/// rebuilt module's digest differs, and no revision failed.
+fn assert_rolled_back_history(status: &serde_json::Value) {
     let p = &status["plugins"][0];
     assert_eq!(p["revision"], 4, "{status}");
     let history: Vec<_> = p["revisions"]
@@ -625,6 +587,69 @@ async fn edits_of_the_plugins_file_upgrade_and_remove_plugins_without_a_restart(
         "the rebuilt module's digest differs"
     );
     assert!(p["failedRevision"].is_null(), "{status}");
+}
+
+/// The plugins file is watched (issue "Plugins as managed workloads"): an edit upgrades a
+/// running plugin in place, a broken revision is one line and the running one carries on, and
+/// an entry taken out removes its plugin, all without a restart (the informers' list counter
+/// in `/statusz` does not move).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edits_of_the_plugins_file_upgrade_and_remove_plugins_without_a_restart() {
+    let dir = support::temp_dir("plugins-live");
+    let module = dir.join("reviser.wasm");
+    std::fs::copy(guest("reviser"), &module).expect("copy guest");
+    let plugins = dir.join("plugins.yaml");
+    std::fs::write(&plugins, reviser_entry("a")).expect("plugins file");
+    let mut host = spawn_watching_host(&plugins, &dir.join("cache"));
+    let (_, kubeconfig) = host.emulator().await;
+    let addr = host.ops_addr().await;
+    host.line("running; SIGINT or SIGTERM stops").await;
+    let client = support::process::client(&kubeconfig);
+
+    create_configmap(&client, "one").await;
+    host.line("REV a reconcile default/one").await;
+    let relists_before = informer_relists(&statusz(&addr).await);
+
+    // Upgrade: the same module with another configuration.
+    std::fs::write(&plugins, reviser_entry("b")).expect("edit");
+    host.line("plugin 0 (").await;
+    assert!(host.saw(") upgraded"), "{}", host.log());
+    create_configmap(&client, "two").await;
+    host.line("REV b reconcile default/two").await;
+    assert!(!host.saw("REV a reconcile default/two"), "{}", host.log());
+
+    // A configuration the guest refuses: one line, b carries on.
+    a_refused_revision_keeps_b_running(&mut host, &client, &addr, &plugins, relists_before).await;
+
+    // A file that no longer parses: one line, every plugin kept as it runs.
+    std::fs::write(&plugins, "- module: [\n").expect("edit");
+    host.line("the running plugins are kept as they are").await;
+    assert_eq!(statusz(&addr).await["plugins"][0]["revision"], 2);
+
+    // A rebuilt module (another digest), then back to the first one: a rollback loads the
+    // first module from the compile cache, no compile.
+    guest_rebuilt(&module, &dir.join("reviser2.wasm"));
+    std::fs::write(
+        &plugins,
+        reviser_entry("c").replace("reviser.wasm", "reviser2.wasm"),
+    )
+    .expect("edit");
+    host.line("reviser2.wasm) upgraded").await;
+    create_configmap(&client, "four").await;
+    host.line("REV c reconcile default/four").await;
+    std::fs::write(&plugins, reviser_entry("a")).expect("edit");
+    // The second upgrade to reviser.wasm (lines already seen count, so count them).
+    let mut n = 0;
+    let rolled_back = host
+        .line_where(WAIT, |l| {
+            n += usize::from(l.text.contains("reviser.wasm) upgraded"));
+            n == 2
+        })
+        .await;
+    assert!(rolled_back.is_some(), "{}", host.log());
+    create_configmap(&client, "five").await;
+    host.line("REV a reconcile default/five").await;
+    assert_rolled_back_history(&statusz(&addr).await);
     // Two compiles in the whole run, one per module: the rollback compiled nothing.
     let compiles = host.lines_mentioning(&["component=\"compiled in"]).len();
     assert_eq!(compiles, 2, "{}", host.log());
@@ -632,7 +657,7 @@ async fn edits_of_the_plugins_file_upgrade_and_remove_plugins_without_a_restart(
     // Taken out of the file: removed, and the host runs on with no plugin.
     std::fs::write(&plugins, "[]\n").expect("edit");
     host.line("plugin removed").await;
-    let status = statusz().await;
+    let status = statusz(&addr).await;
     assert_eq!(
         status["plugins"].as_array().map(Vec::len),
         Some(0),
@@ -765,6 +790,61 @@ async fn a_plugin_whose_configuration_is_refused_is_listed_as_failed_until_fixed
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Polls `/statusz` until the plugin's shadow counts a difference; its `shadow` section.
+async fn wait_for_a_shadow_difference(addr: &str) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (code, body) = http_get(addr, "/statusz").await;
+        assert_eq!(code, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("statusz JSON");
+        let s = v["plugins"][0]["shadow"].clone();
+        if s["differences"].as_u64() >= Some(1) {
+            break s;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no difference: {v}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// `host shadow report` against the host at `addr` groups the differences by kind of change.
+async fn assert_shadow_report_groups_the_patch(addr: &str) {
+    let out = tokio::process::Command::new(support::host_bin())
+        .args(["shadow", "report", "--url", &format!("http://{addr}")])
+        .output()
+        .await
+        .expect("host shadow report runs");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        report.contains("plugin reviser: shadow ")
+            && report.contains(
+                "  patch ConfigMap /metadata/annotations/reviser~1revision: 1 object(s): default/one"
+            ),
+        "{report}"
+    );
+}
+
+/// Polls `default/<name>` until revision b's annotation is on it: the promoted shadow writes.
+async fn wait_annotated_by_b(client: &Client, cm: &ApiResource, name: &str) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let o = client.get(cm, Some("default"), name).await.expect("get");
+        let v: serde_json::Value = serde_json::from_slice(o.raw()).expect("JSON");
+        if v["metadata"]["annotations"]["reviser/revision"] == "b" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never annotated by b: {v}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// A plugins-file entry's `shadow:` through the binary (issue "Shadow runs"): the shadow runs
 /// beside the plugin, its writes are compared and never made, `/statusz` shows its differences
 /// with their patches, and `promote: true` makes it the plugin (an upgrade, no relist).
@@ -799,53 +879,15 @@ async fn a_shadow_in_the_plugins_file_is_compared_then_promoted_by_hand() {
     host.line("shadow revision started").await;
     let client = support::process::client(&kubeconfig);
     let cm = ApiResource::new("v1", "ConfigMap", "configmaps", true);
-    let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "one", "namespace": "default"}});
-    client
-        .create(
-            &cm,
-            Some("default"),
-            body.to_string().into(),
-            &WriteParams::default(),
-        )
-        .await
-        .expect("create");
+    create_configmap(&client, "one").await;
     host.line("REV b reconcile default/one").await;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let shadow = loop {
-        let (code, body) = http_get(&addr, "/statusz").await;
-        assert_eq!(code, 200, "{body}");
-        let v: serde_json::Value = serde_json::from_str(&body).expect("statusz JSON");
-        let s = v["plugins"][0]["shadow"].clone();
-        if s["differences"].as_u64() >= Some(1) {
-            break s;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no difference: {v}");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    };
+    let shadow = wait_for_a_shadow_difference(&addr).await;
     assert_eq!(
         shadow["lastDifferences"][0]["patch"][0]["value"], "b",
         "{shadow}"
     );
     // `host shadow report` groups them by kind of change.
-    let out = tokio::process::Command::new(support::host_bin())
-        .args(["shadow", "report", "--url", &format!("http://{addr}")])
-        .output()
-        .await
-        .expect("host shadow report runs");
-    let report = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        report.contains("plugin reviser: shadow ")
-            && report.contains(
-                "  patch ConfigMap /metadata/annotations/reviser~1revision: 1 object(s): default/one"
-            ),
-        "{report}"
-    );
+    assert_shadow_report_groups_the_patch(&addr).await;
     let stored = client.get(&cm, Some("default"), "one").await.expect("get");
     let stored: serde_json::Value = serde_json::from_slice(stored.raw()).expect("JSON");
     assert_eq!(
@@ -856,31 +898,8 @@ async fn a_shadow_in_the_plugins_file_is_compared_then_promoted_by_hand() {
     // Promoted by hand: the shadow's configuration runs as the plugin; its writes are made.
     std::fs::write(&plugins, entry(true)).expect("edit");
     host.line(") upgraded").await;
-    client
-        .create(
-            &cm,
-            Some("default"),
-            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "two", "namespace": "default"}})
-            .to_string()
-            .into(),
-            &WriteParams::default(),
-        )
-        .await
-        .expect("create");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let o = client.get(&cm, Some("default"), "two").await.expect("get");
-        let v: serde_json::Value = serde_json::from_slice(o.raw()).expect("JSON");
-        if v["metadata"]["annotations"]["reviser/revision"] == "b" {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never annotated by b: {v}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    create_configmap(&client, "two").await;
+    wait_annotated_by_b(&client, &cm, "two").await;
     let (_, body) = http_get(&addr, "/statusz").await;
     let v: serde_json::Value = serde_json::from_str(&body).expect("statusz JSON");
     assert!(

@@ -502,6 +502,111 @@ async fn a_partitioned_leader_stops_calling_its_guest_before_its_lease_can_expir
     assert_no_overlap(&mut rs);
 }
 
+/// The `WasmController` resource (cluster-scoped).
+fn wasmcontrollers() -> kwh_client::ApiResource {
+    kwh_client::ApiResource::new(
+        "kube-wasm.dev/v1alpha1",
+        "WasmController",
+        "wasmcontrollers",
+        false,
+    )
+}
+
+/// Starts a replica taking its plugins from the cluster, electing a leader with the short
+/// timings, with a compile cache of its own (so a takeover's loads are its own).
+async fn spawn_cluster_replica(rs: &mut Replicas) {
+    let cache = rs.dir.join(format!("cache-{}", rs.replicas.len()));
+    rs.spawn([
+        OsString::from("--plugins-from-cluster"),
+        "--leader-elect".into(),
+        "--leader-elect-lease-duration".into(),
+        "2s".into(),
+        "--leader-elect-renew-deadline".into(),
+        "1500ms".into(),
+        "--leader-elect-retry-period".into(),
+        "300ms".into(),
+        "--cache-dir".into(),
+        cache.into_os_string(),
+    ])
+    .await;
+}
+
+/// Server-side applies `WasmController` `reviser` running `module` with config `revision`.
+async fn apply_reviser(client: &kwh_client::Client, module: &std::path::Path, revision: &str) {
+    let module = module.display().to_string();
+    let body = json!({"apiVersion": "kube-wasm.dev/v1alpha1", "kind": "WasmController",
+        "metadata": {"name": "reviser"},
+        "spec": {"module": module, "logLinesPerSecond": 0,
+                 "config": {"revision": revision}}});
+    client
+        .patch(
+            &wasmcontrollers(),
+            None,
+            "reviser",
+            None,
+            &kwh_client::client::Patch::Apply(body.to_string().into()),
+            &kwh_client::client::WriteParams {
+                field_manager: Some("test".into()),
+                force: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("apply");
+}
+
+/// A replica's running revision and digest of plugin `reviser`, from /statusz.
+async fn running_reviser(r: &mut Replica) -> Option<(u64, String)> {
+    let (code, body) = r.get("/statusz").await;
+    let v: serde_json::Value = serde_json::from_str(&body).ok().filter(|_| code == 200)?;
+    let p = v["plugins"]
+        .as_array()?
+        .iter()
+        .find(|p| p["name"] == "reviser")?
+        .clone();
+    Some((p["revision"].as_u64()?, p["digest"].as_str()?.to_owned()))
+}
+
+/// Waits for both replicas to run `reviser` at `revision` with one digest; that digest.
+async fn both_at(rs: &mut Replicas, revision: u64) -> String {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let a = running_reviser(&mut rs.replicas[0]).await;
+        let b = running_reviser(&mut rs.replicas[1]).await;
+        if let (Some(a), Some(b)) = (&a, &b) {
+            if a.0 == revision && a == b {
+                return a.1.clone();
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "replicas at {a:?} and {b:?}, not both at revision {revision}:\n{}",
+            rs.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits for the `reviser` resource's status to reach `generation`: the leader wrote it.
+async fn status_at(client: &kwh_client::Client, generation: i64) {
+    let observed = || async {
+        let o = client
+            .get(&wasmcontrollers(), None, "reviser")
+            .await
+            .expect("get");
+        let v: serde_json::Value = serde_json::from_slice(o.raw()).expect("JSON");
+        v["status"]["observedGeneration"].as_i64().unwrap_or(0)
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while observed().await < generation {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "status never reached generation {generation}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// `WasmController` resources with two replicas and `--leader-elect` (issue "Plugins as managed
 /// workloads"): the standby applies every generation too (its revision runs, wired but not
 /// reconciling, so a takeover needs no compile or load), only the leader reconciles and writes
@@ -514,110 +619,18 @@ async fn two_replicas_agree_on_a_wasmcontrollers_revision_after_a_takeover() {
     let mut rs = Replicas::on(emulator);
     let module = support::guests::guest("reviser");
     for _ in 0..2 {
-        let cache = rs.dir.join(format!("cache-{}", rs.replicas.len()));
-        rs.spawn([
-            OsString::from("--plugins-from-cluster"),
-            "--leader-elect".into(),
-            "--leader-elect-lease-duration".into(),
-            "2s".into(),
-            "--leader-elect-renew-deadline".into(),
-            "1500ms".into(),
-            "--leader-elect-retry-period".into(),
-            "300ms".into(),
-            "--cache-dir".into(),
-            cache.into_os_string(),
-        ])
-        .await;
+        spawn_cluster_replica(&mut rs).await;
     }
-    let wc = kwh_client::ApiResource::new(
-        "kube-wasm.dev/v1alpha1",
-        "WasmController",
-        "wasmcontrollers",
-        false,
-    );
     let client = rs.emulator.client.clone();
-    let apply = |revision: &'static str| {
-        let client = client.clone();
-        let wc = wc.clone();
-        let module = module.display().to_string();
-        async move {
-            let body = json!({"apiVersion": "kube-wasm.dev/v1alpha1", "kind": "WasmController",
-                "metadata": {"name": "reviser"},
-                "spec": {"module": module, "logLinesPerSecond": 0,
-                         "config": {"revision": revision}}});
-            client
-                .patch(
-                    &wc,
-                    None,
-                    "reviser",
-                    None,
-                    &kwh_client::client::Patch::Apply(body.to_string().into()),
-                    &kwh_client::client::WriteParams {
-                        field_manager: Some("test".into()),
-                        force: true,
-                        ..Default::default()
-                    },
-                )
-                .await
-                .expect("apply");
-        }
-    };
-    // Each replica's running revision and digest of plugin `reviser`, from /statusz.
-    async fn running(r: &mut Replica) -> Option<(u64, String)> {
-        let (code, body) = r.get("/statusz").await;
-        let v: serde_json::Value = serde_json::from_str(&body).ok().filter(|_| code == 200)?;
-        let p = v["plugins"]
-            .as_array()?
-            .iter()
-            .find(|p| p["name"] == "reviser")?
-            .clone();
-        Some((p["revision"].as_u64()?, p["digest"].as_str()?.to_owned()))
-    }
-    async fn both_at(rs: &mut Replicas, revision: u64) -> String {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let a = running(&mut rs.replicas[0]).await;
-            let b = running(&mut rs.replicas[1]).await;
-            if let (Some(a), Some(b)) = (&a, &b) {
-                if a.0 == revision && a == b {
-                    return a.1.clone();
-                }
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "replicas at {a:?} and {b:?}, not both at revision {revision}:\n{}",
-                rs.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-    let observed = |client: kwh_client::Client, wc: kwh_client::ApiResource| async move {
-        let o = client.get(&wc, None, "reviser").await.expect("get");
-        let v: serde_json::Value = serde_json::from_slice(o.raw()).expect("JSON");
-        v["status"]["observedGeneration"].as_i64().unwrap_or(0)
-    };
-    let status_at = |generation: i64| {
-        let (client, wc) = (client.clone(), wc.clone());
-        async move {
-            let deadline = tokio::time::Instant::now() + WAIT;
-            while observed(client.clone(), wc.clone()).await < generation {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "status never reached generation {generation}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    };
 
     let first = leader(&mut rs, &[0, 1], WAIT).await;
     let standby = 1 - first;
-    apply("a").await;
+    apply_reviser(&client, &module, "a").await;
     let digest = both_at(&mut rs, 1).await;
-    status_at(1).await;
-    apply("b").await;
+    status_at(&client, 1).await;
+    apply_reviser(&client, &module, "b").await;
     assert_eq!(both_at(&mut rs, 2).await, digest, "a configuration change");
-    status_at(2).await;
+    status_at(&client, 2).await;
     // Only the leader reconciles.
     rs.emulator.create_namespace("default").await;
     rs.emulator.create_cm("default", "one", json!({})).await;
@@ -641,7 +654,7 @@ async fn two_replicas_agree_on_a_wasmcontrollers_revision_after_a_takeover() {
     assert!(!status.success());
     assert_eq!(leader(&mut rs, &[standby], WAIT).await, standby);
     assert_eq!(
-        running(&mut rs.replicas[standby]).await,
+        running_reviser(&mut rs.replicas[standby]).await,
         Some((2, digest.clone())),
         "the same revision after the takeover"
     );
@@ -660,6 +673,6 @@ async fn two_replicas_agree_on_a_wasmcontrollers_revision_after_a_takeover() {
         "nothing loaded at the takeover"
     );
     // The new leader writes status.
-    apply("c").await;
-    status_at(3).await;
+    apply_reviser(&client, &module, "c").await;
+    status_at(&client, 3).await;
 }

@@ -203,39 +203,21 @@ fn names_with(s: &Value, outcome: &str) -> Vec<String> {
     n
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_config_reloader_beside_three_shadows_writes_alone_and_loses_nothing_across_a_promotion(
-) {
-    let dir = support::temp_dir("shadow-runs");
-    std::fs::copy(example("config-reloader"), dir.join("config_reloader.wasm")).expect("copy");
-    typo_build(&dir);
-    let plugins = dir.join("plugins.yaml");
-    plugins_file(&plugins, "");
-    let mut host = HostProcess::spawn(
-        [
-            os("--plugins"),
-            plugins.as_os_str(),
-            os("--plugins-poll-interval"),
-            os("200ms"),
-            os("--metrics-addr"),
-            os("127.0.0.1:0"),
-            os("--emulator"),
-        ],
-        "info",
-    );
-    let (url, kubeconfig) = host.emulator().await;
-    let emulator = url.trim_start_matches("http://").to_string();
-    // LIST requests the emulator has served (this test's own included).
-    let lists = || async {
-        let (_, body) = http_get(&emulator, "/_emulator/stats").await;
-        let v: Value = serde_json::from_str(&body).expect("stats JSON");
-        v["requests"]["list"].as_u64().expect("a count")
-    };
-    let addr = host.ops_addr().await;
-    host.line("running; SIGINT or SIGTERM stops").await;
-    let client = support::process::client(&kubeconfig);
+/// LIST requests the emulator at `emulator` (`host:port`) has served, this test's own included.
+async fn emulator_lists(emulator: &str) -> u64 {
+    let (_, body) = http_get(emulator, "/_emulator/stats").await;
+    let v: Value = serde_json::from_str(&body).expect("stats JSON");
+    v["requests"]["list"].as_u64().expect("a count")
+}
 
-    // Every Deployment event from here on, to look for the shadows' writes in.
+/// Collects every Deployment event from now on, to look for the shadows' writes in, until
+/// the sender is used; the task answers what it saw.
+async fn watch_every_deployment(
+    client: &Client,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Vec<String>>,
+) {
     let from = client
         .list(&deployments(), None, &ListParams::default())
         .await
@@ -262,30 +244,28 @@ async fn the_config_reloader_beside_three_shadows_writes_alone_and_loses_nothing
         }
         seen
     });
+    (stop, seen)
+}
 
-    populate(&client, "stream", "v0").await;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while observed(&client, "stream")
-        .await
-        .iter()
-        .any(Option::is_none)
-    {
-        assert!(tokio::time::Instant::now() < deadline, "no baseline");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-
-    // 1. Another annotation prefix: a difference per Deployment, with its patch.
+/// Phase 1, another annotation prefix: a difference per Deployment, with its patch, the live
+/// revision's last write of the Deployment and the shadow's log lines.
+async fn a_shadow_with_another_prefix_reports_each_difference(
+    host: &mut HostProcess,
+    client: &Client,
+    addr: &str,
+    plugins: &Path,
+) {
     plugins_file(
-        &plugins,
+        plugins,
         &format!("module: config_reloader.wasm\nconfig: {{prefix: {OTHER_PREFIX}}}"),
     );
-    nth_line(&mut host, "shadow revision started", 1).await;
+    nth_line(host, "shadow revision started", 1).await;
     for i in 0..DEPLOYMENTS {
-        set_data(&client, "stream", i, "v1").await;
+        set_data(client, "stream", i, "v1").await;
     }
     // Each with the live revision's last write of the Deployment and the shadow's log lines
     // (attached once its reconcile has returned).
-    let s = shadow_status(&addr, |s| {
+    let s = shadow_status(addr, |s| {
         names_with(s, "changes").len() == DEPLOYMENTS
             && s["lastDifferences"]
                 .as_array()
@@ -326,15 +306,20 @@ async fn the_config_reloader_beside_three_shadows_writes_alone_and_loses_nothing
             .is_some_and(|l| l.contains("recorded configuration hash"))),
         "the shadow's reconcile logged its first sight: {d}"
     );
+}
 
-    // 2. A build with a typo in its baseline annotation's key: on a Deployment it sees for the
-    // first time (new ones: the others have a rolled pod template, which it reads first) it
-    // writes the key, the server refuses it, a refusal is reported, and the Deployment gets
-    // an Event saying so.
-    plugins_file(&plugins, "module: config_reloader_typo.wasm");
-    nth_line(&mut host, "shadow revision started", 2).await;
-    populate(&client, "fresh", "v0").await;
-    let s = shadow_status(&addr, |s| names_with(s, "refused").len() == DEPLOYMENTS).await;
+/// Phase 2, the typo build: on each new Deployment its write is refused by the server, the
+/// refusal is reported as its own kind, and the Deployment gets a `ShadowRefused` Event.
+async fn a_typo_builds_refused_writes_are_reported(
+    host: &mut HostProcess,
+    client: &Client,
+    addr: &str,
+    plugins: &Path,
+) {
+    plugins_file(plugins, "module: config_reloader_typo.wasm");
+    nth_line(host, "shadow revision started", 2).await;
+    populate(client, "fresh", "v0").await;
+    let s = shadow_status(addr, |s| names_with(s, "refused").len() == DEPLOYMENTS).await;
     let r = s["lastDifferences"]
         .as_array()
         .and_then(|d| d.iter().find(|d| d["outcome"] == "refused"))
@@ -367,16 +352,24 @@ async fn the_config_reloader_beside_three_shadows_writes_alone_and_loses_nothing
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
 
-    // 3. The live module itself: no difference, promoted automatically while the changes go on.
+/// Phase 3, the live module itself: no difference, promoted automatically while a round of
+/// changes goes on every 100 ms, with no relist. Returns the next round's number.
+async fn an_identical_shadow_is_promoted_while_the_changes_go_on(
+    host: &mut HostProcess,
+    client: &Client,
+    emulator: &str,
+    plugins: &Path,
+) -> usize {
     plugins_file(
-        &plugins,
+        plugins,
         &format!(
             "module: config_reloader.wasm\npromoteAfter: {{reconciles: {DEPLOYMENTS}, duration: 1s}}"
         ),
     );
-    nth_line(&mut host, "shadow revision started", 3).await;
-    let lists_before = lists().await;
+    nth_line(host, "shadow revision started", 3).await;
+    let lists_before = emulator_lists(emulator).await;
     let mut round = 3;
     let deadline = tokio::time::Instant::now() + WAIT;
     while {
@@ -385,7 +378,7 @@ async fn the_config_reloader_beside_three_shadows_writes_alone_and_loses_nothing
     } {
         assert!(tokio::time::Instant::now() < deadline, "never promoted");
         for i in 0..DEPLOYMENTS {
-            set_data(&client, "stream", i, &format!("v{round}")).await;
+            set_data(client, "stream", i, &format!("v{round}")).await;
         }
         round += 1;
         // The stream's pace: a round of changes every 100 ms.
@@ -397,27 +390,32 @@ async fn the_config_reloader_beside_three_shadows_writes_alone_and_loses_nothing
         "it never differed"
     );
     assert_eq!(
-        lists().await,
+        emulator_lists(emulator).await,
         lists_before,
         "the promotion is an upgrade on the same informers: no relist"
     );
-    // Changes go on across and after the promotion; the last one is the same for all.
+    round
+}
+
+/// Changes go on across and after the promotion (from `round`), the last one the same for
+/// all; every stream Deployment ends at the hash Deployments created with the final data have.
+async fn no_change_is_lost_across_the_promotion(client: &Client, round: usize) {
     for r in round..round + 3 {
         for i in 0..DEPLOYMENTS {
-            set_data(&client, "stream", i, &format!("v{r}")).await;
+            set_data(client, "stream", i, &format!("v{r}")).await;
         }
     }
     for i in 0..DEPLOYMENTS {
-        set_data(&client, "stream", i, "final").await;
+        set_data(client, "stream", i, "final").await;
     }
     // Deployments created with the final data record the hash every stream Deployment must
     // have reached (the hash covers the ConfigMap's name and data, not its namespace).
-    populate(&client, "control", "final").await;
+    populate(client, "control", "final").await;
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let (stream, control) = (
-            observed(&client, "stream").await,
-            observed(&client, "control").await,
+            observed(client, "stream").await,
+            observed(client, "control").await,
         );
         if control.iter().all(Option::is_some) && stream == control {
             break;
@@ -428,20 +426,18 @@ async fn the_config_reloader_beside_three_shadows_writes_alone_and_loses_nothing
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (_, body) = http_get(&addr, "/statusz").await;
-    let v: Value = serde_json::from_str(&body).expect("statusz JSON");
-    assert!(v["plugins"][0]["shadow"].is_null(), "promoted: {v}");
+}
 
-    // Nothing the two writing shadows would have written reached the cluster.
-    let _ = stop.send(());
-    let seen = seen.await.expect("the watch task");
+/// Of the Deployment objects the watch saw: the live revision's rolls are there, and nothing
+/// the two writing shadows would have written.
+fn assert_no_shadow_write_persisted(seen: &[String]) {
     assert!(
         seen.iter()
             .any(|o| o.contains("config-reloader/config-hash")),
         "the watch saw the live revision's rolls ({} events)",
         seen.len()
     );
-    for o in &seen {
+    for o in seen {
         // (The Deployments carry `other.example.com/enabled` from their creation.)
         assert!(
             !o.contains(&format!("{OTHER_PREFIX}/observed"))
@@ -450,6 +446,72 @@ async fn the_config_reloader_beside_three_shadows_writes_alone_and_loses_nothing
             "a shadow's write persisted: {o}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_config_reloader_beside_three_shadows_writes_alone_and_loses_nothing_across_a_promotion(
+) {
+    let dir = support::temp_dir("shadow-runs");
+    std::fs::copy(example("config-reloader"), dir.join("config_reloader.wasm")).expect("copy");
+    typo_build(&dir);
+    let plugins = dir.join("plugins.yaml");
+    plugins_file(&plugins, "");
+    let mut host = HostProcess::spawn(
+        [
+            os("--plugins"),
+            plugins.as_os_str(),
+            os("--plugins-poll-interval"),
+            os("200ms"),
+            os("--metrics-addr"),
+            os("127.0.0.1:0"),
+            os("--emulator"),
+        ],
+        "info",
+    );
+    let (url, kubeconfig) = host.emulator().await;
+    let emulator = url.trim_start_matches("http://").to_string();
+    let addr = host.ops_addr().await;
+    host.line("running; SIGINT or SIGTERM stops").await;
+    let client = support::process::client(&kubeconfig);
+
+    // Every Deployment event from here on, to look for the shadows' writes in.
+    let (stop, seen) = watch_every_deployment(&client).await;
+
+    populate(&client, "stream", "v0").await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while observed(&client, "stream")
+        .await
+        .iter()
+        .any(Option::is_none)
+    {
+        assert!(tokio::time::Instant::now() < deadline, "no baseline");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // 1. Another annotation prefix: a difference per Deployment, with its patch.
+    a_shadow_with_another_prefix_reports_each_difference(&mut host, &client, &addr, &plugins).await;
+
+    // 2. A build with a typo in its baseline annotation's key: on a Deployment it sees for the
+    // first time (new ones: the others have a rolled pod template, which it reads first) it
+    // writes the key, the server refuses it, a refusal is reported, and the Deployment gets
+    // an Event saying so.
+    a_typo_builds_refused_writes_are_reported(&mut host, &client, &addr, &plugins).await;
+
+    // 3. The live module itself: no difference, promoted automatically while the changes go on.
+    let round = an_identical_shadow_is_promoted_while_the_changes_go_on(
+        &mut host, &client, &emulator, &plugins,
+    )
+    .await;
+    // Changes go on across and after the promotion; the last one is the same for all.
+    no_change_is_lost_across_the_promotion(&client, round).await;
+    let (_, body) = http_get(&addr, "/statusz").await;
+    let v: Value = serde_json::from_str(&body).expect("statusz JSON");
+    assert!(v["plugins"][0]["shadow"].is_null(), "promoted: {v}");
+
+    // Nothing the two writing shadows would have written reached the cluster.
+    let _ = stop.send(());
+    let seen = seen.await.expect("the watch task");
+    assert_no_shadow_write_persisted(&seen);
     host.sigterm();
     host.exit(WAIT).await;
     let _ = std::fs::remove_dir_all(dir);

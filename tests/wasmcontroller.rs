@@ -48,6 +48,99 @@ fn wasmcontroller(module: &Path, revision: &str) -> String {
     )
 }
 
+/// `kubectl ARGS` in `dir`, which must succeed.
+async fn kubectl_ok(dir: &Path, args: &[&str]) {
+    let (ok, out, err) = kubectl(dir, args).await;
+    assert!(ok, "{out}{err}");
+}
+
+/// Writes the `reviser` resource at `revision` to its own file and applies it.
+async fn apply_revision(dir: &Path, module: &Path, revision: &str) {
+    let file = dir.join(format!("wc-{revision}.yaml"));
+    std::fs::write(&file, wasmcontroller(module, revision)).expect("write");
+    kubectl_ok(dir, &["apply", "-f", &file.display().to_string()]).await;
+}
+
+/// Waits for the `reviser` row of `kubectl get -o <columns>` to show everything in `want`.
+async fn reviser_row(dir: &Path, columns: &str, want: &'static [&'static str]) -> String {
+    kubectl_until(dir, &["get", "wasmcontrollers", "-o", columns], WAIT, |l| {
+        l.starts_with("reviser") && want.iter().all(|w| l.contains(w))
+    })
+    .await
+    .unwrap_or_else(|out| panic!("no row with {want:?}:\n{out}"))
+    .0
+}
+
+/// The digest column of a printed row.
+fn row_digest(row: &str) -> Option<String> {
+    row.split_whitespace()
+        .find(|w| w.starts_with("sha256:"))
+        .map(str::to_owned)
+}
+
+/// A configuration the guest refuses: revision 1 runs on, the reason and a `RevisionFailed`
+/// Event in describe.
+async fn a_refused_configuration_leaves_revision_1_running(
+    dir: &Path,
+    module: &Path,
+    columns: &str,
+) {
+    apply_revision(dir, module, "bad").await;
+    let (line, out) = kubectl_until(dir, &["describe", "wasmcontroller", "reviser"], WAIT, |l| {
+        l.contains("revision bad is refused")
+    })
+    .await
+    .unwrap_or_else(|out| panic!("no failure in describe:\n{out}"));
+    assert!(out.contains("PreviousRevisionRunning"), "{line}\n{out}");
+    // And an Event on it, which describe lists (the host writes Events on its own time).
+    kubectl_until(dir, &["describe", "wasmcontroller", "reviser"], WAIT, |l| {
+        l.contains("Warning") && l.contains("RevisionFailed")
+    })
+    .await
+    .unwrap_or_else(|out| panic!("no RevisionFailed Event in describe:\n{out}"));
+    reviser_row(dir, columns, &["True", " 1 "]).await;
+}
+
+/// A revision that traps while it is instantiated (in `validate-config`): revision 2 runs on.
+async fn a_trapping_revision_leaves_revision_2_running(dir: &Path, module: &Path, columns: &str) {
+    let trapping = dir.join("wc-trap.yaml");
+    std::fs::write(&trapping, wasmcontroller(module, "b") + "    trap: true\n").expect("write");
+    kubectl_ok(dir, &["apply", "-f", &trapping.display().to_string()]).await;
+    let (line, out) = kubectl_until(dir, &["describe", "wasmcontroller", "reviser"], WAIT, |l| {
+        l.contains("validate-config failed: guest trapped")
+    })
+    .await
+    .unwrap_or_else(|out| panic!("no trap in describe:\n{out}"));
+    assert!(out.contains("PreviousRevisionRunning"), "{line}\n{out}");
+    reviser_row(dir, columns, &["True", " 2 "]).await;
+}
+
+/// A second resource whose module names the same plugin is refused (one plugin, one source)
+/// and revision 2 runs on; the second resource is deleted again.
+async fn a_second_resource_for_the_same_plugin_is_refused(
+    dir: &Path,
+    module: &Path,
+    columns: &str,
+) {
+    let copy = dir.join("wc-copy.yaml");
+    std::fs::write(
+        &copy,
+        wasmcontroller(module, "c").replace("name: reviser\n", "name: reviser-copy\n"),
+    )
+    .expect("write");
+    kubectl_ok(dir, &["apply", "-f", &copy.display().to_string()]).await;
+    kubectl_until(
+        dir,
+        &["describe", "wasmcontroller", "reviser-copy"],
+        WAIT,
+        |l| l.contains("already run by WasmController reviser"),
+    )
+    .await
+    .unwrap_or_else(|out| panic!("no refusal in describe:\n{out}"));
+    reviser_row(dir, columns, &["True", " 2 "]).await;
+    kubectl_ok(dir, &["delete", "-f", &copy.display().to_string()]).await;
+}
+
 #[cfg_attr(
     not(kubectl),
     ignore = "needs kubectl, not installed when this was built"
@@ -74,74 +167,24 @@ async fn wasmcontrollers_add_upgrade_and_remove_plugins_and_carry_their_status()
     let (_, kubeconfig) = host.emulator().await;
     std::fs::copy(&kubeconfig, dir.join("kubeconfig")).expect("kubeconfig");
     host.line("running; SIGINT or SIGTERM stops").await;
-    let apply = |revision: &str| {
-        let file = dir.join(format!("wc-{revision}.yaml"));
-        std::fs::write(&file, wasmcontroller(&module, revision)).expect("write");
-        let dir = dir.clone();
-        async move {
-            let (ok, out, err) = kubectl(&dir, &["apply", "-f", &file.display().to_string()]).await;
-            assert!(ok, "{out}{err}");
-        }
-    };
     // The CRD's printer columns, as custom columns: a real API server renders them from the
     // CRD; the emulator renders no CRD's columns, so kubectl evaluates the same paths here.
     let columns = printer_columns(&crd);
-    let get = |want: &'static [&'static str]| {
-        let dir = dir.clone();
-        let columns = columns.clone();
-        async move {
-            kubectl_until(
-                &dir,
-                &["get", "wasmcontrollers", "-o", &columns],
-                WAIT,
-                |l| l.starts_with("reviser") && want.iter().all(|w| l.contains(w)),
-            )
-            .await
-            .unwrap_or_else(|out| panic!("no row with {want:?}:\n{out}"))
-            .0
-        }
-    };
 
     // Added: Ready, revision 1, its digest; its reconciles run.
-    apply("a").await;
-    let row = get(&["True", " 1 ", "sha256:"]).await;
-    let (ok, out, err) = kubectl(&dir, &["create", "configmap", "one"]).await;
-    assert!(ok, "{out}{err}");
+    apply_revision(&dir, &module, "a").await;
+    let row = reviser_row(&dir, &columns, &["True", " 1 ", "sha256:"]).await;
+    kubectl_ok(&dir, &["create", "configmap", "one"]).await;
     host.line("REV a reconcile default/one").await;
 
     // A configuration the guest refuses: revision 1 runs on, the reason in describe.
-    apply("bad").await;
-    let (line, out) = kubectl_until(
-        &dir,
-        &["describe", "wasmcontroller", "reviser"],
-        WAIT,
-        |l| l.contains("revision bad is refused"),
-    )
-    .await
-    .unwrap_or_else(|out| panic!("no failure in describe:\n{out}"));
-    assert!(out.contains("PreviousRevisionRunning"), "{line}\n{out}");
-    // And an Event on it, which describe lists (the host writes Events on its own time).
-    kubectl_until(
-        &dir,
-        &["describe", "wasmcontroller", "reviser"],
-        WAIT,
-        |l| l.contains("Warning") && l.contains("RevisionFailed"),
-    )
-    .await
-    .unwrap_or_else(|out| panic!("no RevisionFailed Event in describe:\n{out}"));
-    get(&["True", " 1 "]).await;
+    a_refused_configuration_leaves_revision_1_running(&dir, &module, &columns).await;
 
     // Upgraded: revision 2, the same digest (only the configuration changed).
-    apply("b").await;
-    let upgraded = get(&["True", " 2 "]).await;
-    let digest = |row: &str| {
-        row.split_whitespace()
-            .find(|w| w.starts_with("sha256:"))
-            .map(str::to_owned)
-    };
-    assert_eq!(digest(&upgraded), digest(&row), "{row}\n{upgraded}");
-    let (ok, out, err) = kubectl(&dir, &["create", "configmap", "two"]).await;
-    assert!(ok, "{out}{err}");
+    apply_revision(&dir, &module, "b").await;
+    let upgraded = reviser_row(&dir, &columns, &["True", " 2 "]).await;
+    assert_eq!(row_digest(&upgraded), row_digest(&row), "{row}\n{upgraded}");
+    kubectl_ok(&dir, &["create", "configmap", "two"]).await;
     host.line("REV b reconcile default/two").await;
     let status = status_of(&dir, "wasmcontroller", "reviser").await;
     assert_eq!(status["plugin"], "reviser", "{status}");
@@ -149,45 +192,13 @@ async fn wasmcontrollers_add_upgrade_and_remove_plugins_and_carry_their_status()
     assert_eq!(status["observedGeneration"], 3, "{status}");
 
     // A revision that traps while it is instantiated (in `validate-config`): revision 2 runs on.
-    let trapping = dir.join("wc-trap.yaml");
-    std::fs::write(&trapping, wasmcontroller(&module, "b") + "    trap: true\n").expect("write");
-    let (ok, out, err) = kubectl(&dir, &["apply", "-f", &trapping.display().to_string()]).await;
-    assert!(ok, "{out}{err}");
-    let (line, out) = kubectl_until(
-        &dir,
-        &["describe", "wasmcontroller", "reviser"],
-        WAIT,
-        |l| l.contains("validate-config failed: guest trapped"),
-    )
-    .await
-    .unwrap_or_else(|out| panic!("no trap in describe:\n{out}"));
-    assert!(out.contains("PreviousRevisionRunning"), "{line}\n{out}");
-    get(&["True", " 2 "]).await;
+    a_trapping_revision_leaves_revision_2_running(&dir, &module, &columns).await;
 
     // A second resource whose module names the same plugin is refused: one plugin, one source.
-    let copy = dir.join("wc-copy.yaml");
-    std::fs::write(
-        &copy,
-        wasmcontroller(&module, "c").replace("name: reviser\n", "name: reviser-copy\n"),
-    )
-    .expect("write");
-    let (ok, out, err) = kubectl(&dir, &["apply", "-f", &copy.display().to_string()]).await;
-    assert!(ok, "{out}{err}");
-    kubectl_until(
-        &dir,
-        &["describe", "wasmcontroller", "reviser-copy"],
-        WAIT,
-        |l| l.contains("already run by WasmController reviser"),
-    )
-    .await
-    .unwrap_or_else(|out| panic!("no refusal in describe:\n{out}"));
-    get(&["True", " 2 "]).await;
-    let (ok, out, err) = kubectl(&dir, &["delete", "-f", &copy.display().to_string()]).await;
-    assert!(ok, "{out}{err}");
+    a_second_resource_for_the_same_plugin_is_refused(&dir, &module, &columns).await;
 
     // Deleted: the plugin is removed, the host runs on.
-    let (ok, out, err) = kubectl(&dir, &["delete", "wasmcontroller", "reviser"]).await;
-    assert!(ok, "{out}{err}");
+    kubectl_ok(&dir, &["delete", "wasmcontroller", "reviser"]).await;
     host.line("WasmController reviser deleted: plugin removed")
         .await;
     assert!(!host.has_exited(), "the host runs on");

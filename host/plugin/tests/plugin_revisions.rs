@@ -83,6 +83,88 @@ fn named(name: &str) -> serde_json::Value {
     json!({ "name": name })
 }
 
+/// Updates ConfigMaps `u-<n % objects>` one at a time from another task, `updates` times
+/// (yielding every 50), so that an upgrade happens among them; the `(key, rv)` of each.
+fn spawn_updates(
+    em: &kwh_emulator::EmulatorHandle,
+    objects: usize,
+    updates: usize,
+) -> tokio::task::JoinHandle<Vec<(String, String)>> {
+    let em = em.clone();
+    tokio::spawn(async move {
+        let mut made = Vec::with_capacity(updates);
+        for n in 1..=updates {
+            let i = n % objects;
+            let o = em
+                .update(cm(&format!("u-{i}"), json!({"n": n.to_string()})))
+                .expect("update");
+            let rv = o["metadata"]["resourceVersion"]
+                .as_str()
+                .expect("rv")
+                .to_owned();
+            made.push((format!("default/u-{i}"), rv));
+            if n % 50 == 0 {
+                tokio::task::yield_now().await;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        made
+    })
+}
+
+/// Every update of `made` reached exactly one revision of plugin `name`, each revision saw
+/// some, and once b took an update a took none.
+fn assert_each_update_reached_exactly_one_revision(
+    logs: &Captured,
+    name: &str,
+    made: &[(String, String)],
+) {
+    let mut by_update: HashMap<(String, String), Vec<String>> = HashMap::new();
+    for (rev, what, key, rv) in rev_lines(logs, name) {
+        if what == "update" {
+            by_update.entry((key, rv)).or_default().push(rev);
+        }
+    }
+    for (key, rv) in made {
+        let got = by_update
+            .get(&(key.clone(), rv.clone()))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(got.len(), 1, "update {key}@{rv} reached {got:?}");
+    }
+    assert_eq!(by_update.len(), made.len(), "no update delivered twice");
+    let (a, b): (Vec<_>, Vec<_>) = by_update.values().partition(|r| r[0] == "a");
+    assert!(
+        !a.is_empty() && !b.is_empty(),
+        "a: {}, b: {}",
+        a.len(),
+        b.len()
+    );
+    // Nothing after the switch reached a: once b took an update, a took none.
+    let order: Vec<_> = rev_lines(logs, name)
+        .into_iter()
+        .filter(|l| l.1 == "update")
+        .map(|l| l.0)
+        .collect();
+    let first_b = order.iter().position(|r| r == "b").expect("b took updates");
+    assert!(
+        order[first_b..].iter().all(|r| r == "b"),
+        "a took an update after b"
+    );
+}
+
+/// After b's first line, a finishes at most the reconciles its two workers held at the
+/// switch, and takes no other key.
+fn assert_a_only_finished_what_it_held(logs: &Captured, name: &str) {
+    let lines = rev_lines(logs, name);
+    let first_b = lines.iter().position(|l| l.0 == "b").expect("b ran");
+    let a_after: Vec<_> = lines[first_b..].iter().filter(|l| l.0 == "a").collect();
+    assert!(
+        a_after.len() <= 2 && a_after.iter().all(|l| l.1 == "reconcile"),
+        "a after the switch: {a_after:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upgrade_under_updates_hands_every_notification_to_exactly_one_revision_without_a_relist(
 ) {
@@ -104,28 +186,7 @@ async fn an_upgrade_under_updates_hands_every_notification_to_exactly_one_revisi
     let lists_before = relists(&rt, "v1/configmaps").expect("informer");
 
     // Updates one at a time from another task, while the plugin is upgraded from a to b.
-    let writer = {
-        let em = em.clone();
-        tokio::spawn(async move {
-            let mut made = Vec::with_capacity(UPDATES);
-            for n in 1..=UPDATES {
-                let i = n % OBJECTS;
-                let o = em
-                    .update(cm(&format!("u-{i}"), json!({"n": n.to_string()})))
-                    .expect("update");
-                let rv = o["metadata"]["resourceVersion"]
-                    .as_str()
-                    .expect("rv")
-                    .to_owned();
-                made.push((format!("default/u-{i}"), rv));
-                if n % 50 == 0 {
-                    tokio::task::yield_now().await;
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            }
-            made
-        })
-    };
+    let writer = spawn_updates(&em, OBJECTS, UPDATES);
     // Upgraded once some of the updates have reached revision a.
     assert!(
         eventually(WAIT, || rev_lines(&logs, name)
@@ -150,38 +211,7 @@ async fn an_upgrade_under_updates_hands_every_notification_to_exactly_one_revisi
         seen.len() >= made.len()
     };
     assert!(eventually(WAIT, seen_all).await, "every update delivered");
-    let mut by_update: HashMap<(String, String), Vec<String>> = HashMap::new();
-    for (rev, what, key, rv) in rev_lines(&logs, name) {
-        if what == "update" {
-            by_update.entry((key, rv)).or_default().push(rev);
-        }
-    }
-    for (key, rv) in &made {
-        let got = by_update
-            .get(&(key.clone(), rv.clone()))
-            .cloned()
-            .unwrap_or_default();
-        assert_eq!(got.len(), 1, "update {key}@{rv} reached {got:?}");
-    }
-    assert_eq!(by_update.len(), made.len(), "no update delivered twice");
-    let (a, b): (Vec<_>, Vec<_>) = by_update.values().partition(|r| r[0] == "a");
-    assert!(
-        !a.is_empty() && !b.is_empty(),
-        "a: {}, b: {}",
-        a.len(),
-        b.len()
-    );
-    // Nothing after the switch reached a: once b took an update, a took none.
-    let order: Vec<_> = rev_lines(&logs, name)
-        .into_iter()
-        .filter(|l| l.1 == "update")
-        .map(|l| l.0)
-        .collect();
-    let first_b = order.iter().position(|r| r == "b").expect("b took updates");
-    assert!(
-        order[first_b..].iter().all(|r| r == "b"),
-        "a took an update after b"
-    );
+    assert_each_update_reached_exactly_one_revision(&logs, name, &made);
 
     // The last version of every object is reconciled by b; nothing was relisted.
     let last: HashMap<_, _> = made.iter().cloned().collect();
@@ -199,13 +229,7 @@ async fn an_upgrade_under_updates_hands_every_notification_to_exactly_one_revisi
     );
     // After b's first line, a finishes at most the reconciles its two workers held at the
     // switch, and takes no other key.
-    let lines = rev_lines(&logs, name);
-    let first_b = lines.iter().position(|l| l.0 == "b").expect("b ran");
-    let a_after: Vec<_> = lines[first_b..].iter().filter(|l| l.0 == "a").collect();
-    assert!(
-        a_after.len() <= 2 && a_after.iter().all(|l| l.1 == "reconcile"),
-        "a after the switch: {a_after:?}"
-    );
+    assert_a_only_finished_what_it_held(&logs, name);
     assert_eq!(
         relists(&rt, "v1/configmaps"),
         Some(lists_before),

@@ -12,8 +12,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kwh_plugin::backend::shadow::Outcome;
-use kwh_plugin::{Limits, PluginSpec, RuntimeOptions, UpgradeError};
+use kwh_emulator::EmulatorHandle;
+use kwh_plugin::backend::shadow::{Outcome, ShadowLedger};
+use kwh_plugin::{Limits, PluginRuntime, PluginSpec, RuntimeOptions, UpgradeError};
 use serde_json::json;
 use support::cluster::{cm, emulator, eventually, get_cm, runtime_with};
 use support::logs::Captured;
@@ -61,6 +62,137 @@ fn annotation(em: &kwh_emulator::EmulatorHandle, name: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// An identical shadow of plugin `name`: every write agrees, none differs or is refused;
+/// stopped again at the end.
+async fn an_identical_shadow_agrees_every_time(
+    rt: &PluginRuntime,
+    em: &EmulatorHandle,
+    opts: &RuntimeOptions,
+    name: &str,
+) {
+    let ledger = rt
+        .start_shadow(name, spec(opts, name, "a"))
+        .await
+        .expect("shadow starts");
+    for i in 0..KEYS {
+        em.create(cm(&format!("s-{i}"), json!({}))).expect("create");
+    }
+    assert!(
+        eventually(WAIT, || (0..KEYS).all(|i| annotation(
+            em,
+            &format!("s-{i}")
+        )
+        .as_deref()
+            == Some("a"))
+            && ledger.agreements.load(Ordering::Relaxed) >= KEYS as u64)
+        .await,
+        "the live revision annotated every object and the shadow agreed: {:?}",
+        ledger.differences()
+    );
+    assert_eq!(
+        ledger.differences.load(Ordering::Relaxed),
+        0,
+        "{:?}",
+        ledger.differences()
+    );
+    assert_eq!(ledger.refusals.load(Ordering::Relaxed), 0);
+    assert!(rt.stop_shadow(name, GRACE).await);
+    assert!(rt.shadow_ledger(name).is_none());
+}
+
+/// The shadow of plugin `name` acted on the state the live revision left: each of its
+/// reconciles of t-0 read the object at `live_write`, never before it; its lines are tagged
+/// as the shadow's and none is untagged.
+fn assert_the_shadow_read_the_live_write(logs: &Captured, name: &str, live_write: &str) {
+    let shadow_reads: Vec<String> = logs
+        .lines()
+        .into_iter()
+        .filter(|l| l.plugin.as_deref() == Some(&format!("{name} (shadow)")))
+        .filter_map(|l| {
+            let rest = l.message.strip_prefix("REV b reconcile default/t-0 ")?;
+            Some(rest.to_owned())
+        })
+        .collect();
+    assert!(!shadow_reads.is_empty());
+    assert!(
+        shadow_reads.iter().all(|rv| *rv == live_write),
+        "the shadow read {shadow_reads:?}, the live revision wrote {live_write}"
+    );
+    // The shadow's lines are tagged as such.
+    assert!(
+        logs.lines()
+            .iter()
+            .any(|l| l.plugin.as_deref() == Some(&format!("{name} (shadow)"))
+                && l.message.starts_with("REV b ")),
+        "shadow lines tagged"
+    );
+    assert!(
+        !logs
+            .lines()
+            .iter()
+            .any(|l| l.plugin.as_deref() == Some(name) && l.message.starts_with("REV b ")),
+        "no untagged shadow line"
+    );
+}
+
+/// Beside t-0's difference: the live revision's last write of the object (at `live_write`),
+/// and the shadow's reconcile's log lines (attached once it has returned).
+async fn assert_the_difference_carries_the_live_write_and_logs(
+    ledger: &ShadowLedger,
+    live_write: &str,
+) {
+    assert!(
+        eventually(WAIT, || ledger
+            .differences()
+            .iter()
+            .any(|d| d.name == "t-0" && d.logs.is_some()))
+        .await,
+        "logs attached"
+    );
+    let d = ledger
+        .differences()
+        .into_iter()
+        .find(|d| d.name == "t-0")
+        .expect("t-0");
+    let live = d.live_write.as_ref().expect("the live revision's write");
+    assert_eq!(live.op, "patch");
+    assert!(live.body.contains(r#""reviser/revision":"a""#), "{live:?}");
+    assert_eq!(live.resource_version, Some(live_write.to_owned()));
+    assert_eq!(
+        d.logs.as_deref(),
+        Some(&["INFO reviser b: annotating default/t-0".to_owned()][..]),
+        "{d:?}"
+    );
+}
+
+/// Where people look: /statusz lists t-0's difference with its patch, live write and logs,
+/// and /metrics counts the shadow's differing writes of plugin `name`.
+fn assert_statusz_and_metrics_show_the_difference(rt: &PluginRuntime, name: &str) {
+    let status: serde_json::Value =
+        serde_json::from_str(&rt.status().render_status()).expect("statusz JSON");
+    let shadow = status["plugins"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == name))
+        .map(|p| p["shadow"].clone())
+        .expect("the plugin");
+    assert!(shadow["differences"].as_u64() >= Some(1), "{shadow}");
+    let last = shadow["lastDifferences"]
+        .as_array()
+        .and_then(|d| d.iter().find(|d| d["name"] == "t-0"))
+        .expect("t-0 listed");
+    assert_eq!(last["outcome"], "changes");
+    assert_eq!(last["patch"][0]["value"], "b");
+    assert_eq!(last["liveWrite"]["op"], "patch", "{last}");
+    assert_eq!(last["logs"][0], "INFO reviser b: annotating default/t-0");
+    let metrics = rt.status().render_metrics().expect("metrics");
+    assert!(
+        metrics.lines().any(|l| l.starts_with(&format!(
+            "plugin_shadow_writes_total{{plugin=\"{name}\",outcome=\"difference\"}}"
+        ))),
+        "{metrics}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shadow_reconciles_after_the_live_revision_and_its_writes_are_only_compared() {
     let logs = support::logs::capture_global();
@@ -81,34 +213,7 @@ async fn a_shadow_reconciles_after_the_live_revision_and_its_writes_are_only_com
     assert!(matches!(other, UpgradeError::OtherPlugin { .. }), "{other}");
 
     // An identical shadow: every write agrees.
-    let ledger = rt
-        .start_shadow(name, spec(&opts, name, "a"))
-        .await
-        .expect("shadow starts");
-    for i in 0..KEYS {
-        em.create(cm(&format!("s-{i}"), json!({}))).expect("create");
-    }
-    assert!(
-        eventually(WAIT, || (0..KEYS).all(|i| annotation(
-            &em,
-            &format!("s-{i}")
-        )
-        .as_deref()
-            == Some("a"))
-            && ledger.agreements.load(Ordering::Relaxed) >= KEYS as u64)
-        .await,
-        "the live revision annotated every object and the shadow agreed: {:?}",
-        ledger.differences()
-    );
-    assert_eq!(
-        ledger.differences.load(Ordering::Relaxed),
-        0,
-        "{:?}",
-        ledger.differences()
-    );
-    assert_eq!(ledger.refusals.load(Ordering::Relaxed), 0);
-    assert!(rt.stop_shadow(name, GRACE).await);
-    assert!(rt.shadow_ledger(name).is_none());
+    an_identical_shadow_agrees_every_time(&rt, &em, &opts, name).await;
 
     // A shadow that would annotate with its own revision: differences, each with its patch,
     // after the live revision's reconcile of the key; nothing written.
@@ -155,35 +260,7 @@ async fn a_shadow_reconciles_after_the_live_revision_and_its_writes_are_only_com
     // The shadow acted on the state the live revision left: each of its reconciles read the
     // object at the live annotation's revision (the create's revision + 1), never before it.
     let live_write = (revision + 2).to_string();
-    let shadow_reads: Vec<String> = logs
-        .lines()
-        .into_iter()
-        .filter(|l| l.plugin.as_deref() == Some(&format!("{name} (shadow)")))
-        .filter_map(|l| {
-            let rest = l.message.strip_prefix("REV b reconcile default/t-0 ")?;
-            Some(rest.to_owned())
-        })
-        .collect();
-    assert!(!shadow_reads.is_empty());
-    assert!(
-        shadow_reads.iter().all(|rv| *rv == live_write),
-        "the shadow read {shadow_reads:?}, the live revision wrote {live_write}"
-    );
-    // The shadow's lines are tagged as such.
-    assert!(
-        logs.lines()
-            .iter()
-            .any(|l| l.plugin.as_deref() == Some(&format!("{name} (shadow)"))
-                && l.message.starts_with("REV b ")),
-        "shadow lines tagged"
-    );
-    assert!(
-        !logs
-            .lines()
-            .iter()
-            .any(|l| l.plugin.as_deref() == Some(name) && l.message.starts_with("REV b ")),
-        "no untagged shadow line"
-    );
+    assert_the_shadow_read_the_live_write(&logs, name, &live_write);
     // The store holds the live revision's write and nothing of the shadow's: the create and
     // the live annotation are the object's only revisions (the store's next ones are the
     // shadow's Event about the difference, written by the host, not by the shadow).
@@ -195,53 +272,10 @@ async fn a_shadow_reconciles_after_the_live_revision_and_its_writes_are_only_com
 
     // Beside the difference: the live revision's last write of the object, and the shadow's
     // reconcile's log lines (attached once it has returned).
-    assert!(
-        eventually(WAIT, || ledger
-            .differences()
-            .iter()
-            .any(|d| d.name == "t-0" && d.logs.is_some()))
-        .await,
-        "logs attached"
-    );
-    let d = ledger
-        .differences()
-        .into_iter()
-        .find(|d| d.name == "t-0")
-        .expect("t-0");
-    let live = d.live_write.as_ref().expect("the live revision's write");
-    assert_eq!(live.op, "patch");
-    assert!(live.body.contains(r#""reviser/revision":"a""#), "{live:?}");
-    assert_eq!(live.resource_version, Some(live_write.clone()));
-    assert_eq!(
-        d.logs.as_deref(),
-        Some(&["INFO reviser b: annotating default/t-0".to_owned()][..]),
-        "{d:?}"
-    );
+    assert_the_difference_carries_the_live_write_and_logs(&ledger, &live_write).await;
 
     // Where people look: /statusz and /metrics.
-    let status: serde_json::Value =
-        serde_json::from_str(&rt.status().render_status()).expect("statusz JSON");
-    let shadow = status["plugins"]
-        .as_array()
-        .and_then(|ps| ps.iter().find(|p| p["name"] == name))
-        .map(|p| p["shadow"].clone())
-        .expect("the plugin");
-    assert!(shadow["differences"].as_u64() >= Some(1), "{shadow}");
-    let last = shadow["lastDifferences"]
-        .as_array()
-        .and_then(|d| d.iter().find(|d| d["name"] == "t-0"))
-        .expect("t-0 listed");
-    assert_eq!(last["outcome"], "changes");
-    assert_eq!(last["patch"][0]["value"], "b");
-    assert_eq!(last["liveWrite"]["op"], "patch", "{last}");
-    assert_eq!(last["logs"][0], "INFO reviser b: annotating default/t-0");
-    let metrics = rt.status().render_metrics().expect("metrics");
-    assert!(
-        metrics.lines().any(|l| l.starts_with(&format!(
-            "plugin_shadow_writes_total{{plugin=\"{name}\",outcome=\"difference\"}}"
-        ))),
-        "{metrics}"
-    );
+    assert_statusz_and_metrics_show_the_difference(&rt, name);
 
     // Removing the live plugin takes its shadow along.
     assert!(rt.remove(name, GRACE).await);

@@ -22,6 +22,7 @@
 //! machine, not what the shadow adds to the host); `BENCH_SHADOW_UPDATES`,
 //! `BENCH_SHADOW_ROUNDS`.
 
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -91,15 +92,15 @@ async fn phase(
     p99(latencies(&sent, &samples, &base).remove(0))
 }
 
-pub async fn shadow_section() {
-    eprintln!("shadow …");
-    // The API server's stand-in on two runtime threads of its own, as a real one serves
-    // requests concurrently on other machines: its handling of the shadow's dry runs is not
-    // the host's work. At the lowest priority (`BENCH_EMULATOR=colocated`: at the host's), so
-    // that, as on a real cluster, its CPU is not taken from the host's two cores: at the
-    // host's priority the work of answering 1,000 dry runs a second lands on the live
-    // revision's latency (docs/benchmarks-history.md, "Shadow runs", both rows).
-    let colocated = std::env::var("BENCH_EMULATOR").as_deref() == Ok("colocated");
+/// The API server's stand-in on a thread of its own: two low-priority runtime threads, or with
+/// `colocated` two at the host's priority. Its handle, the sender that stops it, and the thread.
+fn start_emulator_thread(
+    colocated: bool,
+) -> (
+    EmulatorHandle,
+    tokio::sync::oneshot::Sender<()>,
+    std::thread::JoinHandle<()>,
+) {
     let (tx, rx) = std::sync::mpsc::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = std::thread::spawn(move || {
@@ -131,53 +132,62 @@ pub async fn shadow_section() {
         }
     });
     let h = rx.recv().expect("the emulator started");
-    let pad = seed_configmaps(&h, "bench", OBJECTS, 1024);
-    let opts = RuntimeOptions {
-        namespace: Some("bench".into()),
-        ..RuntimeOptions::default()
-    };
-    let mut rt = PluginRuntime::new(engine(256), client(&h), opts.clone());
-    let live = super::guests::guest("bench-sdk");
-    rt.start_spec(PluginSpec::with_defaults(&live, &opts))
-        .await
-        .expect("live starts");
-    let name = rt.plugins()[0].name().to_owned();
-    until("initial reconciles", DEADLINE, || {
-        rt.plugins()[0]
-            .reconcile_stats()
-            .total
-            .load(Ordering::Relaxed)
-            >= OBJECTS as u64
-    })
-    .await;
-    // The shadow: the reviser guest under the live plugin's name, annotating what it reconciles.
-    // `BENCH_SHADOW=bench-sdk` runs the live plugin's own module as the shadow instead (no
-    // writes, handlers handed over): what the shadow machinery costs without dry runs.
+    (h, stop, server)
+}
+
+/// The shadow of the live plugin `name` (module `live`): the reviser guest under its name,
+/// annotating what it reconciles, or as `BENCH_SHADOW` and `BENCH_ANNOTATE` say; and whether
+/// its every reconcile writes.
+fn shadow_spec(live: &Path, name: &str, opts: &RuntimeOptions) -> (PluginSpec, bool) {
     let writing = std::env::var("BENCH_SHADOW").as_deref() != Ok("bench-sdk")
         && std::env::var("BENCH_ANNOTATE").as_deref() != Ok("no");
     let shadow = match std::env::var("BENCH_SHADOW").as_deref() {
-        Ok("bench-sdk") => PluginSpec::with_defaults(&live, &opts),
+        Ok("bench-sdk") => PluginSpec::with_defaults(live, opts),
         _ => PluginSpec {
             config: Arc::new(
                 serde_json::json!({"revision": "b", "name": name, "annotate": std::env::var("BENCH_ANNOTATE").as_deref() != Ok("no")}),
             ),
-            ..PluginSpec::with_defaults(super::guests::guest("reviser"), &opts)
+            ..PluginSpec::with_defaults(super::guests::guest("reviser"), opts)
         },
     };
-    let rt = Arc::new(rt);
-    let (mut without, mut with) = (Vec::new(), Vec::new());
-    let (mut moved, mut writes, mut events) = (0, 0, 0);
+    (shadow, writing)
+}
+
+/// What the alternating rounds measured: the live p99s (ms) of each round without and with
+/// the shadow, the store's revisions while the shadow ran less the host's Events about it,
+/// the shadow's writes checked, and those Events.
+#[derive(Default)]
+struct Rounds {
+    without: Vec<f64>,
+    with: Vec<f64>,
+    moved: u64,
+    writes: u64,
+    events: u64,
+}
+
+/// [`rounds`] rounds of a phase without the shadow, then one with it (started, waited for,
+/// stopped), on the live plugin `name`; `writing`: wait for the shadow's every write.
+async fn alternate_rounds(
+    h: &EmulatorHandle,
+    rt: &Arc<PluginRuntime>,
+    pad: usize,
+    name: &str,
+    shadow: &PluginSpec,
+    writing: bool,
+) -> Rounds {
+    let mut r = Rounds::default();
     let mut offset = 0;
     for round in 0..rounds() {
-        without.push(phase(&h, &rt, pad, offset, 2 * round + 1).await);
+        r.without
+            .push(phase(h, rt, pad, offset, 2 * round + 1).await);
         offset += updates();
         let ledger = rt
-            .start_shadow(&name, shadow.clone())
+            .start_shadow(name, shadow.clone())
             .await
             .expect("shadow starts");
         let revision = h.current_resource_version();
         let events_before = h.list("events.k8s.io/v1", "Event", None).len() as u64;
-        with.push(phase(&h, &rt, pad, offset, 2 * round + 2).await);
+        r.with.push(phase(h, rt, pad, offset, 2 * round + 2).await);
         offset += updates();
         // Every update reaches the shadow too (50 ms after the live reconcile).
         until("the shadow's writes", DEADLINE, || {
@@ -190,22 +200,23 @@ pub async fn shadow_section() {
         // The store's revisions while the shadow ran: the updates, and the host's Events
         // about the shadow's differences (one per new kind), nothing of the shadow's.
         let new_events = h.list("events.k8s.io/v1", "Event", None).len() as u64 - events_before;
-        moved += h.current_resource_version() - revision - new_events;
-        events += new_events;
-        writes +=
+        r.moved += h.current_resource_version() - revision - new_events;
+        r.events += new_events;
+        r.writes +=
             ledger.differences.load(Ordering::Relaxed) + ledger.agreements.load(Ordering::Relaxed);
-        assert!(rt.stop_shadow(&name, Duration::from_secs(5)).await);
+        assert!(rt.stop_shadow(name, Duration::from_secs(5)).await);
         eprintln!(
             "  round {round}: p99 {:.2} ms without, {:.2} ms with the shadow",
-            without[round], with[round]
+            r.without[round], r.with[round]
         );
     }
-    let (without, with) = (median(without), median(with));
-    let rt = Arc::into_inner(rt).expect("the runtime is not shared any more");
-    assert!(rt.shutdown(Duration::from_secs(5)).await, "clean stop");
-    let _ = stop.send(());
-    let _ = server.join();
+    r
+}
 
+/// Prints the section's table from the medians of the rounds; whether every floor was met.
+fn print_shadow_table(colocated: bool, r: Rounds) -> bool {
+    let (without, with) = (median(r.without), median(r.with));
+    let (moved, writes, events) = (r.moved, r.writes, r.events);
     println!("\n## A shadow revision beside a live plugin, at a steady 1,000 updates/s\n");
     println!(
         "The API server's stand-in: {}.\n",
@@ -235,5 +246,49 @@ pub async fn shadow_section() {
         moved == (rounds() * updates()) as u64,
     );
     println!("\nmet: {ok}");
+    ok
+}
+
+pub async fn shadow_section() {
+    eprintln!("shadow …");
+    // The API server's stand-in on two runtime threads of its own, as a real one serves
+    // requests concurrently on other machines: its handling of the shadow's dry runs is not
+    // the host's work. At the lowest priority (`BENCH_EMULATOR=colocated`: at the host's), so
+    // that, as on a real cluster, its CPU is not taken from the host's two cores: at the
+    // host's priority the work of answering 1,000 dry runs a second lands on the live
+    // revision's latency (docs/benchmarks-history.md, "Shadow runs", both rows).
+    let colocated = std::env::var("BENCH_EMULATOR").as_deref() == Ok("colocated");
+    let (h, stop, server) = start_emulator_thread(colocated);
+    let pad = seed_configmaps(&h, "bench", OBJECTS, 1024);
+    let opts = RuntimeOptions {
+        namespace: Some("bench".into()),
+        ..RuntimeOptions::default()
+    };
+    let mut rt = PluginRuntime::new(engine(256), client(&h), opts.clone());
+    let live = super::guests::guest("bench-sdk");
+    rt.start_spec(PluginSpec::with_defaults(&live, &opts))
+        .await
+        .expect("live starts");
+    let name = rt.plugins()[0].name().to_owned();
+    until("initial reconciles", DEADLINE, || {
+        rt.plugins()[0]
+            .reconcile_stats()
+            .total
+            .load(Ordering::Relaxed)
+            >= OBJECTS as u64
+    })
+    .await;
+    // The shadow: the reviser guest under the live plugin's name, annotating what it reconciles.
+    // `BENCH_SHADOW=bench-sdk` runs the live plugin's own module as the shadow instead (no
+    // writes, handlers handed over): what the shadow machinery costs without dry runs.
+    let (shadow, writing) = shadow_spec(&live, &name, &opts);
+    let rt = Arc::new(rt);
+    let rounds = alternate_rounds(&h, &rt, pad, &name, &shadow, writing).await;
+    let rt = Arc::into_inner(rt).expect("the runtime is not shared any more");
+    assert!(rt.shutdown(Duration::from_secs(5)).await, "clean stop");
+    let _ = stop.send(());
+    let _ = server.join();
+
+    let ok = print_shadow_table(colocated, rounds);
     assert!(ok, "a shadow floor was missed");
 }
