@@ -457,9 +457,11 @@ impl Controller for ConfigReloader {
     fn on_update(watch: u32, old: Object, new: Object) {
         if watch == DEPLOYMENTS {
             // Status-only updates (rollout progress) cannot change what the template uses;
-            // resyncs (old == new) and spec or opt-in changes can.
+            // resyncs (old == new) and spec or opt-in changes can. The spec itself is compared,
+            // not the generation: a Deployment's generation also moves when its annotations
+            // change, this controller's own baseline and hash annotations among them.
             let names = names();
-            let spec_or_opt_in = old.generation() != new.generation()
+            let spec_or_opt_in = old.value().get("spec") != new.value().get("spec")
                 || old.annotation(&names.enabled) != new.annotation(&names.enabled)
                 || old == new;
             if enabled(&new, names) && spec_or_opt_in {
