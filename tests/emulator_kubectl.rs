@@ -253,9 +253,23 @@ async fn typed_generators_send_protobuf_that_is_decoded() {
     assert_eq!(s["data"]["p"], "cQ==");
     // Its body's type is empty; the API server defaults a Secret's type to Opaque.
     assert_eq!(s["type"], "Opaque", "{s}");
-    // Kinds without a protobuf decoder are refused clearly (use create -f / apply for them).
-    let (ok, _, err) = k.run(&["create", "deployment", "d", "--image=nginx"]).await;
-    assert!(!ok && err.contains("unknown format"), "{err}");
+    // Every built-in kind's protobuf decodes: a Deployment, defaulted as the server does.
+    k.ok(&[
+        "create",
+        "deployment",
+        "d",
+        "--image=nginx:1.27",
+        "-n",
+        "gen",
+    ])
+    .await;
+    let d = k.json(&["get", "deployment", "d", "-n", "gen"]).await;
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx:1.27"
+    );
+    assert_eq!(d["spec"]["strategy"]["type"], "RollingUpdate", "{d}");
+    assert_eq!(d["metadata"]["generation"], 1);
     k.ok(&["delete", "namespace", "gen"]).await;
     let (ok, _, _) = k.run(&["get", "cm", "c", "-n", "gen"]).await;
     assert!(!ok);

@@ -79,6 +79,7 @@ pub mod faults;
 pub mod fields;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod kube_types;
 pub mod list;
 pub(crate) mod object_meta;
 pub mod openapi;

@@ -1,15 +1,25 @@
-//! Just enough of Kubernetes' protobuf encoding to accept the request bodies kubectl's typed
-//! generators and clients send (`kubectl create namespace|configmap|secret|serviceaccount …`,
-//! `kubectl create token`, `kubectl auth can-i`, `kubectl auth whoami`).
+//! Kubernetes' protobuf encoding (`application/vnd.kubernetes.protobuf`) of every built-in
+//! kind, to and from the JSON the emulator stores: the request bodies kubectl and client-go
+//! send (`kubectl create deployment`, `kubectl run`, controllers configured for protobuf), and
+//! the objects and lists the emulator answers with when asked for protobuf.
 //!
-//! Why: kubectl 1.32 sends built-in objects from those commands as protobuf only, without a JSON
-//! fallback. The body is the `k8s\0` magic, then a `runtime.Unknown` (type meta + the raw message).
-//! Only the kinds below are decoded, and of `ObjectMeta` only what a create carries; anything else
-//! is refused with 415 by the caller. Empty strings and zero numbers are left out of the JSON,
-//! as the API server's JSON leaves out those fields (Go's `omitempty`).
+//! The body is the `k8s\0` magic, then a `runtime.Unknown`: type meta (apiVersion, kind) and
+//! the raw message. The messages' fields come from the API's message table
+//! ([`crate::kube_types`]), so no kind is decoded by hand. The wrapper types keep their JSON
+//! forms: `Time` (RFC 3339), `MicroTime`, `Duration` (Go's `1h2m3s`), `Quantity` and
+//! `IntOrString` (a string or a number), `RawExtension` and `FieldsV1` (embedded JSON),
+//! `bytes` (base64).
+//!
+//! proto2 as Go writes it encodes a non-pointer field even at its zero value; the server's
+//! JSON leaves such fields out (`omitempty`). So a decoded empty string, `0` or `false` of a
+//! singular field is left out too, except for the pointer fields where zero means something
+//! ([`ZERO_MEANS_SOMETHING`]: a Deployment's `replicas: 0`, `automountServiceAccountToken:
+//! false`…).
 
 use base64::Engine;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
+
+use crate::kube_types::{types, Field};
 
 /// Why a protobuf body could not be turned into JSON.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -22,10 +32,70 @@ pub enum ProtoError {
     Unsupported(String),
 }
 
+/// How deep messages may nest (the API's deepest, a CRD's schema, is far below it): a bound
+/// against bodies built to exhaust the stack.
+const MAX_DEPTH: usize = 100;
+
+/// Singular fields whose zero value is not "unset" (`Message.field`, `*` for any message): Go
+/// pointers that the defaulters or admission would otherwise fill in differently.
+pub const ZERO_MEANS_SOMETHING: &[&str] = &[
+    "DeploymentSpec.replicas",
+    "ReplicaSetSpec.replicas",
+    "StatefulSetSpec.replicas",
+    "ReplicationControllerSpec.replicas",
+    "ScaleSpec.replicas",
+    "DeploymentSpec.revisionHistoryLimit",
+    "DeploymentSpec.progressDeadlineSeconds",
+    "StatefulSetSpec.revisionHistoryLimit",
+    "DaemonSetSpec.revisionHistoryLimit",
+    "RollingUpdateStatefulSetStrategy.partition",
+    "JobSpec.parallelism",
+    "JobSpec.completions",
+    "JobSpec.backoffLimit",
+    "JobSpec.activeDeadlineSeconds",
+    "JobSpec.ttlSecondsAfterFinished",
+    "JobSpec.suspend",
+    "CronJobSpec.suspend",
+    "CronJobSpec.successfulJobsHistoryLimit",
+    "CronJobSpec.failedJobsHistoryLimit",
+    "PodSpec.terminationGracePeriodSeconds",
+    "PodSpec.activeDeadlineSeconds",
+    "PodSpec.enableServiceLinks",
+    "PodSpec.hostUsers",
+    "ServiceSpec.allocateLoadBalancerNodePorts",
+    "HorizontalPodAutoscalerSpec.minReplicas",
+    "HPAScalingRules.stabilizationWindowSeconds",
+    "TokenRequestSpec.expirationSeconds",
+    "ServiceAccountTokenProjection.expirationSeconds",
+    "DeleteOptions.gracePeriodSeconds",
+    "KeyToPath.mode",
+    "*.automountServiceAccountToken",
+    "*.immutable",
+    "*.optional",
+    "*.defaultMode",
+    "*.runAsNonRoot",
+    "*.runAsUser",
+    "*.runAsGroup",
+    "*.fsGroup",
+    "*.privileged",
+    "*.allowPrivilegeEscalation",
+    "*.readOnlyRootFilesystem",
+];
+
+/// Whether `field` of message `owner` (full name) keeps a zero value.
+fn keeps_zero(owner: &str, field: &str) -> bool {
+    let short = owner.rsplit('.').next().unwrap_or(owner);
+    ZERO_MEANS_SOMETHING.iter().any(|e| {
+        e.split_once('.')
+            .is_some_and(|(m, f)| f == field && (m == "*" || m == short))
+    })
+}
+
 enum Wire<'a> {
     Varint(u64),
     Bytes(&'a [u8]),
-    Fixed,
+    Fixed64(u64),
+    Fixed32,
 }
 
 struct Reader<'a> {
@@ -66,8 +136,10 @@ impl<'a> Reader<'a> {
         let wire = match key & 7 {
             0 => Wire::Varint(self.varint()?),
             1 => {
-                self.take(8)?;
-                Wire::Fixed
+                let b = self.take(8)?;
+                let mut x = [0u8; 8];
+                x.copy_from_slice(b);
+                Wire::Fixed64(u64::from_le_bytes(x))
             }
             2 => {
                 let n = usize::try_from(self.varint()?)
@@ -76,7 +148,7 @@ impl<'a> Reader<'a> {
             }
             5 => {
                 self.take(4)?;
-                Wire::Fixed
+                Wire::Fixed32
             }
             _ => return Err(ProtoError::Malformed("unsupported wire type")),
         };
@@ -92,86 +164,8 @@ fn string(b: &[u8]) -> Result<String, ProtoError> {
     String::from_utf8(b.to_vec()).map_err(|_| ProtoError::Malformed("string is not UTF-8"))
 }
 
-/// One `map<string, V>` entry: key = 1, value = 2.
-fn map_entry(b: &[u8], bytes_value: bool) -> Result<(String, Value), ProtoError> {
-    let (mut k, mut v) = (String::new(), Value::String(String::new()));
-    let mut r = fields(b);
-    while let Some((f, w)) = r.next()? {
-        match (f, w) {
-            (1, Wire::Bytes(x)) => k = string(x)?,
-            (2, Wire::Bytes(x)) if bytes_value => {
-                v = Value::String(base64::engine::general_purpose::STANDARD.encode(x))
-            }
-            (2, Wire::Bytes(x)) => v = Value::String(string(x)?),
-            _ => {}
-        }
-    }
-    Ok((k, v))
-}
-
-fn insert_entry(
-    obj: &mut Map<String, Value>,
-    field: &str,
-    b: &[u8],
-    bytes_value: bool,
-) -> Result<(), ProtoError> {
-    let (k, v) = map_entry(b, bytes_value)?;
-    let m = obj.entry(field).or_insert_with(|| json!({}));
-    if let Some(m) = m.as_object_mut() {
-        m.insert(k, v);
-    }
-    Ok(())
-}
-
-fn push_string(obj: &mut Map<String, Value>, field: &str, b: &[u8]) -> Result<(), ProtoError> {
-    let s = string(b)?;
-    let a = obj.entry(field).or_insert_with(|| json!([]));
-    if let Some(a) = a.as_array_mut() {
-        a.push(Value::String(s));
-    }
-    Ok(())
-}
-
-fn object_meta(b: &[u8]) -> Result<Value, ProtoError> {
-    let mut m = Map::new();
-    let mut r = fields(b);
-    // proto2 encodes a set empty string; the API server's JSON omits empty strings (Go's
-    // omitempty), so an empty one is dropped here rather than stored.
-    let put = |m: &mut Map<String, Value>, key: &str, x: &[u8]| -> Result<(), ProtoError> {
-        let s = string(x)?;
-        if !s.is_empty() {
-            m.insert(key.into(), s.into());
-        }
-        Ok(())
-    };
-    while let Some((f, w)) = r.next()? {
-        let Wire::Bytes(x) = w else { continue };
-        match f {
-            1 => put(&mut m, "name", x)?,
-            2 => put(&mut m, "generateName", x)?,
-            3 => put(&mut m, "namespace", x)?,
-            11 => insert_entry(&mut m, "labels", x, false)?,
-            12 => insert_entry(&mut m, "annotations", x, false)?,
-            14 => push_string(&mut m, "finalizers", x)?,
-            _ => {}
-        }
-    }
-    Ok(Value::Object(m))
-}
-
-/// The kinds [`decode`] knows, by (apiVersion, kind).
-const KINDS: [(&str, &str); 7] = [
-    ("v1", "ConfigMap"),
-    ("v1", "Secret"),
-    ("v1", "Namespace"),
-    ("v1", "ServiceAccount"),
-    ("authentication.k8s.io/v1", "TokenRequest"),
-    ("authentication.k8s.io/v1", "SelfSubjectReview"),
-    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"),
-];
-
-/// Decode a protobuf request body into the JSON object it stands for.
-pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
+/// The envelope's apiVersion, kind and raw message.
+fn envelope(body: &[u8]) -> Result<(String, String, &[u8]), ProtoError> {
     let rest = body.strip_prefix(b"k8s\0").ok_or(ProtoError::NoMagic)?;
     let (mut api_version, mut kind, mut raw) = (String::new(), String::new(), &[][..]);
     let mut r = fields(rest);
@@ -191,120 +185,226 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
             _ => {}
         }
     }
-    if !KINDS.contains(&(api_version.as_str(), kind.as_str())) {
-        return Err(ProtoError::Unsupported(kind));
-    }
+    Ok((api_version, kind, raw))
+}
+
+/// Decode a protobuf body into the JSON object it stands for.
+pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
+    let (api_version, kind, raw) = envelope(body)?;
+    let name = types()
+        .for_kind(&api_version, &kind)
+        .ok_or_else(|| ProtoError::Unsupported(kind.clone()))?;
     let mut obj = Map::new();
     obj.insert("apiVersion".into(), api_version.into());
-    obj.insert("kind".into(), kind.clone().into());
-    let mut r = fields(raw);
-    while let Some((f, w)) = r.next()? {
-        match (kind.as_str(), f, w) {
-            (_, 1, Wire::Bytes(x)) => {
-                obj.insert("metadata".into(), object_meta(x)?);
-            }
-            ("ConfigMap", 2, Wire::Bytes(x)) => insert_entry(&mut obj, "data", x, false)?,
-            ("ConfigMap", 3, Wire::Bytes(x)) => insert_entry(&mut obj, "binaryData", x, true)?,
-            ("ConfigMap", 4, Wire::Varint(v)) | ("Secret", 5, Wire::Varint(v)) => {
-                obj.insert("immutable".into(), (v != 0).into());
-            }
-            ("Secret", 2, Wire::Bytes(x)) => insert_entry(&mut obj, "data", x, true)?,
-            // An empty string is protobuf's "unset": JSON leaves the field out.
-            ("Secret", 3, Wire::Bytes(x)) if !x.is_empty() => {
-                obj.insert("type".into(), string(x)?.into());
-            }
-            ("Secret", 4, Wire::Bytes(x)) => insert_entry(&mut obj, "stringData", x, false)?,
-            ("Namespace", 2, Wire::Bytes(x)) => {
-                let mut spec = Map::new();
-                let mut s = fields(x);
-                while let Some((sf, sw)) = s.next()? {
-                    if let (1, Wire::Bytes(y)) = (sf, sw) {
-                        push_string(&mut spec, "finalizers", y)?;
-                    }
-                }
-                obj.insert("spec".into(), Value::Object(spec));
-            }
-            ("TokenRequest", 2, Wire::Bytes(x)) => {
-                obj.insert("spec".into(), token_request_spec(x)?);
-            }
-            ("SelfSubjectAccessReview", 2, Wire::Bytes(x)) => {
-                obj.insert("spec".into(), access_review_spec(x)?);
-            }
-            // Status messages of requests (and the other fields above) carry nothing a request
-            // means: the server fills them in.
-            _ => {}
-        }
+    obj.insert("kind".into(), kind.into());
+    if let Value::Object(m) = message(name, raw, 0)? {
+        obj.extend(m);
     }
     Ok(Value::Object(obj))
 }
 
-/// Inserts the non-empty strings of a message whose fields are all strings, by field number.
-fn string_fields(b: &[u8], names: &[(u64, &str)]) -> Result<Value, ProtoError> {
-    let mut m = Map::new();
+/// The JSON of message `name` encoded as `b`.
+fn message(name: &str, b: &[u8], depth: usize) -> Result<Value, ProtoError> {
+    if depth > MAX_DEPTH {
+        return Err(ProtoError::Malformed("messages nested too deep"));
+    }
+    if let Some(v) = wrapper(name, b)? {
+        return Ok(v);
+    }
+    let msg = types()
+        .message(name)
+        .ok_or_else(|| ProtoError::Unsupported(name.rsplit('.').next().unwrap_or(name).into()))?;
+    let mut out = Map::new();
     let mut r = fields(b);
-    while let Some((f, w)) = r.next()? {
-        if let (Some((_, name)), Wire::Bytes(x)) = (names.iter().find(|(n, _)| *n == f), w) {
-            let s = string(x)?;
-            if !s.is_empty() {
-                m.insert((*name).into(), s.into());
+    while let Some((tag, wire)) = r.next()? {
+        let Some(f) = msg.fields.iter().find(|f| f.tag == tag) else {
+            continue;
+        };
+        if f.map {
+            let Wire::Bytes(entry) = wire else {
+                return Err(ProtoError::Malformed("a map entry is not a message"));
+            };
+            let (k, v) = map_entry(f, entry, depth)?;
+            let m = out
+                .entry(f.json.clone())
+                .or_insert_with(|| Value::Object(Map::new()));
+            if let Value::Object(m) = m {
+                m.insert(k, v);
+            }
+        } else if f.repeated {
+            let a = out
+                .entry(f.json.clone())
+                .or_insert_with(|| Value::Array(Vec::new()));
+            let Value::Array(a) = a else { continue };
+            match wire {
+                // Packed numbers: one length-delimited run of varints.
+                Wire::Bytes(run) if !f.is_message() && f.ty != "string" && f.ty != "bytes" => {
+                    let mut p = Reader { b: run };
+                    while !p.b.is_empty() {
+                        a.push(number(f, p.varint()?));
+                    }
+                }
+                w => a.push(value(f, w, depth)?),
+            }
+        } else if f.inline {
+            if let Wire::Bytes(x) = wire {
+                if let Value::Object(m) = message(&f.ty, x, depth + 1)? {
+                    out.extend(m);
+                }
+            }
+        } else {
+            let v = value(f, wire, depth)?;
+            if !is_unset(f, &v, name) {
+                out.insert(f.json.clone(), v);
             }
         }
     }
-    Ok(Value::Object(m))
+    Ok(Value::Object(out))
 }
 
-/// `TokenRequestSpec`: audiences = 1, boundObjectRef = 3, expirationSeconds = 4.
-fn token_request_spec(b: &[u8]) -> Result<Value, ProtoError> {
-    let mut spec = Map::new();
+/// A singular field at Go's zero value, which the server's JSON leaves out.
+fn is_unset(f: &Field, v: &Value, owner: &str) -> bool {
+    match v {
+        Value::Null => true,
+        Value::String(s) => s.is_empty() && f.ty != "bytes",
+        Value::Bool(false) => !keeps_zero(owner, &f.json),
+        Value::Number(n) => n.as_f64() == Some(0.0) && !keeps_zero(owner, &f.json),
+        _ => false,
+    }
+}
+
+/// One `map<string, V>` entry: key = 1, value = 2.
+fn map_entry(f: &Field, b: &[u8], depth: usize) -> Result<(String, Value), ProtoError> {
+    let mut k = String::new();
+    let mut v = None;
     let mut r = fields(b);
-    while let Some((f, w)) = r.next()? {
-        match (f, w) {
-            (1, Wire::Bytes(x)) => push_string(&mut spec, "audiences", x)?,
-            (3, Wire::Bytes(x)) => {
-                let names = [(1, "kind"), (2, "apiVersion"), (3, "name"), (4, "uid")];
-                spec.insert("boundObjectRef".into(), string_fields(x, &names)?);
-            }
-            (4, Wire::Varint(v)) => {
-                // int64 on the wire: a negative number is its two's complement.
-                spec.insert("expirationSeconds".into(), (v as i64).into());
-            }
+    while let Some((tag, w)) = r.next()? {
+        match (tag, w) {
+            (1, Wire::Bytes(x)) => k = string(x)?,
+            (2, w) => v = Some(value(f, w, depth)?),
             _ => {}
         }
     }
-    Ok(Value::Object(spec))
+    let v = match v {
+        Some(v) => v,
+        None if f.is_message() => Value::Object(Map::new()),
+        None => Value::String(String::new()),
+    };
+    Ok((k, v))
 }
 
-/// `SelfSubjectAccessReviewSpec`: resourceAttributes = 1, nonResourceAttributes = 2.
-fn access_review_spec(b: &[u8]) -> Result<Value, ProtoError> {
-    let mut spec = Map::new();
+/// One value of field `f`.
+fn value(f: &Field, w: Wire<'_>, depth: usize) -> Result<Value, ProtoError> {
+    Ok(match (f.ty.as_str(), w) {
+        ("string", Wire::Bytes(x)) => Value::String(string(x)?),
+        ("bytes", Wire::Bytes(x)) => {
+            Value::String(base64::engine::general_purpose::STANDARD.encode(x))
+        }
+        ("double", Wire::Fixed64(x)) => {
+            serde_json::Number::from_f64(f64::from_bits(x)).map_or(Value::Null, Value::Number)
+        }
+        (_, Wire::Varint(x)) if !f.is_message() => number(f, x),
+        (name, Wire::Bytes(x)) if f.is_message() => message(name, x, depth + 1)?,
+        _ => return Err(ProtoError::Malformed("a field of the wrong wire type")),
+    })
+}
+
+fn number(f: &Field, x: u64) -> Value {
+    match f.ty.as_str() {
+        "bool" => Value::Bool(x != 0),
+        // Two's complement on the wire, ten bytes when negative.
+        "int32" => Value::from(x as i64 as i32),
+        _ => Value::from(x as i64),
+    }
+}
+
+/// The JSON of the API's wrapper types, which is not their messages' shape.
+fn wrapper(name: &str, b: &[u8]) -> Result<Option<Value>, ProtoError> {
+    let short = name.rsplit('.').next().unwrap_or(name);
+    if !name.starts_with("io.k8s.apimachinery.") {
+        return Ok(None);
+    }
+    let mut ints = [0i64; 3];
+    let mut bytes: Option<&[u8]> = None;
     let mut r = fields(b);
-    while let Some((f, w)) = r.next()? {
-        match (f, w) {
-            (1, Wire::Bytes(x)) => {
-                let names = [
-                    (1, "namespace"),
-                    (2, "verb"),
-                    (3, "group"),
-                    (4, "version"),
-                    (5, "resource"),
-                    (6, "subresource"),
-                    (7, "name"),
-                ];
-                spec.insert("resourceAttributes".into(), string_fields(x, &names)?);
-            }
-            (2, Wire::Bytes(x)) => {
-                let names = [(1, "path"), (2, "verb")];
-                spec.insert("nonResourceAttributes".into(), string_fields(x, &names)?);
-            }
+    while let Some((tag, w)) = r.next()? {
+        match (tag, w) {
+            (t @ 1..=3, Wire::Varint(x)) => ints[(t - 1) as usize] = x as i64,
+            (_, Wire::Bytes(x)) => bytes = Some(x),
             _ => {}
         }
     }
-    Ok(Value::Object(spec))
+    let text = |b: Option<&[u8]>| string(b.unwrap_or_default());
+    Ok(Some(match short {
+        "Time" if ints[0] == 0 => Value::Null,
+        "Time" => crate::util::rfc3339(ints[0].max(0) as u64).into(),
+        "MicroTime" if ints[0] == 0 && ints[1] == 0 => Value::Null,
+        "MicroTime" => micro_time(ints[0], ints[1]).into(),
+        "Duration" => go_duration(ints[0]).into(),
+        "Quantity" => text(bytes)?.into(),
+        "IntOrString" if ints[0] == 1 => text(bytes)?.into(),
+        "IntOrString" => Value::from(ints[1] as i32),
+        "RawExtension" | "FieldsV1" => {
+            let raw = bytes.unwrap_or_default();
+            if raw.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_slice(raw)
+                    .map_err(|_| ProtoError::Malformed("embedded JSON does not parse"))?
+            }
+        }
+        _ => return Ok(None),
+    }))
+}
+
+/// `2006-01-02T15:04:05.000000Z`.
+fn micro_time(secs: i64, nanos: i64) -> String {
+    let t = std::time::UNIX_EPOCH
+        + std::time::Duration::from_secs(secs.max(0) as u64)
+        + std::time::Duration::from_nanos(nanos.clamp(0, 999_999_999) as u64);
+    kwh_client::time::micro_time(t)
+}
+
+/// Go's `time.Duration.String()` of whole nanoseconds: `1h2m3s`, `1.5s`, `0s`.
+fn go_duration(ns: i64) -> String {
+    if ns == 0 {
+        return "0s".into();
+    }
+    let sign = if ns < 0 { "-" } else { "" };
+    let ns = ns.unsigned_abs();
+    if ns < 1_000_000_000 {
+        let (unit, div) = match ns {
+            0..=999 => ("ns", 1),
+            1_000..=999_999 => ("µs", 1_000),
+            _ => ("ms", 1_000_000),
+        };
+        return format!("{sign}{}{unit}", trim_fraction(ns, div));
+    }
+    let (h, rest) = (ns / 3_600_000_000_000, ns % 3_600_000_000_000);
+    let (m, rest) = (rest / 60_000_000_000, rest % 60_000_000_000);
+    let s = trim_fraction(rest, 1_000_000_000);
+    match (h, m) {
+        (0, 0) => format!("{sign}{s}s"),
+        (0, m) => format!("{sign}{m}m{s}s"),
+        (h, m) => format!("{sign}{h}h{m}m{s}s"),
+    }
+}
+
+/// `n / div` with its fraction, trailing zeros trimmed.
+fn trim_fraction(n: u64, div: u64) -> String {
+    let (whole, frac) = (n / div, n % div);
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let width = div.ilog10() as usize;
+    let digits = format!("{frac:0width$}");
+    format!("{whole}.{}", digits.trim_end_matches('0'))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn ld(field: u8, b: &[u8]) -> Vec<u8> {
         let mut v = vec![(field << 3) | 2, b.len() as u8];
@@ -402,23 +502,31 @@ mod tests {
         assert_eq!(docker["auths"]["r.example"]["auth"], "dTpw");
         assert_eq!(
             decode(&recorded("create-namespace-ns1")).unwrap(),
-            // kubectl sends an empty spec message; the server's defaults fill it in.
+            // kubectl sends empty spec and status messages; the server fills them in.
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns1"},
-                "spec": {}})
+                "spec": {}, "status": {}})
         );
         assert_eq!(
             decode(&recorded("create-serviceaccount-sa1")).unwrap(),
             json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "sa1"}})
         );
+        // kubectl's `create deployment` generator: the JSON its `-o json` prints.
         assert_eq!(
-            decode(&recorded("create-deployment-d1")),
-            Err(ProtoError::Unsupported("Deployment".into()))
+            decode(&recorded("create-deployment-d1")).unwrap(),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "d1", "labels": {"app": "d1"}},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "d1"}},
+                    "template": {"metadata": {"labels": {"app": "d1"}},
+                        "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27",
+                            "resources": {}}]}},
+                    "strategy": {}},
+                "status": {}})
         );
         assert_eq!(
             decode(&recorded("create-token-sa1")).unwrap(),
             // No --duration: an empty spec, the server's default lifetime applies.
             json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                "metadata": {}, "spec": {}})
+                "metadata": {}, "spec": {}, "status": {}})
         );
         assert_eq!(
             decode(&recorded("create-token-sa1-duration-10m")).unwrap()["spec"],
@@ -428,7 +536,8 @@ mod tests {
             decode(&recorded("auth-can-i-create-configmaps-n-foo")).unwrap(),
             json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
                 "metadata": {}, "spec": {"resourceAttributes":
-                    {"namespace": "foo", "verb": "create", "resource": "configmaps"}}})
+                    {"namespace": "foo", "verb": "create", "resource": "configmaps"}},
+                "status": {}})
         );
         assert_eq!(
             decode(&recorded("auth-can-i-patch-deployments-status-n-foo")).unwrap()["spec"],
@@ -442,15 +551,15 @@ mod tests {
         assert_eq!(
             decode(&recorded("auth-whoami")).unwrap(),
             json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
-                "metadata": {}})
+                "metadata": {}, "status": {"userInfo": {}}})
         );
     }
 
     #[test]
     fn rejects_other_kinds_and_garbage() {
         assert_eq!(
-            decode(&envelope("Pod", &ld(1, &ld(1, b"p")))),
-            Err(ProtoError::Unsupported("Pod".into()))
+            decode(&envelope("Frobnicator", &ld(1, &ld(1, b"p")))),
+            Err(ProtoError::Unsupported("Frobnicator".into()))
         );
         assert_eq!(decode(b"{}"), Err(ProtoError::NoMagic));
         assert!(decode(b"k8s\0\x0a\x05ab").is_err(), "truncated");

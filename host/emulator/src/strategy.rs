@@ -89,71 +89,17 @@ pub fn default(def: &ResourceDef, v: &mut Value) {
         return;
     }
     match &*def.store_key {
-        "apps/deployments" => {
-            let spec = child(v, "spec");
-            set(spec, "replicas", json!(1));
-            let strategy = child_map(spec, "strategy");
-            set(strategy, "type", json!("RollingUpdate"));
-            if strategy.get("type") == Some(&json!("RollingUpdate")) {
-                let ru = child_map(strategy, "rollingUpdate");
-                set(ru, "maxUnavailable", json!("25%"));
-                set(ru, "maxSurge", json!("25%"));
-            }
-            set(spec, "revisionHistoryLimit", json!(10));
-            set(spec, "progressDeadlineSeconds", json!(600));
-            pod::template(child_map(spec, "template"));
-        }
+        "apps/deployments" => deployment(v),
         "apps/replicasets" => {
             let spec = child(v, "spec");
             set(spec, "replicas", json!(1));
             pod::template(child_map(spec, "template"));
         }
         "/replicationcontrollers" => replication_controller(v),
-        "apps/statefulsets" => {
-            let spec = child(v, "spec");
-            set(spec, "replicas", json!(1));
-            set(spec, "podManagementPolicy", json!("OrderedReady"));
-            let strategy = child_map(spec, "updateStrategy");
-            set(strategy, "type", json!("RollingUpdate"));
-            if strategy.get("type") == Some(&json!("RollingUpdate")) {
-                set(child_map(strategy, "rollingUpdate"), "partition", json!(0));
-            }
-            set(spec, "revisionHistoryLimit", json!(10));
-            pod::template(child_map(spec, "template"));
-        }
-        "apps/daemonsets" => {
-            let spec = child(v, "spec");
-            let strategy = child_map(spec, "updateStrategy");
-            set(strategy, "type", json!("RollingUpdate"));
-            if strategy.get("type") == Some(&json!("RollingUpdate")) {
-                let ru = child_map(strategy, "rollingUpdate");
-                set(ru, "maxUnavailable", json!(1));
-                set(ru, "maxSurge", json!(0));
-            }
-            set(spec, "revisionHistoryLimit", json!(10));
-            pod::template(child_map(spec, "template"));
-        }
-        "batch/jobs" => {
-            let spec = child(v, "spec");
-            if absent(spec, "completions") && absent(spec, "parallelism") {
-                spec.insert("completions".into(), json!(1));
-            }
-            set(spec, "parallelism", json!(1));
-            set(spec, "backoffLimit", json!(6));
-            set(spec, "completionMode", json!("NonIndexed"));
-            set(spec, "suspend", json!(false));
-            pod::template(child_map(spec, "template"));
-        }
-        "batch/cronjobs" => {
-            let spec = child(v, "spec");
-            set(spec, "concurrencyPolicy", json!("Allow"));
-            set(spec, "suspend", json!(false));
-            set(spec, "successfulJobsHistoryLimit", json!(3));
-            set(spec, "failedJobsHistoryLimit", json!(1));
-            let job = child_map(spec, "jobTemplate");
-            pod::object_meta(child_map(job, "metadata"));
-            pod::template(child_map(child_map(job, "spec"), "template"));
-        }
+        "apps/statefulsets" => stateful_set(v),
+        "apps/daemonsets" => daemon_set(v),
+        "batch/jobs" => job(v),
+        "batch/cronjobs" => cron_job(v),
         "/pods" => pod::pod(child(v, "spec")),
         "/podtemplates" => pod::template(child(v, "template")),
         "/services" => service::default(child(v, "spec")),
@@ -554,4 +500,68 @@ fn set(m: &mut Map<String, Value>, key: &str, value: Value) {
     if absent(m, key) {
         m.insert(key.to_owned(), value);
     }
+}
+
+fn deployment(v: &mut Value) {
+    let spec = child(v, "spec");
+    set(spec, "replicas", json!(1));
+    let strategy = child_map(spec, "strategy");
+    set(strategy, "type", json!("RollingUpdate"));
+    if strategy.get("type") == Some(&json!("RollingUpdate")) {
+        let ru = child_map(strategy, "rollingUpdate");
+        set(ru, "maxUnavailable", json!("25%"));
+        set(ru, "maxSurge", json!("25%"));
+    }
+    set(spec, "revisionHistoryLimit", json!(10));
+    set(spec, "progressDeadlineSeconds", json!(600));
+    pod::template(child_map(spec, "template"));
+}
+
+fn stateful_set(v: &mut Value) {
+    let spec = child(v, "spec");
+    set(spec, "replicas", json!(1));
+    set(spec, "podManagementPolicy", json!("OrderedReady"));
+    let strategy = child_map(spec, "updateStrategy");
+    set(strategy, "type", json!("RollingUpdate"));
+    if strategy.get("type") == Some(&json!("RollingUpdate")) {
+        set(child_map(strategy, "rollingUpdate"), "partition", json!(0));
+    }
+    set(spec, "revisionHistoryLimit", json!(10));
+    pod::template(child_map(spec, "template"));
+}
+
+fn daemon_set(v: &mut Value) {
+    let spec = child(v, "spec");
+    let strategy = child_map(spec, "updateStrategy");
+    set(strategy, "type", json!("RollingUpdate"));
+    if strategy.get("type") == Some(&json!("RollingUpdate")) {
+        let ru = child_map(strategy, "rollingUpdate");
+        set(ru, "maxUnavailable", json!(1));
+        set(ru, "maxSurge", json!(0));
+    }
+    set(spec, "revisionHistoryLimit", json!(10));
+    pod::template(child_map(spec, "template"));
+}
+
+fn job(v: &mut Value) {
+    let spec = child(v, "spec");
+    if absent(spec, "completions") && absent(spec, "parallelism") {
+        spec.insert("completions".into(), json!(1));
+    }
+    set(spec, "parallelism", json!(1));
+    set(spec, "backoffLimit", json!(6));
+    set(spec, "completionMode", json!("NonIndexed"));
+    set(spec, "suspend", json!(false));
+    pod::template(child_map(spec, "template"));
+}
+
+fn cron_job(v: &mut Value) {
+    let spec = child(v, "spec");
+    set(spec, "concurrencyPolicy", json!("Allow"));
+    set(spec, "suspend", json!(false));
+    set(spec, "successfulJobsHistoryLimit", json!(3));
+    set(spec, "failedJobsHistoryLimit", json!(1));
+    let job = child_map(spec, "jobTemplate");
+    pod::object_meta(child_map(job, "metadata"));
+    pod::template(child_map(child_map(job, "spec"), "template"));
 }

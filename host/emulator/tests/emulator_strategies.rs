@@ -69,8 +69,15 @@ fn selector() -> Value {
     json!({"matchLabels": {"app": "x"}})
 }
 
-#[rustfmt::skip]
 fn cases() -> Vec<Case> {
+    let mut all = apps_cases();
+    all.extend(other_cases());
+    all
+}
+
+/// The apps group's kinds of the corpus.
+#[rustfmt::skip]
+fn apps_cases() -> Vec<Case> {
     let apps = |folder, plural, kind: &str, spec: Value, five: Value, status: Option<Value>, main: Option<Value>| Case {
         folder,
         collection: path("apps/v1", plural),
@@ -100,6 +107,13 @@ fn cases() -> Vec<Case> {
             json!({"spec": {"minReadySeconds": 5}}),
             Some(json!({"status": {"numberReady": 0}})),
             Some(json!({"status": {"numberReady": 3}}))),
+    ]
+}
+
+/// The kinds of the corpus other than the apps group's.
+#[rustfmt::skip]
+fn other_cases() -> Vec<Case> {
+    vec![
         Case {
             folder: "job",
             collection: path("batch/v1", "jobs"),
