@@ -20,12 +20,16 @@ struct Kube {
 
 impl Kube {
     async fn start(tls: bool, token: Option<&str>) -> Self {
-        let handle = Emulator::builder()
-            .tls(tls)
-            .token(token.map(str::to_owned))
-            .start()
-            .await
-            .unwrap();
+        Self::with(Emulator::builder().tls(tls).token(token.map(str::to_owned))).await
+    }
+
+    /// As `host emulator` runs: namespaces get their default ServiceAccount and root CA.
+    async fn cluster() -> Self {
+        Self::with(Emulator::builder().namespace_controller(true)).await
+    }
+
+    async fn with(builder: kwh_emulator::EmulatorBuilder) -> Self {
+        let handle = builder.start().await.unwrap();
         let dir = std::env::temp_dir().join(format!(
             "host-emulator-kubectl-{}-{}",
             std::process::id(),
@@ -273,6 +277,134 @@ async fn typed_generators_send_protobuf_that_is_decoded() {
     k.ok(&["delete", "namespace", "gen"]).await;
     let (ok, _, _) = k.run(&["get", "cm", "c", "-n", "gen"]).await;
     assert!(!ok);
+    k.stop().await;
+}
+
+/// Spec: kubectl's everyday commands work against the emulator as against a real server (the
+/// emulator's README lists what answers as a server without a controller-manager would).
+#[cfg_attr(
+    not(kubectl),
+    ignore = "needs kubectl, not installed when this was built"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everyday_commands_work_as_on_a_real_server() {
+    let k = Kube::cluster().await;
+    k.ok(&["create", "deployment", "web", "--image=nginx:1.27"])
+        .await;
+    k.ok(&["run", "p1", "--image=busybox:1.36", "--", "sleep", "3600"])
+        .await;
+    let pod = k.json(&["get", "pod", "p1"]).await;
+    assert_eq!(pod["spec"]["serviceAccountName"], "default", "{pod}");
+    assert_eq!(pod["status"]["phase"], "Pending");
+    assert_eq!(
+        pod["spec"]["containers"][0]["args"],
+        json!(["sleep", "3600"])
+    );
+    k.ok(&["expose", "deployment", "web", "--port=80"]).await;
+    let svc = k.json(&["get", "service", "web"]).await;
+    assert!(
+        svc["spec"]["clusterIP"]
+            .as_str()
+            .is_some_and(|ip| ip.starts_with("10.")),
+        "{svc}"
+    );
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], 80);
+    assert_eq!(svc["spec"]["selector"], json!({"app": "web"}));
+    k.ok(&["scale", "deployment", "web", "--replicas=3"]).await;
+    k.ok(&[
+        "wait",
+        "--for=jsonpath={.spec.replicas}=3",
+        "deployment/web",
+        "--timeout=20s",
+    ])
+    .await;
+    let d = k.json(&["get", "deployment", "web"]).await;
+    assert_eq!(d["metadata"]["generation"], 2, "scaling changes the spec");
+    k.ok(&["rollout", "restart", "deployment", "web"]).await;
+    let d = k.json(&["get", "deployment", "web"]).await;
+    let restarted =
+        &d["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"];
+    assert!(restarted.is_string(), "{d}");
+    assert_eq!(d["metadata"]["generation"], 3);
+    // The server's table printers: the columns a real server prints.
+    let table = k.ok(&["get", "deployment,service,pod"]).await;
+    for column in [
+        "UP-TO-DATE",
+        "AVAILABLE",
+        "CLUSTER-IP",
+        "PORT(S)",
+        "80/TCP",
+        "RESTARTS",
+        "Pending",
+    ] {
+        assert!(table.contains(column), "{column}: {table}");
+    }
+    k.ok(&["label", "pod", "p1", "tier=a"]).await;
+    k.ok(&["annotate", "pod", "p1", "note=x"]).await;
+    let pod = k.json(&["get", "pods", "-l", "tier=a"]).await;
+    assert_eq!(pod["items"][0]["metadata"]["annotations"]["note"], "x");
+    // No controller-manager: nothing makes the Deployment Available, as on a server without one.
+    let (ok, _, err) = k
+        .run(&[
+            "wait",
+            "--for=condition=Available",
+            "deployment/web",
+            "--timeout=1s",
+        ])
+        .await;
+    assert!(!ok && err.contains("timed out"), "{err}");
+    let explained = k
+        .ok(&["explain", "deployment.spec.strategy.rollingUpdate"])
+        .await;
+    assert!(explained.contains("maxSurge"), "{explained}");
+    assert_eq!(
+        k.ok(&["auth", "can-i", "create", "deployments"])
+            .await
+            .trim(),
+        "yes"
+    );
+    // Nothing here records Events (no scheduler, no kubelet): the listing is empty, not an error.
+    let (ok, out, err) = k.run(&["events", "--for", "pod/p1"]).await;
+    assert!(
+        ok && format!("{out}{err}").contains("No events found"),
+        "{out}{err}"
+    );
+    k.stop().await;
+}
+
+/// Spec: `kubectl diff` shows what an apply would change (a server-side dry run), and `apply
+/// --prune` deletes what a label selects and the files no longer hold.
+#[cfg_attr(
+    not(kubectl),
+    ignore = "needs kubectl, not installed when this was built"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diff_and_apply_with_prune() {
+    let k = Kube::cluster().await;
+    let two = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, labels: {set: demo}}\ndata: {k: \"1\"}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: b, labels: {set: demo}}\ndata: {k: \"1\"}\n";
+    let all = k.file("two.yaml", two);
+    k.ok(&["apply", "-f", &all]).await;
+    let changed = k.file("changed.yaml", &two.replace("k: \"1\"", "k: \"2\""));
+    // diff exits 1 when there are differences.
+    let (ok, out, err) = k.run(&["diff", "-f", &changed]).await;
+    assert!(!ok && out.contains("+  k: \"2\""), "{out}{err}");
+    assert_eq!(
+        k.json(&["get", "cm", "a"]).await["data"]["k"],
+        "1",
+        "diff changed nothing"
+    );
+    let one = k.file("one.yaml", two.split("---").next().unwrap_or_default());
+    let out = k
+        .ok(&["apply", "-f", &one, "--prune", "-l", "set=demo"])
+        .await;
+    assert!(out.contains("configmap/b pruned"), "{out}");
+    let names: Vec<String> = k.json(&["get", "cm", "-l", "set=demo"]).await["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(names, ["a"]);
     k.stop().await;
 }
 

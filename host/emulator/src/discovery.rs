@@ -134,6 +134,17 @@ pub(crate) fn resources(shared: &Shared, group: &str, version: &str) -> Response
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        if super::scale::has_scale(d) {
+            list.push(json!({
+                "name": format!("{}/scale", d.plural),
+                "singularName": "",
+                "namespaced": d.namespaced,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
     }
     if list.is_empty() {
         return response::status(&response::no_route());

@@ -84,6 +84,7 @@ pub mod list;
 pub(crate) mod object_meta;
 pub mod openapi;
 pub mod patch;
+mod printers;
 pub mod protobuf;
 pub use kwh_client::registry;
 pub mod request;
@@ -91,6 +92,7 @@ pub mod request_info;
 pub mod response;
 pub mod reviews;
 pub mod router;
+pub mod scale;
 pub mod server;
 pub mod store;
 pub mod strategy;
@@ -165,6 +167,8 @@ pub struct Shared {
     pub(crate) root_ca: String,
     /// See [`EmulatorBuilder::namespace_controller`].
     pub(crate) namespace_controller: bool,
+    /// Custom resources' schemas, parsed once per revision of their CRD.
+    pub(crate) crd_schemas: strategy::Schemas,
 }
 
 impl Shared {
@@ -189,6 +193,7 @@ impl Shared {
             allocator: strategy::Allocator::default(),
             root_ca: String::new(),
             namespace_controller: false,
+            crd_schemas: strategy::Schemas::default(),
         });
         seed_default_namespaces(&shared)?;
         Ok(shared)
@@ -327,8 +332,9 @@ impl EmulatorBuilder {
     /// Do in every namespace, as it is created, what kube-controller-manager does within a
     /// second of it: create its `default` ServiceAccount and its `kube-root-ca.crt`
     /// ConfigMap. With it on, the ServiceAccount admission plugin refuses a Pod whose
-    /// ServiceAccount does not exist (403), as a real cluster's does; off (the default, for
-    /// tests that count a namespace's objects), a Pod's ServiceAccount is not looked up.
+    /// ServiceAccount does not exist (403), as a real cluster's does; off (the default: tests
+    /// and examples written against the emulator count a namespace's ConfigMaps), a Pod's
+    /// ServiceAccount is not looked up.
     pub fn namespace_controller(mut self, on: bool) -> Self {
         self.namespace_controller = on;
         self
@@ -393,6 +399,7 @@ impl EmulatorBuilder {
             allocator: strategy::Allocator::default(),
             root_ca: cert_pem.clone().unwrap_or_default(),
             namespace_controller: self.namespace_controller,
+            crd_schemas: strategy::Schemas::default(),
         });
         seed_default_namespaces(&shared).map_err(|s| EmulatorError::Rejected {
             index: 0,

@@ -10,8 +10,10 @@ use bytes::{BufMut, Bytes, BytesMut};
 use http::{Response, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use serde_json::{json, Value};
 
 use super::accept::{self, MetaVersion, Representation};
+use super::printers::Printer;
 use super::registry::ResourceDef;
 use super::request::{Query, ResourceRequest};
 use super::response::{self, Body, FieldError};
@@ -346,7 +348,10 @@ pub(crate) fn list(
     });
     let remaining = if count { page.remaining } else { None };
     match accept::negotiate(accept, accept::Read::List) {
-        Representation::Table => return Ok(table(&page.items, page.rv, token, remaining)),
+        Representation::Table => {
+            let printer = Printer::of(shared, &r.def);
+            return Ok(table(&page.items, page.rv, token, remaining, &printer));
+        }
         Representation::Metadata(v) => {
             let body = metadata_list_json(&page.items, v, page.rv, token, remaining);
             return Ok(response::json(StatusCode::OK, body));
@@ -492,8 +497,12 @@ fn table(
     rv: u64,
     token: Option<String>,
     remaining: Option<usize>,
+    printer: &Printer,
 ) -> Response<Body> {
-    response::json(StatusCode::OK, table_json(items, rv, token, remaining))
+    response::json(
+        StatusCode::OK,
+        table_json(items, rv, token, remaining, printer),
+    )
 }
 
 /// The Table document for `items` (also the object of each watch event when a watch asks for
@@ -503,6 +512,7 @@ pub(crate) fn table_json(
     rv: u64,
     token: Option<String>,
     remaining: Option<usize>,
+    printer: &Printer,
 ) -> bytes::Bytes {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -511,7 +521,14 @@ pub(crate) fn table_json(
     let mut b = BytesMut::with_capacity(256 + items.len() * 256);
     b.put_slice(b"{\"kind\":\"Table\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":");
     list_meta(&mut b, rv, token, remaining);
-    b.put_slice(br#","columnDefinitions":[{"name":"Name","type":"string","format":"name","description":"Name must be unique within a namespace.","priority":0},{"name":"Age","type":"string","format":"","description":"CreationTimestamp is a timestamp representing the server time when this object was created.","priority":0}],"rows":["#);
+    b.put_slice(br#","columnDefinitions":[{"name":"Name","type":"string","format":"name","description":"Name must be unique within a namespace.","priority":0}"#);
+    for (name, kind) in printer.definitions() {
+        let def =
+            json!({"name": name, "type": kind, "format": "", "description": "", "priority": 0});
+        b.put_u8(b',');
+        b.put_slice(def.to_string().as_bytes());
+    }
+    b.put_slice(br#",{"name":"Age","type":"string","format":"","description":"CreationTimestamp is a timestamp representing the server time when this object was created.","priority":0}],"rows":["#);
     for (i, o) in items.iter().enumerate() {
         if i > 0 {
             b.put_u8(b',');
@@ -522,8 +539,13 @@ pub(crate) fn table_json(
             .and_then(|c| c.ts)
             .and_then(|t| super::util::parse_rfc3339(&t))
             .unwrap_or(now);
-        let cells = serde_json::to_string(&[o.name(), &age(now.saturating_sub(created))])
-            .unwrap_or_else(|_| "[]".into());
+        let mut cells = vec![Value::from(o.name())];
+        if !printer.is_empty() {
+            let v = o.to_value().unwrap_or(Value::Null);
+            cells.extend(printer.cells(&v));
+        }
+        cells.push(age(now.saturating_sub(created)).into());
+        let cells = serde_json::to_string(&cells).unwrap_or_else(|_| "[]".into());
         b.put_slice(b"{\"cells\":");
         b.put_slice(cells.as_bytes());
         b.put_slice(b",\"object\":{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":");

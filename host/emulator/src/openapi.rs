@@ -1,11 +1,14 @@
-//! A minimal OpenAPI v3 surface: the root index and, per group/version, one PATCH operation per
-//! kind that declares the `fieldValidation` query parameter.
+//! OpenAPI v3: the root index and, per group/version, the schemas of its kinds (every field,
+//! with its description: what `kubectl explain` prints) and one PATCH operation per kind that
+//! declares the `fieldValidation` query parameter.
 //!
-//! Why not 404: `kubectl create -f` / `apply` validate by default (`--validate=strict`). They
-//! first ask OpenAPI v3 whether the server validates fields itself; when v3 is missing they
-//! fall back to OpenAPI v2 to validate client-side and fail if that is missing too. Declaring
-//! the parameter is enough for kubectl to leave validation to the server. These documents carry
-//! no schemas, so `kubectl explain` does not work; `/openapi/v2` answers 404.
+//! Why the operation: `kubectl create -f` / `apply` validate by default (`--validate=strict`).
+//! They first ask OpenAPI v3 whether the server validates fields itself; declaring the parameter
+//! is enough for kubectl to leave validation to the server, as it does with a real one.
+//! `/openapi/v2` answers 404: kubectl reads that document only as protobuf (gnostic's), and
+//! only when v3 is missing.
+
+mod schemas;
 
 use http::{Response, StatusCode};
 use serde_json::{json, Map, Value};
@@ -47,6 +50,16 @@ pub(crate) fn group_version(shared: &Shared, group: &str, version: &str) -> Resp
         return response::status(&response::no_route());
     }
     let prefix = gv_path(group, version);
+    let kinds: Vec<(String, String, String)> = defs
+        .iter()
+        .filter(|d| d.builtin)
+        .map(|d| (d.group.clone(), d.version.clone(), d.kind.clone()))
+        .collect();
+    let custom: Vec<String> = defs
+        .iter()
+        .filter(|d| !d.builtin)
+        .map(|d| format!("{}.{}", d.plural, d.group))
+        .collect();
     for d in defs {
         let p = if d.namespaced {
             format!("/{prefix}/namespaces/{{namespace}}/{}/{{name}}", d.plural)
@@ -70,7 +83,41 @@ pub(crate) fn group_version(shared: &Shared, group: &str, version: &str) -> Resp
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": "v1.26.1"},
         "paths": paths,
-        "components": {"schemas": {}}
+        "components": {"schemas": component_schemas(shared, version, &kinds, &custom)}
     });
     response::value(StatusCode::OK, &doc)
+}
+
+/// The schemas of a group-version: its built-in kinds' from the API's message table, and each
+/// custom resource's from its CRD (`crds`: the CRDs' names) at `version`.
+fn component_schemas(
+    shared: &Shared,
+    version: &str,
+    kinds: &[(String, String, String)],
+    crds: &[String],
+) -> Map<String, Value> {
+    let mut out = schemas::for_kinds(kinds);
+    for name in crds {
+        let Some(crd) = shared
+            .store
+            .get("apiextensions.k8s.io/customresourcedefinitions", name)
+            .and_then(|o| o.to_value().ok())
+        else {
+            continue;
+        };
+        let versions: Vec<String> = crd
+            .pointer("/spec/versions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.get("name").and_then(Value::as_str).map(str::to_owned))
+            .filter(|v| v == version)
+            .collect();
+        for v in versions {
+            if let Some((n, s)) = schemas::custom_resource(&crd, &v) {
+                out.insert(n, s);
+            }
+        }
+    }
+    out
 }

@@ -96,6 +96,9 @@ fn resource_route(shared: &Shared, g: &str, v: &str, rest: &[&str]) -> Route {
                 [] => req(def, Some(ns), None, None),
                 [name] => req(def, Some(ns), Some(name), None),
                 [name, "status"] if def.status => req(def, Some(ns), Some(name), Some("status")),
+                [name, "scale"] if super::scale::has_scale(&def) => {
+                    req(def, Some(ns), Some(name), Some("scale"))
+                }
                 [name, "token"] if def.group.is_empty() && def.plural == "serviceaccounts" => {
                     req(def, Some(ns), Some(name), Some("token"))
                 }
@@ -386,6 +389,15 @@ async fn resource(shared: &Arc<Shared>, a: Asked<'_>) -> Result<Response<Body>, 
         dry_run: !options.is_empty() && write::dry_run(q.get("dryRun"), options)?,
         apply: false,
     };
+    if r.subresource.as_deref() == Some("scale") {
+        let scale = match a.verb {
+            "get" => super::scale::get(shared, r),
+            "update" => super::scale::write(shared, r, None, body, w),
+            "patch" => super::scale::write(shared, r, Some(&a.heads.content_type), body, w),
+            _ => Err(response::method_not_allowed()),
+        };
+        return scale.map(|v| response::value(StatusCode::OK, &v));
+    }
     match a.verb {
         "list" => {
             shared.faults.before_list(&r.def.store_key).await;
@@ -435,7 +447,8 @@ fn get(shared: &Shared, r: &ResourceRequest, accept: &str) -> Result<Response<Bo
     Ok(match accept::negotiate(accept, accept::Read::Single) {
         Representation::Table => {
             let rv = o.resource_version().parse().unwrap_or(0);
-            let t = list::table_json(std::slice::from_ref(&o), rv, None, None);
+            let printer = super::printers::Printer::of(shared, &r.def);
+            let t = list::table_json(std::slice::from_ref(&o), rv, None, None, &printer);
             response::json(StatusCode::OK, t)
         }
         Representation::Metadata(v) => {

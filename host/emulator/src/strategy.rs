@@ -13,6 +13,7 @@
 //! managedFields show: defaults are owned by the writer, allocated and admitted fields are not.
 
 pub(crate) mod admission;
+pub(crate) mod custom;
 mod pod;
 mod service;
 
@@ -22,6 +23,7 @@ use crate::response::{self, FieldError};
 use kwh_client::registry::ResourceDef;
 use kwh_client::Status;
 
+pub(crate) use custom::Schemas;
 pub(crate) use service::Allocator;
 
 /// When `metadata.generation` exists and moves.

@@ -20,6 +20,7 @@ use tracing::{debug, Instrument};
 
 use super::accept::{self, Representation};
 use super::list::{metadata_json, table_json, Selectors};
+use super::printers::Printer;
 use super::registry::ResourceDef;
 use super::request::{Query, ResourceRequest};
 use super::response::{self, Body, FieldError};
@@ -388,7 +389,8 @@ impl Watcher {
     fn put_table_row(&mut self, ty: &str, raw: &[u8], rv: u64) {
         match Object::from_bytes(Bytes::copy_from_slice(raw)) {
             Ok(o) => {
-                let t = table_json(std::slice::from_ref(&o), rv, None, None);
+                let printer = Printer::of(&self.shared, &self.def);
+                let t = table_json(std::slice::from_ref(&o), rv, None, None, &printer);
                 put_event(&mut self.buf, ty, &t);
             }
             Err(_) => put_event(&mut self.buf, ty, raw),

@@ -218,6 +218,9 @@ fn prepare_create(
     }
     kind_defaults(def, v, &name, now)?;
     strategy::default(def, v);
+    if let Some(schema) = shared.crd_schemas.of(shared, def) {
+        strategy::custom::apply(&schema, v);
+    }
     strategy::prepare_create_owned(def, v);
     // An apply's managedFields come from the apply itself.
     if !apply {
@@ -334,6 +337,18 @@ pub fn update(
     )
 }
 
+/// Replace the object `name` by `v` (a subresource's write through its object, as `/scale`).
+pub(crate) fn update_object(
+    shared: &Shared,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    name: &str,
+    v: Value,
+    w: WriteOpts,
+) -> Result<Object, Status> {
+    update_in(shared, def, ns, name, None, v, w)
+}
+
 /// Replace from a whole object (handle).
 pub fn update_value(shared: &Shared, v: Value, manager: &str) -> Result<Object, Status> {
     let av = v.get("apiVersion").and_then(Value::as_str).unwrap_or("");
@@ -381,6 +396,11 @@ fn update_in(
     }
     let now = shared.now_rfc3339();
     let key = key_of(ns, name);
+    // A custom resource's schema prunes and defaults the body (read outside the store lock).
+    let mut v = v;
+    if let Some(schema) = shared.crd_schemas.of(shared, def) {
+        strategy::custom::apply(&schema, &mut v);
+    }
     let out = shared
         .store
         .mutate_with(&def.store_key, &key, w.dry_run, |cur| {
@@ -627,6 +647,7 @@ pub fn patch(
     let builtin = def.builtin_gk();
     let apply = matches!(ty, patch::PatchType::Apply);
     let op = if apply { "Apply" } else { "Update" };
+    let schema = shared.crd_schemas.of(shared, def);
     let apply_base = patch::ApplyRequest {
         current: None,
         body,
@@ -671,7 +692,10 @@ pub fn patch(
                 patch::apply_patch(&cur_v, ty, body, builtin)
             }
             .map_err(|e| e.to_status(&def.plural, name))?;
-            let new = events::encoded(def, new);
+            let mut new = events::encoded(def, new);
+            if let Some(schema) = &schema {
+                strategy::custom::apply(schema, &mut new);
+            }
             let next = next_state(def, cur, &cur_v, new, sub, manager, op, &now)?;
             to_storage(def, cur, next)
         })?;

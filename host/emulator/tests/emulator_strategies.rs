@@ -546,3 +546,63 @@ async fn a_pod_in_a_namespace_without_its_default_service_account_is_forbidden()
     assert_eq!(r.json(), want);
     h.shutdown().await;
 }
+
+/// Spec: a custom resource's structural schema prunes what it does not declare and fills in
+/// its defaults, on create and on every update and patch, as the apiextensions server does.
+#[tokio::test]
+async fn a_custom_resource_is_pruned_and_defaulted_by_its_schema() {
+    let h = Emulator::builder().start().await.unwrap();
+    let http = Http::new(h.base_url());
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {
+                        "size": {"type": "integer", "default": 3},
+                        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                        "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}},
+                    "status": {"type": "object", "properties": {"ready": {"type": "boolean"}}}}}}}]}});
+    let r = send(
+        &http,
+        Method::POST,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        Some("application/json"),
+        &crd,
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let widgets = "/apis/example.com/v1/namespaces/default/widgets";
+    let w = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
+        "spec": {"typo": 1, "labels": {"a": "b"}, "free": {"x": {"y": 1}}}, "extra": true});
+    let r = send(&http, Method::POST, widgets, Some("application/json"), &w).await;
+    assert_eq!(r.status, 201);
+    let created = r.json();
+    assert_eq!(
+        created["spec"],
+        json!({"size": 3, "labels": {"a": "b"}, "free": {"x": {"y": 1}}})
+    );
+    assert!(created.get("extra").is_none(), "{created}");
+    let r = merge_patch(
+        &http,
+        &format!("{widgets}/w"),
+        json!({"spec": {"size": null, "other": 2}}),
+    )
+    .await;
+    let patched = r.json();
+    assert_eq!(
+        patched["spec"]["size"], 3,
+        "a removed field with a default is defaulted again"
+    );
+    assert!(patched["spec"].get("other").is_none(), "{patched}");
+    let r = merge_patch(
+        &http,
+        &format!("{widgets}/w/status"),
+        json!({"status": {"ready": true, "phase": "x"}}),
+    )
+    .await;
+    assert_eq!(r.json()["status"], json!({"ready": true}));
+    h.shutdown().await;
+}

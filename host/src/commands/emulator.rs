@@ -36,6 +36,11 @@ pub struct EmulatorArgs {
     /// Where to write the kubeconfig (default: a file in the temp directory).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+    /// Do what kube-controller-manager does in every new namespace: create its `default`
+    /// ServiceAccount and `kube-root-ca.crt` ConfigMap. A Pod is then refused (403) when its
+    /// ServiceAccount does not exist, as on a real cluster.
+    #[arg(long)]
+    pub namespace_controller: bool,
     /// Watch history kept per resource, in events.
     #[arg(long, default_value_t = 10_000)]
     pub history_window: usize,
@@ -55,6 +60,7 @@ pub async fn run(args: EmulatorArgs) -> anyhow::Result<()> {
         .port(args.port)
         .history_window(args.history_window)
         .admin(true)
+        .namespace_controller(args.namespace_controller)
         .start()
         .await?;
     for path in &args.seed {
