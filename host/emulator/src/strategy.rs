@@ -336,10 +336,16 @@ pub fn prepare_update(def: &ResourceDef, old: &Value, new: &mut Value) -> Result
             annotations(new).insert(TEMPLATE_GENERATION.into(), g.to_string().into());
             refuse(immutable(old, new, &["selector"]))
         }
-        "apps/deployments" | "apps/replicasets" | "apps/statefulsets" => {
-            refuse(immutable(old, new, &["selector"]))
-        }
-        "batch/jobs" => refuse(immutable(old, new, &["selector", "completions"])),
+        "apps/deployments" | "apps/replicasets" => refuse(immutable(old, new, &["selector"])),
+        "apps/statefulsets" => refuse(stateful_set_spec(old, new)),
+        "batch/jobs" => refuse(immutable(
+            old,
+            new,
+            &["selector", "completions", "completionMode", "template"],
+        )),
+        "/pods" => refuse(pod::spec_update(old, new)),
+        "rbac.authorization.k8s.io/rolebindings"
+        | "rbac.authorization.k8s.io/clusterrolebindings" => refuse(role_ref(old, new)),
         "/services" => {
             service::keep_allocated(old, child(new, "spec"));
             refuse(service::immutable(old, new))
@@ -436,6 +442,52 @@ fn pvc_spec(old: &Value, new: &Value) -> Vec<FieldError> {
         "spec",
         "spec is immutable after creation except resources.requests for bound claims",
     )]
+}
+
+/// A StatefulSet's spec may change only in its replicas, template, update strategy, PVC
+/// retention policy and minReadySeconds.
+fn stateful_set_spec(old: &Value, new: &Value) -> Vec<FieldError> {
+    const MUTABLE: [&str; 5] = [
+        "replicas",
+        "template",
+        "updateStrategy",
+        "persistentVolumeClaimRetentionPolicy",
+        "minReadySeconds",
+    ];
+    let rest = |v: &Value| -> Map<String, Value> {
+        v.get("spec")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter(|(k, _)| !MUTABLE.contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    if rest(old) == rest(new) {
+        return Vec::new();
+    }
+    vec![FieldError::forbidden(
+        "spec",
+        "updates to statefulset spec for fields other than 'replicas', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden",
+    )]
+}
+
+/// A binding's role may not change: delete and create it again.
+fn role_ref(old: &Value, new: &Value) -> Vec<FieldError> {
+    let (a, b) = (old.get("roleRef"), new.get("roleRef"));
+    if a == b {
+        return Vec::new();
+    }
+    vec![FieldError {
+        reason: "FieldValueInvalid",
+        field: "roleRef".into(),
+        detail: format!(
+            "Invalid value: {}: cannot change roleRef",
+            b.map_or("null".into(), Value::to_string)
+        ),
+    }]
 }
 
 /// `spec.<field>` of each name in `fields` that changed, refused as the server words it.

@@ -244,6 +244,19 @@ async fn send(http: &Http, method: Method, path: &str, ct: Option<&str>, body: &
         .await
 }
 
+async fn create_namespace(http: &Http, name: &str) {
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+    let r = send(
+        http,
+        Method::POST,
+        "/api/v1/namespaces",
+        Some("application/json"),
+        &ns,
+    )
+    .await;
+    assert_eq!(r.status, 201, "namespace {name}");
+}
+
 async fn merge_patch(http: &Http, path: &str, body: Value) -> Resp {
     send(
         http,
@@ -470,19 +483,7 @@ async fn the_recorded_corpus_of_sixteen_kinds_is_answered_as_the_real_server_ans
         .await
         .unwrap();
     let http = Http::new(h.base_url());
-    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
-    assert_eq!(
-        send(
-            &http,
-            Method::POST,
-            "/api/v1/namespaces",
-            Some("application/json"),
-            &ns
-        )
-        .await
-        .status,
-        201
-    );
+    create_namespace(&http, NS).await;
     let mut run = Run {
         http: &http,
         diffs: Vec::new(),
@@ -511,19 +512,7 @@ async fn a_pod_in_a_namespace_without_its_default_service_account_is_forbidden()
         .await
         .unwrap();
     let http = Http::new(h.base_url());
-    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "strategies"}});
-    assert_eq!(
-        send(
-            &http,
-            Method::POST,
-            "/api/v1/namespaces",
-            Some("application/json"),
-            &ns
-        )
-        .await
-        .status,
-        201
-    );
+    create_namespace(&http, "strategies").await;
     // The emulator makes it as the controller-manager would; the recording's namespace had none.
     let sa = "/api/v1/namespaces/strategies/serviceaccounts/default";
     assert_eq!(
@@ -604,5 +593,87 @@ async fn a_custom_resource_is_pruned_and_defaulted_by_its_schema() {
     )
     .await;
     assert_eq!(r.json()["status"], json!({"ready": true}));
+    h.shutdown().await;
+}
+
+/// Spec: the fields each kind's validation keeps after creation, refused with 422 as the
+/// server words it; the changes it allows go through.
+#[tokio::test]
+async fn immutable_fields_are_refused_and_allowed_changes_pass() {
+    let h = Emulator::builder().start().await.unwrap();
+    let http = Http::new(h.base_url());
+    create_namespace(&http, NS).await;
+    for c in cases() {
+        let r = send(
+            &http,
+            Method::POST,
+            &c.collection,
+            Some("application/json"),
+            &c.create,
+        )
+        .await;
+        assert_eq!(r.status, 201, "{}", c.folder);
+    }
+    let rb = object(
+        "rbac.authorization.k8s.io/v1",
+        "RoleBinding",
+        "rb",
+        json!({
+        "roleRef": {"kind": "Role", "name": "s-role"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": NS}]}),
+    );
+    let rbs = path("rbac.authorization.k8s.io/v1", "rolebindings");
+    assert_eq!(
+        send(&http, Method::POST, &rbs, Some("application/json"), &rb)
+            .await
+            .status,
+        201
+    );
+    let refused = [
+        (format!("{}/s-pod", path("v1", "pods")), json!({"spec": {"restartPolicy": "Never"}}),
+         "Pod \"s-pod\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`"),
+        (format!("{}/s-statefulset", path("apps/v1", "statefulsets")), json!({"spec": {"serviceName": "t"}}),
+         "StatefulSet.apps \"s-statefulset\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden"),
+        (format!("{}/s-deployment", path("apps/v1", "deployments")), json!({"spec": {"selector": {"matchLabels": {"app": "y"}}}}),
+         "Deployment.apps \"s-deployment\" is invalid: spec.selector: Invalid value:"),
+        (format!("{}/s-job", path("batch/v1", "jobs")), json!({"spec": {"template": {"spec": {"activeDeadlineSeconds": 5}}}}),
+         "Job.batch \"s-job\" is invalid: spec.template: Invalid value:"),
+        (format!("{rbs}/rb"), json!({"roleRef": {"name": "other"}}),
+         "RoleBinding.rbac.authorization.k8s.io \"rb\" is invalid: roleRef: Invalid value:"),
+        (format!("{}/s-service", path("v1", "services")), json!({"spec": {"clusterIP": "10.96.0.2", "clusterIPs": ["10.96.0.2"]}}),
+         "Service \"s-service\" is invalid: spec.clusterIPs[0]: Invalid value:"),
+    ];
+    for (item, patch, message) in refused {
+        let r = merge_patch(&http, &item, patch).await;
+        let body = r.json();
+        assert_eq!(r.status, 422, "{item}: {body}");
+        let got = body["message"].as_str().unwrap_or("");
+        assert!(got.starts_with(message), "{item}: {got}");
+    }
+    let allowed = [
+        (
+            format!("{}/s-pod", path("v1", "pods")),
+            json!({"spec": {"containers": [{"name": "c", "image": "nginx:1.27"}], "activeDeadlineSeconds": 60}}),
+        ),
+        (
+            format!("{}/s-statefulset", path("apps/v1", "statefulsets")),
+            json!({"spec": {"replicas": 3, "minReadySeconds": 2}}),
+        ),
+        (
+            format!("{rbs}/rb"),
+            json!({"metadata": {"labels": {"a": "b"}}}),
+        ),
+    ];
+    for (item, patch) in allowed {
+        // Strategic merge, as kubectl patches: a container is merged by its name.
+        let smp = "application/strategic-merge-patch+json";
+        let r = send(&http, Method::PATCH, &item, Some(smp), &patch).await;
+        assert_eq!(
+            r.status,
+            200,
+            "{item}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+    }
     h.shutdown().await;
 }

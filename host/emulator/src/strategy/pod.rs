@@ -4,6 +4,7 @@
 use serde_json::{json, Map, Value};
 
 use super::{absent, child_map, set};
+use crate::response::FieldError;
 
 /// A pod template (`spec.template` of a Deployment, a Job…): its metadata as Go serializes
 /// an embedded ObjectMeta, and its spec defaulted.
@@ -167,4 +168,51 @@ pub(super) fn qos_class(spec: Option<&Value>) -> &'static str {
     } else {
         "Burstable"
     }
+}
+
+/// A Pod's spec may change after creation only in its containers' images, its
+/// activeDeadlineSeconds, added tolerations and terminationGracePeriodSeconds.
+pub(super) fn spec_update(old: &Value, new: &Value) -> Vec<FieldError> {
+    let (Some(before), Some(after)) = (old.get("spec"), new.get("spec")) else {
+        return Vec::new();
+    };
+    if before == after {
+        return Vec::new();
+    }
+    // The old spec with every change the server allows taken from the new one: anything
+    // still different is a change it refuses.
+    let mut allowed = before.clone();
+    if let (Value::Object(a), Value::Object(n)) = (&mut allowed, after) {
+        for key in [
+            "activeDeadlineSeconds",
+            "tolerations",
+            "terminationGracePeriodSeconds",
+        ] {
+            match n.get(key) {
+                Some(v) => a.insert(key.to_owned(), v.clone()),
+                None => a.remove(key),
+            };
+        }
+        for list in ["containers", "initContainers"] {
+            let images: Vec<Option<Value>> = n
+                .get(list)
+                .and_then(Value::as_array)
+                .map(|cs| cs.iter().map(|c| c.get("image").cloned()).collect())
+                .unwrap_or_default();
+            if let Some(Value::Array(cs)) = a.get_mut(list) {
+                for (c, image) in cs.iter_mut().zip(images) {
+                    if let (Value::Object(c), Some(image)) = (c, image) {
+                        c.insert("image".into(), image);
+                    }
+                }
+            }
+        }
+    }
+    if &allowed == after {
+        return Vec::new();
+    }
+    vec![FieldError::forbidden(
+        "spec",
+        "pod updates may not change fields other than `spec.containers[*].image`, `spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing tolerations) or `spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
+    )]
 }
