@@ -548,6 +548,7 @@ async fn a_custom_resource_is_pruned_and_defaulted_by_its_schema() {
             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
             "versions": [{"name": "v1", "served": true, "storage": true,
                 "subresources": {"status": {}},
+                "additionalPrinterColumns": [{"name": "Size", "type": "integer", "jsonPath": ".spec.size"}],
                 "schema": {"openAPIV3Schema": {"type": "object", "properties": {
                     "spec": {"type": "object", "properties": {
                         "size": {"type": "integer", "default": 3},
@@ -593,6 +594,17 @@ async fn a_custom_resource_is_pruned_and_defaulted_by_its_schema() {
     )
     .await;
     assert_eq!(r.json()["status"], json!({"ready": true}));
+    // kubectl get's columns come from the CRD's additionalPrinterColumns.
+    let table = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+    let r = http.get_with_accept(widgets, table).await.json();
+    let columns: Vec<&str> = r["columnDefinitions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(columns, ["Name", "Size", "Age"]);
+    assert_eq!(r["rows"][0]["cells"][1], 3);
     h.shutdown().await;
 }
 
