@@ -372,6 +372,84 @@ async fn everyday_commands_work_as_on_a_real_server() {
     k.stop().await;
 }
 
+/// Spec: a client that asks for protobuf first (kubectl's typed clients do) is answered in
+/// protobuf, and kubectl decodes each answer into the object the server stores: what `create
+/// -o json` prints from the protobuf answer is what `get -o json` prints from the JSON one.
+#[cfg_attr(
+    not(kubectl),
+    ignore = "needs kubectl, not installed when this was built"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_answers_decode_in_kubectl_to_the_stored_objects() {
+    let k = Kube::cluster().await;
+    let creates: [(&[&str], &str); 5] = [
+        (
+            &[
+                "create",
+                "deployment",
+                "web",
+                "--image=nginx:1.27",
+                "--replicas=0",
+            ],
+            "deployment/web",
+        ),
+        (
+            &[
+                "run",
+                "p1",
+                "--image=busybox",
+                "--labels=a=b",
+                "--",
+                "sleep",
+                "9",
+            ],
+            "pod/p1",
+        ),
+        (
+            &["create", "service", "clusterip", "svc", "--tcp=80:8080"],
+            "service/svc",
+        ),
+        (
+            &["create", "secret", "generic", "s", "--from-literal=k=v"],
+            "secret/s",
+        ),
+        (
+            &[
+                "create",
+                "cronjob",
+                "cj",
+                "--image=busybox",
+                "--schedule=*/5 * * * *",
+            ],
+            "cronjob/cj",
+        ),
+    ];
+    let mut asked = 0;
+    for (args, object) in creates {
+        // The flags go before a `--` (what follows it is the container's command).
+        let at = args.iter().position(|x| *x == "--").unwrap_or(args.len());
+        let mut a = args[..at].to_vec();
+        a.extend(["-o", "json", "-v=8"]);
+        a.extend(&args[at..]);
+        let (ok, out, err) = k.run(&a).await;
+        assert!(ok, "{args:?}: {err}");
+        // Where kubectl asks for protobuf first (its typed generators; `run` asks for JSON),
+        // the answer is protobuf.
+        if err.contains("Accept: application/vnd.kubernetes.protobuf") {
+            asked += 1;
+            assert!(
+                err.contains("Content-Type: application/vnd.kubernetes.protobuf"),
+                "{args:?}: {err}"
+            );
+        }
+        let created: Value = serde_json::from_str(&out).unwrap();
+        let stored = k.json(&["get", object]).await;
+        assert_eq!(created, stored, "{object}");
+    }
+    assert!(asked >= 3, "kubectl asked for protobuf {asked} times");
+    k.stop().await;
+}
+
 /// Spec: `kubectl diff` shows what an apply would change (a server-side dry run), and `apply
 /// --prune` deletes what a label selects and the files no longer hold.
 #[cfg_attr(

@@ -88,12 +88,45 @@ pub fn negotiate(accept: &str, read: Read) -> Representation {
     Representation::Object
 }
 
+/// Whether the client asks for protobuf before any form the server writes in JSON
+/// (client-go and kubectl's typed clients send `application/vnd.kubernetes.protobuf,
+/// application/json`): a built-in object is then answered in protobuf.
+pub fn prefers_protobuf(accept: &str) -> bool {
+    for range in accept.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("");
+        if media == "application/vnd.kubernetes.protobuf" {
+            // A Table or metadata form in protobuf is not written here: the next range answers.
+            if parts.any(|p| p.starts_with("as=")) {
+                continue;
+            }
+            return true;
+        }
+        if matches!(media, "application/json" | "application/*" | "*/*" | "") {
+            return false;
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const META_LIST: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
     const META: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+
+    #[test]
+    fn protobuf_is_answered_only_when_asked_for_first() {
+        assert!(prefers_protobuf(
+            "application/vnd.kubernetes.protobuf,application/json"
+        ));
+        assert!(!prefers_protobuf("application/json, */*"));
+        assert!(!prefers_protobuf(""));
+        assert!(!prefers_protobuf(
+            "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io,application/json"
+        ));
+    }
 
     #[test]
     fn plain_json_and_no_header_are_objects() {

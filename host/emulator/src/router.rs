@@ -406,9 +406,9 @@ async fn resource(shared: &Arc<Shared>, a: Asked<'_>) -> Result<Response<Body>, 
         "watch" => Ok(watch::watch(shared, r, q, &a.heads.accept)),
         "get" => get(shared, r, &a.heads.accept),
         "create" => write::create(shared, r, body, w)
-            .map(|o| response::json(StatusCode::CREATED, o.raw_bytes())),
+            .map(|o| object(StatusCode::CREATED, &o, &a.heads.accept)),
         "update" => {
-            write::update(shared, r, body, w).map(|o| response::json(StatusCode::OK, o.raw_bytes()))
+            write::update(shared, r, body, w).map(|o| object(StatusCode::OK, &o, &a.heads.accept))
         }
         "patch" if apply_would_create_unauthorized(shared, a.user, r, &a.heads.content_type) => {
             Err(authz::apply_create_forbidden(
@@ -429,7 +429,7 @@ async fn resource(shared: &Arc<Shared>, a: Asked<'_>) -> Result<Response<Body>, 
                 force_given: q.get("force").is_some(),
             },
         )
-        .map(|(code, o)| response::json(code, o.raw_bytes())),
+        .map(|(code, o)| object(code, &o, &a.heads.accept)),
         "delete" => write::delete_request(shared, r, q, body),
         "deletecollection" => write::delete_collection(shared, r, q, body),
         _ => Err(response::method_not_allowed()),
@@ -454,8 +454,23 @@ fn get(shared: &Shared, r: &ResourceRequest, accept: &str) -> Result<Response<Bo
         Representation::Metadata(v) => {
             response::json(StatusCode::OK, list::metadata_json(o.raw(), v))
         }
-        Representation::Object => response::json(StatusCode::OK, o.raw_bytes()),
+        Representation::Object => object(StatusCode::OK, &o, accept),
     })
+}
+
+/// An object as the client's `Accept` asks: protobuf when it asks for that first and the kind
+/// has a protobuf message (built-in kinds), else JSON.
+fn object(code: StatusCode, o: &kwh_client::object::Object, accept: &str) -> Response<Body> {
+    if accept::prefers_protobuf(accept) {
+        if let Some(b) = o.to_value().ok().and_then(|v| super::protobuf::encode(&v)) {
+            return response::base(
+                code,
+                "application/vnd.kubernetes.protobuf",
+                Body::Full(Some(Bytes::from(b))),
+            );
+        }
+    }
+    response::json(code, o.raw_bytes())
 }
 
 /// A server-side apply of an object that does not exist yet is authorized as `create` too,
