@@ -39,6 +39,10 @@ pub struct Field {
     /// A Go struct embedded in its parent: its fields are the parent's in JSON.
     #[serde(default)]
     pub inline: bool,
+    /// Not `+optional` in the API's Go types: its JSON is written even at the zero value
+    /// (a ReplicaSet's `status.replicas: 0`).
+    #[serde(default)]
+    pub required: bool,
     #[serde(default)]
     pub description: String,
 }

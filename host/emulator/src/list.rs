@@ -366,8 +366,21 @@ pub(crate) fn list(
     } else {
         page.items
     };
+    if accept::prefers_protobuf(accept) && r.def.builtin {
+        // The list in protobuf (`<Kind>List`), for a client that asks for it first.
+        let json = list_json(&r.def, &items, page.rv, token.clone(), remaining);
+        let proto = serde_json::from_slice::<Value>(&json)
+            .ok()
+            .and_then(|v| super::protobuf::encode(&v));
+        if let Some(b) = proto {
+            let body = Body::Full(Some(Bytes::from(b)));
+            return Ok(response::base(StatusCode::OK, PROTOBUF, body));
+        }
+    }
     Ok(list_body(&r.def, &items, page.rv, token, remaining))
 }
+
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 
 fn list_meta(b: &mut BytesMut, rv: u64, token: Option<String>, remaining: Option<usize>) {
     b.put_slice(b"{\"resourceVersion\":\"");
@@ -393,6 +406,17 @@ pub fn list_body(
     token: Option<String>,
     remaining: Option<usize>,
 ) -> Response<Body> {
+    response::json(StatusCode::OK, list_json(def, items, rv, token, remaining))
+}
+
+/// The list document of `items`.
+fn list_json(
+    def: &ResourceDef,
+    items: &[Object],
+    rv: u64,
+    token: Option<String>,
+    remaining: Option<usize>,
+) -> Bytes {
     let size: usize = items.iter().map(|o| o.raw().len() + 1).sum();
     let mut b = BytesMut::with_capacity(size + 256);
     let kind = format!("{}List", def.kind);
@@ -404,7 +428,7 @@ pub fn list_body(
         items,
         |b, o| b.put_slice(o.raw()),
     );
-    response::json(StatusCode::OK, b.freeze())
+    b.freeze()
 }
 
 /// `{"kind":…,"apiVersion":…,"metadata":{…},"items":[…]}`, each item written by `put`.

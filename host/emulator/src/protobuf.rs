@@ -11,8 +11,9 @@
 //! `bytes` (base64).
 //!
 //! proto2 as Go writes it encodes a non-pointer field even at its zero value; the server's
-//! JSON leaves such fields out (`omitempty`). So a decoded empty string, `0` or `false` of a
-//! singular field is left out too, except for the pointer fields where zero means something
+//! JSON leaves such fields out (`omitempty`). So a decoded empty string, `0` or `false` of an
+//! optional singular field is left out too (a required one's number or boolean is kept, as
+//! Go's JSON writes it), except for the pointer fields where zero means something
 //! ([`ZERO_MEANS_SOMETHING`]: a Deployment's `replicas: 0`, `automountServiceAccountToken:
 //! false`…).
 
@@ -39,6 +40,8 @@ const MAX_DEPTH: usize = 100;
 /// Singular fields whose zero value is not "unset" (`Message.field`, `*` for any message): Go
 /// pointers that the defaulters or admission would otherwise fill in differently.
 pub const ZERO_MEANS_SOMETHING: &[&str] = &[
+    // `+optional` in its Go type, but without `omitempty`.
+    "StatefulSetStatus.availableReplicas",
     "DeploymentSpec.replicas",
     "ReplicaSetSpec.replicas",
     "StatefulSetSpec.replicas",
@@ -61,6 +64,7 @@ pub const ZERO_MEANS_SOMETHING: &[&str] = &[
     "PodSpec.terminationGracePeriodSeconds",
     "PodSpec.activeDeadlineSeconds",
     "PodSpec.enableServiceLinks",
+    "PodSpec.priority",
     "PodSpec.hostUsers",
     "ServiceSpec.allocateLoadBalancerNodePorts",
     "HorizontalPodAutoscalerSpec.minReplicas",
@@ -264,11 +268,17 @@ fn message(name: &str, b: &[u8], depth: usize) -> Result<Value, ProtoError> {
 
 /// A singular field at Go's zero value, which the server's JSON leaves out.
 fn is_unset(f: &Field, v: &Value, owner: &str) -> bool {
+    if f.is_message() && !v.is_null() {
+        // A message on the wire was set (an IntOrString of 0, a Quantity of "0").
+        return false;
+    }
     match v {
-        Value::Null => true,
+        // An ObjectMeta's creationTimestamp is a Go struct, never left out: `null` when unset
+        // (what a pod template shows).
+        Value::Null => !(owner.ends_with(".ObjectMeta") && f.json == "creationTimestamp"),
         Value::String(s) => s.is_empty() && f.ty != "bytes",
-        Value::Bool(false) => !keeps_zero(owner, &f.json),
-        Value::Number(n) => n.as_f64() == Some(0.0) && !keeps_zero(owner, &f.json),
+        Value::Bool(false) => !f.required && !keeps_zero(owner, &f.json),
+        Value::Number(n) => n.as_f64() == Some(0.0) && !f.required && !keeps_zero(owner, &f.json),
         _ => false,
     }
 }
@@ -460,6 +470,11 @@ fn put_message(out: &mut Vec<u8>, name: &str, v: &Value, depth: usize) {
             continue;
         }
         let Some(x) = obj.get(&f.json).filter(|x| !x.is_null()) else {
+            // Go writes a non-pointer struct even when empty: an unset creationTimestamp is
+            // an empty Time, which reads back as `null`.
+            if f.json == "creationTimestamp" && name.ends_with(".ObjectMeta") {
+                put_bytes(out, f.tag, b"");
+            }
             continue;
         };
         if f.map {
@@ -669,13 +684,13 @@ mod tests {
         let cm = decode(&recorded("create-configmap-cm1")).unwrap();
         assert_eq!(
             cm,
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm1"},
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm1", "creationTimestamp": null},
                 "data": {"a": "b", "c": "d"}})
         );
         let s = decode(&recorded("create-secret-generic-s1")).unwrap();
         assert_eq!(
             s,
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s1"},
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s1", "creationTimestamp": null},
                 "data": {"password": "czNjcjN0"}})
         );
         let reg = decode(&recorded("create-secret-docker-registry-reg1")).unwrap();
@@ -688,20 +703,20 @@ mod tests {
         assert_eq!(
             decode(&recorded("create-namespace-ns1")).unwrap(),
             // kubectl sends empty spec and status messages; the server fills them in.
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns1"},
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns1", "creationTimestamp": null},
                 "spec": {}, "status": {}})
         );
         assert_eq!(
             decode(&recorded("create-serviceaccount-sa1")).unwrap(),
-            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "sa1"}})
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "sa1", "creationTimestamp": null}})
         );
         // kubectl's `create deployment` generator: the JSON its `-o json` prints.
         assert_eq!(
             decode(&recorded("create-deployment-d1")).unwrap(),
             json!({"apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": {"name": "d1", "labels": {"app": "d1"}},
+                "metadata": {"name": "d1", "labels": {"app": "d1"}, "creationTimestamp": null},
                 "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "d1"}},
-                    "template": {"metadata": {"labels": {"app": "d1"}},
+                    "template": {"metadata": {"labels": {"app": "d1"}, "creationTimestamp": null},
                         "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27",
                             "resources": {}}]}},
                     "strategy": {}},
@@ -711,7 +726,7 @@ mod tests {
             decode(&recorded("create-token-sa1")).unwrap(),
             // No --duration: an empty spec, the server's default lifetime applies.
             json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                "metadata": {}, "spec": {}, "status": {}})
+                "metadata": {"creationTimestamp": null}, "spec": {}, "status": {}})
         );
         assert_eq!(
             decode(&recorded("create-token-sa1-duration-10m")).unwrap()["spec"],
@@ -720,9 +735,9 @@ mod tests {
         assert_eq!(
             decode(&recorded("auth-can-i-create-configmaps-n-foo")).unwrap(),
             json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-                "metadata": {}, "spec": {"resourceAttributes":
+                "metadata": {"creationTimestamp": null}, "spec": {"resourceAttributes":
                     {"namespace": "foo", "verb": "create", "resource": "configmaps"}},
-                "status": {}})
+                "status": {"allowed": false}})
         );
         assert_eq!(
             decode(&recorded("auth-can-i-patch-deployments-status-n-foo")).unwrap()["spec"],
@@ -736,7 +751,7 @@ mod tests {
         assert_eq!(
             decode(&recorded("auth-whoami")).unwrap(),
             json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
-                "metadata": {}, "status": {"userInfo": {}}})
+                "metadata": {"creationTimestamp": null}, "status": {"userInfo": {}}})
         );
     }
 
@@ -761,7 +776,7 @@ mod tests {
             "spec": {"replicas": 0, "selector": {"matchLabels": {"a": "b"}},
                 "strategy": {"type": "RollingUpdate",
                     "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 1}},
-                "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [
+                "template": {"metadata": {"labels": {"a": "b"}, "creationTimestamp": null}, "spec": {"containers": [
                     {"name": "c", "image": "i", "resources": {"limits": {"cpu": "500m"}},
                      "ports": [{"containerPort": 80, "protocol": "TCP"}]}],
                     "volumes": [{"name": "v", "configMap": {"name": "cm", "defaultMode": 420}}]}}},
