@@ -21,6 +21,7 @@ use commands::inspect::InspectArgs;
 use commands::new::NewArgs;
 use commands::push::PushArgs;
 use commands::rbac::RbacArgs;
+use commands::record::RecordArgs;
 use commands::run::RunArgs;
 use commands::shadow::ShadowArgs;
 #[cfg(feature = "harness")]
@@ -63,6 +64,10 @@ enum Command {
     /// confined to one, a ClusterRole and ClusterRoleBinding for the others; with
     /// `--leader-elect` or `--shards`, a Role for the host's own Leases too.
     Rbac(RbacArgs),
+    /// Record what a plugin's manifest watches on a cluster (the objects, then every watch
+    /// event with its time) as a scenario file that `host test` replays; Secret values and
+    /// `--redact` pointers are replaced by stable hashes of the same length.
+    Record(RecordArgs),
     /// Run scenario files against a plugin in the test harness (fake cluster, virtual clock)
     /// and print a pass/fail table; exits 0 only when every scenario passes.
     #[cfg(feature = "harness")]
@@ -107,6 +112,9 @@ fn main() -> std::process::ExitCode {
         }
         Some(Command::Push(args)) => {
             commands::runtime().and_then(|rt| rt.block_on(commands::push::push(args)))
+        }
+        Some(Command::Record(args)) => {
+            commands::runtime().and_then(|rt| rt.block_on(commands::record::record(args)))
         }
         Some(Command::Rbac(args)) => {
             commands::runtime().and_then(|rt| rt.block_on(commands::rbac::rbac(args)))

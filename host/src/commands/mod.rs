@@ -8,6 +8,7 @@ pub mod inspect;
 pub mod new;
 pub mod push;
 pub mod rbac;
+pub mod record;
 pub mod run;
 pub mod shadow;
 #[cfg(feature = "harness")]
