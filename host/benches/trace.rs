@@ -2,7 +2,9 @@
 //! 10,000) watch events, written as `host record` writes one (ConfigMaps added, updated and
 //! deleted, the time between events, a `runQueue` after each), parsed by the harness;
 //! `BENCH_RUNS` (default 5) times. Floor: it loads in under a second (the median). Then it is
-//! replayed once with the `noop` guest, the time printed.
+//! replayed once with the `noop` guest, the time printed. Then `host test --explore`'s
+//! engine on a 100-event trace of the config-reloader example for `BENCH_EXPLORE_SECS`
+//! (default 10): floor, at least 1,000 perturbed runs per minute.
 //!
 //! `cargo bench -p host --bench trace` prints a Markdown table; a missed floor fails the run.
 
@@ -63,7 +65,10 @@ fn main() {
     let load = median(loads);
     println!("| measure | value | floor | met |");
     println!("|---|---|---|---|");
-    println!("| trace | {events} events, {} KB of YAML | | |", text.len() / 1024);
+    println!(
+        "| trace | {events} events, {} KB of YAML | | |",
+        text.len() / 1024
+    );
     let ok = floor_row(
         "load (parse), median",
         format!("{:.1} ms", load * 1e3),
@@ -86,9 +91,77 @@ fn main() {
             if report.passed() { "passed" } else { "failed" }
         );
     }
+    let ok = ok & rt.block_on(explore_section());
     println!("\nload average at end: {}", bench_common::load());
     println!("\nmet: {ok}");
     if !ok {
         std::process::exit(1);
     }
+}
+
+/// A 100-event trace of the config-reloader: two opted-in Deployments over ConfigMaps that
+/// change, explored for a while; its rate of perturbed runs.
+async fn explore_section() -> bool {
+    let secs = env_or("BENCH_EXPLORE_SECS", 10) as u64;
+    let deploy = |n: usize| {
+        json!({"add": {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": format!("web-{n}"), "namespace": "default",
+                "annotations": {"config-reloader/enabled": "true"}},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "app", "image": "i",
+                    "envFrom": [{"configMapRef": {"name": format!("cm-{n}")}}]}]}}}}})
+    };
+    let mut steps = Vec::new();
+    for n in 0..2 {
+        steps.push(json!({"add": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("cm-{n}"), "namespace": "default"}, "data": {"v": "0"}}}));
+        steps.push(json!({"runQueue": true}));
+        steps.push(deploy(n));
+        steps.push(json!({"runQueue": true}));
+    }
+    for e in 4..100 {
+        steps.push(json!({"advance": "2s"}));
+        steps.push(json!({"update": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("cm-{}", e % 2), "namespace": "default"},
+            "data": {"v": format!("{e}")}}}));
+        steps.push(json!({"runQueue": true}));
+    }
+    let text = yaml_serde::to_string(&json!({"name": "reloader, 100 events", "steps": steps}))
+        .expect("YAML");
+    let path = support::temp_dir("bench-explore").join("reloader.yaml");
+    std::fs::write(&path, &text).expect("write");
+    let plugin = support::guests::example("config_reloader");
+    let engine = support::engine();
+    let opts = kwh_testing::scenario::explore::ExploreOptions {
+        budget: std::time::Duration::from_secs(secs),
+        seed: 1,
+        max_runs: usize::MAX,
+    };
+    let report = kwh_testing::scenario::explore::explore(&path, &text, &plugin, &engine, &opts)
+        .await
+        .expect("explores");
+    let per_minute = report.runs as f64 * 60.0 / report.elapsed.as_secs_f64();
+    println!(
+        "| explore, config-reloader, 100 events: violations | {} | – | – |",
+        report.violations.len()
+    );
+    let value = format!(
+        "{per_minute:.0} ({} runs in {:.1} s)",
+        report.runs,
+        report.elapsed.as_secs_f64()
+    );
+    if cfg!(debug_assertions) {
+        // CI's short run in a debug build: the host side is several times slower there.
+        println!(
+            "| explore: perturbed runs per minute | {value} | not judged: a debug build | – |"
+        );
+        return true;
+    }
+    floor_row(
+        "explore: perturbed runs per minute",
+        value,
+        ">= 1,000",
+        per_minute >= 1000.0,
+    )
 }

@@ -29,6 +29,22 @@ pub struct TestArgs {
     /// After the table, print what the guest logged during each failed step.
     #[arg(long)]
     show_logs: bool,
+    /// Rerun each scenario under perturbations a real informer and API server can produce
+    /// (coalesced updates, tombstones, events reordered across objects, duplicate reconciles,
+    /// time passing earlier or later) and report each that changes the end state, with a
+    /// scenario file reproducing it (docs/testing.md); exit 1 when any does.
+    #[arg(long, conflicts_with = "compare")]
+    explore: bool,
+    /// How long `--explore` runs per scenario.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = kwh_client::duration::parse_duration)]
+    budget: std::time::Duration,
+    /// The seed of `--explore`'s choices (default: from the clock; printed, so a run can be
+    /// repeated).
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+    /// Where `--explore` writes the reproducing scenarios (default: the current directory).
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    out_dir: PathBuf,
 }
 
 /// `host test`: every scenario file is parsed before anything runs (a bad file is one line
@@ -53,7 +69,7 @@ pub async fn test(args: TestArgs) -> std::process::ExitCode {
     }
     let defaults = EngineConfig::default();
     let engine = match PluginEngine::new(EngineConfig {
-        cache_dir: args.cache_dir.or(defaults.cache_dir),
+        cache_dir: args.cache_dir.clone().or(defaults.cache_dir),
         pooling: false,
         ..defaults
     }) {
@@ -92,6 +108,9 @@ pub async fn test(args: TestArgs) -> std::process::ExitCode {
         };
     }
     let plugin = &plugins[0];
+    if args.explore {
+        return explore(&args, plugin, &engine).await;
+    }
     let mut reports = Vec::new();
     for s in &scenarios {
         reports.push(scenario::run(s, plugin, &engine).await);
@@ -105,5 +124,71 @@ pub async fn test(args: TestArgs) -> std::process::ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// `--explore`: each scenario file explored in turn; one summary line each, then each
+/// violation with its perturbation, what differs, and the reproducing file written.
+async fn explore(
+    args: &TestArgs,
+    plugin: &std::path::Path,
+    engine: &PluginEngine,
+) -> std::process::ExitCode {
+    use kwh_testing::scenario::explore::{explore, reproducer_path, ExploreOptions};
+    use kwh_testing::scenario::render_differences;
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    let opts = ExploreOptions {
+        budget: args.budget,
+        seed,
+        max_runs: usize::MAX,
+    };
+    let mut found = 0;
+    for path in &args.scenarios {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("error: scenario {}: {e}", path.display());
+                return std::process::ExitCode::from(2);
+            }
+        };
+        let report = match explore(path, &text, plugin, engine, &opts).await {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("error: scenario {e}");
+                return std::process::ExitCode::from(2);
+            }
+        };
+        println!(
+            "{}: {} perturbed runs in {:.1} s (seed {}): {} violation(s)",
+            path.display(),
+            report.runs,
+            report.elapsed.as_secs_f64(),
+            report.seed,
+            report.violations.len()
+        );
+        for v in &report.violations {
+            found += 1;
+            let what: Vec<String> = v.perturbations.iter().map(|p| p.describe()).collect();
+            println!("  {}: {}", v.perturbations[0].class(), what.join("; "));
+            print!(
+                "{}",
+                render_differences("    the end state differs", &v.differences)
+            );
+            let out = reproducer_path(&args.out_dir, path, found);
+            match std::fs::write(&out, &v.reproducer) {
+                Ok(()) => println!("    reproduced by {}", out.display()),
+                Err(e) => eprintln!("error: cannot write {}: {e}", out.display()),
+            }
+        }
+    }
+    let _ = std::io::stdout().flush();
+    if found == 0 {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
     }
 }

@@ -37,8 +37,8 @@ pub fn differences(old: &Trace, new: &Trace) -> Vec<KindOfDifference> {
     keys.dedup();
     for key in keys {
         let (_, kind, ns, name) = key;
-        let a = old.finals.get(key).cloned().flatten();
-        let b = new.finals.get(key).cloned().flatten();
+        let a = old.finals.get(key).cloned().flatten().map(without_uid);
+        let b = new.finals.get(key).cloned().flatten().map(without_uid);
         if let Outcome::Changes(patch) = compare(a.as_ref(), b.as_ref()) {
             let object = ns
                 .as_ref()
@@ -88,4 +88,19 @@ pub fn render(scenario: &str, diffs: &[KindOfDifference]) -> String {
         ));
     }
     out
+}
+
+/// The object with its uid, wherever it appears (a Job's generated selector copies it), made
+/// one placeholder: two runs create the same object with different uids.
+fn without_uid(v: serde_json::Value) -> serde_json::Value {
+    let Some(uid) = v
+        .pointer("/metadata/uid")
+        .and_then(serde_json::Value::as_str)
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+    else {
+        return v;
+    };
+    let text = v.to_string().replace(&uid, "<uid>");
+    serde_json::from_str(&text).unwrap_or(v)
 }

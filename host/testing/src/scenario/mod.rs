@@ -8,6 +8,7 @@
 
 pub mod compare;
 mod expect;
+pub mod explore;
 mod matcher;
 mod parse;
 mod report;
