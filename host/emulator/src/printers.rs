@@ -162,6 +162,13 @@ pub(crate) fn columns(store_key: &str) -> &'static [Column] {
                 text(o, "/status/lastScheduleTime")
             }),
         ],
+        other => more_columns(other),
+    }
+}
+
+/// The columns of the kinds after the workloads'.
+fn more_columns(store_key: &str) -> &'static [Column] {
+    match store_key {
         "/services" => cols![
             col("Type", "string", |o| text(o, "/spec/type")),
             col("Cluster-IP", "string", |o| text(o, "/spec/clusterIP")),
