@@ -8,7 +8,7 @@
 //! Deployment whose generation moved because someone annotated it.
 //!
 //! The write path calls, for a create: [`default`] (decoding), the field manager,
-//! [`admission::admit_create`] and [`prepare_create`]; for an update: [`default`], then
+//! `admission::admit_create` and [`prepare_create`]; for an update: [`default`], then
 //! [`prepare_update`] before the field manager. The order is the real server's, as its
 //! managedFields show: defaults are owned by the writer, allocated and admitted fields are not.
 
