@@ -14,6 +14,10 @@
 //!   shown as `".": {}` next to its children;
 //! - struct nodes only through their children (`f:metadata` never has a `"."`), except the
 //!   optional structs of the schema table (an Event's `series`), members like maps;
+//! - for an update of a built-in kind, every struct and list the write adds is its member (its
+//!   `"."`: a Deployment's `rollingUpdate`, an Ingress's `defaultBackend`); a create is compared
+//!   with the kind's Go zero value, whose non-pointer structs and required lists (`spec`,
+//!   `template`, `strategy`, `containers`) no create adds; `null` values are owned by no one;
 //! - items of keyed lists by their key (`k:{"containerPort":80,"protocol":"TCP"}`), items of
 //!   set lists by value (`v:"example.com/f"`).
 //!
@@ -223,6 +227,58 @@ fn walk<'a>(
             out.insert(path.clone(), Some(v));
         }
     }
+}
+
+/// Every struct of a built-in object as a member in its own right (as the server's typed
+/// field sets have them), so that one a write adds is its `"."`: a Deployment's
+/// `rollingUpdate`, an Ingress's `defaultBackend`. Structs that the kind's zero value already
+/// has (its `spec`, a workload's `template`) are not added by any write.
+fn with_nodes(mut f: FieldValues<'_>, builtin: bool) -> FieldValues<'_> {
+    if !builtin {
+        return f;
+    }
+    // `metadata` always exists: it is never a member a write adds.
+    let prefixes: Vec<Path> = f
+        .keys()
+        .flat_map(|p| (1..p.len()).map(move |n| p[..n].to_vec()))
+        .filter(|p| !(p.len() == 1 && p[0] == "f:metadata"))
+        .collect();
+    for p in prefixes {
+        f.entry(p).or_insert(None);
+    }
+    f
+}
+
+/// What a create is compared with: the kind's Go zero value as the server serializes it
+/// (non-pointer structs present, required lists `null`), so that only what the writer added
+/// beyond it is the writer's own member.
+fn zero_object(new: &Value) -> Value {
+    use serde_json::json;
+    let template = json!({"metadata": {"creationTimestamp": null}, "spec": {"containers": null}});
+    let api_version = new.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let kind = new.get("kind").and_then(Value::as_str).unwrap_or("");
+    let spec = match (api_version, kind) {
+        ("apps/v1", "Deployment") => {
+            json!({"selector": null, "template": template, "strategy": {}})
+        }
+        ("apps/v1", "ReplicaSet") => json!({"selector": null, "template": template}),
+        ("apps/v1", "StatefulSet") => json!({"selector": null, "template": template,
+            "serviceName": "", "updateStrategy": {}}),
+        ("apps/v1", "DaemonSet") => {
+            json!({"selector": null, "template": template, "updateStrategy": {}})
+        }
+        ("batch/v1", "Job") => json!({"template": template}),
+        ("batch/v1", "CronJob") => json!({"schedule": "", "jobTemplate": {
+            "metadata": {"creationTimestamp": null}, "spec": {"template": template}}}),
+        ("v1", "Pod") => json!({"containers": null}),
+        ("v1", "PersistentVolumeClaim") => json!({"resources": {}}),
+        _ => json!({}),
+    };
+    let mut zero = json!({"metadata": {"creationTimestamp": null}, "spec": spec, "status": {}});
+    if kind == "Role" || kind == "ClusterRole" {
+        zero["rules"] = Value::Null;
+    }
+    zero
 }
 
 /// Keeps the paths a write to `subresource` can own: the status subresource owns only
@@ -565,12 +621,24 @@ pub fn record_update(
         .to_owned();
     let builtin = is_builtin_api_version(&api_version);
 
+    // A custom resource's zero value is an empty object: what a create writes is all new.
+    let zero = (old.is_none() && builtin).then(|| zero_object(new));
     let (mut changed, removed) = {
-        let new_fields = object_fields(new, builtin);
-        let old_fields = old.map(|o| object_fields(o, builtin)).unwrap_or_default();
+        let new_fields = with_nodes(object_fields(new, builtin), builtin);
+        let old_fields = old
+            .or(zero.as_ref())
+            .map(|o| with_nodes(object_fields(o, builtin), builtin))
+            .unwrap_or_default();
         let changed: FieldSet = new_fields
             .iter()
-            .filter(|(p, v)| old_fields.get(*p) != Some(*v))
+            .filter(|(p, v)| match v {
+                // A map or list is the writer's (its `"."`) when it did not exist before,
+                // not even as `null` or `{}`.
+                None => !old_fields.contains_key(*p),
+                // `null` is not a value a writer owns (the server's typed objects drop it).
+                Some(Value::Null) => false,
+                Some(_) => old_fields.get(*p) != Some(v),
+            })
             .map(|(p, _)| p.clone())
             .collect();
         let removed: FieldSet = old_fields
@@ -756,6 +824,9 @@ mod tests {
         assert_eq!(entries(&broken).len(), 1);
     }
 
+    /// A required list (`containers`) exists in the kind's zero value, so a create does not
+    /// own it as a member (no `"."`), while its items and an optional list (`ports`) are, as
+    /// the recorded Deployment create of `apiserver-samples/strategies/` shows.
     #[test]
     fn deployment_field_set_uses_list_keys_and_struct_rules() {
         let mut d = json!({
@@ -788,7 +859,6 @@ mod tests {
                     "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
                     "f:spec": {
                         "f:containers": {
-                            ".": {},
                             "k:{\"name\":\"web\"}": {
                                 ".": {},
                                 "f:args": {},

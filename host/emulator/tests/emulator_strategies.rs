@@ -292,11 +292,6 @@ fn is_service_ip(s: &str) -> bool {
 /// allocates are compared by shape.
 fn differences(path: &str, want: &Value, got: &Value, out: &mut Vec<String>) {
     let leaf = path.rsplit('.').next().unwrap_or("");
-    // Which fields each writer owns is not modelled per kind yet (the server's rules for a
-    // `"."` entry follow the Go types): the entries are compared, their field sets are not.
-    if leaf == "fieldsV1" {
-        return;
-    }
     match (want, got) {
         (Value::Object(a), Value::Object(b)) => {
             for k in a.keys().chain(b.keys().filter(|k| !a.contains_key(*k))) {

@@ -123,13 +123,16 @@ pub(crate) fn is_free_form_map(
 }
 
 /// Whether the object under `field` is an atomic struct: owned and replaced as one value
-/// (`structType=atomic`: a workload's LabelSelector, an Event's `ObjectReference`s).
+/// (`structType=atomic`: a workload's LabelSelector, an Event's `ObjectReference`s; a
+/// Service's selector map).
 pub(crate) fn is_atomic_struct(
     field: Option<&str>,
     value: &serde_json::Map<String, Value>,
 ) -> bool {
     match field.unwrap_or("") {
-        "selector" => is_label_selector(value),
+        // A workload's LabelSelector, and a Service's or ReplicationController's plain map
+        // (`mapType=atomic` both).
+        "selector" => is_label_selector(value) || value.values().all(Value::is_string),
         "involvedObject" | "regarding" | "related" => true,
         _ => false,
     }
