@@ -363,6 +363,27 @@ async fn everyday_commands_work_as_on_a_real_server() {
             .trim(),
         "yes"
     );
+    // An Event's table is the server's: LAST SEEN, TYPE, REASON, OBJECT, MESSAGE.
+    let event = k.file(
+        "event.yaml",
+        "apiVersion: v1\nkind: Event\nmetadata: {name: e1}\ntype: Warning\nreason: Probed\nmessage: probe failed\ninvolvedObject: {kind: Pod, name: p1, namespace: default}\n",
+    );
+    k.ok(&["create", "-f", &event]).await;
+    let events = k.ok(&["get", "events"]).await;
+    for cell in [
+        "LAST SEEN",
+        "TYPE",
+        "REASON",
+        "OBJECT",
+        "MESSAGE",
+        "Warning",
+        "Probed",
+        "pod/p1",
+        "probe failed",
+    ] {
+        assert!(events.contains(cell), "{cell}: {events}");
+    }
+    k.ok(&["delete", "event", "e1"]).await;
     // Nothing here records Events (no scheduler, no kubelet): the listing is empty, not an error.
     let (ok, out, err) = k.run(&["events", "--for", "pod/p1"]).await;
     assert!(

@@ -545,14 +545,23 @@ pub(crate) fn table_json(
     let mut b = BytesMut::with_capacity(256 + items.len() * 256);
     b.put_slice(b"{\"kind\":\"Table\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":");
     list_meta(&mut b, rv, token, remaining);
-    b.put_slice(br#","columnDefinitions":[{"name":"Name","type":"string","format":"name","description":"Name must be unique within a namespace.","priority":0}"#);
-    for (name, kind) in printer.definitions() {
+    b.put_slice(br#","columnDefinitions":["#);
+    let named = printer.named();
+    if named {
+        b.put_slice(br#"{"name":"Name","type":"string","format":"name","description":"Name must be unique within a namespace.","priority":0}"#);
+    }
+    for (i, (name, kind)) in printer.definitions().into_iter().enumerate() {
         let def =
             json!({"name": name, "type": kind, "format": "", "description": "", "priority": 0});
-        b.put_u8(b',');
+        if named || i > 0 {
+            b.put_u8(b',');
+        }
         b.put_slice(def.to_string().as_bytes());
     }
-    b.put_slice(br#",{"name":"Age","type":"string","format":"","description":"CreationTimestamp is a timestamp representing the server time when this object was created.","priority":0}],"rows":["#);
+    if named {
+        b.put_slice(br#",{"name":"Age","type":"string","format":"","description":"CreationTimestamp is a timestamp representing the server time when this object was created.","priority":0}"#);
+    }
+    b.put_slice(br#"],"rows":["#);
     for (i, o) in items.iter().enumerate() {
         if i > 0 {
             b.put_u8(b',');
@@ -563,12 +572,17 @@ pub(crate) fn table_json(
             .and_then(|c| c.ts)
             .and_then(|t| super::util::parse_rfc3339(&t))
             .unwrap_or(now);
-        let mut cells = vec![Value::from(o.name())];
+        let mut cells = Vec::new();
+        if named {
+            cells.push(Value::from(o.name()));
+        }
         if !printer.is_empty() {
             let v = o.to_value().unwrap_or(Value::Null);
             cells.extend(printer.cells(&v));
         }
-        cells.push(age(now.saturating_sub(created)).into());
+        if named {
+            cells.push(age(now.saturating_sub(created)).into());
+        }
         let cells = serde_json::to_string(&cells).unwrap_or_else(|_| "[]".into());
         b.put_slice(b"{\"cells\":");
         b.put_slice(cells.as_bytes());
@@ -581,7 +595,7 @@ pub(crate) fn table_json(
 }
 
 /// kubectl's short age format: `45s`, `3m12s`, `5h`, `2d`.
-fn age(secs: u64) -> String {
+pub(crate) fn age(secs: u64) -> String {
     match secs {
         s if s < 120 => format!("{s}s"),
         s if s < 600 => format!("{}m{}s", s / 60, s % 60),

@@ -8,6 +8,8 @@ use serde_json::{json, Value};
 /// The columns of a kind's table between NAME and AGE.
 pub(crate) enum Printer {
     Builtin(&'static [Column]),
+    /// Core Events: LAST SEEN, TYPE, REASON, OBJECT, MESSAGE, and neither NAME nor AGE.
+    Events,
     /// A custom resource's: (name, type, JSONPath) each.
     Custom(Vec<(String, String, String)>),
 }
@@ -15,6 +17,9 @@ pub(crate) enum Printer {
 impl Printer {
     /// The printer of `def`'s kind; a custom resource's read from its CRD.
     pub(crate) fn of(shared: &crate::Shared, def: &kwh_client::registry::ResourceDef) -> Printer {
+        if def.builtin && &*def.store_key == "/events" {
+            return Printer::Events;
+        }
         if def.builtin {
             return Printer::Builtin(columns(&def.store_key));
         }
@@ -39,7 +44,16 @@ impl Printer {
                 .iter()
                 .map(|(n, t, _)| (n.clone(), t.clone()))
                 .collect(),
+            Printer::Events => ["Last Seen", "Type", "Reason", "Object", "Message"]
+                .iter()
+                .map(|n| ((*n).to_owned(), "string".to_owned()))
+                .collect(),
         }
+    }
+
+    /// Whether the row starts with NAME and ends with AGE (every table but Events').
+    pub(crate) fn named(&self) -> bool {
+        !matches!(self, Printer::Events)
     }
 
     /// Whether it reads the object beyond its metadata.
@@ -47,6 +61,7 @@ impl Printer {
         match self {
             Printer::Builtin(cols) => cols.is_empty(),
             Printer::Custom(cols) => cols.is_empty(),
+            Printer::Events => false,
         }
     }
 
@@ -55,6 +70,7 @@ impl Printer {
         match self {
             Printer::Builtin(cols) => cols.iter().map(|c| (c.cell)(o)).collect(),
             Printer::Custom(cols) => cols.iter().map(|(_, _, p)| at_path(o, p)).collect(),
+            Printer::Events => event_cells(o),
         }
     }
 }
@@ -341,4 +357,39 @@ pub(crate) fn at_path(o: &Value, path: &str) -> Value {
         }
     }
     cur.clone()
+}
+
+/// An Event's row: when it was last seen (its age), type, reason, the object it is about
+/// (`kind/name`, the kind lowercased as kubectl writes it), message.
+fn event_cells(o: &Value) -> Vec<Value> {
+    let last = [
+        "/series/lastObservedTime",
+        "/lastTimestamp",
+        "/eventTime",
+        "/metadata/creationTimestamp",
+    ]
+    .iter()
+    .find_map(|p| o.pointer(p).and_then(Value::as_str));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let seen = last.and_then(crate::util::parse_rfc3339).map_or_else(
+        || "<unknown>".to_owned(),
+        |t| crate::list::age(now.saturating_sub(t)),
+    );
+    let kind = o
+        .pointer("/involvedObject/kind")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let name = o
+        .pointer("/involvedObject/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    vec![
+        json!(seen),
+        text(o, "/type"),
+        text(o, "/reason"),
+        json!(format!("{}/{name}", kind.to_lowercase())),
+        text(o, "/message"),
+    ]
 }
