@@ -5,8 +5,9 @@
 //! Why the operation: `kubectl create -f` / `apply` validate by default (`--validate=strict`).
 //! They first ask OpenAPI v3 whether the server validates fields itself; declaring the parameter
 //! is enough for kubectl to leave validation to the server, as it does with a real one.
-//! `/openapi/v2` answers 404: kubectl reads that document only as protobuf (gnostic's), and
-//! only when v3 is missing.
+//! `/openapi/v2` is the same schemas in one Swagger 2.0 document, in JSON (the form tools other
+//! than kubectl read); asked for as protobuf (gnostic's, the only form kubectl reads, and only
+//! when v3 is missing) it answers 404, which kubectl takes as "not served".
 
 mod schemas;
 
@@ -120,4 +121,41 @@ fn component_schemas(
         }
     }
     out
+}
+
+/// `/openapi/v2`: every built-in kind's schema and every custom resource's, as Swagger 2.0
+/// `definitions`; `None` when the client asks for the protobuf form only.
+pub(crate) fn v2(shared: &Shared, accept: &str) -> Response<Body> {
+    let json_ok = accept.is_empty()
+        || accept.split(',').any(|r| {
+            matches!(
+                r.split(';').next().unwrap_or("").trim(),
+                "application/json" | "*/*" | "application/*"
+            )
+        });
+    if !json_ok {
+        return response::status(&response::no_route());
+    }
+    let defs = shared.registry.all();
+    let kinds: Vec<(String, String, String)> = defs
+        .iter()
+        .filter(|d| d.builtin)
+        .map(|d| (d.group.clone(), d.version.clone(), d.kind.clone()))
+        .collect();
+    let mut definitions = schemas::for_kinds(&kinds);
+    for d in defs.iter().filter(|d| !d.builtin) {
+        let crds = [format!("{}.{}", d.plural, d.group)];
+        definitions.extend(component_schemas(shared, &d.version, &[], &crds));
+    }
+    let doc = json!({
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes", "version": "v1.26.1"},
+        "paths": {},
+        "definitions": definitions,
+    });
+    // The same schemas; v2 names another definition under `#/definitions/`.
+    let text = doc
+        .to_string()
+        .replace("#/components/schemas/", "#/definitions/");
+    response::json(StatusCode::OK, text)
 }

@@ -38,6 +38,7 @@ enum Route {
     SelfSubjectReview,
     Admin(Vec<String>),
     OpenApiRoot,
+    OpenApiV2,
     OpenApiGroupVersion(String, String),
     NotFound,
 }
@@ -53,6 +54,7 @@ fn route(shared: &Shared, segs: &[String]) -> Route {
         ["apis", g] => Route::Group((*g).to_owned()),
         ["apis", g, v] => Route::GroupResources((*g).to_owned(), (*v).to_owned()),
         ["openapi", "v3"] => Route::OpenApiRoot,
+        ["openapi", "v2"] => Route::OpenApiV2,
         ["openapi", "v3", "api", v] => Route::OpenApiGroupVersion(String::new(), (*v).to_owned()),
         ["openapi", "v3", "apis", g, v] => {
             Route::OpenApiGroupVersion((*g).to_owned(), (*v).to_owned())
@@ -230,6 +232,7 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         Route::Group(g) => discovery::group(&shared, &g),
         Route::GroupResources(g, v) => discovery::resources(&shared, &g, &v),
         Route::OpenApiRoot => openapi::root(&shared),
+        Route::OpenApiV2 => openapi::v2(&shared, &heads.accept),
         Route::OpenApiGroupVersion(g, v) => openapi::group_version(&shared, &g, &v),
         Route::NotFound | Route::Admin(_) => response::status(&response::no_route()),
         Route::Resource(r) if r.subresource.as_deref() == Some("token") => {

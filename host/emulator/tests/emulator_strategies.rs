@@ -729,3 +729,28 @@ async fn lists_asked_for_in_protobuf_decode_to_the_json_lists() {
     }
     h.shutdown().await;
 }
+
+/// Spec: `/openapi/v2` in JSON holds every built-in kind's schema as Swagger 2.0 definitions
+/// (references under `#/definitions/`); asked for in kubectl's protobuf form only, it is not
+/// served (kubectl then reads v3, as it does first anyway).
+#[tokio::test]
+async fn openapi_v2_in_json_has_every_kind_and_is_not_served_as_protobuf() {
+    let h = Emulator::builder().start().await.unwrap();
+    let http = Http::new(h.base_url());
+    let doc = http.get("/openapi/v2").await.json();
+    assert_eq!(doc["swagger"], "2.0");
+    let d = &doc["definitions"]["io.k8s.api.apps.v1.Deployment"];
+    assert_eq!(
+        d["x-kubernetes-group-version-kind"],
+        json!([{"group": "apps", "version": "v1", "kind": "Deployment"}])
+    );
+    assert_eq!(
+        d["properties"]["spec"]["allOf"][0]["$ref"],
+        "#/definitions/io.k8s.api.apps.v1.DeploymentSpec"
+    );
+    assert!(doc["definitions"]["io.k8s.api.apps.v1.DeploymentSpec"].is_object());
+    assert!(!doc.to_string().contains("#/components/"));
+    let pb = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+    assert_eq!(http.get_with_accept("/openapi/v2", pb).await.status, 404);
+    h.shutdown().await;
+}
