@@ -237,13 +237,15 @@ fn with_nodes(mut f: FieldValues<'_>, builtin: bool) -> FieldValues<'_> {
     if !builtin {
         return f;
     }
-    // `metadata` always exists: it is never a member a write adds.
-    let prefixes: Vec<Path> = f
+    // Only the prefixes not there yet are copied (most are: maps and lists are members
+    // already). `metadata` always exists: it is never a member a write adds.
+    let missing: Vec<Path> = f
         .keys()
-        .flat_map(|p| (1..p.len()).map(move |n| p[..n].to_vec()))
-        .filter(|p| !(p.len() == 1 && p[0] == "f:metadata"))
+        .flat_map(|p| (1..p.len()).map(move |n| &p[..n]))
+        .filter(|p| !(p.len() == 1 && p[0] == "f:metadata") && !f.contains_key(*p))
+        .map(<[String]>::to_vec)
         .collect();
-    for p in prefixes {
+    for p in missing {
         f.entry(p).or_insert(None);
     }
     f
@@ -254,22 +256,23 @@ fn with_nodes(mut f: FieldValues<'_>, builtin: bool) -> FieldValues<'_> {
 /// beyond it is the writer's own member.
 fn zero_object(new: &Value) -> Value {
     use serde_json::json;
-    let template = json!({"metadata": {"creationTimestamp": null}, "spec": {"containers": null}});
+    let template =
+        || json!({"metadata": {"creationTimestamp": null}, "spec": {"containers": null}});
     let api_version = new.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let kind = new.get("kind").and_then(Value::as_str).unwrap_or("");
     let spec = match (api_version, kind) {
         ("apps/v1", "Deployment") => {
-            json!({"selector": null, "template": template, "strategy": {}})
+            json!({"selector": null, "template": template(), "strategy": {}})
         }
-        ("apps/v1", "ReplicaSet") => json!({"selector": null, "template": template}),
-        ("apps/v1", "StatefulSet") => json!({"selector": null, "template": template,
+        ("apps/v1", "ReplicaSet") => json!({"selector": null, "template": template()}),
+        ("apps/v1", "StatefulSet") => json!({"selector": null, "template": template(),
             "serviceName": "", "updateStrategy": {}}),
         ("apps/v1", "DaemonSet") => {
-            json!({"selector": null, "template": template, "updateStrategy": {}})
+            json!({"selector": null, "template": template(), "updateStrategy": {}})
         }
-        ("batch/v1", "Job") => json!({"template": template}),
+        ("batch/v1", "Job") => json!({"template": template()}),
         ("batch/v1", "CronJob") => json!({"schedule": "", "jobTemplate": {
-            "metadata": {"creationTimestamp": null}, "spec": {"template": template}}}),
+            "metadata": {"creationTimestamp": null}, "spec": {"template": template()}}}),
         ("v1", "Pod") => json!({"containers": null}),
         ("v1", "PersistentVolumeClaim") => json!({"resources": {}}),
         _ => json!({}),
@@ -622,7 +625,8 @@ pub fn record_update(
     let builtin = is_builtin_api_version(&api_version);
 
     // A custom resource's zero value is an empty object: what a create writes is all new.
-    let zero = (old.is_none() && builtin).then(|| zero_object(new));
+    // (A kind without a `spec`, a ConfigMap, has nothing in its zero value a write could add.)
+    let zero = (old.is_none() && builtin && new.get("spec").is_some()).then(|| zero_object(new));
     let (mut changed, removed) = {
         let new_fields = with_nodes(object_fields(new, builtin), builtin);
         let old_fields = old
