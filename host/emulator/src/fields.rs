@@ -242,7 +242,7 @@ fn with_nodes(mut f: FieldValues<'_>, builtin: bool) -> FieldValues<'_> {
     let missing: Vec<Path> = f
         .keys()
         .flat_map(|p| (1..p.len()).map(move |n| &p[..n]))
-        .filter(|p| !(p.len() == 1 && p[0] == "f:metadata") && !f.contains_key(*p))
+        .filter(|p| !(f.contains_key(*p) || (p.len() == 1 && p[0] == "f:metadata")))
         .map(<[String]>::to_vec)
         .collect();
     for p in missing {
