@@ -3,10 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use kwh_plugin::{Compiler, Limits, Manifest};
-use kwh_sandbox::DEFAULT_MAX_MEMORY;
-
-use super::engine;
+use kwh_plugin::Manifest;
 
 #[derive(Args, Debug)]
 pub struct InspectArgs {
@@ -24,10 +21,7 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
     let plugin = super::push::pulled(vec![args.plugin], args.cache_dir.as_deref(), &args.registry)
         .await?
         .remove(0);
-    let engine = engine(args.cache_dir, DEFAULT_MAX_MEMORY, 0, Compiler::InProcess)?;
-    let loaded = engine
-        .load_for_inspection(&plugin, Limits::default())
-        .await?;
+    let loaded = super::inspected(&plugin, args.cache_dir).await?;
     let mut v = manifest_value(loaded.manifest());
     v["contract"] = loaded.contract().version().into();
     // Unset optional fields are left out, as kubectl prints objects.

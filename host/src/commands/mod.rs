@@ -49,6 +49,18 @@ pub fn engine(
     })?)
 }
 
+/// A plugin loaded only to read its manifest (`host inspect`, `host record`): compiled in this
+/// process, the compile cached in `cache_dir`.
+pub async fn inspected(
+    plugin: &Path,
+    cache_dir: Option<PathBuf>,
+) -> anyhow::Result<kwh_plugin::LoadedPlugin> {
+    let engine = engine(cache_dir, DEFAULT_MAX_MEMORY, 0, Compiler::InProcess)?;
+    Ok(engine
+        .load_for_inspection(plugin, Limits::default())
+        .await?)
+}
+
 /// Where `oci://` modules are pulled from: the flags of every command that takes modules.
 #[derive(Args, Debug, Clone)]
 pub struct RegistryArgs {

@@ -22,14 +22,12 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
-use super::{engine, kube_config};
+use super::{inspected, kube_config};
 use crate::shutdown::ShutdownSignal;
 use futures_util::StreamExt as _;
 use kwh_client::params::{ListParams, WatchParams};
 use kwh_client::watch::WatchEvent;
 use kwh_client::{Client, Discovery, ResourceClient};
-use kwh_plugin::{Compiler, Limits};
-use kwh_sandbox::DEFAULT_MAX_MEMORY;
 
 #[derive(Args, Debug)]
 pub struct RecordArgs {
@@ -65,15 +63,7 @@ pub struct RecordArgs {
 
 pub async fn record(args: RecordArgs) -> anyhow::Result<()> {
     let mut stop = ShutdownSignal::install().context("cannot listen for SIGINT/SIGTERM")?;
-    let engine = engine(
-        args.cache_dir.clone(),
-        DEFAULT_MAX_MEMORY,
-        0,
-        Compiler::InProcess,
-    )?;
-    let loaded = engine
-        .load_for_inspection(&args.plugin, Limits::default())
-        .await?;
+    let loaded = inspected(&args.plugin, args.cache_dir.clone()).await?;
     let client = Client::new(kube_config(
         args.kubeconfig.as_deref(),
         args.context.as_deref(),
