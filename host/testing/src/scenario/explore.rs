@@ -10,6 +10,8 @@
 //!   (the informer delivered v1 then v3);
 //! - *tombstone*: a delete seen only as a tombstone after a relist (`deleteMissed`);
 //! - *duplicate*: a key reconciled once more right after its event;
+//! - *restart*: every cached object notified again as added (a restarted informer's initial
+//!   list), and *resync*: `on-update` with old = new for every cached object;
 //! - *timing*: an `advance` halved or doubled (requeues and resyncs earlier or later).
 //!
 //! Not yet: notifications of different objects delivered in another order (the harness
@@ -41,6 +43,11 @@ pub enum Perturbation {
     Tombstone(usize),
     Duplicate(usize),
     Timing(usize, Speed),
+    /// After the step, every cached object notified again as added (a restarted informer's
+    /// initial list).
+    Relist(usize),
+    /// After the step, a resync: `on-update` with old = new for every cached object.
+    Resync(usize),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +64,8 @@ impl Perturbation {
             Perturbation::Tombstone(_) => "unobserved state: a delete seen as a tombstone",
             Perturbation::Duplicate(_) => "duplicate reconcile",
             Perturbation::Timing(..) => "timing: time passing earlier or later",
+            Perturbation::Relist(_) => "restart: every object notified again as added",
+            Perturbation::Resync(_) => "timing: a resync",
         }
     }
 
@@ -66,6 +75,10 @@ impl Perturbation {
             Perturbation::Coalesced(i) => format!("step {} (an update) left out", i + 1),
             Perturbation::Tombstone(i) => format!("step {} (a delete) seen as a tombstone", i + 1),
             Perturbation::Duplicate(i) => format!("its key reconciled again after step {}", i + 1),
+            Perturbation::Relist(i) => {
+                format!("the initial list delivered again after step {}", i + 1)
+            }
+            Perturbation::Resync(i) => format!("a resync after step {}", i + 1),
             Perturbation::Timing(i, s) => format!(
                 "step {} (advance) {}",
                 i + 1,
@@ -310,6 +323,8 @@ fn candidates(steps: &[Value]) -> Vec<Perturbation> {
         if *a != "delete" && *a != "deleteMissed" && !id.2.is_empty() {
             out.push(Perturbation::Duplicate(*i));
         }
+        out.push(Perturbation::Relist(*i));
+        out.push(Perturbation::Resync(*i));
     }
     for (i, s) in steps.iter().enumerate() {
         if matches!(action(s), Some(("advance", _))) {
@@ -343,6 +358,14 @@ fn apply(steps: &[Value], ps: &[Perturbation]) -> Option<Vec<Value>> {
                     format!("{ns}/{name}")
                 };
                 extra.push((i, json!({"reconcile": key})));
+            }
+            Perturbation::Relist(i) => {
+                out.get(i)?.as_ref()?;
+                extra.push((i, json!({"deliver": "initialList"})));
+            }
+            Perturbation::Resync(i) => {
+                out.get(i)?.as_ref()?;
+                extra.push((i, json!({"deliver": "resync"})));
             }
             Perturbation::Timing(i, speed) => {
                 let (_, d) = action(out.get(i)?.as_ref()?)?;
@@ -437,6 +460,7 @@ mod tests {
         assert!(c.contains(&Perturbation::Tombstone(6)));
         assert!(c.contains(&Perturbation::Duplicate(0)));
         assert!(c.contains(&Perturbation::Timing(2, Speed::Later)));
+        assert!(c.contains(&Perturbation::Relist(0)) && c.contains(&Perturbation::Resync(6)));
     }
 
     #[test]
@@ -453,6 +477,8 @@ mod tests {
         assert_eq!(out[2], json!({"advance": "100ms"}));
         let out = apply(&s, &[Perturbation::Duplicate(0)]).unwrap();
         assert_eq!(out[2], json!({"reconcile": "d/a"}));
+        let out = apply(&s, &[Perturbation::Resync(3)]).unwrap();
+        assert_eq!(out[5], json!({"deliver": "resync"}));
         let mut a = SplitMix(7);
         let mut b = SplitMix(7);
         assert_eq!((a.next(), a.next()), (b.next(), b.next()));
