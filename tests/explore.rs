@@ -1,7 +1,9 @@
-//! `host test --explore`: a planted bug of the class "coalesced updates" (the `edge` test
-//! guest acts on a transition it must see) is found within its budget, named by its class,
-//! and written as a scenario that fails the same way when replayed; the examples' own
-//! scenarios explore clean (no false alarm).
+//! `host test --explore`: planted bugs of every class — coalesced updates (the `edge` test
+//! guest acts on a transition it must see), notifications reordered across objects, a stale
+//! cache, a crash between two writes, a lost update (the `planted` guest) — are each found
+//! within a bounded number of runs, named by their class and oracle, and written as scenarios
+//! that fail the same way when replayed; the fixed variant and the examples' own scenarios
+//! explore clean (no false alarm).
 
 mod support;
 
@@ -63,9 +65,11 @@ async fn explore_finds_a_coalesced_update_bug_and_writes_its_reproducer() {
     ])
     .await;
     assert!(!ok, "a violation fails the run: {log}");
-    assert!(log.contains("(seed 7)"), "{log}");
+    assert!(log.contains("(seed 7, "), "{log}");
     assert!(
-        log.contains("unobserved state: coalesced updates: step 3 (an update) left out"),
+        log.contains(
+            "unobserved state: coalesced updates: the end state differs: step 3 (an update) left out"
+        ),
         "{log}"
     );
     let repro = dir.join("phases.explore-1.yaml");
@@ -81,6 +85,129 @@ async fn explore_finds_a_coalesced_update_bug_and_writes_its_reproducer() {
         !ok && log.contains("ConfigMap default/p-passed-b not found"),
         "{log}"
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Each planted bug: its scenario, the class and oracle explore must name.
+const PLANTED: [(&str, &str, &str); 5] = [
+    (
+        "baseline",
+        "unobserved state: notifications reordered across objects: the end state differs",
+        "planted~1rolled",
+    ),
+    (
+        "stale-delete",
+        "stale state: a restart reading a lagging cache: the end state differs",
+        "Secret deleted, which the unperturbed run keeps",
+    ),
+    (
+        "crash-child",
+        "crash: the process stopped between two writes: the end state differs",
+        "default/p-child-2",
+    ),
+    (
+        "lost-update",
+        "stale state: a restart reading a lagging cache: a lost update",
+        "data.owner set back to \"alice\" (the cluster had \"bob\"",
+    ),
+    (
+        "lost-update",
+        "stale state: a restart reading a lagging cache: the scenario's expectations fail",
+        "data.owner: expected \"bob\", got \"alice\"",
+    ),
+];
+
+/// Spec: "--explore finds each within its budget and names the right class"; each passes
+/// unperturbed, and each reproducer fails when replayed. Bounded by a run count, so the same
+/// runs happen on any machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explore_finds_each_planted_bug_and_names_its_class() {
+    let plugin = guest("planted");
+    let scenarios = support::guests::repo_root().join("tests/guests/planted/scenarios");
+    let dir = support::temp_dir("explore-planted");
+    for bug in ["baseline", "stale-delete", "crash-child", "lost-update"] {
+        let scenario = scenarios.join(format!("{bug}.yaml"));
+        let (ok, log) = host_test(&[
+            "--plugin".as_ref(),
+            plugin.as_os_str(),
+            scenario.as_os_str(),
+        ])
+        .await;
+        assert!(ok, "{bug} passes unperturbed: {log}");
+        let out = dir.join(bug);
+        std::fs::create_dir_all(&out).expect("out dir");
+        let (ok, log) = host_test(&[
+            "--explore".as_ref(),
+            "--budget".as_ref(),
+            "60s".as_ref(),
+            "--runs".as_ref(),
+            "400".as_ref(),
+            "--seed".as_ref(),
+            "3".as_ref(),
+            "--out-dir".as_ref(),
+            out.as_os_str(),
+            "--plugin".as_ref(),
+            plugin.as_os_str(),
+            scenario.as_os_str(),
+        ])
+        .await;
+        assert!(!ok, "{bug}: a violation fails the run: {log}");
+        for (_, class, detail) in PLANTED.iter().filter(|(b, ..)| *b == bug) {
+            let line = log
+                .lines()
+                .position(|l| l.contains(&format!("|   {class}: ")))
+                .unwrap_or_else(|| panic!("{bug}: no {class:?} in {log}"));
+            let rest: String = log
+                .lines()
+                .skip(line)
+                .take(6)
+                .collect::<Vec<_>>()
+                .join("\n");
+            assert!(rest.contains(detail), "{bug}: {detail:?} not in {rest}");
+        }
+        // Every reproducer written fails when replayed: the bug shows without exploring.
+        let repros: Vec<_> = std::fs::read_dir(&out)
+            .expect("reproducers")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        assert!(!repros.is_empty(), "{bug}: {log}");
+        for r in repros {
+            let (ok, replayed) =
+                host_test(&["--plugin".as_ref(), plugin.as_os_str(), r.as_os_str()]).await;
+            assert!(!ok, "{bug}: {} passes: {replayed}", r.display());
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Spec: the lost update's fix (keep the resourceVersion: the 409, a retry from a fresh read)
+/// explores clean: refusals on the way are the cluster doing its job, not a violation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fixed_lost_update_explores_clean() {
+    let plugin = guest("planted");
+    let dir = support::temp_dir("explore-fixed");
+    let text = std::fs::read_to_string(
+        support::guests::repo_root().join("tests/guests/planted/scenarios/lost-update.yaml"),
+    )
+    .expect("scenario");
+    let fixed = text.replace("{bug: lost-update}", "{bug: lost-update, fixed: true}");
+    assert_ne!(fixed, text);
+    let scenario = dir.join("fixed.yaml");
+    std::fs::write(&scenario, fixed).expect("scenario");
+    let (ok, log) = host_test(&[
+        "--explore".as_ref(),
+        "--budget".as_ref(),
+        "60s".as_ref(),
+        "--runs".as_ref(),
+        "400".as_ref(),
+        "--seed".as_ref(),
+        "3".as_ref(),
+        "--plugin".as_ref(),
+        plugin.as_os_str(),
+        scenario.as_os_str(),
+    ])
+    .await;
+    assert!(ok && log.contains("0 violation(s)"), "{log}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -102,7 +229,9 @@ async fn the_examples_scenarios_explore_clean() {
             let (ok, log) = host_test(&[
                 "--explore".as_ref(),
                 "--budget".as_ref(),
-                "3s".as_ref(),
+                "30s".as_ref(),
+                "--runs".as_ref(),
+                "300".as_ref(),
                 "--seed".as_ref(),
                 "1".as_ref(),
                 "--plugin".as_ref(),

@@ -304,7 +304,8 @@ fn create_in(
     }
 }
 
-/// Side effects of a stored object on the server itself (a CRD registers its resource).
+/// Side effects of a stored object on the server itself (a CRD registers its resource) and
+/// of the controllers every cluster runs (the garbage collector).
 fn after_write(shared: &Shared, def: &ResourceDef, o: &Object) -> Result<(), Status> {
     if &*def.store_key == CRDS && o.meta().deletion_timestamp.is_none() {
         let v = o
@@ -314,7 +315,38 @@ fn after_write(shared: &Shared, def: &ResourceDef, o: &Object) -> Result<(), Sta
             tracing::warn!(error = %e, "stored CRD could not be registered");
         }
     }
+    collect_if_orphaned(shared, def, o);
     Ok(())
+}
+
+/// The garbage collector's answer to an object whose every owner is gone (deleted, or
+/// recreated with another uid): it deletes it, in the background. On a cluster this follows
+/// the write by moments: a controller acting on a stale cache recreates a child of an owner
+/// already deleted, and the collector removes it. Owners of kinds the server does not serve
+/// are left alone, as the collector cannot look them up.
+fn collect_if_orphaned(shared: &Shared, def: &ResourceDef, o: &Object) {
+    let meta = o.meta();
+    if meta.owner_references.is_empty() || meta.deletion_timestamp.is_some() {
+        return;
+    }
+    let all_gone = meta.owner_references.iter().all(|r| {
+        shared
+            .registry
+            .find_kind(r.api_version, r.kind)
+            .is_some_and(|od| {
+                let k = key_of(ns_of(&od, o.namespace()), r.name);
+                !shared.store.has_uid(&od.store_key, &k, r.uid)
+            })
+    });
+    if all_gone {
+        let opts = DeleteOptions {
+            propagation: Some(Propagation::Background),
+            ..Default::default()
+        };
+        if let Err(e) = delete(shared, def, o.namespace(), o.name(), &opts) {
+            tracing::debug!(error = %e.message, "garbage collection skipped an orphan");
+        }
+    }
 }
 
 /// PUT to an object or its `/status`.

@@ -555,6 +555,44 @@ async fn owner_reference_garbage_collection() {
     h.shutdown().await;
 }
 
+/// The garbage collector also removes an object written after all its owners are gone (a
+/// controller recreating a child from a stale cache): the create answers 201, then the object
+/// is deleted, as the collector does moments later on a cluster. An owner of a kind the server
+/// does not serve cannot be looked up and keeps its dependent.
+#[tokio::test]
+async fn an_object_whose_every_owner_is_gone_is_collected_after_its_create() {
+    let (h, http) = start().await;
+    let owner = h.create(default_cm("owner", json!({}))).unwrap();
+    let uid = owner["metadata"]["uid"].as_str().unwrap().to_owned();
+    h.delete("v1", "ConfigMap", Some("default"), "owner")
+        .unwrap();
+    let oref = |kind: &str, uid: &str| json!([{"apiVersion": "v1", "kind": kind, "name": "owner", "uid": uid}]);
+    let mut late = default_cm("late", json!({}));
+    late["metadata"]["ownerReferences"] = oref("ConfigMap", &uid);
+    let r = http.post(CMS, &late).await;
+    assert_eq!(r.status, 201);
+    assert!(h.get("v1", "ConfigMap", Some("default"), "late").is_none());
+    // An owner recreated under the same name is another object: still gone for the collector.
+    h.create(default_cm("owner", json!({}))).unwrap();
+    let r = http.post(CMS, &late).await;
+    assert_eq!(r.status, 201);
+    assert!(h.get("v1", "ConfigMap", Some("default"), "late").is_none());
+    // A live owner keeps it; so does an owner the server cannot look up.
+    let live = h.get("v1", "ConfigMap", Some("default"), "owner").unwrap();
+    late["metadata"]["ownerReferences"] =
+        oref("ConfigMap", live["metadata"]["uid"].as_str().unwrap());
+    assert_eq!(http.post(CMS, &late).await.status, 201);
+    assert!(h.get("v1", "ConfigMap", Some("default"), "late").is_some());
+    let mut unknown = default_cm("unknown", json!({}));
+    unknown["metadata"]["ownerReferences"] =
+        json!([{"apiVersion": "example.com/v1", "kind": "Nothing", "name": "x", "uid": "u"}]);
+    assert_eq!(http.post(CMS, &unknown).await.status, 201);
+    assert!(h
+        .get("v1", "ConfigMap", Some("default"), "unknown")
+        .is_some());
+    h.shutdown().await;
+}
+
 #[tokio::test]
 async fn orphan_propagation_keeps_dependents() {
     let (h, http) = start().await;

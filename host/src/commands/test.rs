@@ -30,14 +30,20 @@ pub struct TestArgs {
     #[arg(long)]
     show_logs: bool,
     /// Rerun each scenario under perturbations a real informer and API server can produce
-    /// (coalesced updates, tombstones, events reordered across objects, duplicate reconciles,
-    /// time passing earlier or later) and report each that changes the end state, with a
-    /// scenario file reproducing it (docs/testing.md); exit 1 when any does.
+    /// (coalesced updates, tombstones, notifications reordered across objects, restarts
+    /// reading a lagging cache, crashes between two writes, duplicate reconciles, time passing
+    /// earlier or later) and report each that breaks an oracle (the end state, an error loop,
+    /// a lost update, the scenario's expectations), with a scenario file reproducing it
+    /// (docs/testing.md); exit 1 when any does.
     #[arg(long, conflicts_with = "compare")]
     explore: bool,
     /// How long `--explore` runs per scenario.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = kwh_client::duration::parse_duration)]
     budget: std::time::Duration,
+    /// At most this many perturbed runs per scenario (besides the budget): a run that is the
+    /// same on any machine, for CI.
+    #[arg(long, value_name = "N")]
+    runs: Option<usize>,
     /// The seed of `--explore`'s choices (default: from the clock; printed, so a run can be
     /// repeated).
     #[arg(long, value_name = "N")]
@@ -144,7 +150,7 @@ async fn explore(
     let opts = ExploreOptions {
         budget: args.budget,
         seed,
-        max_runs: usize::MAX,
+        max_runs: args.runs.unwrap_or(usize::MAX),
     };
     let mut found = 0;
     for path in &args.scenarios {
@@ -163,21 +169,36 @@ async fn explore(
             }
         };
         println!(
-            "{}: {} perturbed runs in {:.1} s (seed {}): {} violation(s)",
+            "{}: {} perturbed runs in {:.1} s (seed {}, {} of {} single perturbations): {} violation(s)",
             path.display(),
             report.runs,
             report.elapsed.as_secs_f64(),
             report.seed,
+            report.runs.min(report.singles),
+            report.singles,
             report.violations.len()
         );
         for v in &report.violations {
             found += 1;
             let what: Vec<String> = v.perturbations.iter().map(|p| p.describe()).collect();
-            println!("  {}: {}", v.perturbations[0].class(), what.join("; "));
-            print!(
-                "{}",
-                render_differences("    the end state differs", &v.differences)
+            println!(
+                "  {}: {}: {} (run {}, after {:.1} s)",
+                kwh_testing::scenario::explore::class_of(&v.perturbations),
+                v.oracle.describe(),
+                what.join("; "),
+                v.run,
+                v.found_after.as_secs_f64()
             );
+            if v.differences.is_empty() {
+                for d in &v.details {
+                    println!("    {d}");
+                }
+            } else {
+                print!(
+                    "{}",
+                    render_differences("    the end state differs", &v.differences)
+                );
+            }
             let out = reproducer_path(&args.out_dir, path, found);
             match std::fs::write(&out, &v.reproducer) {
                 Ok(()) => println!("    reproduced by {}", out.display()),

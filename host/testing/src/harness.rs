@@ -211,6 +211,8 @@ impl HarnessBuilder {
             logs: LogCapture::new(),
             backoff,
             handler_failures: Vec::new(),
+            held: Vec::new(),
+            hold_next: false,
         })
     }
 }
@@ -246,6 +248,9 @@ pub struct Harness {
     logs: LogCapture,
     backoff: ControllerRateLimiter,
     handler_failures: Vec<HandlerFailure>,
+    /// Notifications held back ([`Harness::hold_next_event`]) until after the next event's.
+    held: Vec<Notification>,
+    hold_next: bool,
 }
 
 /// Most reconciles [`Harness::run_queue`] makes, so a guest that requeues with no delay forever
@@ -336,8 +341,9 @@ impl Harness {
     /// `on-add` on each watch it falls in. Notifications still pending from the guest's own
     /// writes are delivered first, in cluster order.
     pub async fn add(&mut self, obj: Value) -> Result<Object, HarnessError> {
+        self.before_event().await?;
         let o = self.world.cluster.create(obj)?;
-        self.deliver_pending().await?;
+        self.after_event().await?;
         Ok(o)
     }
 
@@ -345,15 +351,17 @@ impl Harness {
     /// delivers `on-update` with the cached old state and the new one (or `on-add` /
     /// `on-delete` when it moves into or out of a watch's selectors).
     pub async fn update(&mut self, obj: Value) -> Result<Object, HarnessError> {
+        self.before_event().await?;
         let o = self.world.cluster.replace(obj)?;
-        self.deliver_pending().await?;
+        self.after_event().await?;
         Ok(o)
     }
 
     /// Replaces the status subresource of `obj` and delivers the resulting notifications.
     pub async fn update_status(&mut self, obj: Value) -> Result<Object, HarnessError> {
+        self.before_event().await?;
         let o = self.world.cluster.replace_status(obj)?;
-        self.deliver_pending().await?;
+        self.after_event().await?;
         Ok(o)
     }
 
@@ -366,11 +374,12 @@ impl Harness {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Object, HarnessError> {
+        self.before_event().await?;
         let o = self
             .world
             .cluster
             .delete(api_version, kind, namespace, name)?;
-        self.deliver_pending().await?;
+        self.after_event().await?;
         Ok(o)
     }
 
@@ -384,7 +393,7 @@ impl Harness {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Object, HarnessError> {
-        self.deliver_pending().await?;
+        self.before_event().await?;
         let key = kwh_client::object::object_key(namespace, name);
         let last_known: Vec<Option<Object>> = (0..self.manifest().watches.len())
             .map(|w| self.world.cached(w, &key))
@@ -410,18 +419,118 @@ impl Harness {
                 other => other,
             })
             .collect();
-        self.deliver(notes).await?;
+        self.deliver_event(notes).await?;
         Ok(o)
     }
 
     /// Delivers the notifications the guest's own writes caused (and any other cluster change
     /// since the last step), as the informers would. Returns how many were delivered.
+    /// Held notifications ([`Harness::hold_next_event`]) come after them, and lagging caches
+    /// ([`Harness::restart_lagging`]) catch up first.
     pub async fn deliver_pending(&mut self) -> Result<usize, HarnessError> {
+        self.world.catch_up();
         self.world.sync_pending();
         let notes = self.world.take_pending();
+        let n = notes.len() + self.held.len();
+        self.deliver(notes).await?;
+        let held = std::mem::take(&mut self.held);
+        self.deliver(held).await?;
+        Ok(n)
+    }
+
+    /// Before a test's change: a lagging cache catches up and what the guest's own writes
+    /// caused is delivered, so the change's notifications are its own.
+    async fn before_event(&mut self) -> Result<(), HarnessError> {
+        self.world.catch_up();
+        self.world.sync_pending();
+        let notes = self.world.take_pending();
+        self.deliver(notes).await
+    }
+
+    /// After a test's change: its notifications, then any held ones (or, when the change is
+    /// the one to hold, nothing yet).
+    async fn after_event(&mut self) -> Result<(), HarnessError> {
+        self.world.sync_pending();
+        let notes = self.world.take_pending();
+        self.deliver_event(notes).await
+    }
+
+    async fn deliver_event(&mut self, mut notes: Vec<Notification>) -> Result<(), HarnessError> {
+        if std::mem::take(&mut self.hold_next) {
+            self.held.append(&mut notes);
+            return Ok(());
+        }
+        // Held ones stay held while these go, so one of the same object is released first.
+        self.deliver(notes).await?;
+        let held = std::mem::take(&mut self.held);
+        self.deliver(held).await
+    }
+
+    /// Holds the notifications of the next change the test makes (`add`, `update`, `delete`…)
+    /// until after those of the change that follows it, with reconciles in between seeing the
+    /// cache already changed: notifications of different objects delivered out of order, as
+    /// two informers (or one DeltaFIFO that queues an object's later change with its first)
+    /// can. The order of one object's notifications is kept: a held one goes before any later
+    /// one of the same object.
+    pub fn hold_next_event(&mut self) {
+        self.hold_next = true;
+    }
+
+    /// The plugin's process stops after the guest's next `writes` writes (the rest of that
+    /// call's writes fail and reach nothing), and the step that did it ends with a restart
+    /// ([`Harness::restart`]), as after a pod's crash between two writes.
+    pub fn crash_after_writes(&mut self, writes: usize) {
+        self.world.crash_after(writes);
+    }
+
+    /// Whether an armed crash has happened and the restart is due.
+    pub fn crashed(&self) -> bool {
+        self.world.is_dead()
+    }
+
+    /// A restart of the plugin's process: new instances (guest globals gone), an empty queue
+    /// and rate limiter, held and pending notifications dropped, the caches listed again, and
+    /// `on-add` for every cached object, as the informers' initial list after a pod restart.
+    /// Returns how many were delivered.
+    pub async fn restart(&mut self) -> Result<usize, HarnessError> {
+        self.restart_lagging(0, 0).await
+    }
+
+    /// [`Harness::restart`] against an API server replica that lags: watch `watch`'s cache is
+    /// listed `events` changes behind the cluster and stays there until the next test change
+    /// or `deliver: pending`, when its watch delivers what it missed. A write the guest bases
+    /// on it meets the 409 the cluster gives when it carries a resourceVersion.
+    pub async fn restart_lagging(
+        &mut self,
+        watch: usize,
+        events: usize,
+    ) -> Result<usize, HarnessError> {
+        let clock: Arc<dyn kwh_plugin::GuestClock> = Arc::new(self.clock.clone());
+        let fresh = |p: &Plugin| -> Result<PluginInstance, HarnessError> {
+            Ok(p.instance()
+                .map_err(HarnessError::Instance)?
+                .with_clock(clock.clone()))
+        };
+        self.dispatch = fresh(&self.plugin)?;
+        self.worker = fresh(&self.plugin)?;
+        self.queue.clear();
+        self.backoff = ControllerRateLimiter::new(self.clock.clone());
+        self.held.clear();
+        self.hold_next = false;
+        self.world.restart();
+        if events > 0 {
+            self.world.rewind(watch, events);
+        }
+        let notes = self.initial_list();
         let n = notes.len();
         self.deliver(notes).await?;
         Ok(n)
+    }
+
+    /// Writes that set back a change the guest's cache had not seen (a lost update: a replace
+    /// without a resourceVersion, or a patch, built from a stale read), described.
+    pub fn lost_updates(&self) -> Vec<String> {
+        self.world.lost_updates()
     }
 
     /// Delivers `on-add` for every object the caches hold (watch by watch, in key order), as the
@@ -429,18 +538,22 @@ impl Harness {
     /// existing ("given") objects. Returns how many were delivered.
     pub async fn deliver_initial_list(&mut self) -> Result<usize, HarnessError> {
         self.deliver_pending().await?;
-        let notes: Vec<Notification> = self
-            .world
+        let notes = self.initial_list();
+        let n = notes.len();
+        self.deliver(notes).await?;
+        Ok(n)
+    }
+
+    /// `on-add` for every cached object, watch by watch, in key order.
+    fn initial_list(&self) -> Vec<Notification> {
+        self.world
             .cached_all()
             .into_iter()
             .flat_map(|(watch, objs)| {
                 objs.into_iter()
                     .map(move |obj| Notification::Add { watch, obj })
             })
-            .collect();
-        let n = notes.len();
-        self.deliver(notes).await?;
-        Ok(n)
+            .collect()
     }
 
     /// Delivers `on-update` with old and new equal for every cached object, as a resync does.
@@ -471,7 +584,23 @@ impl Harness {
 
     async fn deliver(&mut self, notes: Vec<Notification>) -> Result<(), HarnessError> {
         let mut first = None;
-        for n in notes {
+        let mut queue: std::collections::VecDeque<Notification> = notes.into();
+        while let Some(n) = queue.pop_front() {
+            if self.world.is_dead() {
+                // The process is gone: what it had not handled, its restart lists again.
+                break;
+            }
+            // A held notification of the same object goes first: one object's order is kept.
+            if let Some(at) = self
+                .held
+                .iter()
+                .position(|h| h.watch() == n.watch() && h.key() == n.key())
+            {
+                let h = self.held.remove(at);
+                queue.push_front(n);
+                queue.push_front(h);
+                continue;
+            }
             let d = self.logs.dispatch().clone();
             let r = match &n {
                 Notification::Add { watch, obj } => {
@@ -552,7 +681,7 @@ impl Harness {
     pub async fn run_queue(&mut self) -> Vec<(String, ReconcileOutcome)> {
         let mut out = Vec::new();
         self.queue.promote();
-        while out.len() < RUN_QUEUE_LIMIT {
+        while out.len() < RUN_QUEUE_LIMIT && !self.world.is_dead() {
             let Some(key) = self.queue.pop() else { break };
             let r = self.reconcile(&key).await;
             out.push((key, r));

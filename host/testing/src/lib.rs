@@ -37,6 +37,7 @@ pub mod events;
 pub mod fuzzing;
 pub mod harness;
 pub mod logs;
+mod lost_update;
 pub mod queue;
 pub mod scenario;
 pub mod world;

@@ -152,6 +152,13 @@ impl FakeQueue {
         keys
     }
 
+    /// Empties the queue (not the record of adds): a restarted process starts with none.
+    pub fn clear(&self) {
+        let mut st = self.state.lock();
+        st.ready.clear();
+        st.waiting.clear();
+    }
+
     /// Takes `key` off the ready list if it is there (a worker took it).
     pub fn remove_ready(&self, key: &str) {
         self.state.lock().ready.retain(|k| k != key);

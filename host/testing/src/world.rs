@@ -6,6 +6,7 @@
 //! transition (an object updated out of a label selector) becomes a delete, and every
 //! intermediate state of an object is delivered, not just the latest.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -13,6 +14,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::cluster::{prefix_of, FakeCluster};
+use super::lost_update;
 use kwh_client::object::{object_key, Object};
 use kwh_client::selector::{FieldSelector, LabelSelector};
 use kwh_emulator::events;
@@ -206,6 +208,28 @@ struct WatchCache {
     store: Arc<Store>,
     /// Everything up to this RV has been applied.
     rv: u64,
+    /// Wound back and not following the cluster until [`World::catch_up`] (a restart against
+    /// a lagging API server replica).
+    lagging: bool,
+}
+
+/// One change a cache took, with what it held before: enough to wind the cache back.
+struct Undo {
+    watch: usize,
+    rv: u64,
+    key: Box<str>,
+    before: Option<Object>,
+}
+
+/// How far back caches can be wound: far more than any lag a test asks for, bounded so a long
+/// test's memory is too.
+const UNDO_LIMIT: usize = 1024;
+
+/// A crash the test asked for: after this many more writes the plugin's process is gone.
+#[derive(Default)]
+struct Crash {
+    after_writes: Option<usize>,
+    dead: bool,
 }
 
 /// The shared state of one harnessed plugin.
@@ -215,6 +239,9 @@ pub(crate) struct World {
     caches: Mutex<Vec<WatchCache>>,
     pending: Mutex<Vec<Notification>>,
     writes: Mutex<Vec<RecordedWrite>>,
+    undo: Mutex<VecDeque<Undo>>,
+    crash: Mutex<Crash>,
+    lost_updates: Mutex<Vec<String>>,
     manager: String,
     /// The one namespace the plugin may write in, as the host would confine it (no host
     /// `--namespace` here: watches that name no namespace confine nothing).
@@ -269,6 +296,7 @@ impl World {
                 selectors,
                 store,
                 rv: 0,
+                lagging: false,
             });
         }
         for (index, w) in manifest.writes.iter().enumerate() {
@@ -293,6 +321,9 @@ impl World {
             caches: Mutex::new(caches),
             pending: Mutex::new(Vec::new()),
             writes: Mutex::new(Vec::new()),
+            undo: Mutex::new(VecDeque::new()),
+            crash: Mutex::new(Crash::default()),
+            lost_updates: Mutex::new(Vec::new()),
             manager: manifest.name.clone(),
             confined_to,
         })
@@ -303,13 +334,26 @@ impl World {
     pub(crate) fn sync(&self) -> Vec<Notification> {
         let mut out: Vec<(u64, Notification)> = Vec::new();
         let mut caches = self.caches.lock();
+        let mut undo = self.undo.lock();
         for (i, c) in caches.iter_mut().enumerate() {
+            if c.lagging {
+                continue;
+            }
             let mut events = Vec::new();
             let store = &self.cluster.shared().store;
             match store.events_after(&c.def.store_key, c.rv, usize::MAX, &mut events) {
                 Ok(rv) => {
                     for e in &events {
-                        if let Some(n) = apply_event(c, i as u32, e) {
+                        if let Some((n, before)) = apply_event(c, i as u32, e) {
+                            if undo.len() == UNDO_LIMIT {
+                                undo.pop_front();
+                            }
+                            undo.push_back(Undo {
+                                watch: i,
+                                rv: e.rv,
+                                key: e.key.clone(),
+                                before,
+                            });
                             out.push((e.rv, n));
                         }
                     }
@@ -325,6 +369,8 @@ impl World {
                         .map(|o| (object_key(o.namespace(), o.name()), o))
                         .collect();
                     relist(&self.cluster, c);
+                    // Nothing before a relist can be wound back to.
+                    undo.retain(|u| u.watch != i);
                     let watch = i as u32;
                     for new in c.store.list() {
                         let key = object_key(new.namespace(), new.name());
@@ -401,6 +447,14 @@ impl World {
     }
 
     fn perform(&self, req: WriteRequest) -> Result<Option<Bytes>, ApiError> {
+        if self.crash.lock().dead {
+            // The process is gone: nothing it still tries reaches the cluster.
+            return Err(ApiError::new(
+                503,
+                "ServiceUnavailable",
+                "the plugin's process has stopped (a crash the test asked for)",
+            ));
+        }
         // Refused before it is sent, as in production: the write is not recorded.
         if self.confined_to.is_some() {
             let def = self.cluster.def(&req.api_version, &req.kind)?;
@@ -412,11 +466,29 @@ impl World {
                 req.namespace.as_deref(),
             )?;
         }
+        let seen = self.seen_and_current(&req);
         let result = self.cluster.write(&req, &self.manager);
         let stored = match &result {
             Ok(Some(b)) => serde_json::from_slice::<Value>(b).ok(),
             _ => None,
         };
+        if let (Some((seen, current)), Some(after)) = (seen, &stored) {
+            let status = matches!(
+                req.op,
+                WriteOp::ReplaceStatus | WriteOp::PatchStatus(_) | WriteOp::ApplyStatus { .. }
+            );
+            let what = format!(
+                "{} {} {}",
+                WriteVerb::of(&req.op).as_str(),
+                req.kind,
+                object_key(req.namespace.as_deref(), req.name.as_deref().unwrap_or(""))
+            );
+            self.lost_updates.lock().extend(
+                lost_update::undone(&seen, &current, after, status)
+                    .into_iter()
+                    .map(|u| format!("{what}: {u}")),
+            );
+        }
         let name = match (&req.name, &stored) {
             (Some(n), _) => n.clone(),
             (None, Some(v)) => v["metadata"]["name"].as_str().unwrap_or("").to_owned(),
@@ -436,8 +508,119 @@ impl World {
             result: result.clone().map(|_| stored),
             request: req,
         });
+        {
+            let mut c = self.crash.lock();
+            match c.after_writes {
+                Some(n) if n <= 1 => {
+                    c.after_writes = None;
+                    c.dead = true;
+                }
+                Some(n) => c.after_writes = Some(n - 1),
+                None => {}
+            }
+        }
         self.sync_pending();
         result
+    }
+
+    /// For a write that replaces or patches an object the plugin's cache holds in a state
+    /// older than the cluster's: the cached state (what the plugin saw) and the current one.
+    /// Nothing otherwise, which is nearly always: no cost on the common path.
+    fn seen_and_current(&self, req: &WriteRequest) -> Option<(Value, Value)> {
+        if !matches!(
+            req.op,
+            WriteOp::Replace
+                | WriteOp::Patch(_)
+                | WriteOp::Apply { .. }
+                | WriteOp::ReplaceStatus
+                | WriteOp::PatchStatus(_)
+                | WriteOp::ApplyStatus { .. }
+        ) {
+            return None;
+        }
+        let name = req.name.as_deref()?;
+        let def = self.cluster.def(&req.api_version, &req.kind).ok()?;
+        let key = object_key(req.namespace.as_deref(), name);
+        let seen = self
+            .caches
+            .lock()
+            .iter()
+            .filter(|c| c.def.store_key == def.store_key)
+            .find_map(|c| c.store.get_by_key(&key))?;
+        let current =
+            self.cluster
+                .get(&req.api_version, &req.kind, req.namespace.as_deref(), name)?;
+        if seen.resource_version() == current.resource_version() {
+            return None;
+        }
+        Some((seen.to_value().ok()?, current.to_value().ok()?))
+    }
+
+    /// Writes that set back a change the plugin had not seen (see [`lost_update`]), described.
+    pub(crate) fn lost_updates(&self) -> Vec<String> {
+        self.lost_updates.lock().clone()
+    }
+
+    /// After `writes` more writes, the plugin's process stops: later writes fail and reach
+    /// nothing, until [`World::revive`].
+    pub(crate) fn crash_after(&self, writes: usize) {
+        let mut c = self.crash.lock();
+        c.after_writes = Some(writes.max(1));
+        c.dead = false;
+    }
+
+    /// Whether an armed crash has happened.
+    pub(crate) fn is_dead(&self) -> bool {
+        self.crash.lock().dead
+    }
+
+    /// A new process: writes reach the cluster again, pending notifications are gone (the new
+    /// process lists), and every cache is current again.
+    pub(crate) fn restart(&self) {
+        *self.crash.lock() = Crash::default();
+        self.catch_up();
+        drop(self.sync());
+        self.pending.lock().clear();
+    }
+
+    /// Winds watch `watch`'s cache back by its last `events` changes, and keeps it there until
+    /// [`World::catch_up`]: what an informer lists from an API server replica that lags. Then
+    /// it catches up through the same events, as its watch would. Returns how many changes
+    /// were wound back (fewer when the cache has not had that many).
+    pub(crate) fn rewind(&self, watch: usize, events: usize) -> usize {
+        let mut caches = self.caches.lock();
+        let Some(c) = caches.get_mut(watch) else {
+            return 0;
+        };
+        let mut undo = self.undo.lock();
+        let mut earliest = None;
+        let mut done = 0;
+        while done < events {
+            let Some(at) = undo.iter().rposition(|u| u.watch == watch) else {
+                break;
+            };
+            let Some(u) = undo.remove(at) else { break };
+            match u.before {
+                Some(o) => {
+                    c.store.upsert(o);
+                }
+                None => c.store.delete_key(&u.key),
+            }
+            earliest = Some(u.rv);
+            done += 1;
+        }
+        if let Some(rv) = earliest {
+            c.rv = rv.saturating_sub(1);
+            c.lagging = true;
+        }
+        done
+    }
+
+    /// Lagging caches follow the cluster again (their next sync delivers what they missed).
+    pub(crate) fn catch_up(&self) {
+        for c in self.caches.lock().iter_mut() {
+            c.lagging = false;
+        }
     }
 }
 
@@ -485,7 +668,8 @@ fn matches(c: &WatchCache, key: &str, o: &Object) -> bool {
 /// What a watch with this cache's scope and selectors delivers for one cluster event. The
 /// selectors read the stored object; the watch gets it as its resource serves it (an
 /// `events.k8s.io/v1` Event is stored as a core one).
-fn apply_event(c: &WatchCache, watch: u32, e: &Event) -> Option<Notification> {
+/// Also returns what the cache held before, for [`World::rewind`].
+fn apply_event(c: &WatchCache, watch: u32, e: &Event) -> Option<(Notification, Option<Object>)> {
     let key = &*e.key;
     let cached = c.store.get_by_key(key);
     let served = || events::serve(&c.def, e.obj.clone());
@@ -494,19 +678,27 @@ fn apply_event(c: &WatchCache, watch: u32, e: &Event) -> Option<Notification> {
             let new = served();
             c.store.upsert(new.clone());
             Some(match cached {
-                Some(old) => Notification::Update { watch, old, new },
-                None => Notification::Add { watch, obj: new },
+                Some(old) => (
+                    Notification::Update {
+                        watch,
+                        old: old.clone(),
+                        new,
+                    },
+                    Some(old),
+                ),
+                None => (Notification::Add { watch, obj: new }, None),
             })
         }
         // Out of scope now (or deleted): the watch says DELETED with the latest state.
         _ => {
-            cached?;
+            let old = cached?;
             c.store.delete_key(key);
-            Some(Notification::Delete {
+            let n = Notification::Delete {
                 watch,
                 obj: served(),
                 tombstone: false,
-            })
+            };
+            Some((n, Some(old)))
         }
     }
 }

@@ -761,3 +761,111 @@ steps:
     })
     .await;
 }
+
+fn messages(h: &Harness) -> Vec<String> {
+    h.take_logs().into_iter().map(|l| l.message).collect()
+}
+
+/// Held notifications: another object's change overtakes one (its cache already updated, as
+/// an informer's store is before its listeners are told); one object's order is kept.
+#[tokio::test]
+async fn a_held_change_is_delivered_after_the_next_one_keeping_each_objects_order() {
+    bounded(async {
+        let mut h = harness("copier").await;
+        h.hold_next_event();
+        h.add(cm("a", "one", json!({"v": "1"}))).await.expect("add");
+        assert!(messages(&h).is_empty(), "held");
+        assert!(
+            h.cached(0, "a/one").is_some(),
+            "the cache is ahead of the handlers"
+        );
+        h.add(cm("b", "two", json!({"v": "2"}))).await.expect("add");
+        assert_eq!(messages(&h), ["event add b/two v=2", "event add a/one v=1"]);
+        h.hold_next_event();
+        h.update(cm("a", "one", json!({"v": "2"})))
+            .await
+            .expect("update");
+        h.update(cm("a", "one", json!({"v": "3"})))
+            .await
+            .expect("update");
+        assert_eq!(
+            messages(&h),
+            ["event update a/one v=1->2", "event update a/one v=2->3"]
+        );
+        // What is still held at the end is delivered by `deliver: pending`.
+        h.hold_next_event();
+        h.update(cm("b", "two", json!({"v": "3"})))
+            .await
+            .expect("update");
+        assert_eq!(h.deliver_pending().await.expect("deliver"), 1);
+        assert_eq!(messages(&h), ["event update b/two v=2->3"]);
+    })
+    .await;
+}
+
+/// A restart against a lagging replica: new instances and queue, the cache listed behind the
+/// cluster until the next change catches it up through the changes it missed.
+#[tokio::test]
+async fn a_restart_can_list_a_lagging_cache_which_catches_up_later() {
+    bounded(async {
+        let mut h = harness("copier").await;
+        h.add(cm("a", "one", json!({"v": "1"}))).await.expect("add");
+        h.update(cm("a", "one", json!({"v": "2"})))
+            .await
+            .expect("update");
+        messages(&h);
+        assert_eq!(h.restart_lagging(0, 1).await.expect("restart"), 1);
+        assert_eq!(
+            messages(&h),
+            ["event add a/one v=1"],
+            "listed one change behind"
+        );
+        assert_eq!(h.ready_keys(), ["a/one"], "the queue rebuilt from on-add");
+        // Writes do not move a lagging cache: a reconcile still reads v=1.
+        h.run_queue().await;
+        let copy = h
+            .get("v1", "ConfigMap", Some("a"), "one-copy")
+            .expect("copy");
+        assert_eq!(copy["data"]["v"], "1", "copied from the stale cache");
+        assert_eq!(
+            h.cached(0, "a/one")
+                .expect("cached")
+                .to_value()
+                .expect("json")["data"]["v"],
+            "1"
+        );
+        h.deliver_pending().await.expect("catch up");
+        assert_eq!(messages(&h), ["event update a/one v=1->2"]);
+        h.run_queue().await;
+        let copy = h
+            .get("v1", "ConfigMap", Some("a"), "one-copy")
+            .expect("copy");
+        assert_eq!(copy["data"]["v"], "2");
+    })
+    .await;
+}
+
+/// A crash after a write: the rest of the call's writes reach nothing, the queue stops, and a
+/// restart lists again and rebuilds the queue.
+#[tokio::test]
+async fn a_crash_after_a_write_stops_the_process_until_a_restart() {
+    bounded(async {
+        let mut h = harness("copier").await;
+        h.add(cm("a", "one", json!({"v": "1"}))).await.expect("add");
+        h.add(cm("a", "two", json!({"v": "2"}))).await.expect("add");
+        h.crash_after_writes(1);
+        let done = h.run_queue().await;
+        assert_eq!(done.len(), 1, "the queue stops with the process: {done:?}");
+        assert!(h.crashed());
+        assert!(h.get("v1", "ConfigMap", Some("a"), "one-copy").is_some());
+        assert!(h.get("v1", "ConfigMap", Some("a"), "two-copy").is_none());
+        messages(&h);
+        // Both sources and the copy made before the crash are listed again.
+        assert_eq!(h.restart().await.expect("restart"), 3);
+        assert!(!h.crashed());
+        assert_eq!(h.ready_keys(), ["a/one", "a/two"]);
+        h.run_queue().await;
+        assert!(h.get("v1", "ConfigMap", Some("a"), "two-copy").is_some());
+    })
+    .await;
+}

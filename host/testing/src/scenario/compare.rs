@@ -21,6 +21,17 @@ pub struct KindOfDifference {
 /// final state of every object either wrote (compared as shadow writes are: server-set fields
 /// and condition times aside), and the writes the server refused to the new revision only.
 pub fn differences(old: &Trace, new: &Trace) -> Vec<KindOfDifference> {
+    grouped(old, new, true)
+}
+
+/// [`differences`] in the final states only: what a perturbed run must not change, where a
+/// write refused on the way (a create meeting `AlreadyExists` after a restart, a 409 after a
+/// stale read) is the cluster doing its job.
+pub fn state_differences(old: &Trace, new: &Trace) -> Vec<KindOfDifference> {
+    grouped(old, new, false)
+}
+
+fn grouped(old: &Trace, new: &Trace, refusals: bool) -> Vec<KindOfDifference> {
     let mut groups: BTreeMap<String, KindOfDifference> = BTreeMap::new();
     let mut add = |kind: String, object: String, example: serde_json::Value| {
         let g = groups.entry(kind.clone()).or_insert(KindOfDifference {
@@ -49,6 +60,9 @@ pub fn differences(old: &Trace, new: &Trace) -> Vec<KindOfDifference> {
                 patch,
             );
         }
+    }
+    if !refusals {
+        return groups.into_values().collect();
     }
     let refused = |t: &Trace| -> Vec<(String, String, kwh_plugin::ApiError)> {
         t.writes

@@ -40,6 +40,7 @@ pub(super) fn expect(v: &Value, at: &str, action: &Action) -> R<Expect> {
             "waiting",
             "objects",
             "absent",
+            "kept",
             "handlerFailure",
         ],
     )?;
@@ -90,6 +91,10 @@ pub(super) fn expect(v: &Value, at: &str, action: &Action) -> R<Expect> {
     if let Some(a) = m.get("absent") {
         let here = join(at, "absent");
         e.absent = list_of(a, &here, object_ref)?;
+    }
+    if let Some(k) = m.get("kept") {
+        let here = join(at, "kept");
+        e.kept = list_of(k, &here, object_ref)?;
     }
     if let Some(h) = m.get("handlerFailure") {
         let here = join(at, "handlerFailure");

@@ -1,50 +1,67 @@
 //! Exploring a scenario: the same events replayed under perturbations a real informer and API
-//! server can produce, each run's end state compared with the unperturbed run's. What a test
-//! nobody wrote would have caught: a controller that needs to see every intermediate version,
-//! that treats a tombstone differently from a delete, that depends on the order of events of
-//! different objects, that misbehaves when a key is reconciled twice, or on requeues earlier or
-//! later than it asked for.
+//! server can produce, each run judged by oracles against the unperturbed run. What a test
+//! nobody wrote would have caught (the bug classes of Sieve, OSDI '22, and Acto, SOSP '23).
 //!
 //! Perturbations work on the scenario's steps (as `host record` writes them, or by hand):
-//! - *coalesced*: an update followed by another of the same object (or its delete) is left out
-//!   (the informer delivered v1 then v3);
-//! - *tombstone*: a delete seen only as a tombstone after a relist (`deleteMissed`);
-//! - *duplicate*: a key reconciled once more right after its event;
-//! - *restart*: every cached object notified again as added (a restarted informer's initial
-//!   list), and *resync*: `on-update` with old = new for every cached object;
-//! - *timing*: an `advance` halved or doubled (requeues and resyncs earlier or later).
+//! - *unobserved states*: an update followed by another of the same object (or its delete)
+//!   left out (the informer delivered v1 then v3); a delete seen only as a tombstone after a
+//!   relist; one change's notifications delivered after the next change's, of another object
+//!   (two informers, or one DeltaFIFO queueing an object's later change with its first);
+//! - *stale state*: a restart whose cache of one watch is listed 1 or 2 of its changes behind
+//!   the cluster (a lagging API server replica), reconciling from it before it catches up;
+//! - *crashes*: the process stopped after any one write of the scenario (the rest of that
+//!   call's writes never sent), then a fresh start: new instances, caches listed, the queue
+//!   rebuilt from `on-add`s;
+//! - *timing*: a key reconciled once more; the initial list delivered again; a resync; an
+//!   `advance` halved or doubled (requeues and resyncs earlier or later).
 //!
-//! Not yet: notifications of different objects delivered in another order (the harness
-//! applies a step's change and notifies it together, so swapping steps would change the
-//! cluster's history, not only what the controller saw), stale caches, and crashes between two
-//! writes of a reconcile.
+//! Oracles, each reported on its own: the end state equals the unperturbed run's (server-set
+//! fields aside; an object the unperturbed run keeps must not be deleted on the way); the guest
+//! does not end failing (an error loop, a trap, a queue that never empties); no write sets back
+//! a change the guest had not seen (a lost update); the scenario's last `objects`/`absent`
+//! expectations still hold.
 //!
 //! Each perturbation is tried alone first (so a violation's cause is the smallest one), then
 //! pairs chosen by a seeded generator until the budget is spent: a seed reproduces the run.
-//! Expectations of the scenario are not checked in perturbed runs (they describe the
-//! unperturbed one); both runs end by letting time pass and the queue drain, so delayed work
-//! is done in both before the end states are compared. A violation's reproducer is the
-//! perturbed steps expecting the unperturbed run's end state: it fails until the bug is fixed.
+//! Other expectations of the scenario describe the unperturbed run and are not checked; both
+//! runs end by letting time pass and the queue drain, so delayed work is done in both before
+//! they are compared. A violation's reproducer is the perturbed steps expecting the
+//! unperturbed run's end state: it fails until the bug is fixed.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::compare::{differences, KindOfDifference};
+use super::compare::{state_differences, KindOfDifference};
 use super::run::run_traced;
-use super::{parse, ScenarioError};
+use super::{parse, ScenarioError, ScenarioReport, Trace};
+use crate::WriteVerb;
 use kwh_plugin::PluginEngine;
 
-/// One change to a scenario's steps.
+/// One change to a scenario's steps (indices of the steps, 0-based).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Perturbation {
+    /// The update at this step left out.
     Coalesced(usize),
+    /// The delete at this step seen as a tombstone.
     Tombstone(usize),
+    /// This change's notifications delivered after the next change's (another object's).
+    Reordered(usize),
+    /// After step `after`, a restart with watch `watch`'s cache `lag` changes behind.
+    Stale {
+        after: usize,
+        watch: usize,
+        lag: usize,
+    },
+    /// The process stopped after write `after_writes` of step `step`, then restarted.
+    Crash { step: usize, after_writes: usize },
+    /// The step's object reconciled once more after it.
     Duplicate(usize),
+    /// This `advance` halved or doubled.
     Timing(usize, Speed),
-    /// After the step, every cached object notified again as added (a restarted informer's
-    /// initial list).
+    /// After the step, every cached object notified again as added (an informer's relist).
     Relist(usize),
     /// After the step, a resync: `on-update` with old = new for every cached object.
     Resync(usize),
@@ -62,6 +79,11 @@ impl Perturbation {
         match self {
             Perturbation::Coalesced(_) => "unobserved state: coalesced updates",
             Perturbation::Tombstone(_) => "unobserved state: a delete seen as a tombstone",
+            Perturbation::Reordered(_) => {
+                "unobserved state: notifications reordered across objects"
+            }
+            Perturbation::Stale { .. } => "stale state: a restart reading a lagging cache",
+            Perturbation::Crash { .. } => "crash: the process stopped between two writes",
             Perturbation::Duplicate(_) => "duplicate reconcile",
             Perturbation::Timing(..) => "timing: time passing earlier or later",
             Perturbation::Relist(_) => "restart: every object notified again as added",
@@ -74,6 +96,18 @@ impl Perturbation {
         match self {
             Perturbation::Coalesced(i) => format!("step {} (an update) left out", i + 1),
             Perturbation::Tombstone(i) => format!("step {} (a delete) seen as a tombstone", i + 1),
+            Perturbation::Reordered(i) => format!(
+                "step {}'s notifications delivered after the next change's",
+                i + 1
+            ),
+            Perturbation::Stale { after, watch, lag } => format!(
+                "after step {}, a restart with watch {watch}'s cache {lag} change(s) behind",
+                after + 1
+            ),
+            Perturbation::Crash { step, after_writes } => format!(
+                "the process stopped after write {after_writes} of step {}, then restarted",
+                step + 1
+            ),
             Perturbation::Duplicate(i) => format!("its key reconciled again after step {}", i + 1),
             Perturbation::Relist(i) => {
                 format!("the initial list delivered again after step {}", i + 1)
@@ -92,6 +126,31 @@ impl Perturbation {
     }
 }
 
+/// What a violation broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Oracle {
+    /// The end state differs from the unperturbed run's.
+    EndState,
+    /// The guest ends failing: an error loop, a trap, a queue that never empties.
+    Failing,
+    /// A write set back a change the guest had not seen.
+    LostUpdate,
+    /// The scenario's last `objects`/`absent` expectations fail.
+    Expectations,
+}
+
+impl Oracle {
+    /// How reports name it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Oracle::EndState => "the end state differs",
+            Oracle::Failing => "the guest ends failing",
+            Oracle::LostUpdate => "a lost update",
+            Oracle::Expectations => "the scenario's expectations fail",
+        }
+    }
+}
+
 /// How long and from which seed to explore.
 #[derive(Debug, Clone)]
 pub struct ExploreOptions {
@@ -106,9 +165,16 @@ pub struct ExploreOptions {
 #[derive(Debug)]
 pub struct Violation {
     pub perturbations: Vec<Perturbation>,
+    pub oracle: Oracle,
+    /// For [`Oracle::EndState`]: what differs.
     pub differences: Vec<KindOfDifference>,
+    /// For the other oracles: what failed, a line each.
+    pub details: Vec<String>,
     /// The perturbed scenario, as YAML: a regression test in one step.
     pub reproducer: String,
+    /// The perturbed run that found it (1-based) and when.
+    pub run: usize,
+    pub found_after: Duration,
 }
 
 /// What an exploration did.
@@ -117,9 +183,21 @@ pub struct ExploreReport {
     pub file: PathBuf,
     pub seed: u64,
     pub runs: usize,
+    /// How many single perturbations the scenario allows (tried first, one run each).
+    pub singles: usize,
     pub elapsed: Duration,
-    /// At most one per class of perturbation: the first found (the smallest, singles first).
+    /// At most one per class of perturbation and oracle: the first found (the smallest,
+    /// singles first).
     pub violations: Vec<Violation>,
+}
+
+/// The unperturbed run, as perturbed ones are judged against it.
+struct Baseline {
+    steps: Vec<Value>,
+    /// The scenario's last `objects`/`absent` expectations, as a step, when the unperturbed
+    /// run meets them.
+    check: Option<Value>,
+    trace: Trace,
 }
 
 /// Explores the scenario in `text` (read from `file`) against the plugin at `plugin`.
@@ -136,13 +214,13 @@ pub async fn explore(
         at: String::new(),
         message: e.to_string(),
     })?;
-    let steps = without_expectations(doc.get("steps"));
-    let base = run_steps(file, &doc, &steps, plugin, engine).await?;
-    let singles = candidates(&steps);
+    let base = baseline(file, &doc, plugin, engine).await?;
+    let singles = candidates(&base.steps, &base.trace);
     let mut report = ExploreReport {
         file: file.to_path_buf(),
         seed: opts.seed,
         runs: 0,
+        singles: singles.len(),
         elapsed: Duration::ZERO,
         violations: Vec::new(),
     };
@@ -151,6 +229,8 @@ pub async fn explore(
     rng.shuffle(&mut order);
     let plan: Vec<Vec<Perturbation>> = order.iter().map(|&i| vec![singles[i].clone()]).collect();
     let spent = |r: &ExploreReport| started.elapsed() >= opts.budget || r.runs >= opts.max_runs;
+    // Single perturbations that broke an oracle alone.
+    let mut guilty: Vec<(Perturbation, Oracle)> = Vec::new();
     let mut next = 0;
     while !spent(&report) {
         let ps = match plan.get(next) {
@@ -166,47 +246,217 @@ pub async fn explore(
             None => break,
         };
         next += 1;
-        let Some(perturbed) = apply(&steps, &ps) else {
+        let Some(mut perturbed) = apply(&base.steps, &ps) else {
             continue;
         };
-        let trace = run_steps(file, &doc, &perturbed, plugin, engine).await?;
+        perturbed.extend(base.check.clone());
+        let (run, trace) = run_steps(file, &doc, &perturbed, plugin, engine).await?;
         report.runs += 1;
-        let diffs = differences(&base, &trace);
-        if diffs.is_empty() {
-            continue;
+        for (oracle, differences, details) in judge(&base, &run, &trace, perturbed.len()) {
+            if ps.len() == 1 {
+                guilty.push((ps[0].clone(), oracle));
+            } else if ps.iter().any(|p| guilty.contains(&(p.clone(), oracle))) {
+                // One of the two breaks it alone: already reported, smaller.
+                continue;
+            }
+            let class = class_of(&ps);
+            let known = report
+                .violations
+                .iter()
+                .any(|v| class_of(&v.perturbations) == class && v.oracle == oracle);
+            if known {
+                continue;
+            }
+            let kept = deleted_kept_refs(&base.trace, &trace);
+            report.violations.push(Violation {
+                reproducer: reproducer(&doc, &base, perturbed.clone(), &ps, kept),
+                perturbations: ps.clone(),
+                oracle,
+                differences,
+                details,
+                run: report.runs,
+                found_after: started.elapsed(),
+            });
         }
-        let class = ps[0].class();
-        if report
-            .violations
-            .iter()
-            .any(|v| v.perturbations[0].class() == class)
-        {
-            continue;
-        }
-        let mut repro = doc.clone();
-        let mut perturbed = perturbed;
-        if let Some(last) = perturbed.last_mut() {
-            last["expect"] = end_state(&base);
-        }
-        repro["steps"] = Value::Array(perturbed);
-        if let Some(n) = repro.get("name").and_then(Value::as_str).map(str::to_owned) {
-            let what: Vec<String> = ps.iter().map(Perturbation::describe).collect();
-            repro["name"] = format!("{n} ({})", what.join("; ")).into();
-        }
-        report.violations.push(Violation {
-            perturbations: ps,
-            differences: diffs,
-            reproducer: yaml_serde::to_string(&repro).unwrap_or_default(),
-        });
     }
     report.elapsed = started.elapsed();
     Ok(report)
 }
 
+/// The class a violation is reported under: its perturbation's, or both of a pair's.
+pub fn class_of(ps: &[Perturbation]) -> String {
+    let mut classes: Vec<&str> = ps.iter().map(Perturbation::class).collect();
+    classes.dedup();
+    classes.join(" + ")
+}
+
+/// Runs the scenario unperturbed. It must pass (its other expectations aside): a scenario
+/// that fails as written has nothing to compare against.
+async fn baseline(
+    file: &Path,
+    doc: &Value,
+    plugin: &Path,
+    engine: &PluginEngine,
+) -> Result<Baseline, ScenarioError> {
+    let steps = without_expectations(doc.get("steps"));
+    let mut check = last_state_expectations(doc.get("steps"));
+    let mut all = steps.clone();
+    all.extend(check.clone());
+    let (run, trace) = run_steps(file, doc, &all, plugin, engine).await?;
+    if let Some(f) = run.failure {
+        if check.is_none() || f.step != Some(all.len()) {
+            return Err(ScenarioError {
+                file: file.to_path_buf(),
+                at: String::new(),
+                message: format!(
+                    "fails unperturbed, at {} ({}): {}",
+                    f.step.map_or("setup".to_owned(), |s| format!("step {s}")),
+                    f.action,
+                    f.problems.join("; ")
+                ),
+            });
+        }
+        // Met only before the drain: not an oracle the perturbed runs can be held to.
+        check = None;
+    }
+    Ok(Baseline {
+        steps,
+        check,
+        trace,
+    })
+}
+
+/// The oracles a perturbed run broke, each with what shows it.
+fn judge(
+    base: &Baseline,
+    run: &ScenarioReport,
+    trace: &Trace,
+    steps: usize,
+) -> Vec<(Oracle, Vec<KindOfDifference>, Vec<String>)> {
+    let mut out = Vec::new();
+    let mut diffs = state_differences(&base.trace, trace);
+    diffs.extend(deleted_kept(&base.trace, trace));
+    if !diffs.is_empty() {
+        out.push((Oracle::EndState, diffs, Vec::new()));
+    }
+    match &run.failure {
+        Some(f) if base.check.is_some() && f.step == Some(steps) => {
+            out.push((Oracle::Expectations, Vec::new(), f.problems.clone()))
+        }
+        Some(f) => {
+            let at = f.step.map_or("setup".to_owned(), |s| format!("step {s}"));
+            let lines = f
+                .problems
+                .iter()
+                .map(|p| format!("{at} ({}): {p}", f.action))
+                .collect();
+            out.push((Oracle::Failing, Vec::new(), lines));
+        }
+        None => {}
+    }
+    let new_failures: Vec<String> = trace
+        .end_failures
+        .iter()
+        .filter(|f| !base.trace.end_failures.contains(f))
+        .map(|f| format!("still failing at the end: {f}"))
+        .collect();
+    if !new_failures.is_empty() && !out.iter().any(|(o, ..)| *o == Oracle::Failing) {
+        out.push((Oracle::Failing, Vec::new(), new_failures));
+    }
+    let lost: Vec<String> = trace
+        .lost_updates
+        .iter()
+        .filter(|l| !base.trace.lost_updates.contains(l))
+        .cloned()
+        .collect();
+    if !lost.is_empty() {
+        out.push((Oracle::LostUpdate, Vec::new(), lost));
+    }
+    out
+}
+
+/// Objects the unperturbed run keeps to the end and never deletes that the perturbed run's
+/// guest deleted (and perhaps made again: equal in the end, but a PersistentVolumeClaim or a
+/// Secret made again is data lost).
+fn deleted_kept(base: &Trace, run: &Trace) -> Option<KindOfDifference> {
+    let refs = deleted_kept_refs(base, run);
+    let kind = refs.first()?["kind"].as_str().unwrap_or("").to_owned();
+    let objects = refs
+        .iter()
+        .map(|r| {
+            let ns = r["namespace"].as_str();
+            kwh_client::object::object_key(ns, r["name"].as_str().unwrap_or(""))
+        })
+        .collect();
+    Some(KindOfDifference {
+        kind: format!("{kind} deleted, which the unperturbed run keeps"),
+        objects,
+        example: json!({"verb": "delete"}),
+    })
+}
+
+/// [`deleted_kept`]'s objects, as the references a `kept:` expectation takes.
+fn deleted_kept_refs(base: &Trace, run: &Trace) -> Vec<Value> {
+    let deleted = |t: &Trace| -> BTreeSet<(String, String, Option<String>, String)> {
+        t.writes
+            .iter()
+            .filter(|w| w.verb == WriteVerb::Delete && w.result.is_ok())
+            .map(|w| {
+                let r = &w.request;
+                (
+                    r.api_version.clone(),
+                    r.kind.clone(),
+                    r.namespace.clone(),
+                    w.name.clone(),
+                )
+            })
+            .collect()
+    };
+    let before = deleted(base);
+    deleted(run)
+        .difference(&before)
+        .filter(|key| matches!(base.finals.get(*key), Some(Some(_))))
+        .map(|(api_version, kind, ns, name)| {
+            let mut r = json!({"apiVersion": api_version, "kind": kind, "name": name});
+            if let Some(ns) = ns {
+                r["namespace"] = ns.clone().into();
+            }
+            r
+        })
+        .collect()
+}
+
+/// The perturbed steps, expecting what the unperturbed run did: its end state (the objects it
+/// keeps throughout `kept`), and the last queue run reconciling what it reconciled (no key
+/// still failing).
+fn reproducer(
+    doc: &Value,
+    base: &Baseline,
+    mut steps: Vec<Value>,
+    ps: &[Perturbation],
+    kept: Vec<Value>,
+) -> String {
+    if let Some(last) = steps.iter_mut().rev().find(|s| s.get("runQueue").is_some()) {
+        last["expect"] = json!({"reconciled": base.trace.end_reconciled});
+    }
+    let mut end = end_state(&base.trace);
+    if !kept.is_empty() {
+        end["kept"] = kept.into();
+    }
+    steps.push(json!({"expect": end}));
+    let mut repro = doc.clone();
+    repro["steps"] = Value::Array(steps);
+    if let Some(n) = repro.get("name").and_then(Value::as_str).map(str::to_owned) {
+        let what: Vec<String> = ps.iter().map(Perturbation::describe).collect();
+        repro["name"] = format!("{n} ({})", what.join("; ")).into();
+    }
+    yaml_serde::to_string(&repro).unwrap_or_default()
+}
+
 /// What the unperturbed run ended with, as the reproducer's last expectation: each object the
 /// plugin wrote as it was then (its server-set metadata left out), or absent. The reproducer
 /// fails while the bug is there and passes once it is fixed.
-fn end_state(base: &super::Trace) -> Value {
+fn end_state(base: &Trace) -> Value {
     let mut objects = Vec::new();
     let mut absent = Vec::new();
     for ((api_version, kind, ns, name), last) in &base.finals {
@@ -232,7 +482,8 @@ fn end_state(base: &super::Trace) -> Value {
     json!({"objects": objects, "absent": absent})
 }
 
-/// The steps with their `expect`s left out, and the drain both runs end with.
+/// The steps with their `expect`s left out, and the drain both runs end with: held
+/// notifications and lagging caches delivered, time passing, the queue run.
 fn without_expectations(steps: Option<&Value>) -> Vec<Value> {
     let mut out: Vec<Value> = steps
         .and_then(Value::as_array)
@@ -250,11 +501,27 @@ fn without_expectations(steps: Option<&Value>) -> Vec<Value> {
                 .is_some_and(|o| !o.is_empty() && !o.keys().all(|k| k == "note"))
         })
         .collect();
+    out.push(json!({"deliver": "pending"}));
     for _ in 0..3 {
         out.push(json!({"advance": "1h"}));
         out.push(json!({"runQueue": true}));
     }
     out
+}
+
+/// The last `objects`/`absent` expectations of the scenario, as a check step.
+fn last_state_expectations(steps: Option<&Value>) -> Option<Value> {
+    let e = steps?.as_array()?.iter().rev().find_map(|s| {
+        let e = s.get("expect")?;
+        (e.get("objects").is_some() || e.get("absent").is_some()).then_some(e)
+    })?;
+    let mut check = serde_json::Map::new();
+    for k in ["objects", "absent"] {
+        if let Some(v) = e.get(k) {
+            check.insert(k.into(), v.clone());
+        }
+    }
+    Some(json!({"expect": check}))
 }
 
 async fn run_steps(
@@ -263,7 +530,7 @@ async fn run_steps(
     steps: &[Value],
     plugin: &Path,
     engine: &PluginEngine,
-) -> Result<super::Trace, ScenarioError> {
+) -> Result<(ScenarioReport, Trace), ScenarioError> {
     let mut d = doc.clone();
     d["steps"] = Value::Array(steps.to_vec());
     let text = yaml_serde::to_string(&d).map_err(|e| ScenarioError {
@@ -272,8 +539,7 @@ async fn run_steps(
         message: e.to_string(),
     })?;
     let scenario = parse(file, &text)?;
-    let (_, trace) = run_traced(&scenario, plugin, engine).await;
-    Ok(trace)
+    Ok(run_traced(&scenario, plugin, engine).await)
 }
 
 /// The action of a step and the object it is about.
@@ -301,8 +567,11 @@ fn identity(v: &Value) -> (String, String, String) {
 
 const EVENTS: [&str; 5] = ["add", "update", "updateStatus", "delete", "deleteMissed"];
 
-/// Every single perturbation the steps allow.
-fn candidates(steps: &[Value]) -> Vec<Perturbation> {
+/// Lags a restart's cache can have, in changes of its watch.
+const LAGS: [usize; 2] = [1, 2];
+
+/// Every single perturbation the steps allow, given what the unperturbed run did.
+fn candidates(steps: &[Value], base: &Trace) -> Vec<Perturbation> {
     let mut out = Vec::new();
     let events: Vec<(usize, &str, (String, String, String))> = steps
         .iter()
@@ -320,16 +589,33 @@ fn candidates(steps: &[Value]) -> Vec<Perturbation> {
         if *a == "delete" {
             out.push(Perturbation::Tombstone(*i));
         }
+        if later.first().is_some_and(|(_, _, other)| other != id) {
+            out.push(Perturbation::Reordered(*i));
+        }
         if *a != "delete" && *a != "deleteMissed" && !id.2.is_empty() {
             out.push(Perturbation::Duplicate(*i));
         }
         out.push(Perturbation::Relist(*i));
         out.push(Perturbation::Resync(*i));
+        for watch in 0..base.watches {
+            for lag in LAGS {
+                out.push(Perturbation::Stale {
+                    after: *i,
+                    watch,
+                    lag,
+                });
+            }
+        }
     }
     for (i, s) in steps.iter().enumerate() {
         if matches!(action(s), Some(("advance", _))) {
             out.push(Perturbation::Timing(i, Speed::Earlier));
             out.push(Perturbation::Timing(i, Speed::Later));
+        }
+    }
+    for (step, &writes) in base.step_writes.iter().enumerate().take(steps.len()) {
+        for after_writes in 1..=writes {
+            out.push(Perturbation::Crash { step, after_writes });
         }
     }
     out
@@ -338,7 +624,8 @@ fn candidates(steps: &[Value]) -> Vec<Perturbation> {
 /// The steps with `ps` applied (indices of the original steps); none when two of them clash.
 fn apply(steps: &[Value], ps: &[Perturbation]) -> Option<Vec<Value>> {
     let mut out: Vec<Option<Value>> = steps.iter().cloned().map(Some).collect();
-    let mut extra: Vec<(usize, Value)> = Vec::new();
+    let mut before: Vec<(usize, Value)> = Vec::new();
+    let mut after: Vec<(usize, Vec<Value>)> = Vec::new();
     for p in ps {
         match *p {
             Perturbation::Coalesced(i) => {
@@ -349,6 +636,29 @@ fn apply(steps: &[Value], ps: &[Perturbation]) -> Option<Vec<Value>> {
                 let target = target.clone();
                 out[i] = Some(json!({"deleteMissed": target}));
             }
+            Perturbation::Reordered(i) => {
+                out.get(i)?.as_ref()?;
+                before.push((i, json!({"hold": true})));
+            }
+            Perturbation::Stale {
+                after: i,
+                watch,
+                lag,
+            } => {
+                out.get(i)?.as_ref()?;
+                after.push((
+                    i,
+                    vec![
+                        json!({"restart": {"watch": watch, "lag": lag}}),
+                        json!({"runQueue": true}),
+                        json!({"deliver": "pending"}),
+                    ],
+                ));
+            }
+            Perturbation::Crash { step, after_writes } => {
+                out.get(step)?.as_ref()?;
+                before.push((step, json!({"crash": {"afterWrites": after_writes}})));
+            }
             Perturbation::Duplicate(i) => {
                 let (_, v) = action(out.get(i)?.as_ref()?)?;
                 let (_, ns, name) = identity(v);
@@ -357,15 +667,15 @@ fn apply(steps: &[Value], ps: &[Perturbation]) -> Option<Vec<Value>> {
                 } else {
                     format!("{ns}/{name}")
                 };
-                extra.push((i, json!({"reconcile": key})));
+                after.push((i, vec![json!({"reconcile": key})]));
             }
             Perturbation::Relist(i) => {
                 out.get(i)?.as_ref()?;
-                extra.push((i, json!({"deliver": "initialList"})));
+                after.push((i, vec![json!({"deliver": "initialList"})]));
             }
             Perturbation::Resync(i) => {
                 out.get(i)?.as_ref()?;
-                extra.push((i, json!({"deliver": "resync"})));
+                after.push((i, vec![json!({"deliver": "resync"})]));
             }
             Perturbation::Timing(i, speed) => {
                 let (_, d) = action(out.get(i)?.as_ref()?)?;
@@ -379,15 +689,18 @@ fn apply(steps: &[Value], ps: &[Perturbation]) -> Option<Vec<Value>> {
             }
         }
     }
-    let mut result = Vec::with_capacity(out.len() + extra.len());
+    let mut result = Vec::with_capacity(out.len() + before.len() + 4 * after.len());
     for (i, s) in out.into_iter().enumerate() {
+        for (_, b) in before.iter().filter(|(at, _)| *at == i) {
+            result.push(b.clone());
+        }
         if let Some(s) = s {
             result.push(s);
         }
-        for (_, e) in extra.iter().filter(|(at, _)| *at == i) {
+        for (_, e) in after.iter().filter(|(at, _)| *at == i) {
             // After the event and the queue run that follows it.
             result.push(json!({"runQueue": true}));
-            result.push(e.clone());
+            result.extend(e.iter().cloned());
         }
     }
     Some(result)
@@ -449,7 +762,12 @@ mod tests {
 
     #[test]
     fn candidates_are_what_an_informer_and_server_can_produce() {
-        let c = candidates(&steps());
+        let base = Trace {
+            watches: 2,
+            step_writes: vec![1, 2, 0, 0, 0, 0, 0],
+            ..Trace::default()
+        };
+        let c = candidates(&steps(), &base);
         assert!(c.contains(&Perturbation::Coalesced(3)), "{c:?}");
         // An update followed by the delete may be coalesced too (v2, then gone).
         assert!(c.contains(&Perturbation::Coalesced(4)), "{c:?}");
@@ -461,6 +779,21 @@ mod tests {
         assert!(c.contains(&Perturbation::Duplicate(0)));
         assert!(c.contains(&Perturbation::Timing(2, Speed::Later)));
         assert!(c.contains(&Perturbation::Relist(0)) && c.contains(&Perturbation::Resync(6)));
+        // a/3 then b/1: another object's change comes next; a/2 then a/3 is one object's order.
+        assert!(c.contains(&Perturbation::Reordered(4)));
+        assert!(!c.contains(&Perturbation::Reordered(3)));
+        let stale = Perturbation::Stale {
+            after: 3,
+            watch: 1,
+            lag: 2,
+        };
+        assert!(c.contains(&stale), "{c:?}");
+        // A crash after each write the unperturbed run made, and nowhere else.
+        let crashes: Vec<_> = c
+            .iter()
+            .filter(|p| matches!(p, Perturbation::Crash { .. }))
+            .collect();
+        assert_eq!(crashes.len(), 3, "{crashes:?}");
     }
 
     #[test]
@@ -479,6 +812,23 @@ mod tests {
         assert_eq!(out[2], json!({"reconcile": "d/a"}));
         let out = apply(&s, &[Perturbation::Resync(3)]).unwrap();
         assert_eq!(out[5], json!({"deliver": "resync"}));
+        let out = apply(&s, &[Perturbation::Reordered(4)]).unwrap();
+        assert_eq!(out[4], json!({"hold": true}));
+        assert_eq!(out[5], s[4]);
+        let crash = Perturbation::Crash {
+            step: 1,
+            after_writes: 2,
+        };
+        let out = apply(&s, &[crash]).unwrap();
+        assert_eq!(out[1], json!({"crash": {"afterWrites": 2}}));
+        let stale = Perturbation::Stale {
+            after: 0,
+            watch: 1,
+            lag: 2,
+        };
+        let out = apply(&s, &[stale]).unwrap();
+        assert_eq!(out[2], json!({"restart": {"watch": 1, "lag": 2}}));
+        assert_eq!(out[4], json!({"deliver": "pending"}));
         let mut a = SplitMix(7);
         let mut b = SplitMix(7);
         assert_eq!((a.next(), a.next()), (b.next(), b.next()));

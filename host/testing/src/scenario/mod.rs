@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime};
 use kwh_plugin::events::EventType;
 use serde_json::Value;
 
-pub use compare::{differences, render as render_differences, KindOfDifference};
+pub use compare::{differences, render as render_differences, state_differences, KindOfDifference};
 pub use kwh_client::duration::parse_duration;
 pub use parse::{parse, ScenarioError};
 pub use report::{render_failure_logs, render_table, ScenarioReport, StepFailure};
@@ -111,6 +111,22 @@ pub enum Action {
     RunQueue,
     /// `advance: 90s`: move the virtual clock.
     Advance(Duration),
+    /// `hold: true`: the next change's notifications come after those of the change that
+    /// follows it (notifications of different objects out of order).
+    Hold,
+    /// `restart: true`, or `restart: {watch: 1, lag: 2}`: the plugin's process restarts (new
+    /// instances, empty queue, caches listed again, `on-add` for each object); with `lag`, the
+    /// cache of watch `watch` is listed that many changes behind the cluster until the next
+    /// change or `deliver: pending`.
+    Restart {
+        /// The lagging watch.
+        watch: usize,
+        /// How many of its changes it lags (0: none).
+        lag: usize,
+    },
+    /// `crash: {afterWrites: 2}`: the process stops after the guest's next 2 writes (later
+    /// ones reach nothing) and the step that made them ends with a restart.
+    Crash(usize),
     /// `check: …` (or a step with only `expect`): assertions on the current state.
     Check,
 }
@@ -144,6 +160,12 @@ impl Action {
             Action::Reconcile(k) => format!("reconcile {k}"),
             Action::RunQueue => "runQueue".into(),
             Action::Advance(d) => format!("advance {d:?}"),
+            Action::Hold => "hold".into(),
+            Action::Restart { lag: 0, .. } => "restart".into(),
+            Action::Restart { watch, lag } => {
+                format!("restart, watch {watch} lagging {lag} change(s)")
+            }
+            Action::Crash(n) => format!("crash after {n} write(s)"),
             Action::Check => "check".into(),
         }
     }
@@ -266,6 +288,9 @@ pub struct Expect {
     pub objects: Vec<Value>,
     /// `absent:` objects the cluster must not hold.
     pub absent: Vec<ObjectRef>,
+    /// `kept:` objects the cluster must hold and never have deleted since the scenario began
+    /// (so never made again: a recreated PersistentVolumeClaim or Secret is data lost).
+    pub kept: Vec<ObjectRef>,
     /// `handlerFailure:` a handler call of the step must fail (with this substring, if any);
     /// without it a handler failure fails the step.
     pub handler_failure: Option<Option<String>>,

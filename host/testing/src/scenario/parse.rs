@@ -35,6 +35,9 @@ const ACTIONS: &[&str] = &[
     "reconcile",
     "runQueue",
     "advance",
+    "hold",
+    "restart",
+    "crash",
 ];
 
 /// Parses scenario `text` read from `file`.
@@ -194,6 +197,16 @@ fn step(v: &Value, at: &str) -> R<Step> {
                     Value::Bool(true) => Action::RunQueue,
                     _ => return fail(&here, "expected `true`"),
                 },
+                "hold" => match val {
+                    Value::Bool(true) => Action::Hold,
+                    _ => return fail(&here, "expected `true`"),
+                },
+                "restart" => restart(val, &here)?,
+                "crash" => {
+                    let m = map(val, &here)?;
+                    only(m, &here, &["afterWrites"])?;
+                    Action::Crash(count(m.get("afterWrites"), &join(&here, "afterWrites"))?.max(1))
+                }
                 _ => Action::Advance(duration(val, &here)?),
             }
         }
@@ -203,6 +216,30 @@ fn step(v: &Value, at: &str) -> R<Step> {
         None => Expect::default(),
     };
     Ok(Step { action, expect })
+}
+
+/// `restart: true` or `restart: {watch: N, lag: N}`.
+fn restart(v: &Value, at: &str) -> R<Action> {
+    if v == &Value::Bool(true) {
+        return Ok(Action::Restart { watch: 0, lag: 0 });
+    }
+    let m = map(v, at)?;
+    only(m, at, &["watch", "lag"])?;
+    Ok(Action::Restart {
+        watch: count(m.get("watch"), &join(at, "watch"))?,
+        lag: count(m.get("lag"), &join(at, "lag"))?,
+    })
+}
+
+/// A count: a non-negative integer, 0 when not given.
+fn count(v: Option<&Value>, at: &str) -> R<usize> {
+    match v {
+        None => Ok(0),
+        Some(v) => match v.as_u64() {
+            Some(n) => Ok(n as usize),
+            None => fail(at, format!("expected a count, found {}", kind_of(v))),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -381,6 +418,39 @@ steps:
         assert!(err("configs: {}\nsteps: [{reconcile: a}]\n").starts_with(
             "s.yaml: unknown field `configs` (expected one of: name, start, limits, config, given,"
         ));
+    }
+
+    #[test]
+    fn hold_restart_and_crash_steps_parse() {
+        let s = p("steps:\n  - hold: true\n  - restart: true\n  - restart: {watch: 1, lag: 2}\n  - crash: {afterWrites: 3}\n")
+            .expect("parses");
+        assert!(matches!(s.steps[0].action, Action::Hold));
+        assert!(matches!(
+            s.steps[1].action,
+            Action::Restart { watch: 0, lag: 0 }
+        ));
+        assert!(matches!(
+            s.steps[2].action,
+            Action::Restart { watch: 1, lag: 2 }
+        ));
+        assert!(matches!(s.steps[3].action, Action::Crash(3)));
+        assert_eq!(
+            err("steps:\n  - restart: {lag: -1}\n"),
+            "s.yaml: steps[0].restart.lag: expected a count, found a number"
+        );
+        assert_eq!(
+            err("steps:\n  - crash: {after: 1}\n"),
+            "s.yaml: steps[0].crash: unknown field `after` (expected one of: afterWrites)"
+        );
+        assert_eq!(
+            err("steps:\n  - hold: 1\n"),
+            "s.yaml: steps[0].hold: expected `true`"
+        );
+        let s = p(
+            "steps:\n  - expect: {kept: [{apiVersion: v1, kind: Secret, namespace: d, name: s}]}\n",
+        )
+        .expect("parses");
+        assert_eq!(s.steps[0].expect.kept[0].name, "s");
     }
 
     #[test]

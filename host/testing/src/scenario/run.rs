@@ -28,6 +28,17 @@ struct Observed {
 #[derive(Debug, Default)]
 pub struct Trace {
     pub writes: Vec<RecordedWrite>,
+    /// How many writes each step made, in step order.
+    pub step_writes: Vec<usize>,
+    /// How many watches the plugin's manifest has.
+    pub watches: usize,
+    /// Keys whose reconciles still failed (an error or a trap) in the last step, if it ran the
+    /// queue, with the failure: a run that ends in an error loop.
+    pub end_failures: Vec<String>,
+    /// The keys the last step reconciled, if it ran the queue.
+    pub end_reconciled: Vec<String>,
+    /// Writes that set back a change the plugin had not seen ([`Harness::lost_updates`]).
+    pub lost_updates: Vec<String>,
     /// `(apiVersion, kind, namespace, name)` → the object at the end.
     pub finals: std::collections::BTreeMap<
         (String, String, Option<String>, String),
@@ -104,10 +115,28 @@ async fn run_inner(
             return report;
         }
     };
+    if let Some(t) = trace.as_deref_mut() {
+        t.watches = h.manifest().watches.len();
+    }
     for (i, step) in scenario.steps.iter().enumerate() {
-        let (problems, logs, writes) = run_step(&mut h, step).await;
+        let (problems, logs, writes, reconciled) = run_step(&mut h, step).await;
         if let Some(t) = trace.as_deref_mut() {
+            t.step_writes.push(writes.len());
             t.writes.extend(writes);
+            t.end_reconciled = reconciled.iter().map(|(k, _)| k.clone()).collect();
+            t.end_failures = reconciled
+                .iter()
+                .filter(|(_, o)| {
+                    matches!(o, ReconcileOutcome::Error(_) | ReconcileOutcome::Trap(_))
+                })
+                .map(|(k, o)| format!("{k}: {}", o.describe()))
+                .collect();
+            if reconciled.len() >= crate::harness::RUN_QUEUE_LIMIT {
+                t.end_failures.push(format!(
+                    "the queue never emptied: {} reconciles in one run",
+                    reconciled.len()
+                ));
+            }
         }
         if !problems.is_empty() {
             report.failure = Some(StepFailure {
@@ -134,6 +163,7 @@ async fn run_inner(
 
 /// The final state of every object `t`'s writes touched.
 fn finish_trace(h: &Harness, t: &mut Trace) {
+    t.lost_updates = h.lost_updates();
     for w in &t.writes {
         let r = &w.request;
         let key = (
@@ -150,8 +180,17 @@ fn finish_trace(h: &Harness, t: &mut Trace) {
     }
 }
 
-/// One step: its problems, what the guest logged, and the writes it made.
-async fn run_step(h: &mut Harness, step: &Step) -> (Vec<String>, Vec<LogLine>, Vec<RecordedWrite>) {
+/// What one step left: its problems, what the guest logged, the writes it made and the
+/// reconciles it ran.
+type StepResult = (
+    Vec<String>,
+    Vec<LogLine>,
+    Vec<RecordedWrite>,
+    Vec<(String, ReconcileOutcome)>,
+);
+
+/// One step.
+async fn run_step(h: &mut Harness, step: &Step) -> StepResult {
     h.clear_records();
     let mut problems = Vec::new();
     let mut seen = Observed::default();
@@ -183,7 +222,23 @@ async fn run_step(h: &mut Harness, step: &Step) -> (Vec<String>, Vec<LogLine>, V
             h.advance(*d);
             Ok(())
         }
+        Action::Hold => {
+            h.hold_next_event();
+            Ok(())
+        }
+        Action::Restart { watch, lag } => h.restart_lagging(*watch, *lag).await.map(drop),
+        Action::Crash(n) => {
+            h.crash_after_writes(*n);
+            Ok(())
+        }
         Action::Check => Ok(()),
+    };
+    // The process the step stopped starts again before anything else happens.
+    let event = if h.crashed() {
+        let restarted = h.restart().await.map(drop);
+        event.and(restarted)
+    } else {
+        event
     };
     match event {
         Ok(()) => {}
@@ -199,7 +254,12 @@ async fn run_step(h: &mut Harness, step: &Step) -> (Vec<String>, Vec<LogLine>, V
         .collect();
     seen.logs = h.take_logs();
     check(h, &step.expect, &seen, &mut problems);
-    (problems, seen.logs, seen.writes)
+    (
+        problems,
+        seen.logs,
+        seen.writes,
+        seen.reconciled.unwrap_or_default(),
+    )
 }
 
 fn check(h: &Harness, e: &Expect, seen: &Observed, problems: &mut Vec<String>) {
@@ -295,6 +355,11 @@ fn check(h: &Harness, e: &Expect, seen: &Observed, problems: &mut Vec<String>) {
                     problems.push(format!("objects: {kind} {}: {d}", key(ns, name)));
                 }
             }
+        }
+    }
+    for r in &e.kept {
+        if let Some(problem) = h.cluster().deleted_since_start(r) {
+            problems.push(format!("kept: {problem}"));
         }
     }
     for r in &e.absent {
