@@ -609,3 +609,15 @@ async fn the_scenarios_pass_under_host_test() {
     let cache = support::guests::target_dir().join("python-guests/compile-cache");
     support::scenarios::assert_scenarios_pass(&p.wasm, &dir, Some(&cache)).await;
 }
+
+/// Spec (explore): the Python example's scenarios explore clean — every single perturbation
+/// (stale caches, crashes between writes, reordered and coalesced notifications, tombstones,
+/// timing) and pairs of them, with no oracle broken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scenarios_explore_clean() {
+    let p = prepared().await;
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/secret-replicator-py/scenarios");
+    let cache = support::guests::target_dir().join("python-guests/compile-cache");
+    support::scenarios::assert_scenarios_explore_clean(&p.wasm, &dir, Some(&cache), 60).await;
+}

@@ -14,20 +14,6 @@ use support::process::HostProcess;
 
 const WAIT: Duration = Duration::from_secs(120);
 
-const SCENARIO: &str = "name: a ConfigMap goes through phases a, b and c
-given: []
-steps:
-  - add: {apiVersion: v1, kind: ConfigMap, metadata: {name: p, namespace: default}, data: {phase: a}}
-  - runQueue: true
-  - update: {apiVersion: v1, kind: ConfigMap, metadata: {name: p, namespace: default}, data: {phase: b}}
-  - runQueue: true
-  - update: {apiVersion: v1, kind: ConfigMap, metadata: {name: p, namespace: default}, data: {phase: c}}
-  - runQueue: true
-    expect:
-      objects:
-        - {apiVersion: v1, kind: ConfigMap, metadata: {name: p-passed-b, namespace: default}}
-";
-
 async fn host_test(args: &[&std::ffi::OsStr]) -> (bool, String) {
     let mut args: Vec<&std::ffi::OsStr> = args.to_vec();
     args.insert(0, "test".as_ref());
@@ -41,7 +27,8 @@ async fn host_test(args: &[&std::ffi::OsStr]) -> (bool, String) {
 async fn explore_finds_a_coalesced_update_bug_and_writes_its_reproducer() {
     let dir = support::temp_dir("explore");
     let scenario = dir.join("phases.yaml");
-    std::fs::write(&scenario, SCENARIO).expect("scenario");
+    let text = support::guests::repo_root().join("tests/guests/edge/scenarios/phases.yaml");
+    std::fs::copy(text, &scenario).expect("scenario");
     let plugin = guest("edge");
     // Unperturbed, the scenario passes: the bug needs a perturbation to show.
     let (ok, log) = host_test(&[

@@ -4,7 +4,10 @@
 //! `BENCH_RUNS` (default 5) times. Floor: it loads in under a second (the median). Then it is
 //! replayed once with the `noop` guest, the time printed. Then `host test --explore`'s
 //! engine on a 100-event trace of the config-reloader example for `BENCH_EXPLORE_SECS`
-//! (default 10): floor, at least 1,000 perturbed runs per minute.
+//! (default 10): floor, at least 1,000 perturbed runs per minute. Then each planted bug (the
+//! `edge` and `planted` test guests' scenarios) explored with a 60 s budget and at most
+//! `BENCH_PLANTED_RUNS` (default 1,000) runs: floor, each found, under the right class,
+//! within 60 s.
 //!
 //! `cargo bench -p host --bench trace` prints a Markdown table; a missed floor fails the run.
 
@@ -92,6 +95,7 @@ fn main() {
         );
     }
     let ok = ok & rt.block_on(explore_section());
+    let ok = ok & rt.block_on(planted_section());
     println!("\nload average at end: {}", bench_common::load());
     println!("\nmet: {ok}");
     if !ok {
@@ -164,4 +168,79 @@ async fn explore_section() -> bool {
         ">= 1,000",
         per_minute >= 1000.0,
     )
+}
+
+/// Each planted bug: the guest, its scenario (under `tests/guests/`), the class to be named.
+const PLANTED: [(&str, &str, &str); 5] = [
+    (
+        "edge",
+        "edge/scenarios/phases.yaml",
+        "unobserved state: coalesced updates",
+    ),
+    (
+        "planted",
+        "planted/scenarios/baseline.yaml",
+        "unobserved state: notifications reordered across objects",
+    ),
+    (
+        "planted",
+        "planted/scenarios/stale-delete.yaml",
+        "stale state: a restart reading a lagging cache",
+    ),
+    (
+        "planted",
+        "planted/scenarios/crash-child.yaml",
+        "crash: the process stopped between two writes",
+    ),
+    (
+        "planted",
+        "planted/scenarios/lost-update.yaml",
+        "stale state: a restart reading a lagging cache",
+    ),
+];
+
+/// How long exploring takes to find each planted bug, under its class.
+async fn planted_section() -> bool {
+    let max_runs = env_or("BENCH_PLANTED_RUNS", 1000);
+    let engine = support::engine();
+    let mut ok = true;
+    for (guest, file, class) in PLANTED {
+        let path = support::guests::repo_root().join("tests/guests").join(file);
+        let text = std::fs::read_to_string(&path).expect("scenario");
+        let opts = kwh_testing::scenario::explore::ExploreOptions {
+            budget: std::time::Duration::from_secs(60),
+            seed: 1,
+            max_runs,
+        };
+        let plugin = support::guests::guest(guest);
+        let report = kwh_testing::scenario::explore::explore(&path, &text, &plugin, &engine, &opts)
+            .await
+            .expect("explores");
+        let found = report
+            .violations
+            .iter()
+            .filter(|v| kwh_testing::scenario::explore::class_of(&v.perturbations) == class)
+            .min_by_key(|v| v.run);
+        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("?");
+        let (value, met) = match found {
+            Some(v) => (
+                format!(
+                    "{:.2} s (run {} of {}; {} singles)",
+                    v.found_after.as_secs_f64(),
+                    v.run,
+                    report.runs,
+                    report.singles
+                ),
+                v.found_after.as_secs() < 60,
+            ),
+            None => (format!("not found in {} runs", report.runs), false),
+        };
+        ok &= floor_row(
+            &format!("planted `{name}`: found as \"{class}\""),
+            value,
+            "< 60 s",
+            met,
+        );
+    }
+    ok
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::guests::example;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
+const EXPLORE_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// Runs every `examples/<name>/scenarios/*.yaml` with `host test --plugin <name>.wasm` and
 /// asserts that the process succeeds and its summary line says every scenario passed.
@@ -57,4 +58,61 @@ pub async fn assert_scenarios_pass(plugin: &Path, dir: &Path, cache_dir: Option<
         stdout.ends_with(&format!("{n} scenario{plural}: {n} passed, 0 failed\n")),
         "{stdout}"
     );
+}
+
+/// Explores every `*.yaml` in `dir` with `host test --explore --runs <runs> --seed 1 --plugin
+/// <plugin>` (bounded by runs, so the same runs on any machine) and asserts that it succeeds
+/// with no violation, every single perturbation tried.
+pub async fn assert_scenarios_explore_clean(
+    plugin: &Path,
+    dir: &Path,
+    cache_dir: Option<&Path>,
+    runs: usize,
+) {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("scenarios dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no scenario files in {}", dir.display());
+    let mut cmd = tokio::process::Command::new(super::host_bin());
+    cmd.args(["test", "--explore", "--seed", "1", "--budget", "10m"])
+        .arg("--runs")
+        .arg(runs.to_string())
+        .arg("--plugin")
+        .arg(plugin);
+    if let Some(cache) = cache_dir {
+        cmd.arg("--cache-dir").arg(cache);
+    }
+    cmd.args(&files)
+        .env(
+            "XDG_CACHE_HOME",
+            std::env::temp_dir().join("kube-wasm-host-test-cache"),
+        )
+        .env_remove("RUST_LOG")
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(EXPLORE_TIMEOUT, cmd.output())
+        .await
+        .expect("host test --explore finishes")
+        .expect("host runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summaries: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains(" perturbed runs in "))
+        .collect();
+    assert_eq!(summaries.len(), files.len(), "{stdout}");
+    for s in summaries {
+        let (n, of) = s
+            .split_once(" single perturbations")
+            .and_then(|(head, _)| head.rsplit_once(", ")?.1.split_once(" of "))
+            .expect("the summary says how many singles were tried");
+        assert_eq!(n, of, "every single perturbation tried: {s}");
+        assert!(s.ends_with(": 0 violation(s)"), "{stdout}");
+    }
 }

@@ -498,7 +498,11 @@ impl ManagedEntry {
 
     fn to_value(&self) -> Value {
         let mut m = Map::new();
-        m.insert("manager".into(), Value::String(self.manager.clone()));
+        // `omitempty`, as the server writes it: a write with neither a fieldManager nor a
+        // User-Agent has an entry without a manager.
+        if !self.manager.is_empty() {
+            m.insert("manager".into(), Value::String(self.manager.clone()));
+        }
         m.insert("operation".into(), Value::String(self.operation.clone()));
         m.insert("apiVersion".into(), Value::String(self.api_version.clone()));
         if let Some(t) = &self.time {
@@ -517,7 +521,7 @@ impl ManagedEntry {
             .as_object()
             .ok_or("managedFields entry is not an object")?;
         let s = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_owned);
-        let manager = s("manager").ok_or("managedFields entry without manager")?;
+        let manager = s("manager").unwrap_or_default();
         if let Some(ft) = m.get("fieldsType") {
             if ft.as_str() != Some("FieldsV1") {
                 return Err(format!("unsupported fieldsType {ft}"));

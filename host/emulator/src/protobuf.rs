@@ -436,6 +436,25 @@ pub fn encode(v: &Value) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// One event of a protobuf watch stream (`application/vnd.kubernetes.protobuf;stream=watch`),
+/// framed: a 4-byte big-endian length, then a `meta.v1.WatchEvent` (`type` = 1, `object` = 2,
+/// a `runtime.RawExtension` whose `raw` = 1 holds the object in its envelope, as [`encode`]
+/// writes it). `None` when the object (JSON) has no protobuf message.
+pub fn watch_frame(ty: &str, object_json: &[u8]) -> Option<Vec<u8>> {
+    let v: Value = serde_json::from_slice(object_json).ok()?;
+    let object = encode(&v)?;
+    let mut raw_extension = Vec::with_capacity(object.len() + 8);
+    put_bytes(&mut raw_extension, 1, &object);
+    let mut event = Vec::with_capacity(raw_extension.len() + ty.len() + 8);
+    put_bytes(&mut event, 1, ty.as_bytes());
+    put_bytes(&mut event, 2, &raw_extension);
+    let len = u32::try_from(event.len()).ok()?;
+    let mut out = Vec::with_capacity(event.len() + 4);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&event);
+    Some(out)
+}
+
 fn put_varint(out: &mut Vec<u8>, mut x: u64) {
     while x >= 0x80 {
         out.push((x as u8) | 0x80);

@@ -53,6 +53,9 @@ struct Options {
     /// The client asked for Tables (each event's object is a one-row Table) or metadata only
     /// (each is `PartialObjectMetadata`, bookmarks too).
     form: Representation,
+    /// Events framed in protobuf (the client prefers it, the kind has messages, and it asked
+    /// for whole objects; Tables and metadata stay JSON).
+    protobuf: bool,
     timeout: Duration,
     sel: Selectors,
 }
@@ -111,6 +114,9 @@ fn validate(def: &ResourceDef, q: &Query, accept: &str) -> Result<Options, Statu
         send_initial_given: send_initial.is_some(),
         bookmarks: q.flag("allowWatchBookmarks"),
         form: accept::negotiate(accept, accept::Read::Single),
+        protobuf: accept::prefers_protobuf(accept)
+            && def.builtin
+            && accept::negotiate(accept, accept::Read::Single) == Representation::Object,
         timeout,
         sel: Selectors::from_query(def, q)?,
     })
@@ -136,6 +142,11 @@ pub(crate) fn watch(
         return response::status(&response::invalid("ListOptions", "meta.k8s.io", "", &[e]));
     }
     let (tx, rx) = mpsc::channel::<Bytes>(4);
+    let content_type = if opts.protobuf {
+        "application/vnd.kubernetes.protobuf;stream=watch"
+    } else {
+        "application/json"
+    };
     let task = Watcher {
         shared: shared.clone(),
         converts: events::converts(&r.def),
@@ -148,7 +159,7 @@ pub(crate) fn watch(
     };
     let span = tracing::debug_span!("watch", resource = %r.def.store_key, ns = ?r.namespace);
     tokio::spawn(task.run().instrument(span));
-    response::base(StatusCode::OK, "application/json", Body::Stream(rx))
+    response::base(StatusCode::OK, content_type, Body::Stream(rx))
 }
 
 struct Watcher {
@@ -348,7 +359,11 @@ impl Watcher {
             if limit > 0 && self.sent >= limit {
                 return Err(End::Done);
             }
-            if plain && self.opts.form == Representation::Object && !self.converts {
+            if plain
+                && self.opts.form == Representation::Object
+                && !self.converts
+                && !self.opts.protobuf
+            {
                 put_event(&mut self.buf, e.ty.as_str(), e.obj.raw());
             } else if plain {
                 self.put(e.ty.as_str(), e.obj.raw(), e.rv);
@@ -379,10 +394,24 @@ impl Watcher {
                 } else {
                     None
                 };
-                put_event(&mut self.buf, ty, served.as_deref().unwrap_or(raw));
+                let raw = served.as_deref().unwrap_or(raw);
+                if self.opts.protobuf {
+                    self.put_frame(ty, raw);
+                } else {
+                    put_event(&mut self.buf, ty, raw);
+                }
             }
             Representation::Metadata(v) => put_event(&mut self.buf, ty, &metadata_json(raw, v)),
             Representation::Table => self.put_table_row(ty, raw, rv),
+        }
+    }
+
+    /// One protobuf-framed event; an object without a message (none of a built-in kind lacks
+    /// one) is left out rather than break the framing.
+    fn put_frame(&mut self, ty: &str, raw: &[u8]) {
+        match super::protobuf::watch_frame(ty, raw) {
+            Some(f) => self.buf.put_slice(&f),
+            None => debug!("an event without a protobuf message left out of the stream"),
         }
     }
 
@@ -442,13 +471,20 @@ impl Watcher {
             Representation::Metadata(v) => {
                 event_line("BOOKMARK", &metadata_json(obj.as_bytes(), v))
             }
+            _ if self.opts.protobuf => super::protobuf::watch_frame("BOOKMARK", obj.as_bytes())
+                .map(Bytes::from)
+                .unwrap_or_default(),
             _ => event_line("BOOKMARK", obj.as_bytes()),
         }
     }
 
     async fn error_and_close(&mut self, s: &Status) {
         let raw = serde_json::to_vec(s).unwrap_or_default();
-        self.buf.put_slice(&event_line("ERROR", &raw));
+        if self.opts.protobuf {
+            self.put_frame("ERROR", &raw);
+        } else {
+            self.buf.put_slice(&event_line("ERROR", &raw));
+        }
         let _ = self.flush().await;
     }
 

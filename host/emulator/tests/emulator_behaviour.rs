@@ -1069,6 +1069,77 @@ async fn non_object_bodies_are_rejected_not_panics() {
     h.shutdown().await;
 }
 
+/// The length-delimited fields of a protobuf message, by tag (read by hand from the wire
+/// format, not with the emulator's own decoder).
+fn pb_fields(mut b: &[u8]) -> Vec<(u64, Vec<u8>)> {
+    fn varint(b: &mut &[u8]) -> u64 {
+        let mut x = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = b[0];
+            *b = &b[1..];
+            x |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                break;
+            }
+        }
+        x
+    }
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let key = varint(&mut b);
+        assert_eq!(
+            key & 7,
+            2,
+            "WatchEvent and RawExtension hold only bytes and strings"
+        );
+        let n = varint(&mut b) as usize;
+        out.push((key >> 3, b[..n].to_vec()));
+        b = &b[n..];
+    }
+    out
+}
+
+/// Spec 6.3, in protobuf: a client preferring protobuf (client-go configured for it) is
+/// answered `application/vnd.kubernetes.protobuf;stream=watch`: length-prefixed
+/// `meta.v1.WatchEvent`s (type = 1, object = 2, a RawExtension whose raw = 1 is the object in
+/// the `k8s\0` envelope), the same events as a JSON watch; Tables stay JSON.
+#[tokio::test]
+async fn a_watch_preferring_protobuf_is_framed_watch_events() {
+    let (h, http) = start().await;
+    const PB: &str = "application/vnd.kubernetes.protobuf, application/json";
+    let (status, headers, mut pb) = http.watch_with_accept(&format!("{CMS}?watch=1"), PB).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        headers["content-type"],
+        "application/vnd.kubernetes.protobuf;stream=watch"
+    );
+    let (_, _, mut js) = http.watch(&format!("{CMS}?watch=1")).await;
+    h.create(default_cm("a", json!({"app": "x"}))).unwrap();
+    let mut changed = default_cm("a", json!({"app": "y"}));
+    changed["data"] = json!({"k": "v"});
+    assert_eq!(http.put(&format!("{CMS}/a"), &changed).await.status, 200);
+    h.delete("v1", "ConfigMap", Some("default"), "a").unwrap();
+    for want in ["ADDED", "MODIFIED", "DELETED"] {
+        let frame = pb.next_frame_within(STEP).await.expect("a frame");
+        let event = pb_fields(&frame);
+        assert_eq!(event[0], (1, want.as_bytes().to_vec()));
+        assert_eq!(event[1].0, 2);
+        let raw = pb_fields(&event[1].1);
+        assert_eq!(raw[0].0, 1);
+        assert!(raw[0].1.starts_with(b"k8s\0"), "the object in its envelope");
+        let object = kwh_emulator::protobuf::decode(&raw[0].1).expect("decodes");
+        let line = js.next_within(STEP).await.expect("a JSON event");
+        assert_eq!(line["type"], want);
+        assert_eq!(object, line["object"], "{want}");
+    }
+    let table = "application/json;as=Table;v=v1;g=meta.k8s.io, application/vnd.kubernetes.protobuf";
+    let (_, headers, _) = http
+        .watch_with_accept(&format!("{CMS}?watch=1"), table)
+        .await;
+    assert_eq!(headers["content-type"], "application/json");
+    h.shutdown().await;
+}
+
 #[tokio::test]
 async fn yaml_bodies_are_accepted_and_protobuf_is_415() {
     let (h, http) = start().await;

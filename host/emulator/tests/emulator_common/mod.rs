@@ -223,6 +223,37 @@ impl Events {
         }
     }
 
+    /// The next frame of a protobuf watch (a 4-byte big-endian length, then that many bytes);
+    /// `None` at end of stream. Panics when none arrives within `within`.
+    pub async fn next_frame_within(&mut self, within: Duration) -> Option<Vec<u8>> {
+        tokio::time::timeout(within, async {
+            loop {
+                if self.buf.len() >= 4 {
+                    let n = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]])
+                        as usize;
+                    if self.buf.len() >= 4 + n {
+                        let frame: Vec<u8> = self.buf.drain(..4 + n).skip(4).collect();
+                        return Some(frame);
+                    }
+                }
+                if self.ended {
+                    assert!(self.buf.is_empty(), "a truncated frame at the end");
+                    return None;
+                }
+                match self.body.frame().await {
+                    Some(Ok(f)) => {
+                        if let Some(d) = f.data_ref() {
+                            self.buf.extend_from_slice(d);
+                        }
+                    }
+                    Some(Err(_)) | None => self.ended = true,
+                }
+            }
+        })
+        .await
+        .expect("no watch frame in time")
+    }
+
     /// Whether the stream stays quiet (no event, not ended) for `d`.
     pub async fn quiet_for(&mut self, d: Duration) -> bool {
         tokio::time::timeout(d, self.next()).await.is_err()

@@ -796,6 +796,89 @@ mod tests {
         assert_eq!(crashes.len(), 3, "{crashes:?}");
     }
 
+    fn report(failure: Option<(usize, &str)>) -> ScenarioReport {
+        ScenarioReport {
+            file: PathBuf::from("s.yaml"),
+            name: "s".into(),
+            steps: 10,
+            passed_steps: 0,
+            failure: failure.map(|(step, problem)| super::super::StepFailure {
+                step: Some(step),
+                action: "runQueue".into(),
+                problems: vec![problem.into()],
+                logs: Vec::new(),
+            }),
+        }
+    }
+
+    #[test]
+    fn each_oracle_is_judged_against_the_unperturbed_run() {
+        let key = |n: &str| {
+            (
+                "v1".to_owned(),
+                "ConfigMap".to_owned(),
+                Some("d".to_owned()),
+                n.to_owned(),
+            )
+        };
+        let mut base = Trace::default();
+        base.finals
+            .insert(key("a"), Some(json!({"data": {"v": "1"}})));
+        base.end_failures.push("d/old: error: always".into());
+        let base = Baseline {
+            steps: Vec::new(),
+            check: Some(json!({"expect": {}})),
+            trace: base,
+        };
+        let oracles = |run: &ScenarioReport, t: &Trace| -> Vec<Oracle> {
+            judge(&base, run, t, 10)
+                .into_iter()
+                .map(|(o, ..)| o)
+                .collect()
+        };
+        let same = || {
+            let mut t = Trace::default();
+            t.finals.insert(key("a"), Some(json!({"data": {"v": "1"}})));
+            t.end_failures.push("d/old: error: always".into());
+            t
+        };
+        assert!(
+            oracles(&report(None), &same()).is_empty(),
+            "a failure the base has too is no violation"
+        );
+        let mut t = same();
+        t.end_failures.push("d/a: error: conflict".into());
+        assert_eq!(oracles(&report(None), &t), [Oracle::Failing]);
+        let mut t = same();
+        t.lost_updates
+            .push("replace ConfigMap d/a: data.v set back".into());
+        assert_eq!(oracles(&report(None), &t), [Oracle::LostUpdate]);
+        let mut t = same();
+        t.finals.insert(key("a"), Some(json!({"data": {"v": "2"}})));
+        assert_eq!(oracles(&report(None), &t), [Oracle::EndState]);
+        // The last step is the scenario's own expectations; any other failing step is a failure.
+        assert_eq!(
+            oracles(&report(Some((10, "objects: …"))), &same()),
+            [Oracle::Expectations]
+        );
+        assert_eq!(
+            oracles(&report(Some((4, "reconcile d/a: trap"))), &same()),
+            [Oracle::Failing]
+        );
+    }
+
+    #[test]
+    fn pairs_are_classed_by_both_perturbations() {
+        assert_eq!(
+            class_of(&[Perturbation::Coalesced(1)]),
+            "unobserved state: coalesced updates"
+        );
+        assert_eq!(
+            class_of(&[Perturbation::Coalesced(1), Perturbation::Resync(2)]),
+            "unobserved state: coalesced updates + timing: a resync"
+        );
+    }
+
     #[test]
     fn perturbations_change_only_the_steps_they_name() {
         let s = steps();
