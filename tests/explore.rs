@@ -75,6 +75,29 @@ async fn explore_finds_a_coalesced_update_bug_and_writes_its_reproducer() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `host test --explore` with seed 3 and at most 400 runs (a minute's budget as a backstop):
+/// the same runs on any machine.
+async fn explore_bounded(
+    plugin: &std::path::Path,
+    scenario: &std::path::Path,
+    out_dir: Option<&std::path::Path>,
+) -> (bool, String) {
+    let mut args: Vec<&std::ffi::OsStr> = ["--explore", "--budget", "60s", "--runs", "400"]
+        .iter()
+        .chain(&["--seed", "3"])
+        .map(|a| a.as_ref())
+        .collect();
+    if let Some(d) = out_dir {
+        args.extend(["--out-dir".as_ref(), d.as_os_str()]);
+    }
+    args.extend([
+        "--plugin".as_ref(),
+        plugin.as_os_str(),
+        scenario.as_os_str(),
+    ]);
+    host_test(&args).await
+}
+
 /// Each planted bug: its scenario, the class and oracle explore must name.
 const PLANTED: [(&str, &str, &str); 5] = [
     (
@@ -123,21 +146,7 @@ async fn explore_finds_each_planted_bug_and_names_its_class() {
         assert!(ok, "{bug} passes unperturbed: {log}");
         let out = dir.join(bug);
         std::fs::create_dir_all(&out).expect("out dir");
-        let (ok, log) = host_test(&[
-            "--explore".as_ref(),
-            "--budget".as_ref(),
-            "60s".as_ref(),
-            "--runs".as_ref(),
-            "400".as_ref(),
-            "--seed".as_ref(),
-            "3".as_ref(),
-            "--out-dir".as_ref(),
-            out.as_os_str(),
-            "--plugin".as_ref(),
-            plugin.as_os_str(),
-            scenario.as_os_str(),
-        ])
-        .await;
+        let (ok, log) = explore_bounded(&plugin, &scenario, Some(&out)).await;
         assert!(!ok, "{bug}: a violation fails the run: {log}");
         for (_, class, detail) in PLANTED.iter().filter(|(b, ..)| *b == bug) {
             let line = log
@@ -181,19 +190,7 @@ async fn the_fixed_lost_update_explores_clean() {
     assert_ne!(fixed, text);
     let scenario = dir.join("fixed.yaml");
     std::fs::write(&scenario, fixed).expect("scenario");
-    let (ok, log) = host_test(&[
-        "--explore".as_ref(),
-        "--budget".as_ref(),
-        "60s".as_ref(),
-        "--runs".as_ref(),
-        "400".as_ref(),
-        "--seed".as_ref(),
-        "3".as_ref(),
-        "--plugin".as_ref(),
-        plugin.as_os_str(),
-        scenario.as_os_str(),
-    ])
-    .await;
+    let (ok, log) = explore_bounded(&plugin, &scenario, None).await;
     assert!(ok && log.contains("0 violation(s)"), "{log}");
     let _ = std::fs::remove_dir_all(dir);
 }

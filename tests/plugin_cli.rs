@@ -1175,7 +1175,9 @@ async fn worker_threads_from_the_flag_or_the_config_file_size_the_runtime() {
 
 /// `--list-page-size N` (or `listPageSize: N` in the config file) pages an informer's relist
 /// at its resourceVersion (client-go's `WatchListPageSize`, spec 1.3): after an in-stream 410,
-/// five ConfigMaps in pages of two are three LIST requests, where by default the relist is one.
+/// ten ConfigMaps (five seeded, and the `kube-root-ca.crt` the namespace controller puts in each
+/// of the five namespaces) in pages of two are five LIST requests, where by default the relist
+/// is one.
 /// The first list (RV 0) is one request either way: the watch cache ignores the limit. Counted
 /// by the emulator (`requests.list` of `/_emulator/stats`); the one informer (`noop` watches
 /// ConfigMaps) is the host's only lister.
@@ -1196,8 +1198,8 @@ async fn list_page_size_pages_the_informers_lists() {
     std::fs::write(&cfg, "listPageSize: 2\n").expect("write");
     for (pages, extra) in [
         (1, vec![]),
-        (3, vec![os("--list-page-size"), os("2")]),
-        (3, vec![os("--config"), cfg.as_os_str()]),
+        (5, vec![os("--list-page-size"), os("2")]),
+        (5, vec![os("--config"), cfg.as_os_str()]),
     ] {
         let mut args = extra.clone();
         args.extend([

@@ -391,11 +391,12 @@ async fn the_binary_serves_metrics_and_readiness_and_drains_on_sigterm() {
     })
     .await;
     assert!(ready.is_ok(), "ready once the informers synced");
-    // The seeded object gets reconciled; the metrics show it.
+    // The seeded object gets reconciled, and the `kube-root-ca.crt` ConfigMap of each of the
+    // four namespaces a cluster starts with (the namespace controller's): the metrics show five.
     let body = tokio::time::timeout(WAIT, async {
         loop {
             let (_, body) = http_get(&metrics, "/metrics").await;
-            if body.contains("plugin_reconcile_total{plugin=\"copier\"} 1") {
+            if body.contains("plugin_reconcile_total{plugin=\"copier\"} 5") {
                 return body;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -408,7 +409,7 @@ async fn the_binary_serves_metrics_and_readiness_and_drains_on_sigterm() {
         "{body}"
     );
     assert!(body.contains("plugin_guest_deadline_hits_total{plugin=\"copier\"} 0"));
-    assert!(body.contains("plugin_reconcile_duration_seconds_count{plugin=\"copier\"} 1"));
+    assert!(body.contains("plugin_reconcile_duration_seconds_count{plugin=\"copier\"} 5"));
     assert!(body.contains("plugin_informers_synced{plugin=\"copier\"} 1"));
     assert!(
         body.contains("informer_relists_total{informer=\"v1/configmaps|||\"} 0"),

@@ -806,26 +806,39 @@ async fn wait_for_a_shadow_difference(addr: &str) -> serde_json::Value {
     }
 }
 
-/// `host shadow report` against the host at `addr` groups the differences by kind of change.
+/// `host shadow report` against the host at `addr` groups the differences by kind of change:
+/// one group, the test's ConfigMap among its objects (with the `kube-root-ca.crt` of each
+/// namespace, as the shadow reaches them).
 async fn assert_shadow_report_groups_the_patch(addr: &str) {
-    let out = tokio::process::Command::new(support::host_bin())
-        .args(["shadow", "report", "--url", &format!("http://{addr}")])
-        .output()
-        .await
-        .expect("host shadow report runs");
-    let report = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        report.contains("plugin reviser: shadow ")
-            && report.contains(
-                "  patch ConfigMap /metadata/annotations/reviser~1revision: 1 object(s): default/one"
-            ),
-        "{report}"
-    );
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let out = tokio::process::Command::new(support::host_bin())
+            .args(["shadow", "report", "--url", &format!("http://{addr}")])
+            .output()
+            .await
+            .expect("host shadow report runs");
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(report.contains("plugin reviser: shadow "), "{report}");
+        let groups: Vec<&str> = report
+            .lines()
+            .filter(|l| l.starts_with("  patch ConfigMap "))
+            .collect();
+        assert_eq!(groups.len(), 1, "one kind of change: {report}");
+        assert!(
+            groups[0].starts_with("  patch ConfigMap /metadata/annotations/reviser~1revision: "),
+            "{report}"
+        );
+        if groups[0].contains("default/one") {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{report}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// Polls `default/<name>` until revision b's annotation is on it: the promoted shadow writes.

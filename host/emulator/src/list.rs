@@ -420,13 +420,27 @@ fn list_json(
     let size: usize = items.iter().map(|o| o.raw().len() + 1).sum();
     let mut b = BytesMut::with_capacity(size + 256);
     let kind = format!("{}List", def.kind);
+    let api_version = def.api_version();
+    // A built-in kind's items come without `kind` and `apiVersion`, as kube-apiserver encodes
+    // its typed lists (custom resources' keep theirs): clients take them from the list. The
+    // stored form starts with both (see `encode`), so they come off as one prefix.
+    let type_meta = format!(
+        "{{\"kind\":\"{}\",\"apiVersion\":\"{api_version}\",",
+        def.kind
+    );
     put_list(
         &mut b,
         &kind,
-        &def.api_version(),
+        &api_version,
         (rv, token, remaining),
         items,
-        |b, o| b.put_slice(o.raw()),
+        |b, o| match o.raw().strip_prefix(type_meta.as_bytes()) {
+            Some(rest) if def.builtin => {
+                b.put_u8(b'{');
+                b.put_slice(rest);
+            }
+            _ => b.put_slice(o.raw()),
+        },
     );
     b.freeze()
 }

@@ -36,10 +36,10 @@ pub struct EmulatorArgs {
     /// Where to write the kubeconfig (default: a file in the temp directory).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// Do what kube-controller-manager does in every new namespace: create its `default`
-    /// ServiceAccount and `kube-root-ca.crt` ConfigMap. A Pod is then refused (403) when its
-    /// ServiceAccount does not exist, as on a real cluster.
-    #[arg(long)]
+    /// Do not do what kube-controller-manager does in every new namespace (create its
+    /// `default` ServiceAccount and `kube-root-ca.crt` ConfigMap, as every cluster does; a Pod
+    /// is then refused with 403 when its ServiceAccount does not exist).
+    #[arg(long = "no-namespace-controller", action = clap::ArgAction::SetFalse)]
     pub namespace_controller: bool,
     /// Watch history kept per resource, in events.
     #[arg(long, default_value_t = 10_000)]

@@ -212,14 +212,19 @@ impl Events {
                 assert!(self.buf.is_empty(), "trailing bytes without newline");
                 return None;
             }
-            match self.body.frame().await {
-                Some(Ok(f)) => {
-                    if let Some(d) = f.data_ref() {
-                        self.buf.extend_from_slice(d);
-                    }
+            self.read_more().await;
+        }
+    }
+
+    /// Appends the body's next chunk to the buffer, or marks the end.
+    async fn read_more(&mut self) {
+        match self.body.frame().await {
+            Some(Ok(f)) => {
+                if let Some(d) = f.data_ref() {
+                    self.buf.extend_from_slice(d);
                 }
-                Some(Err(_)) | None => self.ended = true,
             }
+            Some(Err(_)) | None => self.ended = true,
         }
     }
 
@@ -240,14 +245,7 @@ impl Events {
                     assert!(self.buf.is_empty(), "a truncated frame at the end");
                     return None;
                 }
-                match self.body.frame().await {
-                    Some(Ok(f)) => {
-                        if let Some(d) = f.data_ref() {
-                            self.buf.extend_from_slice(d);
-                        }
-                    }
-                    Some(Err(_)) | None => self.ended = true,
-                }
+                self.read_more().await;
             }
         })
         .await

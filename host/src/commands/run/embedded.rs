@@ -27,8 +27,11 @@ impl Embedded {
     /// Starts the emulator (its admin paths on, for faults from a demo or a test), seeded from
     /// `seed` if given, and writes its kubeconfig to the temporary directory.
     pub async fn start(seed: Option<&Path>) -> anyhow::Result<Embedded> {
+        // As on any cluster, each namespace gets its `default` ServiceAccount and
+        // `kube-root-ca.crt` ConfigMap (kube-controller-manager's part).
         let handle = kwh_emulator::Emulator::builder()
             .admin(true)
+            .namespace_controller(true)
             .start()
             .await?;
         if let Some(path) = seed {

@@ -29,6 +29,8 @@ struct Settings {
     /// Annotate each ConfigMap it reconciles with `reviser/revision: <revision>` (a merge
     /// patch): a write that differs between revisions, for shadow runs.
     annotate: Option<bool>,
+    /// The field selector of its ConfigMap watch.
+    field_selector: Option<String>,
 }
 
 fn revision() -> &'static str {
@@ -57,7 +59,10 @@ impl Controller for Reviser {
     fn manifest() -> Manifest {
         let config = Self::config();
         let mut m = Manifest::new(config.name.as_deref().unwrap_or("reviser"))
-            .watch(Watch::new("v1", "ConfigMap"))
+            .watch(match &config.field_selector {
+                Some(f) => Watch::new("v1", "ConfigMap").with_fields(f),
+                None => Watch::new("v1", "ConfigMap"),
+            })
             .workers(config.workers.unwrap_or(2));
         if config.annotate.unwrap_or(false) {
             m = m.write(Write::new("v1", "ConfigMap", &[Verb::Patch]));
