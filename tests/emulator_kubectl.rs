@@ -357,6 +357,22 @@ async fn everyday_commands_work_as_on_a_real_server() {
         .ok(&["explain", "deployment.spec.strategy.rollingUpdate"])
         .await;
     assert!(explained.contains("maxSurge"), "{explained}");
+    // The same from OpenAPI v2, which kubectl reads only in gnostic's protobuf form.
+    let explained = k
+        .ok(&[
+            "explain",
+            "deployment.spec.strategy.rollingUpdate",
+            "--output",
+            "plaintext-openapiv2",
+        ])
+        .await;
+    for line in [
+        "RESOURCE: rollingUpdate <Object>",
+        "maxSurge\t<string>",
+        "maxUnavailable\t<string>",
+    ] {
+        assert!(explained.contains(line), "{line}: {explained}");
+    }
     assert_eq!(
         k.ok(&["auth", "can-i", "create", "deployments"])
             .await

@@ -6,9 +6,10 @@
 //! They first ask OpenAPI v3 whether the server validates fields itself; declaring the parameter
 //! is enough for kubectl to leave validation to the server, as it does with a real one.
 //! `/openapi/v2` is the same schemas in one Swagger 2.0 document, in JSON (the form tools other
-//! than kubectl read); asked for as protobuf (gnostic's, the only form kubectl reads, and only
-//! when v3 is missing) it answers 404, which kubectl takes as "not served".
+//! than kubectl read) or in gnostic's protobuf (the form kubectl reads v2 in: `kubectl explain
+//! --output plaintext-openapiv2`, and validation against servers without v3).
 
+mod gnostic;
 mod schemas;
 
 use http::{Response, StatusCode};
@@ -124,8 +125,9 @@ fn component_schemas(
 }
 
 /// `/openapi/v2`: every built-in kind's schema and every custom resource's, as Swagger 2.0
-/// `definitions`; `None` when the client asks for the protobuf form only.
+/// `definitions`, in JSON or (asked for first) gnostic's protobuf; 406 for anything else.
 pub(crate) fn v2(shared: &Shared, accept: &str) -> Response<Body> {
+    let protobuf = gnostic::wanted(accept);
     let json_ok = accept.is_empty()
         || accept.split(',').any(|r| {
             matches!(
@@ -133,8 +135,9 @@ pub(crate) fn v2(shared: &Shared, accept: &str) -> Response<Body> {
                 "application/json" | "*/*" | "application/*"
             )
         });
-    if !json_ok {
-        return response::status(&response::no_route());
+    if !json_ok && !protobuf {
+        // As kube-openapi answers a media type it does not serve.
+        return response::base(StatusCode::NOT_ACCEPTABLE, "text/plain", Body::Full(None));
     }
     let defs = shared.registry.all();
     let kinds: Vec<(String, String, String)> = defs
@@ -153,9 +156,52 @@ pub(crate) fn v2(shared: &Shared, accept: &str) -> Response<Body> {
         "paths": {},
         "definitions": definitions,
     });
-    // The same schemas; v2 names another definition under `#/definitions/`.
+    // The same schemas; v2 names another definition under `#/definitions/`, and puts a
+    // reference beside its description (v3 wraps it in an `allOf`, its siblings being ignored).
+    let mut doc = doc;
+    unwrap_single_refs(&mut doc);
+    // And an IntOrString is a string of format int-or-string (v3 adds its oneOf).
+    let int_or_string = "io.k8s.apimachinery.pkg.util.intstr.IntOrString";
+    if let Some(d) = doc["definitions"]
+        .get_mut(int_or_string)
+        .and_then(Value::as_object_mut)
+    {
+        d.remove("x-kubernetes-int-or-string");
+        d.insert("type".into(), "string".into());
+    }
     let text = doc
         .to_string()
         .replace("#/components/schemas/", "#/definitions/");
+    if protobuf {
+        if let Ok(doc) = serde_json::from_str::<Value>(&text) {
+            let body = Body::Full(Some(bytes::Bytes::from(gnostic::document(&doc))));
+            return response::base(StatusCode::OK, gnostic::MEDIA_TYPE, body);
+        }
+    }
     response::json(StatusCode::OK, text)
+}
+
+/// `{"allOf": [{"$ref": R}], …}` made `{"$ref": R, …}` throughout, as Swagger 2.0 documents
+/// (kube-openapi's v2) write a described reference; a v3 `default: {}` beside it goes too.
+fn unwrap_single_refs(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            let single = m
+                .get("allOf")
+                .and_then(Value::as_array)
+                .filter(|a| a.len() == 1)
+                .and_then(|a| a[0].get("$ref"))
+                .cloned();
+            if let Some(r) = single {
+                m.remove("allOf");
+                m.remove("default");
+                m.insert("$ref".into(), r);
+            }
+            for child in m.values_mut() {
+                unwrap_single_refs(child);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(unwrap_single_refs),
+        _ => {}
+    }
 }

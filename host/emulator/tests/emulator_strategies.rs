@@ -731,10 +731,10 @@ async fn lists_asked_for_in_protobuf_decode_to_the_json_lists() {
 }
 
 /// Spec: `/openapi/v2` in JSON holds every built-in kind's schema as Swagger 2.0 definitions
-/// (references under `#/definitions/`); asked for in kubectl's protobuf form only, it is not
-/// served (kubectl then reads v3, as it does first anyway).
+/// (references under `#/definitions/`); asked for in kubectl's protobuf form, it is gnostic's
+/// `Document` (kubectl reads it: `tests/emulator_kubectl.rs`); another media type is 406.
 #[tokio::test]
-async fn openapi_v2_in_json_has_every_kind_and_is_not_served_as_protobuf() {
+async fn openapi_v2_in_json_and_in_protobuf_has_every_kind() {
     let h = Emulator::builder().start().await.unwrap();
     let http = Http::new(h.base_url());
     let doc = http.get("/openapi/v2").await.json();
@@ -744,13 +744,32 @@ async fn openapi_v2_in_json_has_every_kind_and_is_not_served_as_protobuf() {
         d["x-kubernetes-group-version-kind"],
         json!([{"group": "apps", "version": "v1", "kind": "Deployment"}])
     );
+    // v2 puts a reference beside its description, where v3 wraps it in an `allOf`.
     assert_eq!(
-        d["properties"]["spec"]["allOf"][0]["$ref"],
+        d["properties"]["spec"]["$ref"],
         "#/definitions/io.k8s.api.apps.v1.DeploymentSpec"
     );
+    assert!(d["properties"]["spec"]["description"].is_string());
+    assert!(d["properties"]["spec"].get("allOf").is_none());
     assert!(doc["definitions"]["io.k8s.api.apps.v1.DeploymentSpec"].is_object());
     assert!(!doc.to_string().contains("#/components/"));
     let pb = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
-    assert_eq!(http.get_with_accept("/openapi/v2", pb).await.status, 404);
+    let r = http.get_with_accept("/openapi/v2", pb).await;
+    assert_eq!(r.status, 200);
+    // Answered under the spelling Go's media-type parser accepts, as kube-openapi does.
+    assert_eq!(
+        r.headers["content-type"],
+        "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+    );
+    // swagger = 1 "2.0" first; the definitions' names are in it.
+    assert!(r.body.starts_with(b"\x0a\x032.0"));
+    let needle = b"io.k8s.api.apps.v1.DeploymentSpec";
+    assert!(r.body.windows(needle.len()).any(|w| w == needle));
+    assert_eq!(
+        http.get_with_accept("/openapi/v2", "text/plain")
+            .await
+            .status,
+        406
+    );
     h.shutdown().await;
 }
