@@ -126,6 +126,7 @@ pub fn default(def: &ResourceDef, v: &mut Value) {
             }
         }
         "networking.k8s.io/networkpolicies" => network_policy(child(v, "spec")),
+        "/limitranges" => limit_range(child(v, "spec")),
         "autoscaling/horizontalpodautoscalers" => {
             let spec = child(v, "spec");
             set(spec, "minReplicas", json!(1));
@@ -172,6 +173,38 @@ fn items(v: Option<&mut Value>) -> impl Iterator<Item = &mut Map<String, Value>>
 fn protocols(ports: Option<&mut Value>) {
     for p in items(ports) {
         set(p, "protocol", json!("TCP"));
+    }
+}
+
+/// A LimitRange's Container limits fill each other in: the default limit from the max, the
+/// default request from the default limit, then from the min (each resource not already set).
+fn limit_range(spec: &mut Map<String, Value>) {
+    for item in items(spec.get_mut("limits")) {
+        if item.get("type").and_then(Value::as_str) != Some("Container") {
+            continue;
+        }
+        let fill = |item: &mut Map<String, Value>, to: &str, from: &str| {
+            let Some(source) = item.get(from).and_then(Value::as_object).cloned() else {
+                return;
+            };
+            let target = child_map(item, to);
+            for (resource, quantity) in source {
+                target.entry(resource).or_insert(quantity);
+            }
+        };
+        fill(item, "default", "max");
+        fill(item, "defaultRequest", "default");
+        fill(item, "defaultRequest", "min");
+        // Go leaves an empty map out of the JSON.
+        for k in ["default", "defaultRequest"] {
+            if item
+                .get(k)
+                .and_then(Value::as_object)
+                .is_some_and(Map::is_empty)
+            {
+                item.remove(k);
+            }
+        }
     }
 }
 
@@ -618,4 +651,29 @@ fn cron_job(v: &mut Value) {
     let job = child_map(spec, "jobTemplate");
     pod::object_meta(child_map(job, "metadata"));
     pod::template(child_map(child_map(job, "spec"), "template"));
+}
+
+#[cfg(test)]
+mod limit_range_tests {
+    #[test]
+    fn a_limit_ranges_container_limits_fill_each_other_in() {
+        let mut spec = serde_json::json!({"limits": [
+            {"type": "Container", "max": {"cpu": "2"}, "min": {"memory": "64Mi"},
+             "default": {"memory": "256Mi"}},
+            {"type": "Pod", "max": {"cpu": "4"}},
+            {"type": "Container"}
+        ]});
+        super::limit_range(spec.as_object_mut().unwrap());
+        assert_eq!(
+            spec["limits"][0],
+            serde_json::json!({"type": "Container", "max": {"cpu": "2"}, "min": {"memory": "64Mi"},
+                "default": {"cpu": "2", "memory": "256Mi"},
+                "defaultRequest": {"cpu": "2", "memory": "256Mi"}})
+        );
+        assert_eq!(
+            spec["limits"][1],
+            serde_json::json!({"type": "Pod", "max": {"cpu": "4"}})
+        );
+        assert_eq!(spec["limits"][2], serde_json::json!({"type": "Container"}));
+    }
 }
