@@ -455,7 +455,8 @@ pub fn watch_frame(ty: &str, object_json: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-fn put_varint(out: &mut Vec<u8>, mut x: u64) {
+/// Protobuf's base-128 varint.
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut x: u64) {
     while x >= 0x80 {
         out.push((x as u8) | 0x80);
         x >>= 7;
@@ -463,11 +464,13 @@ fn put_varint(out: &mut Vec<u8>, mut x: u64) {
     out.push(x as u8);
 }
 
-fn put_key(out: &mut Vec<u8>, tag: u64, wire: u64) {
+/// A field's key: its tag and wire type.
+pub(crate) fn put_key(out: &mut Vec<u8>, tag: u64, wire: u64) {
     put_varint(out, (tag << 3) | wire);
 }
 
-fn put_bytes(out: &mut Vec<u8>, tag: u64, b: &[u8]) {
+/// A length-delimited field (bytes, a string, an embedded message).
+pub(crate) fn put_bytes(out: &mut Vec<u8>, tag: u64, b: &[u8]) {
     put_key(out, tag, 2);
     put_varint(out, b.len() as u64);
     out.extend_from_slice(b);

@@ -6,6 +6,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::protobuf::{put_bytes as bytes, put_key as key_of, put_varint as varint};
+
 /// The media type the server answers with (kube-openapi's; the `@` spelling kubectl asks for
 /// is not a valid media type to Go's parser, so it is never sent back).
 pub(crate) const MEDIA_TYPE: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
@@ -200,24 +202,6 @@ fn boolean(out: &mut Vec<u8>, tag: u64, v: Option<&Value>) {
 
 fn message(out: &mut Vec<u8>, tag: u64, m: &[u8]) {
     bytes(out, tag, m);
-}
-
-fn bytes(out: &mut Vec<u8>, tag: u64, b: &[u8]) {
-    key_of(out, tag, 2);
-    varint(out, b.len() as u64);
-    out.extend_from_slice(b);
-}
-
-fn key_of(out: &mut Vec<u8>, tag: u64, wire: u64) {
-    varint(out, (tag << 3) | wire);
-}
-
-fn varint(out: &mut Vec<u8>, mut x: u64) {
-    while x >= 0x80 {
-        out.push((x as u8) | 0x80);
-        x >>= 7;
-    }
-    out.push(x as u8);
 }
 
 #[cfg(test)]
