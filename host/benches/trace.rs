@@ -151,9 +151,10 @@ async fn explore_section() -> bool {
         report.violations.len()
     );
     let value = format!(
-        "{per_minute:.0} ({} runs in {:.1} s)",
+        "{per_minute:.0} ({} runs in {:.1} s; {} single perturbations)",
         report.runs,
-        report.elapsed.as_secs_f64()
+        report.elapsed.as_secs_f64(),
+        report.singles
     );
     if cfg!(debug_assertions) {
         // CI's short run in a debug build: the host side is several times slower there.
