@@ -53,6 +53,11 @@ async fn explore_finds_a_coalesced_update_bug_and_writes_its_reproducer() {
     .await;
     assert!(!ok, "a violation fails the run: {log}");
     assert!(log.contains("(seed 7, "), "{log}");
+    // A small scenario is explored exhaustively, each pair once, before its budget runs out.
+    assert!(
+        log.contains("23 of 23 single perturbations, every pair too"),
+        "{log}"
+    );
     assert!(
         log.contains(
             "unobserved state: coalesced updates: the end state differs: step 3 (an update) left out"

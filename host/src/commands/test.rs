@@ -169,13 +169,18 @@ async fn explore(
             }
         };
         println!(
-            "{}: {} perturbed runs in {:.1} s (seed {}, {} of {} single perturbations): {} violation(s)",
+            "{}: {} perturbed runs in {:.1} s (seed {}, {} of {} single perturbations{}): {} violation(s)",
             path.display(),
             report.runs,
             report.elapsed.as_secs_f64(),
             report.seed,
             report.runs.min(report.singles),
             report.singles,
+            if report.exhausted {
+                ", every pair too"
+            } else {
+                ""
+            },
             report.violations.len()
         );
         for v in &report.violations {

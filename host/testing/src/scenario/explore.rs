@@ -22,7 +22,8 @@
 //! expectations still hold.
 //!
 //! Each perturbation is tried alone first (so a violation's cause is the smallest one), then
-//! pairs chosen by a seeded generator until the budget is spent: a seed reproduces the run.
+//! pairs chosen by a seeded generator, each pair once, until the budget is spent or every pair
+//! was tried: a seed reproduces the run.
 //! Other expectations of the scenario describe the unperturbed run and are not checked; both
 //! runs end by letting time pass and the queue drain, so delayed work is done in both before
 //! they are compared. A violation's reproducer is the perturbed steps expecting the
@@ -185,6 +186,8 @@ pub struct ExploreReport {
     pub runs: usize,
     /// How many single perturbations the scenario allows (tried first, one run each).
     pub singles: usize,
+    /// Every single perturbation and every pair of them was tried before the budget ran out.
+    pub exhausted: bool,
     pub elapsed: Duration,
     /// At most one per class of perturbation and oracle: the first found (the smallest,
     /// singles first).
@@ -221,6 +224,7 @@ pub async fn explore(
         seed: opts.seed,
         runs: 0,
         singles: singles.len(),
+        exhausted: false,
         elapsed: Duration::ZERO,
         violations: Vec::new(),
     };
@@ -231,19 +235,26 @@ pub async fn explore(
     let spent = |r: &ExploreReport| started.elapsed() >= opts.budget || r.runs >= opts.max_runs;
     // Single perturbations that broke an oracle alone.
     let mut guilty: Vec<(Perturbation, Oracle)> = Vec::new();
+    let all_pairs = singles.len() * singles.len().saturating_sub(1) / 2;
+    let mut pairs: std::collections::HashSet<(usize, usize)> = std::collections::HashSet::new();
     let mut next = 0;
     while !spent(&report) {
         let ps = match plan.get(next) {
             Some(p) => p.clone(),
-            None if singles.len() >= 2 => {
+            None if pairs.len() < all_pairs => {
                 let a = rng.below(singles.len());
                 let b = rng.below(singles.len());
-                if a == b {
+                // Each pair once, in either order: drawn again, it is drawn anew.
+                if a == b || !pairs.insert((a.min(b), a.max(b))) {
                     continue;
                 }
                 vec![singles[a].clone(), singles[b].clone()]
             }
-            None => break,
+            None => {
+                // Every single and every pair tried: nothing left to explore.
+                report.exhausted = true;
+                break;
+            }
         };
         next += 1;
         let Some(mut perturbed) = apply(&base.steps, &ps) else {
