@@ -108,15 +108,14 @@ fn validate(def: &ResourceDef, q: &Query, accept: &str) -> Result<Options, Statu
         // spec 6.9: 1800 s × [1, 2).
         _ => Duration::from_secs_f64(1800.0 * rand::thread_rng().gen_range(1.0..2.0)),
     };
+    let form = accept::negotiate(accept, accept::Read::Single);
     Ok(Options {
         start,
         initial_events: q.flag("sendInitialEvents"),
         send_initial_given: send_initial.is_some(),
         bookmarks: q.flag("allowWatchBookmarks"),
-        form: accept::negotiate(accept, accept::Read::Single),
-        protobuf: accept::prefers_protobuf(accept)
-            && def.builtin
-            && accept::negotiate(accept, accept::Read::Single) == Representation::Object,
+        form,
+        protobuf: form == Representation::Object && def.builtin && accept::prefers_protobuf(accept),
         timeout,
         sel: Selectors::from_query(def, q)?,
     })

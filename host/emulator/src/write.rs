@@ -329,15 +329,10 @@ fn collect_if_orphaned(shared: &Shared, def: &ResourceDef, o: &Object) {
     if meta.owner_references.is_empty() || meta.deletion_timestamp.is_some() {
         return;
     }
-    let all_gone = meta.owner_references.iter().all(|r| {
-        shared
-            .registry
-            .find_kind(r.api_version, r.kind)
-            .is_some_and(|od| {
-                let k = key_of(ns_of(&od, o.namespace()), r.name);
-                !shared.store.has_uid(&od.store_key, &k, r.uid)
-            })
-    });
+    let all_gone = meta
+        .owner_references
+        .iter()
+        .all(|r| owner_exists(shared, &r, o.namespace()) == Some(false));
     if all_gone {
         let opts = DeleteOptions {
             propagation: Some(Propagation::Background),
@@ -347,6 +342,18 @@ fn collect_if_orphaned(shared: &Shared, def: &ResourceDef, o: &Object) {
             tracing::debug!(error = %e.message, "garbage collection skipped an orphan");
         }
     }
+}
+
+/// Whether the owner `r` names (of a dependent in `namespace`) exists with that uid; none when
+/// its kind is not served, so the collector cannot look it up.
+fn owner_exists(
+    shared: &Shared,
+    r: &kwh_client::object::OwnerRef<'_>,
+    namespace: Option<&str>,
+) -> Option<bool> {
+    let od = shared.registry.find_kind(r.api_version, r.kind)?;
+    let k = key_of(ns_of(&od, namespace), r.name);
+    Some(shared.store.has_uid(&od.store_key, &k, r.uid))
 }
 
 /// PUT to an object or its `/status`.
@@ -914,16 +921,11 @@ fn collect_dependents(shared: &Shared, uid: &str, propagation: Propagation) {
         let Some(def) = def_by_store_key(&shared.registry, &store_key) else {
             continue;
         };
-        let live_owner = dep.meta().owner_references.iter().any(|r| {
-            r.uid != uid
-                && shared
-                    .registry
-                    .find_kind(r.api_version, r.kind)
-                    .is_some_and(|od| {
-                        let k = key_of(ns_of(&od, dep.namespace()), r.name);
-                        shared.store.has_uid(&od.store_key, &k, r.uid)
-                    })
-        });
+        let live_owner = dep
+            .meta()
+            .owner_references
+            .iter()
+            .any(|r| r.uid != uid && owner_exists(shared, &r, dep.namespace()) == Some(true));
         if propagation == Propagation::Orphan || live_owner {
             let _ = shared.store.mutate::<Status>(&store_key, &key, |cur| {
                 let Some(cur) = cur else {

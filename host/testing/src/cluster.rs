@@ -16,7 +16,7 @@ use kwh_client::object::{object_key, Object};
 use kwh_client::Status;
 use kwh_emulator::registry::ResourceDef;
 use kwh_emulator::request::ResourceRequest;
-use kwh_emulator::store::EventType;
+use kwh_emulator::store::{Event, EventType};
 use kwh_emulator::write::{self, DeleteOptions, PatchQuery, WriteOpts};
 use kwh_emulator::{self as emulator, Shared};
 use kwh_plugin::backend::{ApiError, DeleteParams, Propagation, WriteOp, WriteRequest};
@@ -177,6 +177,48 @@ impl FakeCluster {
         &self.shared
     }
 
+    /// Why `r` is not an object kept since the cluster began: absent now, or deleted (and
+    /// perhaps created again) on the way; none when it is. Read from the cluster's event
+    /// history (the last 10,000 changes of its resource).
+    pub fn deleted_since_start(&self, r: &super::scenario::ObjectRef) -> Option<String> {
+        let what = format!("{} {}", r.kind, object_key(r.namespace.as_deref(), &r.name));
+        let def = match self.def(&r.api_version, &r.kind) {
+            Ok(d) => d,
+            Err(e) => return Some(format!("{what}: {e}")),
+        };
+        if self
+            .get(&r.api_version, &r.kind, r.namespace.as_deref(), &r.name)
+            .is_none()
+        {
+            return Some(format!("{what} not found"));
+        }
+        let key = format!("{}{}", prefix_of(&def, r.namespace.as_deref()), r.name);
+        let (events, complete) = self.history(&def);
+        if !complete {
+            return Some(format!("{what}: too long a history to tell"));
+        }
+        let deletions = events
+            .iter()
+            .filter(|e| &*e.key == key.as_str() && e.ty == EventType::Deleted)
+            .count();
+        (deletions > 0).then(|| format!("{what} was deleted {deletions} time(s) and made again"))
+    }
+    /// Every change of `def`'s resource the history window holds (10,000 per resource), oldest
+    /// first, each with the object before it; and whether that is every change since the
+    /// cluster began.
+    pub(crate) fn history(&self, def: &ResourceDef) -> (Vec<Arc<Event>>, bool) {
+        let store = &self.shared.store;
+        let mut events = Vec::new();
+        match store.events_after(&def.store_key, 0, usize::MAX, &mut events) {
+            Ok(_) => (events, true),
+            Err(e) => {
+                events.clear();
+                let _ = store.events_after(&def.store_key, e.oldest, usize::MAX, &mut events);
+                (events, false)
+            }
+        }
+    }
+
     /// Performs a guest's write as the API server would answer the request the production
     /// client sends for it (the plugin's name as `fieldManager`).
     pub fn write(&self, req: &WriteRequest, manager: &str) -> Result<Option<Bytes>, ApiError> {
@@ -275,40 +317,6 @@ fn not_resolved(req: &WriteRequest) -> ApiError {
         "kind {} ({}) was not resolved at load",
         req.kind, req.api_version
     ))
-}
-
-impl FakeCluster {
-    /// Why `r` is not an object kept since the cluster began: absent now, or deleted (and
-    /// perhaps created again) on the way; none when it is. Read from the cluster's event
-    /// history (the last 10,000 changes of its resource).
-    pub fn deleted_since_start(&self, r: &super::scenario::ObjectRef) -> Option<String> {
-        let what = format!("{} {}", r.kind, object_key(r.namespace.as_deref(), &r.name));
-        let def = match self.def(&r.api_version, &r.kind) {
-            Ok(d) => d,
-            Err(e) => return Some(format!("{what}: {e}")),
-        };
-        if self
-            .get(&r.api_version, &r.kind, r.namespace.as_deref(), &r.name)
-            .is_none()
-        {
-            return Some(format!("{what} not found"));
-        }
-        let key = format!("{}{}", prefix_of(&def, r.namespace.as_deref()), r.name);
-        let mut events = Vec::new();
-        if self
-            .shared()
-            .store
-            .events_after(&def.store_key, 0, usize::MAX, &mut events)
-            .is_err()
-        {
-            return Some(format!("{what}: too long a history to tell"));
-        }
-        let deletions = events
-            .iter()
-            .filter(|e| &*e.key == key.as_str() && e.ty == EventType::Deleted)
-            .count();
-        (deletions > 0).then(|| format!("{what} was deleted {deletions} time(s) and made again"))
-    }
 }
 
 pub(crate) fn prefix_of(def: &ResourceDef, namespace: Option<&str>) -> String {

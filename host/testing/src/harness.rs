@@ -428,23 +428,21 @@ impl Harness {
     /// Held notifications ([`Harness::hold_next_event`]) come after them, and lagging caches
     /// ([`Harness::restart_lagging`]) catch up first.
     pub async fn deliver_pending(&mut self) -> Result<usize, HarnessError> {
-        self.world.catch_up();
-        self.world.sync_pending();
-        let notes = self.world.take_pending();
-        let n = notes.len() + self.held.len();
-        self.deliver(notes).await?;
+        let n = self.before_event().await? + self.held.len();
         let held = std::mem::take(&mut self.held);
         self.deliver(held).await?;
         Ok(n)
     }
 
     /// Before a test's change: a lagging cache catches up and what the guest's own writes
-    /// caused is delivered, so the change's notifications are its own.
-    async fn before_event(&mut self) -> Result<(), HarnessError> {
+    /// caused is delivered, so the change's notifications are its own. Returns how many.
+    async fn before_event(&mut self) -> Result<usize, HarnessError> {
         self.world.catch_up();
         self.world.sync_pending();
         let notes = self.world.take_pending();
-        self.deliver(notes).await
+        let n = notes.len();
+        self.deliver(notes).await?;
+        Ok(n)
     }
 
     /// After a test's change: its notifications, then any held ones (or, when the change is

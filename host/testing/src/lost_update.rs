@@ -4,32 +4,32 @@
 //! other writer's change is gone, silently. A write carrying the `resourceVersion` it read
 //! meets a 409 instead and never shows here.
 
-use std::collections::BTreeMap;
-
+use kwh_plugin::backend::shadow::{compare, Outcome};
 use serde_json::Value;
 
 /// Each field the write undid: `seen` is the object as the writer's cache held it, `current`
 /// as the cluster held it before the write, `after` as the write left it. A field undone is
-/// one that changed between `seen` and `current` and that the write set back to its `seen`
-/// value (present or absent). Server-set metadata is left aside, and the status for a write
-/// of the main resource (the server ignores it there), the rest of the object for a status
-/// write.
+/// one that changed between `seen` and `current` (the changes found as shadow writes' are,
+/// server-set fields aside) and that the write set back to its `seen` value (present or
+/// absent). Only the writer's own fields count: labels and annotations of the metadata, and
+/// the status for a status write, the rest for a write of the main resource (the server
+/// ignores the other part).
 pub(crate) fn undone(seen: &Value, current: &Value, after: &Value, status: bool) -> Vec<String> {
-    let (mut s, mut c, mut a) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
-    leaves(seen, "", &mut s);
-    leaves(current, "", &mut c);
-    leaves(after, "", &mut a);
-    let mut paths: Vec<&String> = s.keys().chain(c.keys()).collect();
-    paths.sort();
-    paths.dedup();
-    paths
+    let Outcome::Changes(patch) = compare(Some(seen), Some(current)) else {
+        return Vec::new();
+    };
+    patch
+        .as_array()
         .into_iter()
+        .flatten()
+        .filter_map(|op| op.get("path").and_then(Value::as_str))
         .filter(|p| relevant(p, status))
         .filter_map(|p| {
-            let (was, newer, now) = (s.get(p), c.get(p), a.get(p));
+            let (was, newer, now) = (seen.pointer(p), current.pointer(p), after.pointer(p));
             (was != newer && now == was).then(|| {
                 format!(
-                    "{p} set back to {} (the cluster had {}, a change the plugin's cache had not seen)",
+                    "{} set back to {} (the cluster had {}, a change the plugin's cache had not seen)",
+                    dotted(p),
                     shown(was),
                     shown(newer)
                 )
@@ -38,36 +38,26 @@ pub(crate) fn undone(seen: &Value, current: &Value, after: &Value, status: bool)
         .collect()
 }
 
-fn shown(v: Option<&&Value>) -> String {
-    v.map_or("nothing".to_owned(), |v| v.to_string())
+fn shown(v: Option<&Value>) -> String {
+    v.map_or("nothing".to_owned(), Value::to_string)
 }
 
-/// Whether a field is the writer's to set: labels and annotations of the metadata, the status
-/// for a status write, everything else for a write of the main resource.
-fn relevant(path: &str, status: bool) -> bool {
-    if let Some(m) = path.strip_prefix("metadata.") {
-        return !status && (m.starts_with("labels.") || m.starts_with("annotations."));
+/// Whether a field (a JSON pointer) is the writer's to set.
+fn relevant(pointer: &str, status: bool) -> bool {
+    if let Some(m) = pointer.strip_prefix("/metadata/") {
+        return !status && (m.starts_with("labels/") || m.starts_with("annotations/"));
     }
-    (path == "status" || path.starts_with("status.")) == status
+    (pointer == "/status" || pointer.starts_with("/status/")) == status
 }
 
-/// Every leaf of `v` by dotted path; lists are leaves (compared whole).
-fn leaves<'a>(v: &'a Value, prefix: &str, out: &mut BTreeMap<String, &'a Value>) {
-    match v {
-        Value::Object(m) if !m.is_empty() => {
-            for (k, child) in m {
-                let p = if prefix.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{prefix}.{k}")
-                };
-                leaves(child, &p, out);
-            }
-        }
-        _ => {
-            out.insert(prefix.to_owned(), v);
-        }
-    }
+/// A JSON pointer as a dotted path, as reports name fields (`data.owner`).
+fn dotted(pointer: &str) -> String {
+    pointer
+        .trim_start_matches('/')
+        .split('/')
+        .map(|s| s.replace("~1", "/").replace("~0", "~"))
+        .collect::<Vec<_>>()
+        .join(".")
 }
 
 #[cfg(test)]

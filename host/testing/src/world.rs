@@ -6,7 +6,6 @@
 //! transition (an object updated out of a label selector) becomes a delete, and every
 //! intermediate state of an object is delivered, not just the latest.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -213,18 +212,6 @@ struct WatchCache {
     lagging: bool,
 }
 
-/// One change a cache took, with what it held before: enough to wind the cache back.
-struct Undo {
-    watch: usize,
-    rv: u64,
-    key: Box<str>,
-    before: Option<Object>,
-}
-
-/// How far back caches can be wound: far more than any lag a test asks for, bounded so a long
-/// test's memory is too.
-const UNDO_LIMIT: usize = 1024;
-
 /// A crash the test asked for: after this many more writes the plugin's process is gone.
 #[derive(Default)]
 struct Crash {
@@ -239,7 +226,6 @@ pub(crate) struct World {
     caches: Mutex<Vec<WatchCache>>,
     pending: Mutex<Vec<Notification>>,
     writes: Mutex<Vec<RecordedWrite>>,
-    undo: Mutex<VecDeque<Undo>>,
     crash: Mutex<Crash>,
     lost_updates: Mutex<Vec<String>>,
     manager: String,
@@ -321,7 +307,6 @@ impl World {
             caches: Mutex::new(caches),
             pending: Mutex::new(Vec::new()),
             writes: Mutex::new(Vec::new()),
-            undo: Mutex::new(VecDeque::new()),
             crash: Mutex::new(Crash::default()),
             lost_updates: Mutex::new(Vec::new()),
             manager: manifest.name.clone(),
@@ -334,7 +319,6 @@ impl World {
     pub(crate) fn sync(&self) -> Vec<Notification> {
         let mut out: Vec<(u64, Notification)> = Vec::new();
         let mut caches = self.caches.lock();
-        let mut undo = self.undo.lock();
         for (i, c) in caches.iter_mut().enumerate() {
             if c.lagging {
                 continue;
@@ -344,16 +328,7 @@ impl World {
             match store.events_after(&c.def.store_key, c.rv, usize::MAX, &mut events) {
                 Ok(rv) => {
                     for e in &events {
-                        if let Some((n, before)) = apply_event(c, i as u32, e) {
-                            if undo.len() == UNDO_LIMIT {
-                                undo.pop_front();
-                            }
-                            undo.push_back(Undo {
-                                watch: i,
-                                rv: e.rv,
-                                key: e.key.clone(),
-                                before,
-                            });
+                        if let Some(n) = apply_event(c, i as u32, e) {
                             out.push((e.rv, n));
                         }
                     }
@@ -369,8 +344,6 @@ impl World {
                         .map(|o| (object_key(o.namespace(), o.name()), o))
                         .collect();
                     relist(&self.cluster, c);
-                    // Nothing before a relist can be wound back to.
-                    undo.retain(|u| u.watch != i);
                     let watch = i as u32;
                     for new in c.store.list() {
                         let key = object_key(new.namespace(), new.name());
@@ -562,7 +535,7 @@ impl World {
     }
 
     /// After `writes` more writes, the plugin's process stops: later writes fail and reach
-    /// nothing, until [`World::revive`].
+    /// nothing, until [`World::restart`].
     pub(crate) fn crash_after(&self, writes: usize) {
         let mut c = self.crash.lock();
         c.after_writes = Some(writes.max(1));
@@ -585,35 +558,39 @@ impl World {
 
     /// Winds watch `watch`'s cache back by its last `events` changes, and keeps it there until
     /// [`World::catch_up`]: what an informer lists from an API server replica that lags. Then
-    /// it catches up through the same events, as its watch would. Returns how many changes
-    /// were wound back (fewer when the cache has not had that many).
+    /// it catches up through the same events, as its watch would. The cluster's own history
+    /// holds each change's previous state (the window of the last 10,000 per resource).
+    /// Returns how many changes were wound back (fewer when the cache has not had that many).
     pub(crate) fn rewind(&self, watch: usize, events: usize) -> usize {
         let mut caches = self.caches.lock();
         let Some(c) = caches.get_mut(watch) else {
             return 0;
         };
-        let mut undo = self.undo.lock();
-        let mut earliest = None;
-        let mut done = 0;
-        while done < events {
-            let Some(at) = undo.iter().rposition(|u| u.watch == watch) else {
-                break;
-            };
-            let Some(u) = undo.remove(at) else { break };
-            match u.before {
-                Some(o) => {
-                    c.store.upsert(o);
+        // Only as far back as the history window reaches.
+        let (history, _) = self.cluster.history(&c.def);
+        // The changes this cache took, newest first: its object in scope before or after.
+        let took = |e: &Event| {
+            matches(c, &e.key, &e.obj) || e.prev.as_ref().is_some_and(|p| matches(c, &e.key, p))
+        };
+        let undone: Vec<&Arc<Event>> = history
+            .iter()
+            .rev()
+            .filter(|e| e.rv <= c.rv && took(e))
+            .take(events)
+            .collect();
+        for e in &undone {
+            match e.prev.as_ref().filter(|p| matches(c, &e.key, p)) {
+                Some(p) => {
+                    c.store.upsert(events::serve(&c.def, p.clone()));
                 }
-                None => c.store.delete_key(&u.key),
+                None => c.store.delete_key(&e.key),
             }
-            earliest = Some(u.rv);
-            done += 1;
         }
-        if let Some(rv) = earliest {
-            c.rv = rv.saturating_sub(1);
+        if let Some(e) = undone.last() {
+            c.rv = e.rv.saturating_sub(1);
             c.lagging = true;
         }
-        done
+        undone.len()
     }
 
     /// Lagging caches follow the cluster again (their next sync delivers what they missed).
@@ -668,8 +645,7 @@ fn matches(c: &WatchCache, key: &str, o: &Object) -> bool {
 /// What a watch with this cache's scope and selectors delivers for one cluster event. The
 /// selectors read the stored object; the watch gets it as its resource serves it (an
 /// `events.k8s.io/v1` Event is stored as a core one).
-/// Also returns what the cache held before, for [`World::rewind`].
-fn apply_event(c: &WatchCache, watch: u32, e: &Event) -> Option<(Notification, Option<Object>)> {
+fn apply_event(c: &WatchCache, watch: u32, e: &Event) -> Option<Notification> {
     let key = &*e.key;
     let cached = c.store.get_by_key(key);
     let served = || events::serve(&c.def, e.obj.clone());
@@ -678,27 +654,19 @@ fn apply_event(c: &WatchCache, watch: u32, e: &Event) -> Option<(Notification, O
             let new = served();
             c.store.upsert(new.clone());
             Some(match cached {
-                Some(old) => (
-                    Notification::Update {
-                        watch,
-                        old: old.clone(),
-                        new,
-                    },
-                    Some(old),
-                ),
-                None => (Notification::Add { watch, obj: new }, None),
+                Some(old) => Notification::Update { watch, old, new },
+                None => Notification::Add { watch, obj: new },
             })
         }
         // Out of scope now (or deleted): the watch says DELETED with the latest state.
         _ => {
-            let old = cached?;
+            cached?;
             c.store.delete_key(key);
-            let n = Notification::Delete {
+            Some(Notification::Delete {
                 watch,
                 obj: served(),
                 tombstone: false,
-            };
-            Some((n, Some(old)))
+            })
         }
     }
 }
