@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use parking_lot::RwLock;
 use tokio::sync::{broadcast, watch};
 
-use crate::leader_election::{Fence, Role};
+use crate::leader_election::{Fence, FenceClosed, Role};
 
 /// What a replica may do with a key now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,6 +169,17 @@ impl Ownership {
     }
 }
 
+/// Why a write was cut before it finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Cut {
+    /// This replica's fence closed (not the leader, or its lease lapsed).
+    #[error(transparent)]
+    Fence(#[from] FenceClosed),
+    /// The key whose reconcile made the write moved to another replica meanwhile.
+    #[error("its key moved to another replica before the request finished; it was abandoned")]
+    Moved,
+}
+
 /// One plugin's view of [`Ownership`].
 #[derive(Clone, Debug)]
 pub struct PluginOwnership {
@@ -189,6 +200,43 @@ impl PluginOwnership {
         match (&self.own.inner.shards, self.sharded) {
             (Some(s), true) => &s.fence,
             _ => &self.own.inner.leader,
+        }
+    }
+
+    /// Whether this plugin's keys are spread over the shard members (its handlers then run on
+    /// every replica, its reconciles on the key's owner only).
+    pub fn sharded(&self) -> bool {
+        self.sharded && self.own.inner.shards.is_some()
+    }
+
+    /// Runs `work`, a request made for the reconcile of `key` (none: made outside a
+    /// reconcile), while this replica may act on it: refused when the fence is closed
+    /// already, abandoned (dropped: a request in flight is cut off) the moment the fence
+    /// closes or, for a sharded plugin, the moment this replica reads a membership under
+    /// which `key` is another member's. The new owner starts on a moved key only a lease
+    /// duration after it saw the change, by when the old owner has read the membership (every
+    /// retry period) or closed its fence (at its renew deadline): so a write of the old owner
+    /// does not outlast its ownership, whatever the client's own timeout.
+    pub async fn guard<F: std::future::Future>(
+        &self,
+        key: Option<Arc<str>>,
+        work: F,
+    ) -> Result<F::Output, Cut> {
+        let fence = self.fence();
+        if !fence.is_open() {
+            return Err(Cut::Fence(FenceClosed));
+        }
+        let moved = async {
+            match (&self.own.inner.shards, self.sharded, key) {
+                (Some(s), true, Some(key)) => s.until_moved(&self.plugin, &key).await,
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            r = work => Ok(r),
+            () = fence.until_closed() => Err(Cut::Fence(FenceClosed)),
+            () = moved => Err(Cut::Moved),
         }
     }
 
@@ -293,6 +341,8 @@ pub struct Shards {
     pub fence: Fence,
     lease_duration: Duration,
     state: RwLock<ShardState>,
+    /// Bumped at every membership change, for the requests cut when their key moves.
+    changes: watch::Sender<u64>,
 }
 
 struct ShardState {
@@ -316,6 +366,26 @@ impl Shards {
                 history: Vec::new(),
                 first: true,
             }),
+            changes: watch::channel(0).0,
+        }
+    }
+
+    /// Whether `key` of `plugin` is this member's under the membership as last read (a
+    /// previous owner's hand-over wait aside).
+    fn owns(&self, plugin: &str, key: &str) -> bool {
+        let s = self.state.read();
+        owner(&s.members, plugin, key).is_some_and(|o| **o == *self.me)
+    }
+
+    /// Resolves once a membership read gives `key` of `plugin` to another member (at once if
+    /// it is not this member's now).
+    async fn until_moved(&self, plugin: &str, key: &str) {
+        // Subscribed before the check: a change in between is seen.
+        let mut changes = self.changes.subscribe();
+        while self.owns(plugin, key) {
+            if changes.changed().await.is_err() {
+                return std::future::pending().await;
+            }
         }
     }
 
@@ -357,6 +427,8 @@ impl Shards {
                 s.history.push((before, until));
             }
             s.members = next;
+            drop(s);
+            self.changes.send_modify(|n| *n += 1);
             return Some(gain);
         }
         if s.members == next {
@@ -369,6 +441,8 @@ impl Shards {
         };
         s.history.retain(|(_, u)| *u > now);
         s.history.push((before, until));
+        drop(s);
+        self.changes.send_modify(|n| *n += 1);
         Some(gain)
     }
 

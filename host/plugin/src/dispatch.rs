@@ -177,11 +177,19 @@ impl Route {
     /// Sends every later notification to `next`, and returns once the previous dispatcher has
     /// finished the delivery it had in flight (retries included) and is retired: from then on
     /// no notification reaches the previous revision. Returns the previous dispatcher.
+    ///
+    /// A key the previous revision's dispatcher would enqueue for a handed-over handler is
+    /// enqueued under this route's read lock, so none is enqueued by it once the write lock
+    /// here has been taken; notifications it held back while quarantined, and no replay has
+    /// served yet, are replayed by `next` (see [`Dispatcher::missed`]).
     pub async fn switch(&self, next: Arc<Dispatcher>) -> Arc<Dispatcher> {
-        let previous = std::mem::replace(&mut *self.current.write(), next);
+        let previous = std::mem::replace(&mut *self.current.write(), next.clone());
         {
             let _in_flight_done = previous.instance.lock().await;
             previous.retired.store(true, Ordering::Release);
+        }
+        if previous.missed.swap(false, Ordering::AcqRel) {
+            next.hold_back_noted();
         }
         previous
     }
@@ -286,19 +294,13 @@ impl Dispatcher {
         self.instance.lock().await.warm().await
     }
 
-    /// Delivers one notification: holds it back while the plugin is quarantined (see
-    /// [`Dispatcher::missed`]), retries a sandbox failure on a fresh instance with backoff,
-    /// and drops it (logged and counted) when every attempt failed. The instance lock is held throughout, so the plugin's notifications
-    /// reach the guest one at a time and in order, retries included.
-    ///
-    /// A notification whose handler the guest handed over is not delivered: the host enqueues
-    /// the key the handler would have (no lock: the queue orders nothing by arrival that
-    /// matters, it deduplicates keys).
+    /// Delivers one notification to the guest: holds it back while the plugin is quarantined
+    /// (see [`Dispatcher::missed`]), retries a sandbox failure on a fresh instance with
+    /// backoff, and drops it (logged and counted) when every attempt failed. The instance lock
+    /// is held throughout, so the plugin's notifications reach the guest one at a time and in
+    /// order, retries included. (A notification whose handler the guest handed over never gets
+    /// here: [`WatchHandler`] enqueues its key under the route's lock.)
     async fn deliver(&self, watch: u32, call: Call<'_>) -> Delivery {
-        if self.own_keys.own_keys(watch, call.change()) {
-            call.object().with_key(|k| self.enqueue(k));
-            return Delivery::Done;
-        }
         let mut inst = self.instance.lock().await;
         if self.retired.load(Ordering::Acquire) {
             return Delivery::Retired;
@@ -319,9 +321,7 @@ impl Dispatcher {
                     // as the quarantine lasts. Dropped instead; the caches are replayed, in
                     // order, once calls are let through again (reconciles are level-based).
                     self.held_back.fetch_add(1, Ordering::Relaxed);
-                    if !self.missed.swap(true, Ordering::AcqRel) {
-                        self.missed_notify.notify_one();
-                    }
+                    self.hold_back_noted();
                     return Delivery::Done;
                 }
                 Admission::Closed => {
@@ -372,6 +372,13 @@ impl Dispatcher {
         self.delivered.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Notes that a notification was held back, for [`Dispatcher::missed`] to replay.
+    fn hold_back_noted(&self) {
+        if !self.missed.swap(true, Ordering::AcqRel) {
+            self.missed_notify.notify_one();
+        }
+    }
+
     /// Resolves once a notification was held back (quarantine) since the last call, and the
     /// plugin may be called again: the moment to replay its caches.
     pub async fn missed(&self) {
@@ -399,16 +406,48 @@ impl WatchHandler {
     /// current one was retired while the notification waited for it.
     async fn deliver(&self, call: Call<'_>) {
         loop {
-            let d = self.route.current();
-            // A registration the current revision no longer has: being removed.
-            let Some(watch) = d.watch_of(self.id) else {
-                return;
+            let enqueue = |d: &Dispatcher| call.object().with_key(|k| d.enqueue(k));
+            let (d, watch) = match self.route.own_key_or_guest(self.id, call.change(), enqueue) {
+                Routed::Handled => return,
+                Routed::Guest(d, watch) => (d, watch),
             };
             match d.deliver(watch, call).await {
                 Delivery::Done => return,
                 Delivery::Retired => continue,
             }
         }
+    }
+}
+
+/// Where [`Route::own_key_or_guest`] sent a notification.
+enum Routed {
+    /// Its key was enqueued for a handed-over handler, or nothing serves it any more.
+    Handled,
+    /// To the guest, through this dispatcher, as this manifest watch.
+    Guest(Arc<Dispatcher>, u32),
+}
+
+impl Route {
+    /// Enqueues the notification's own key (`enqueue` on the current dispatcher) when the
+    /// current revision handed this change's handler over, under the route's read lock, so
+    /// that no revision enqueues after a switch has taken the route from it; else says which
+    /// dispatcher, as which watch, delivers it.
+    fn own_key_or_guest(
+        &self,
+        id: u32,
+        change: Change,
+        enqueue: impl FnOnce(&Dispatcher),
+    ) -> Routed {
+        let d = self.current.read();
+        // A registration the current revision no longer has: being removed.
+        let Some(watch) = d.watch_of(id) else {
+            return Routed::Handled;
+        };
+        if d.own_keys.own_keys(watch, change) {
+            enqueue(&d);
+            return Routed::Handled;
+        }
+        Routed::Guest(d.clone(), watch)
     }
 }
 
@@ -493,25 +532,23 @@ impl ResourceEventHandler for WatchHandler {
     /// A handed-over handler's enqueue runs as the informer distributes the notification:
     /// no trip through the listener's queue and task, once per plugin per event.
     fn handle_inline(&self, n: &Notification) -> bool {
-        let d = self.route.current();
-        let Some(watch) = d.watch_of(self.id) else {
-            // Nothing to deliver to: the registration is being removed.
-            return true;
+        let routed = match n {
+            Notification::Add { obj, .. } => {
+                self.route
+                    .own_key_or_guest(self.id, Change::Add, |d| obj.with_key(|k| d.enqueue(k)))
+            }
+            Notification::Update { new, .. } => {
+                self.route
+                    .own_key_or_guest(self.id, Change::Update, |d| new.with_key(|k| d.enqueue(k)))
+            }
+            Notification::Delete(o) => self
+                .route
+                .own_key_or_guest(self.id, Change::Delete, |d| o.with_key(|k| d.enqueue(k))),
         };
-        let change = match n {
-            Notification::Add { .. } => Change::Add,
-            Notification::Update { .. } => Change::Update,
-            Notification::Delete(_) => Change::Delete,
-        };
-        if !d.own_keys.own_keys(watch, change) {
-            return false;
+        match routed {
+            Routed::Handled => true,
+            Routed::Guest(..) => false,
         }
-        match n {
-            Notification::Add { obj, .. } => obj.with_key(|k| d.enqueue(k)),
-            Notification::Update { new, .. } => new.with_key(|k| d.enqueue(k)),
-            Notification::Delete(o) => o.with_key(|k| d.enqueue(k)),
-        }
-        true
     }
 }
 

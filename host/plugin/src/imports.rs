@@ -670,7 +670,7 @@ impl events::Host for GuestState {
         self.ctx
             .backends
             .events
-            .record(plugin, event.within_api_limits());
+            .record_from(plugin, event.within_api_limits(), self.reconciling());
     }
 }
 

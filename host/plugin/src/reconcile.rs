@@ -189,6 +189,10 @@ async fn worker(mut inst: PluginInstance, parts: WorkerParts) {
             slice.step(Instant::now()).await;
             continue;
         }
+        // From here until `done` the key is marked as processing: were this task dropped in
+        // between (aborted after the grace period of an upgrade, or at a stop), the guard hands
+        // the key back, queued again for whichever revision's workers run now.
+        let held = Held::new(&queue, &key);
         // Taken after the key: while the plugin is quarantined the key waits here, marked as
         // processing, so no other worker takes it and the rest stay queued.
         // A retirement seen here (the key was taken as it came) hands the key back: queued
@@ -196,13 +200,13 @@ async fn worker(mut inst: PluginInstance, parts: WorkerParts) {
         let permit = tokio::select! {
             biased;
             _ = retire.wait_for(|r| *r) => {
-                queue.add(key.clone());
-                queue.done(&key);
+                drop(held);
                 return;
             }
             p = health.admit() => p,
         };
         let Some(permit) = permit else {
+            held.settle();
             queue.done(&key);
             break;
         };
@@ -230,6 +234,7 @@ async fn worker(mut inst: PluginInstance, parts: WorkerParts) {
             f.ledger.attach_logs(&key, &inst.take_reconcile_log());
         }
         settle(&queue, &stats, &key, &r, follows.is_some());
+        held.settle();
         queue.done_at(&key, tokio::time::Instant::from_std(ended));
         // The live revision's reconcile is done: its shadow's turn (which waits for the
         // writes it made to reach the caches, and for the key not to be queued here again).
@@ -239,6 +244,42 @@ async fn worker(mut inst: PluginInstance, parts: WorkerParts) {
         slice.step(ended).await;
     }
     tracing::debug!("worker stopped: queue shut down");
+}
+
+/// A key a worker took from the queue and has not yet marked done. Dropped unsettled (the
+/// worker's task was aborted or dropped inside the guest call, or retired before the call), it
+/// queues the key again and marks it done, so the key is not left "processing" for ever: the
+/// queue's processing set would otherwise refuse it to every worker of every later revision.
+struct Held<'a> {
+    queue: &'a PluginQueue,
+    key: &'a Arc<str>,
+    settled: bool,
+}
+
+impl<'a> Held<'a> {
+    fn new(queue: &'a PluginQueue, key: &'a Arc<str>) -> Self {
+        Held {
+            queue,
+            key,
+            settled: false,
+        }
+    }
+
+    /// The worker settles the key itself (requeued as its result says, then done).
+    fn settle(mut self) {
+        self.settled = true;
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        tracing::debug!(key = %clip(self.key), "worker stopped holding a key; queued again for the running revision");
+        self.queue.add(self.key.clone());
+        self.queue.done(self.key);
+    }
 }
 
 /// Whether the worker reconciles `key` now; if not, the key is queued again (or dropped) and

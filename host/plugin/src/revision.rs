@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
@@ -27,7 +27,7 @@ use super::backend::{
     shadow::{ShadowClientBackend, ShadowEvents, ShadowLedger, ShadowQueue},
     workqueue::QueueRefusals,
     workqueue::WorkqueueBackend,
-    Backends, ClientBackend, EventBackend,
+    Backends, ClientBackend, EventBackend, PluginEvents,
 };
 use super::cache_sync::CacheSync;
 use super::dispatch::{Dispatcher, Route};
@@ -45,7 +45,7 @@ use super::spec::PluginSpec;
 use super::status::{RevisionFailure, RevisionRecord, RunningStatus, WatchStatus, HISTORY};
 use super::watch_counters::{CounterMap, CountingLw};
 use kwh_client::{ApiResource, Client, ResourceClient};
-use kwh_coordination::ownership::{GainedKeys, PluginOwnership};
+use kwh_coordination::ownership::{Gain, GainedKeys, PluginOwnership};
 use kwh_informer::factory::{FactoryRegistration, InformerKey, SharedInformerFactory};
 use kwh_informer::shared::{HandlerRegistration, InformerError, SharedIndexInformer};
 
@@ -373,8 +373,10 @@ impl RunningPlugin {
             }
         }
         let started = std::time::Instant::now();
-        let old = self.route.switch(built.dispatcher.clone()).await;
+        // The old workers retire before the route moves: from the first notification the new
+        // revision handles, the old one takes no key (each worker finishes the one it holds).
         let _ = parts.revision.retire.send(true);
+        let old = self.route.switch(built.dispatcher.clone()).await;
         parts.revision.sync_task.abort();
         parts.revision.replay_task.abort();
         // Registered after the switch, so that their initial adds reach the new revision.
@@ -402,7 +404,7 @@ impl RunningPlugin {
         tokio::spawn(async move {
             if !drain_workers(old_revision.workers, grace).await {
                 tracing::warn!(plugin = %name, ?grace,
-                    "the old revision's reconciles outlasted the grace period; abandoned");
+                    "the old revision's reconciles outlasted the grace period; abandoned, their keys queued again for the running revision");
             }
             old_revision.status.health.close();
         });
@@ -447,7 +449,8 @@ impl RunningPlugin {
     }
 }
 
-/// Waits for `workers` to end, `within` at most; aborts the rest. Whether all ended.
+/// Waits for `workers` to end, `within` at most; aborts the rest (a worker aborted inside a
+/// reconcile queues its key again as it is dropped: see `reconcile::Held`). Whether all ended.
 async fn drain_workers(workers: Vec<JoinHandle<()>>, within: Duration) -> bool {
     let deadline = tokio::time::Instant::now() + within;
     let mut clean = true;
@@ -575,6 +578,9 @@ struct Built {
     lister: Arc<InformerLister>,
     workers: Vec<JoinHandle<()>>,
     retire: watch::Sender<bool>,
+    /// Subscribed as the revision is built, before the previous revision's replay task is
+    /// stopped: a gain in between reaches this one (at worst both replay it).
+    gains: broadcast::Receiver<Gain>,
 }
 
 /// Activates `loaded` on backends of its own (a lister over its watches, writes confined as
@@ -616,7 +622,7 @@ fn build(
         ),
     };
     let events: Arc<dyn EventBackend> = match env.shadow {
-        None => Arc::new(env.events.clone()),
+        None => Arc::new(PluginEvents::new(env.events.clone(), shared.own.clone())),
         Some(s) => Arc::new(ShadowEvents(s.ledger.clone())),
     };
     let backends = Backends {
@@ -680,6 +686,7 @@ fn build(
         lister,
         workers,
         retire,
+        gains: shared.own.gains(),
     })
 }
 
@@ -732,8 +739,13 @@ impl Built {
             history.truncate(HISTORY);
         }
         let replay_task = tokio::spawn(
-            replay_on_gain(shared.own.clone(), self.dispatcher.clone(), replays)
-                .instrument(tracing::info_span!("replay", plugin = %name)),
+            replay_on_gain(
+                shared.own.clone(),
+                self.gains,
+                self.dispatcher.clone(),
+                replays,
+            )
+            .instrument(tracing::info_span!("replay", plugin = %name)),
         );
         let sync_task = self.synced.open_when(&name, {
             let handlers: Vec<HandlerRegistration> =
@@ -773,11 +785,11 @@ impl Built {
 /// ([`SharedIndexInformer::replay`]).
 async fn replay_on_gain(
     own: PluginOwnership,
+    mut gains: broadcast::Receiver<Gain>,
     dispatcher: Arc<Dispatcher>,
     watches: Vec<(SharedIndexInformer<CountingLw>, HandlerRegistration)>,
 ) {
     use tokio::sync::broadcast::error::{RecvError, TryRecvError};
-    let mut gains = own.gains();
     loop {
         let (keys, why) = tokio::select! {
             r = gains.recv() => {

@@ -242,6 +242,51 @@ async fn an_upgrade_under_updates_hands_every_notification_to_exactly_one_revisi
     assert!(rt.shutdown(GRACE).await, "clean shutdown");
 }
 
+/// A reconcile that outlives the upgrade's grace period is abandoned (its worker aborted inside
+/// the guest call); its key is not left "processing" in the workqueue, where no revision would
+/// ever take it again, but queued for the new revision, which reconciles it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_that_outlives_the_grace_period_leaves_its_key_to_the_new_revision() {
+    let logs = support::logs::capture_global();
+    let em = emulator().await;
+    let mut opts = options();
+    // Far longer than the test: the reconcile ends only by being abandoned.
+    opts.limits.reconcile_deadline = Duration::from_secs(3600);
+    let mut rt = runtime_with(&em, opts.clone());
+    let name = "reviser-stranded";
+    em.create(cm("slow", json!({}))).expect("create");
+    rt.start_spec(spec(
+        &opts,
+        "a",
+        json!({"name": name, "slowKey": "default/slow", "slowMs": 3_600_000}),
+    ))
+    .await
+    .expect("starts");
+    // Its line comes first, then the reconcile runs on: a's worker holds the key from here.
+    assert!(
+        eventually(WAIT, || said(&logs, name, "a", "reconcile", "default/slow")).await,
+        "a reconciles the slow key"
+    );
+    rt.upgrade(
+        name,
+        spec(&opts, "b", named(name)),
+        Duration::from_millis(200),
+    )
+    .await
+    .expect("upgrade to b");
+    assert!(
+        eventually(WAIT, || said(&logs, name, "b", "reconcile", "default/slow")).await,
+        "the abandoned key is reconciled by b"
+    );
+    let p = rt.plugin(name).expect("running");
+    assert!(
+        eventually(WAIT, || p.queue().processing().is_empty()).await,
+        "no key left processing: {:?}",
+        p.queue().processing()
+    );
+    assert!(rt.shutdown(GRACE).await, "clean shutdown");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_revision_leaves_the_running_one_and_watches_come_and_go_with_the_manifest() {
     let logs = support::logs::capture_global();

@@ -223,14 +223,23 @@ impl KubeClientBackend {
             );
             return Some(ApiError::unavailable(msg));
         }
-        if let Some(key) = &req.reconciling {
-            if self.own.admit(key) == Admit::No {
+        match &req.reconciling {
+            Some(key) if self.own.admit(key) == Admit::No => {
                 let msg = format!(
                     "plugin {:?}: key {key} moved to another replica during its reconcile; write of {} refused",
                     self.field_manager, req.kind
                 );
                 return Some(ApiError::unavailable(msg));
             }
+            // Under `--shards` every replica runs the handlers: a handler's write would be sent
+            // once per replica. Only reconciles, each on its key's one owner, write.
+            None if self.own.sharded() => {
+                return Some(ApiError::forbidden(format!(
+                    "plugin {:?}: under --shards handlers run on every replica, so a write of {} outside reconcile is refused; write from reconcile (enqueue a key)",
+                    self.field_manager, req.kind
+                )));
+            }
+            _ => {}
         }
         refuse_outside_scope(
             self.confined_to.as_deref(),
@@ -296,20 +305,22 @@ impl ClientBackend for KubeClientBackend {
             field_manager: Some(self.field_manager.clone()),
             ..WriteParams::default()
         };
-        let fence = self.own.fence().clone();
+        let own = self.own.clone();
         let plugin = self.field_manager.clone();
         let kind = req.kind.clone();
+        let key = req.reconciling.clone();
         let note = self.note(&req);
         let write = send(client, res, req, params);
-        // Bounded by the fence, not only by the client's timeout: a write still in flight
-        // when this replica's lease may lapse is abandoned before another replica can act.
+        // Bounded by this replica's right to act, not only by the client's timeout: a write
+        // still in flight when its lease may lapse, or when its key moves to another shard
+        // member, is abandoned before another replica can act on it.
         Box::pin(async move {
-            let r = match fence.guard(write).await {
+            let r = match own.guard(key, write).await {
                 Ok(r) => r,
-                Err(closed) => {
-                    tracing::warn!(plugin = %plugin, kind = %kind, "client write abandoned: {closed}");
+                Err(cut) => {
+                    tracing::warn!(plugin = %plugin, kind = %kind, "client write abandoned: {cut}");
                     Err(ApiError::unavailable(format!(
-                        "plugin {plugin:?}: write of {kind}: {closed}"
+                        "plugin {plugin:?}: write of {kind}: {cut}"
                     )))
                 }
             };
@@ -401,11 +412,88 @@ mod tests {
         let e = b.write(req(Some(&theirs))).await.unwrap_err();
         assert_eq!(e.code, 503, "{e}");
         assert!(e.message.contains("moved to another replica"), "{e}");
-        // An owned key's write, and a handler's, are attempted (no server: not 503 refusals).
-        for r in [req(Some(&mine)), req(None)] {
-            let e = b.write(r).await.unwrap_err();
-            assert!(e.message.contains("cannot connect"), "{e}");
-        }
+        // An owned key's write is attempted (no server: not a 503 refusal).
+        let e = b.write(req(Some(&mine))).await.unwrap_err();
+        assert!(e.message.contains("cannot connect"), "{e}");
+        // A handler's is not: every shard member runs the handlers.
+        let e = b.write(req(None)).await.unwrap_err();
+        assert_eq!(e.code, 403, "{e}");
+        assert!(e.message.contains("outside reconcile"), "{e}");
+        // A plugin that runs on the leader only is not sharded: its handlers write.
+        let leader = Fence::closed();
+        leader.open_until(Instant::now() + Duration::from_secs(60));
+        let shards = Arc::new(Shards::new("a", fence.clone(), Duration::ZERO));
+        let only = Ownership::new(leader, Some(shards), None).for_plugin("p", true);
+        let b = KubeClientBackend::new(b.client.clone(), "p", b.resources.clone()).owned_by(only);
+        let e = b.write(req(None)).await.unwrap_err();
+        assert!(e.message.contains("cannot connect"), "{e}");
+    }
+
+    /// A write in flight for a key that moves to another shard member is cut as this replica
+    /// reads the new membership, not left to the client's 30 s timeout: the new owner starts
+    /// on the key a lease duration after it saw the change, and must not meet this write.
+    #[tokio::test]
+    async fn a_write_in_flight_is_abandoned_when_its_key_moves_away() {
+        use kwh_coordination::leader_election::Fence;
+        use kwh_coordination::ownership::Shards;
+        use std::time::Instant;
+        // A server that takes the connection and never answers: the write stays in flight.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (accepted_tx, mut accepted) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(conn);
+                let _ = accepted_tx.send(()).await;
+            }
+        });
+        let client = Client::new(kwh_client::Config::new(
+            format!("http://{addr}").parse().unwrap(),
+        ))
+        .unwrap();
+        let resources = HashMap::from([(
+            ("v1".to_string(), "ConfigMap".to_string()),
+            ApiResource::new("v1", "ConfigMap", "configmaps", true),
+        )]);
+        let fence = Fence::closed();
+        fence.open_until(Instant::now() + Duration::from_secs(600));
+        let shards = Arc::new(Shards::new("a", fence, Duration::from_secs(15)));
+        shards.update(&["a".to_string()], Instant::now());
+        let own =
+            Ownership::new(Fence::closed(), Some(shards.clone()), None).for_plugin("p", false);
+        // A key that b will own once it joins.
+        let key = (0..)
+            .map(|i| format!("default/k{i}"))
+            .find(|k| {
+                let probe = Shards::new("a", Fence::always_open(), Duration::ZERO);
+                probe.update(&["a".to_string(), "b".to_string()], Instant::now());
+                probe.admit("p", k) == Admit::No
+            })
+            .unwrap();
+        assert_eq!(own.admit(&key), Admit::Now);
+        let b = KubeClientBackend::new(client, "p", resources).owned_by(own.clone());
+        let write = tokio::spawn(b.write(WriteRequest {
+            op: WriteOp::Create,
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: Some("default".into()),
+            name: None,
+            body: b"{}".to_vec(),
+            reconciling: Some(Arc::from(key.as_str())),
+        }));
+        // The request reached the server; it will never answer.
+        accepted.recv().await.expect("the write connects");
+        assert!(!write.is_finished());
+        // b joins: this replica reads the membership, the key is b's now.
+        shards.update(&["a".to_string(), "b".to_string()], Instant::now());
+        let e = tokio::time::timeout(Duration::from_secs(10), write)
+            .await
+            .expect("cut as the membership is read, not at the client's timeout")
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e.code, 503, "{e}");
+        assert!(e.message.contains("moved to another replica"), "{e}");
     }
 
     #[test]

@@ -251,11 +251,64 @@ pub trait QueueBackend: Send + Sync {
 pub trait EventBackend: Send + Sync {
     /// Records `event`, reported by the plugin `reporting_controller`.
     fn record(&self, reporting_controller: &str, event: NewEvent);
+
+    /// Records `event` from a guest call: a reconcile of the key `reconciling`, or a handler
+    /// (none). Where that makes no difference, as [`EventBackend::record`].
+    fn record_from(&self, reporting_controller: &str, event: NewEvent, reconciling: Option<&str>) {
+        let _ = reconciling;
+        self.record(reporting_controller, event);
+    }
 }
 
 impl EventBackend for crate::events::EventRecorder {
     fn record(&self, reporting_controller: &str, event: NewEvent) {
         crate::events::EventRecorder::record(self, reporting_controller, event);
+    }
+}
+
+/// One live plugin's `events` import on the host's recorder. Under `--shards` every replica
+/// runs a sharded plugin's handlers, so an Event recorded by a handler would be recorded once
+/// per replica: it is dropped (the first one logged as a warning, then at debug), and only a
+/// reconcile, which runs on its key's one owner, records Events. The same rule as for the
+/// plugin's writes (`KubeClientBackend`).
+pub struct PluginEvents {
+    recorder: crate::events::EventRecorder,
+    own: kwh_coordination::ownership::PluginOwnership,
+    warned: std::sync::atomic::AtomicBool,
+}
+
+impl PluginEvents {
+    /// `recorder` for a plugin whose work `own` decides.
+    pub fn new(
+        recorder: crate::events::EventRecorder,
+        own: kwh_coordination::ownership::PluginOwnership,
+    ) -> Self {
+        PluginEvents {
+            recorder,
+            own,
+            warned: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+impl EventBackend for PluginEvents {
+    fn record(&self, reporting_controller: &str, event: NewEvent) {
+        self.recorder.record(reporting_controller, event);
+    }
+
+    fn record_from(&self, reporting_controller: &str, event: NewEvent, reconciling: Option<&str>) {
+        if reconciling.is_none() && self.own.sharded() {
+            let first = !self.warned.swap(true, std::sync::atomic::Ordering::Relaxed);
+            if first {
+                tracing::warn!(plugin = reporting_controller, reason = %event.reason,
+                    "event dropped: under --shards handlers run on every replica, so only reconciles record Events (logged once)");
+            } else {
+                tracing::debug!(plugin = reporting_controller, reason = %event.reason,
+                    "event dropped: recorded by a handler under --shards");
+            }
+            return;
+        }
+        self.recorder.record(reporting_controller, event);
     }
 }
 

@@ -11,8 +11,10 @@
 //! `name` (the manifest's name, default `reviser`), `workers`, `trap` (true: `validate-config`
 //! traps, as a revision that fails while it is instantiated), `annotate` (true: each reconcile
 //! merge-patches its ConfigMap with `reviser/revision: <revision>` and `reviser/build: <BUILD>`,
-//! the build `reviser-00` unless a test renamed it in a copy). Its handlers are its own (never
-//! handed over to the host), so every notification is a guest call that says who took it.
+//! the build `reviser-00` unless a test renamed it in a copy), `slowKey` and `slowMs` (that
+//! key's reconcile runs on after its line, for `slowMs` milliseconds). Its handlers are its
+//! own (never handed over to the host), so every notification is a guest call that says who
+//! took it.
 
 use kube_guest::{Action, Api, Controller, Manifest, Object, Patch, Result, Verb, Watch, Write};
 
@@ -31,6 +33,11 @@ struct Settings {
     annotate: Option<bool>,
     /// The field selector of its ConfigMap watch.
     field_selector: Option<String>,
+    /// The key whose reconcile runs on (a busy loop, after its line) for `slowMs`: a
+    /// reconcile that outlives an upgrade's grace period.
+    slow_key: Option<String>,
+    /// How long the reconcile of `slowKey` runs, in milliseconds (default 60,000).
+    slow_ms: Option<u64>,
 }
 
 fn revision() -> &'static str {
@@ -103,6 +110,13 @@ impl Controller for Reviser {
             .unwrap_or("-")
             .to_string();
         println!("REV {} reconcile {key} {rv}", revision());
+        if Reviser::config().slow_key.as_deref() == Some(key) {
+            let ms = Reviser::config().slow_ms.unwrap_or(60_000);
+            let until = std::time::Instant::now() + std::time::Duration::from_millis(ms);
+            while std::time::Instant::now() < until {
+                std::hint::spin_loop();
+            }
+        }
         if let (Some(cm), true) = (&cm, Reviser::config().annotate.unwrap_or(false)) {
             kube_guest::info!("reviser {}: annotating {key}", revision());
             let patch = serde_json::json!({"metadata": {"annotations": {
