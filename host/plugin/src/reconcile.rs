@@ -250,6 +250,8 @@ async fn worker(mut inst: PluginInstance, parts: WorkerParts) {
 /// worker's task was aborted or dropped inside the guest call, or retired before the call), it
 /// queues the key again and marks it done, so the key is not left "processing" for ever: the
 /// queue's processing set would otherwise refuse it to every worker of every later revision.
+/// A queue shutting down (the plugin stops) keeps the key as processing: no revision follows,
+/// and the shutdown reports those keys as the reconciles it abandoned.
 struct Held<'a> {
     queue: &'a PluginQueue,
     key: &'a Arc<str>,
@@ -273,7 +275,7 @@ impl<'a> Held<'a> {
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
-        if self.settled {
+        if self.settled || self.queue.shutting_down() {
             return;
         }
         tracing::debug!(key = %clip(self.key), "worker stopped holding a key; queued again for the running revision");
