@@ -20,7 +20,8 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
 
 use futures_util::StreamExt;
 use rand::Rng;
@@ -210,7 +211,7 @@ impl Fence {
             let at = self.inner.base + Duration::from_nanos(until);
             tokio::select! {
                 () = &mut notified => {}
-                () = tokio::time::sleep_until(at.into()) => {}
+                () = tokio::time::sleep_until(at) => {}
             }
         }
     }
@@ -690,7 +691,7 @@ impl LeaseWatch {
         }
         if self.stream.is_none() {
             if let Some(t) = self.next_open {
-                tokio::time::sleep_until(t.into()).await;
+                tokio::time::sleep_until(t).await;
                 self.next_open = None;
             }
             let params = WatchParams {

@@ -14,7 +14,8 @@
 //! moved away while queued is dropped.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use parking_lot::RwLock;
 use tokio::sync::{broadcast, watch};

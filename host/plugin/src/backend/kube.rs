@@ -373,7 +373,7 @@ mod tests {
     async fn writes_are_refused_when_not_active_or_for_a_key_that_moved_away() {
         use kwh_coordination::leader_election::Fence;
         use kwh_coordination::ownership::Shards;
-        use std::time::Instant;
+        use tokio::time::Instant;
         let client = Client::new(kwh_client::Config::new(
             "http://127.0.0.1:9".parse().unwrap(),
         ))
@@ -436,7 +436,7 @@ mod tests {
     async fn a_write_in_flight_is_abandoned_when_its_key_moves_away() {
         use kwh_coordination::leader_election::Fence;
         use kwh_coordination::ownership::Shards;
-        use std::time::Instant;
+        use tokio::time::Instant;
         // A server that takes the connection and never answers: the write stays in flight.
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

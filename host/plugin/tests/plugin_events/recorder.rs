@@ -3,7 +3,8 @@
 //! retries, and the body the API server receives. API writes are counted with the emulator's
 //! request counters; stored Events are read from its store directly (no request counted).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
