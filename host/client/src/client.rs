@@ -261,6 +261,7 @@ impl Client {
             server_name: config.tls_server_name.clone(),
             connect_timeout: config.connect_timeout,
             proxy,
+            dialer: config.dialer.clone(),
         };
         let http = RwLock::new((tls.generation(), Arc::new(Pools::new(&connector))));
         let auth = Arc::new(Auth::new(

@@ -49,6 +49,9 @@ pub struct Config {
     pub proxy: ProxySetting,
     pub ingest: IngestOptions,
     pub user_agent: String,
+    /// Opens the connections instead of TCP (plain HTTP only): a simulation's network, or an
+    /// in-process server. None in a real run.
+    pub dialer: Option<crate::dial::Dialer>,
 }
 
 /// A client certificate and its private key, both PEM.
@@ -126,6 +129,7 @@ impl Config {
             proxy: ProxySetting::FromEnvironment,
             ingest: IngestOptions::default(),
             user_agent: format!("host/{}", env!("CARGO_PKG_VERSION")),
+            dialer: None,
         }
     }
 

@@ -14,6 +14,7 @@ pub mod client;
 pub mod clip;
 pub mod config;
 pub mod decode;
+pub mod dial;
 pub mod discovery;
 pub mod duration;
 pub mod error;

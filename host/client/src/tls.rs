@@ -258,6 +258,8 @@ pub(crate) struct Connector {
     /// The proxy every connection goes through (the client talks to one server, so the
     /// choice is made once, in `Client::new`).
     pub(crate) proxy: Option<Arc<Proxy>>,
+    /// Opens plain-HTTP connections instead of TCP (a simulated network).
+    pub(crate) dialer: Option<crate::dial::Dialer>,
 }
 
 /// A connection: plain TCP or TLS over TCP.
@@ -266,6 +268,8 @@ pub(crate) enum Stream {
     /// Plain TCP to an HTTP proxy: requests go out in absolute form.
     Proxied(TokioIo<TcpStream>),
     Tls(Box<TokioIo<TlsStream<TcpStream>>>),
+    /// A connection the configured dialer opened.
+    Dialed(TokioIo<Box<dyn crate::dial::Connection>>),
 }
 
 impl tower_service::Service<Uri> for Connector {
@@ -303,6 +307,18 @@ impl Connector {
             .trim_end_matches(']')
             .to_owned();
         let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        if let Some(d) = &self.dialer {
+            if https {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a dialer opens plain HTTP connections only",
+                ));
+            }
+            let conn = tokio::time::timeout(self.connect_timeout, d.0.dial(&host, port))
+                .await
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+            return Ok(Stream::Dialed(TokioIo::new(conn)));
+        }
         let addr = match &self.proxy {
             Some(p) => p.address(),
             None => (host.as_str(), port),
@@ -336,7 +352,7 @@ impl Connector {
 impl Connection for Stream {
     fn connected(&self) -> Connected {
         match self {
-            Stream::Plain(_) => Connected::new(),
+            Stream::Plain(_) | Stream::Dialed(_) => Connected::new(),
             Stream::Proxied(_) => Connected::new().proxy(true),
             Stream::Tls(t) => {
                 let (_, session) = t.inner().get_ref();
@@ -359,6 +375,7 @@ impl hyper::rt::Read for Stream {
         match self.get_mut() {
             Stream::Plain(s) | Stream::Proxied(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+            Stream::Dialed(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -372,18 +389,21 @@ impl hyper::rt::Write for Stream {
         match self.get_mut() {
             Stream::Plain(s) | Stream::Proxied(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+            Stream::Dialed(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Plain(s) | Stream::Proxied(s) => Pin::new(s).poll_flush(cx),
             Stream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+            Stream::Dialed(s) => Pin::new(s).poll_flush(cx),
         }
     }
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Plain(s) | Stream::Proxied(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+            Stream::Dialed(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
     fn poll_write_vectored(
@@ -394,12 +414,14 @@ impl hyper::rt::Write for Stream {
         match self.get_mut() {
             Stream::Plain(s) | Stream::Proxied(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+            Stream::Dialed(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }
     fn is_write_vectored(&self) -> bool {
         match self {
             Stream::Plain(s) | Stream::Proxied(s) => s.is_write_vectored(),
             Stream::Tls(s) => s.is_write_vectored(),
+            Stream::Dialed(s) => s.is_write_vectored(),
         }
     }
 }

@@ -78,6 +78,7 @@ impl WebClient {
             server_name: None,
             connect_timeout: self.connect_timeout,
             proxy,
+            dialer: None,
         };
         let entry = (pool(connector, Some(4)), proxy_authorization);
         pools.insert(origin, entry.clone());

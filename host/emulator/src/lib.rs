@@ -349,6 +349,17 @@ impl EmulatorBuilder {
                 source,
             })?;
         let addr = listener.local_addr()?;
+        self.start_with(listener, addr)
+    }
+
+    /// Seeds the default namespaces and serves the connections `listener` accepts, as the
+    /// server at `addr` (what its URLs and kubeconfigs name): a simulated network's listener,
+    /// where [`EmulatorBuilder::start`] binds a TCP port.
+    pub fn start_with(
+        self,
+        listener: impl server::Listener,
+        addr: SocketAddr,
+    ) -> Result<EmulatorHandle, EmulatorError> {
         let (acceptor, cert_pem) = if self.tls {
             let (a, pem) = server::tls_acceptor().map_err(EmulatorError::Tls)?;
             (Some(a), Some(pem))

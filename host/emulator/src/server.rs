@@ -5,6 +5,7 @@
 //! have to cut streams that would otherwise run for up to an hour.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use hyper::service::service_fn;
@@ -41,9 +42,31 @@ pub fn tls_acceptor() -> Result<(TlsAcceptor, String), String> {
     Ok((TlsAcceptor::from(Arc::new(cfg)), pem))
 }
 
+/// Where the emulator takes its connections from: a TCP listener, or a simulated network's.
+pub trait Listener: Send + 'static {
+    /// A connection accepted.
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    /// Waits for the next connection, and says who opened it.
+    fn accept(
+        &mut self,
+    ) -> impl std::future::Future<Output = std::io::Result<(Self::Io, SocketAddr)>> + Send;
+    /// Sets `TCP_NODELAY` where there is such a thing.
+    fn no_delay(_io: &Self::Io) {}
+}
+
+impl Listener for TcpListener {
+    type Io = tokio::net::TcpStream;
+    async fn accept(&mut self) -> std::io::Result<(Self::Io, SocketAddr)> {
+        TcpListener::accept(self).await
+    }
+    fn no_delay(io: &Self::Io) {
+        let _ = io.set_nodelay(true);
+    }
+}
+
 /// Accept until `stop` turns true.
-pub(crate) async fn serve(
-    listener: TcpListener,
+pub(crate) async fn serve<L: Listener>(
+    mut listener: L,
     tls: Option<TlsAcceptor>,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
@@ -61,7 +84,7 @@ pub(crate) async fn serve(
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
+        L::no_delay(&stream);
         let shared = shared.clone();
         let tls = tls.clone();
         let stop = stop.clone();

@@ -1,0 +1,121 @@
+//! What one seed makes happen: the objects, a stream of updates, and the plugin's revisions
+//! coming and going among them, each at a simulated instant drawn from the seed.
+
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// One change the driver makes, at an instant after the simulation's start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Update ConfigMap `u-<n>`.
+    Update(usize),
+    /// Upgrade the plugin to the revision labelled so (a rollback is an upgrade to an earlier
+    /// revision's module and settings: what the host sees is the same, a switch of revisions).
+    Upgrade(String),
+}
+
+/// One seed's scenario.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The seed it was drawn from.
+    pub seed: u64,
+    /// How many ConfigMaps (`u-0` …) exist from the start.
+    pub objects: usize,
+    /// Reconcile workers of every revision.
+    pub workers: u32,
+    /// The first revision's label.
+    pub first: String,
+    /// The driver's changes, in time order.
+    pub steps: Vec<(Duration, Step)>,
+    /// How long after the last step the simulation runs on before it is judged.
+    pub settle: Duration,
+}
+
+/// Updates are drawn over this much simulated time.
+const ACTIVE: Duration = Duration::from_secs(45);
+
+impl Plan {
+    /// The scenario of `seed`.
+    pub fn of(seed: u64) -> Plan {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let objects = rng.gen_range(3..=20);
+        let workers = rng.gen_range(1..=3);
+        let mut steps = Vec::new();
+        for _ in 0..rng.gen_range(50..=250) {
+            let at = Duration::from_millis(rng.gen_range(2_000..ACTIVE.as_millis() as u64));
+            steps.push((at, Step::Update(rng.gen_range(0..objects))));
+        }
+        for i in 0..rng.gen_range(1..=4) {
+            let at = Duration::from_millis(rng.gen_range(3_000..ACTIVE.as_millis() as u64));
+            steps.push((at, Step::Upgrade(format!("r{}", i + 1))));
+        }
+        // Stable: two steps at one instant keep the order they were drawn in.
+        steps.sort_by_key(|(at, _)| *at);
+        // Upgrades are labelled in the order they happen.
+        let mut n = 0;
+        for (_, s) in &mut steps {
+            if let Step::Upgrade(label) = s {
+                n += 1;
+                *label = format!("r{n}");
+            }
+        }
+        // At least 20 s to settle, and at least a minute in all.
+        let last = steps.last().map_or(Duration::ZERO, |(at, _)| *at);
+        let settle = Duration::from_secs(20).max(Duration::from_secs(65).saturating_sub(last));
+        Plan {
+            seed,
+            objects,
+            workers,
+            first: "r0".into(),
+            steps,
+            settle,
+        }
+    }
+
+    /// The revision running once every step is done.
+    pub fn last_revision(&self) -> &str {
+        self.steps
+            .iter()
+            .rev()
+            .find_map(|(_, s)| match s {
+                Step::Upgrade(l) => Some(l.as_str()),
+                Step::Update(_) => None,
+            })
+            .unwrap_or(&self.first)
+    }
+
+    /// Simulated time from the start to the end of the settling.
+    pub fn duration(&self) -> Duration {
+        self.steps.last().map_or(Duration::ZERO, |(at, _)| *at) + self.settle
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_draws_the_same_plan_every_time() {
+        let (a, b) = (Plan::of(7), Plan::of(7));
+        assert_eq!(a.steps, b.steps);
+        assert_eq!((a.objects, a.workers), (b.objects, b.workers));
+        assert_ne!(Plan::of(8).steps, a.steps);
+        assert!(
+            a.duration() >= Duration::from_secs(60),
+            "{:?}",
+            a.duration()
+        );
+        let labels: Vec<_> = a
+            .steps
+            .iter()
+            .filter_map(|(_, s)| match s {
+                Step::Upgrade(l) => Some(l.clone()),
+                Step::Update(_) => None,
+            })
+            .collect();
+        let want: Vec<_> = (1..=labels.len()).map(|i| format!("r{i}")).collect();
+        assert_eq!(labels, want);
+    }
+}

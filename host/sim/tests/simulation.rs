@@ -1,0 +1,43 @@
+//! The simulation over a short range of seeds (`SIM_SEEDS`, default 0..16): each seed a
+//! scenario of at least a simulated minute, upgrades of a running plugin among a stream of
+//! updates, judged by every oracle. A failure names its seed; `SIM_SEEDS=<seed>..<seed+1>`
+//! replays it.
+
+#[allow(dead_code)]
+#[path = "../../../tests/support/guests.rs"]
+mod guests;
+
+use std::ops::Range;
+
+fn seeds() -> Range<u64> {
+    let text = std::env::var("SIM_SEEDS").unwrap_or_else(|_| "0..16".into());
+    let (a, b) = text
+        .split_once("..")
+        .expect("SIM_SEEDS is a range such as 0..16");
+    a.parse().expect("a seed")..b.parse().expect("a seed")
+}
+
+#[test]
+#[ignore = "the simulation is being brought up: guest calls fail in the sandbox on simulated time (quarantine then replays), to be fixed before the oracles can judge; run with --ignored"]
+fn every_seed_keeps_every_guarantee() {
+    let setup = kwh_sim::Setup::new(guests::guest("reviser")).expect("setup");
+    let mut failed = Vec::new();
+    for seed in seeds() {
+        match kwh_sim::run(&setup, seed) {
+            Ok(s) => eprintln!(
+                "seed {seed}: ok ({:?} simulated, {} updates, {} upgrades, {} lines)",
+                s.simulated, s.updates, s.upgrades, s.lines
+            ),
+            Err(e) => {
+                eprintln!("{e}");
+                failed.push(e.to_string());
+            }
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} seeds failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+}
