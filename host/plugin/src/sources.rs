@@ -205,7 +205,10 @@ pub enum Change {
     },
     /// Taken out, but its plugin kept while another entry failed before its name was known
     /// ([`SourceOptions::hold_removals`]).
-    Held,
+    Held {
+        /// The entries that failed so.
+        waiting_for: Vec<String>,
+    },
     /// The plugin it ran before a rename, `from`, removed now that the new one runs.
     Retired {
         /// The old plugin.
@@ -488,11 +491,17 @@ impl PluginSources {
         let Some(src) = self.sources.get_mut(source.0) else {
             return Vec::new();
         };
-        let hold = src.options.hold_removals
-            && src
-                .entries
+        let mut unnamed: Vec<String> = if src.options.hold_removals {
+            src.entries
                 .iter()
-                .any(|(id, e)| !gone.contains(id) && e.failed && e.plugin.is_none());
+                .filter(|(id, e)| !gone.contains(id) && e.failed && e.plugin.is_none())
+                .map(|(id, _)| id.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        unnamed.sort();
+        let hold = !unnamed.is_empty();
         let mut outcomes = Vec::with_capacity(gone.len());
         let mut taken = Vec::with_capacity(gone.len());
         for id in gone {
@@ -514,7 +523,9 @@ impl PluginSources {
                 outcomes.push(EntryOutcome {
                     id,
                     plugin,
-                    change: Change::Held,
+                    change: Change::Held {
+                        waiting_for: unnamed.clone(),
+                    },
                 });
                 continue;
             }

@@ -485,7 +485,10 @@ async fn removals_wait_for_unnamed_failures_only_where_the_source_asks() {
         );
         let o = of(&out, "old.wasm");
         if kind.hold_removals {
-            assert!(matches!(o.change, Change::Held), "{word}: {o:?}");
+            assert!(
+                matches!(&o.change, Change::Held { waiting_for } if waiting_for == &["new.wasm"]),
+                "{word}: {o:?}"
+            );
             assert!(rt.plugin(&name).is_some(), "{word}: kept");
             // Fixed: the new entry takes the plugin over, an upgrade; nothing is removed.
             let out = sources
