@@ -313,3 +313,198 @@ async fn a_wasmcontrollers_shadow_reports_its_differences_in_status() {
     host.sigterm();
     assert!(host.exit(WAIT).await.success(), "{}", host.log());
 }
+
+/// A `--plugins-from-cluster` host on its emulator (the CRD applied), serving `/statusz`; its
+/// kubeconfig copied into `dir` for kubectl, and the address of its operations endpoints.
+async fn spawn_cluster_host(dir: &Path) -> (HostProcess, String) {
+    let crd = support::guests::repo_root().join("deploy/crds/wasmcontroller.yaml");
+    let mut host = HostProcess::spawn(
+        [
+            os("--plugins-from-cluster"),
+            os("--emulator"),
+            crd.as_os_str(),
+            os("--cache-dir"),
+            dir.join("cache").as_os_str(),
+            os("--metrics-addr"),
+            os("127.0.0.1:0"),
+            os("--grace-period"),
+            os("5"),
+        ],
+        "info",
+    );
+    let (_, kubeconfig) = host.emulator().await;
+    std::fs::copy(&kubeconfig, dir.join("kubeconfig")).expect("kubeconfig");
+    let addr = host.ops_addr().await;
+    host.line("running; SIGINT or SIGTERM stops").await;
+    (host, addr)
+}
+
+/// The names of the plugins `/statusz` lists, in order.
+async fn plugin_names(addr: &str) -> Vec<String> {
+    let (code, body) = support::cluster::http_get(addr, "/statusz").await;
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("statusz is JSON");
+    v["plugins"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Waits until `/statusz` lists exactly the plugins `want`.
+async fn plugins_become(host: &HostProcess, addr: &str, want: &[&str]) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let names = plugin_names(addr).await;
+        if names == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "plugins {names:?}, not {want:?}:\n{}",
+            host.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// A new generation whose module names another plugin (issue "Revisions change hands exactly",
+/// defect 2): the new plugin starts and the old one is removed, so the objects are reconciled by
+/// one plugin only; deleting the resource then stops the new one.
+#[cfg_attr(
+    not(kubectl),
+    ignore = "needs kubectl, not installed when this was built"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generation_that_names_another_plugin_replaces_the_old_one() {
+    let dir = support::temp_dir("wasmcontroller-rename");
+    let module = dir.join("reviser.wasm");
+    std::fs::copy(guest("reviser"), &module).expect("copy guest");
+    let (mut host, addr) = spawn_cluster_host(&dir).await;
+
+    apply_revision(&dir, &module, "a").await;
+    host.line("WasmController reviser generation 1 applied")
+        .await;
+    plugins_become(&host, &addr, &["reviser"]).await;
+
+    // Generation 2 names plugin `renamed`.
+    let file = dir.join("wc-renamed.yaml");
+    std::fs::write(&file, wasmcontroller(&module, "b") + "    name: renamed\n").expect("write");
+    kubectl_ok(&dir, &["apply", "-f", &file.display().to_string()]).await;
+    // The old plugin is removed: one plugin reconciles the objects.
+    plugins_become(&host, &addr, &["renamed"]).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let status = status_of(&dir, "wasmcontroller", "reviser").await;
+        if status["plugin"] == "renamed" && status["observedGeneration"] == 2 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{status}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    kubectl_ok(&dir, &["create", "configmap", "after-rename"]).await;
+    host.line("REV b reconcile default/after-rename").await;
+    assert!(
+        !host.saw("REV a reconcile default/after-rename"),
+        "{}",
+        host.log()
+    );
+
+    // Deleted: the plugin it runs now is removed, and nothing runs.
+    kubectl_ok(&dir, &["delete", "wasmcontroller", "reviser"]).await;
+    host.line("WasmController reviser deleted: plugin removed")
+        .await;
+    plugins_become(&host, &addr, &[]).await;
+    host.sigterm();
+    assert!(host.exit(WAIT).await.success(), "{}", host.log());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A `WasmController` named `name` whose module is `module`.
+fn resource_of(name: &str, module: &str, revision: &str) -> String {
+    format!(
+        "apiVersion: kube-wasm.dev/v1alpha1\nkind: WasmController\nmetadata:\n  name: {name}\n\
+         spec:\n  module: {module}\n  logLinesPerSecond: 0\n  config:\n    revision: {revision}\n"
+    )
+}
+
+/// A registry that never answers holds up only its own resource (issue "Revisions change hands
+/// exactly", defect 7): another resource starts while that pull is still in flight (its
+/// connection open, nothing logged about it); a resource whose next generation is being pulled
+/// keeps its running revision and status; and deleting a resource cancels its pull.
+#[cfg_attr(
+    not(kubectl),
+    ignore = "needs kubectl, not installed when this was built"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_that_never_answers_holds_up_no_other_resource() {
+    let dir = support::temp_dir("wasmcontroller-stalled");
+    let module = dir.join("reviser.wasm");
+    std::fs::copy(guest("reviser"), &module).expect("copy guest");
+    let registry = support::stalled_registry::StalledRegistry::start().await;
+    let (mut host, addr) = spawn_cluster_host(&dir).await;
+
+    // `stuck`'s pull reaches the registry and waits for an answer that never comes.
+    let stuck = format!("oci://{}/team/stuck:v1", registry.host());
+    support::kubectl::apply_yaml(&dir, "stuck", &resource_of("stuck", &stuck, "s")).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while registry.accepted() < 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no pull reached the registry"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    // Another resource starts meanwhile.
+    apply_revision(&dir, &module, "a").await;
+    host.line("WasmController reviser generation 1 applied")
+        .await;
+    plugins_become(&host, &addr, &["reviser"]).await;
+    assert!(
+        registry.is_open(0) && !host.saw("WasmController stuck"),
+        "reviser started only after stuck's pull ended:\n{}",
+        host.log()
+    );
+
+    // A generation whose pull stalls: the running revision and its status stay.
+    let next = format!("oci://{}/team/next:v2", registry.host());
+    support::kubectl::apply_yaml(&dir, "reviser-next", &resource_of("reviser", &next, "b")).await;
+    while registry.accepted() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "no second pull");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let status = status_of(&dir, "wasmcontroller", "reviser").await;
+    assert_eq!(status["observedGeneration"], 1, "{status}");
+    assert_eq!(status["plugin"], "reviser", "{status}");
+    assert!(status["failedRevision"].is_null(), "{status}");
+    kubectl_ok(&dir, &["create", "configmap", "during-pull"]).await;
+    host.line("REV a reconcile default/during-pull").await;
+    assert_eq!(plugin_names(&addr).await, ["reviser"]);
+
+    // Deleting a resource cancels its pull: the registry sees the connection go.
+    kubectl_ok(&dir, &["delete", "wasmcontroller", "stuck"]).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while registry.is_open(0) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "stuck's pull goes on"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    kubectl_ok(&dir, &["delete", "wasmcontroller", "reviser"]).await;
+    host.line("WasmController reviser deleted: plugin removed")
+        .await;
+    while registry.is_open(1) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "reviser's pull goes on"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    plugins_become(&host, &addr, &[]).await;
+    host.sigterm();
+    assert!(host.exit(WAIT).await.success(), "{}", host.log());
+    let _ = std::fs::remove_dir_all(dir);
+}

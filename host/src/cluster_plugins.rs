@@ -1,10 +1,17 @@
 //! Plugins from the cluster (`--plugins-from-cluster`): each `WasmController` resource
 //! (`kube-wasm.dev/v1alpha1`, cluster-scoped, `deploy/crds/wasmcontroller.yaml`) is one plugin,
-//! its spec one entry of a plugins file. The host watches them with an informer of its own and
-//! applies each change while it runs, as it does for the watched plugins file
-//! ([`crate::plugins_watch`]): a new generation is applied ([`PluginRuntime::apply`]: an
-//! upgrade in place when its plugin runs, else a start), a deleted resource removes its plugin,
-//! and a revision that fails leaves the running one running.
+//! its spec one entry of a plugins file. The host watches them with an informer of its own, and
+//! the resources are one source of the runtime's reconciler of plugin sources
+//! ([`kwh_plugin::sources`]), each entry named by its resource: a new generation upgrades its
+//! plugin in place, or, when its module names another plugin, starts that one and then removes
+//! the old one; a deleted resource removes its plugin; a revision that fails leaves the running
+//! one running; a plugin another resource, the plugins file or `--plugin` runs is refused.
+//!
+//! Each resource's module is fetched on a task of its own (the pull secret read, the tag
+//! resolved, the module pulled), whose result the next pass hands to the reconciler: a slow or
+//! silent registry delays only its own resource, never another's apply, removal or status.
+//! While a fetch is in flight the resource keeps its running revision and its status; a newer
+//! generation or the resource's deletion cancels it.
 //!
 //! The host writes each resource's status, as Kubernetes conditions are written (a condition's
 //! `lastTransitionTime` moves only when its status does): `Fetched` (the module was read),
@@ -19,7 +26,7 @@
 //! takeover needs no compile) and only the leader writes status.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,8 +40,11 @@ use kwh_informer::processor::ResourceEventHandler;
 use kwh_informer::shared::{InformerOptions, SharedIndexInformer};
 use kwh_informer::tombstone::ObjOrTombstone;
 use kwh_plugin::events::{EventRecorder, EventType, NewEvent, ObjectRef};
-use kwh_plugin::{Limits, PluginRuntime};
+use kwh_plugin::{
+    Change, Desired, Limits, PluginRuntime, PluginSources, PluginSpec, SourceId, Step, Want,
+};
 use serde_json::{json, Value};
+use tokio::task::JoinHandle;
 
 use crate::commands::LOG_TARGET;
 use crate::modules::Modules;
@@ -91,11 +101,10 @@ impl ResourceEventHandler for Wake {
     }
 }
 
-/// What was last applied for one resource.
+/// What was last applied for one resource (its plugin is the reconciler's to say).
 struct Applied {
+    /// The generation last handed to the reconciler (`observedGeneration`).
     generation: i64,
-    /// Its plugin, once a revision of it ran.
-    plugin: Option<String>,
     /// Why its last generation did not run, and which condition failed.
     failure: Option<(&'static str, String)>,
     /// Where its module comes from, when a registry reference names it.
@@ -104,10 +113,23 @@ struct Applied {
     shadow_kinds: std::collections::HashSet<String>,
 }
 
+/// A fetch on its task, for one generation of a resource.
+struct InFlight {
+    generation: i64,
+    /// Only the tag asked again (the generation ran already): a failure keeps what runs.
+    recheck: bool,
+    task: JoinHandle<Fetched>,
+}
+
+/// What a fetch came to: the spec with its module a file, and how to ask for it again.
+struct Fetched {
+    result: Result<PluginSpec, String>,
+    pull: Option<Pull>,
+}
+
 /// A module named by reference: asked for its digest again every `interval`.
 struct Pull {
     reference: Reference,
-    credentials: Credentials,
     interval: Duration,
     /// The manifest digest last pulled, and when the tag was last asked.
     manifest: Option<String>,
@@ -165,6 +187,8 @@ pub struct ClusterPlugins {
     client: Client,
     informer: SharedIndexInformer<ResourceClient>,
     wake: Arc<tokio::sync::Notify>,
+    /// The resources as a source of the runtime's plugins.
+    source: SourceId,
     limits: Limits,
     namespace: Option<String>,
     grace: Duration,
@@ -173,14 +197,27 @@ pub struct ClusterPlugins {
     /// The runtime's recorder (written behind the same fence as the plugins' Events).
     events: EventRecorder,
     applied: HashMap<String, Applied>,
+    /// The fetches running, by resource.
+    fetching: HashMap<String, InFlight>,
     modules: Arc<Modules>,
+}
+
+impl Drop for ClusterPlugins {
+    fn drop(&mut self) {
+        for f in self.fetching.values() {
+            f.task.abort();
+        }
+    }
 }
 
 impl ClusterPlugins {
     /// Starts the informer on `WasmController` resources (it lists and watches from now on; a
-    /// cluster without the CRD is retried with backoff, as any informer is).
+    /// cluster without the CRD is retried with backoff, as any informer is); `source` is the
+    /// resources' in the reconciler.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         client: &Client,
+        source: SourceId,
         limits: Limits,
         namespace: Option<String>,
         grace: Duration,
@@ -205,24 +242,28 @@ impl ClusterPlugins {
             client: client.clone(),
             informer,
             wake,
+            source,
             limits,
             namespace,
             grace,
             ownership,
             events,
             applied: HashMap::new(),
+            fetching: HashMap::new(),
             modules,
         }
     }
 
-    /// Resolves when a resource changed, or when status is due a refresh.
+    /// Resolves when a resource changed, a fetch finished, or status is due a refresh.
     pub async fn changed(&mut self) {
         let _ = tokio::time::timeout(REFRESH, self.wake.notified()).await;
     }
 
-    /// Applies every resource whose generation was not applied yet, removes the plugins of
-    /// deleted ones, and writes each resource's status where it changed.
-    pub async fn apply(&mut self, runtime: &mut PluginRuntime) {
+    /// Hands every resource to the reconciler: the ones whose fetch finished with what it
+    /// fetched, the others as they are (a fetch for a new generation, or for a tag due to be
+    /// asked again, is started here and never awaited); deleted ones are gone from the set, so
+    /// their plugins are removed. Then writes each resource's status where it changed.
+    pub async fn apply(&mut self, runtime: &mut PluginRuntime, sources: &mut PluginSources) {
         if !self.informer.has_synced() {
             // A partial list would read as deletions.
             return;
@@ -231,100 +272,146 @@ impl ClusterPlugins {
             tracing::info!(target: LOG_TARGET, plugin = %plugin, "the shadow of plugin {plugin} was promoted");
         }
         let objects = self.informer.indexer().list();
+        // Deleted: a fetch of theirs is cancelled.
+        self.fetching.retain(|name, f| {
+            let present = objects.iter().any(|o| o.name() == name);
+            if !present {
+                f.task.abort();
+            }
+            present
+        });
+        let mut finished = self.finished().await;
+        let mut desired = Vec::with_capacity(objects.len());
+        let mut generations = HashMap::with_capacity(objects.len());
         for obj in &objects {
+            let name = obj.name().to_owned();
             let Ok(v) = serde_json::from_slice::<Value>(obj.raw()) else {
+                desired.push(keep(name));
                 continue;
             };
-            let name = obj.name().to_owned();
             let generation = v["metadata"]["generation"].as_i64().unwrap_or(0);
-            if self
-                .applied
-                .get(&name)
-                .is_none_or(|a| a.generation != generation)
-                || self.tag_moved(&name).await
-            {
-                self.apply_one(runtime, &name, generation, &v["spec"]).await;
-                self.record(obj, generation);
-            }
-            self.shadow_events(runtime, obj);
-            self.write_status(runtime, &name, &v).await;
+            generations.insert(name.clone(), generation);
+            let want = match finished.remove(&name) {
+                Some((flight, fetched)) if flight.generation == generation => {
+                    self.fetched(&name, flight, fetched)
+                }
+                _ => self.fetch_if_due(&name, generation, &v["spec"]),
+            };
+            let module = PathBuf::from(v["spec"]["module"].as_str().unwrap_or_default());
+            desired.push(Desired {
+                id: name,
+                module,
+                want,
+            });
         }
-        let present: Vec<&str> = objects.iter().map(|o| o.name()).collect();
-        let gone: Vec<String> = self
-            .applied
-            .keys()
-            .filter(|n| !present.contains(&n.as_str()))
-            .cloned()
-            .collect();
-        for name in gone {
-            if let Some(Applied {
-                plugin: Some(plugin),
-                ..
-            }) = self.applied.remove(&name)
-            {
-                let clean = runtime.remove(&plugin, self.grace).await;
-                tracing::info!(target: LOG_TARGET, plugin = %plugin, clean,
-                    "WasmController {name} deleted: plugin removed");
+        let outcomes = sources.apply(runtime, self.source, desired).await;
+        for o in outcomes {
+            let generation = generations.get(&o.id).copied().unwrap_or(0);
+            let applied = self.note(&o, generation);
+            if applied {
+                if let Some(obj) = objects.iter().find(|obj| obj.name() == o.id) {
+                    self.record(obj, generation, o.plugin.as_deref());
+                }
+            }
+        }
+        for obj in &objects {
+            let plugin = sources.plugin(self.source, obj.name()).map(str::to_owned);
+            if let Ok(v) = serde_json::from_slice::<Value>(obj.raw()) {
+                self.shadow_events(runtime, obj, plugin.as_deref());
+                self.write_status(runtime, obj.name(), plugin.as_deref(), &v)
+                    .await;
             }
         }
     }
 
-    /// Whether the tag of resource `name`'s module, asked again once its pull interval has
-    /// passed, names another manifest than the one running (a new digest is an upgrade).
-    async fn tag_moved(&mut self, name: &str) -> bool {
-        let Some(pull) = self.applied.get_mut(name).and_then(|a| a.pull.as_mut()) else {
-            return false;
-        };
-        if pull.reference.digest.is_some() || pull.checked.elapsed() < pull.interval {
-            return false;
+    /// The fetches that finished, taken out of the running ones.
+    async fn finished(&mut self) -> HashMap<String, (InFlight, Fetched)> {
+        let done: Vec<String> = self
+            .fetching
+            .iter()
+            .filter(|(_, f)| f.task.is_finished())
+            .map(|(n, _)| n.clone())
+            .collect();
+        let mut out = HashMap::with_capacity(done.len());
+        for name in done {
+            let Some(mut flight) = self.fetching.remove(&name) else {
+                continue;
+            };
+            // Finished: this await does not wait.
+            let fetched = match (&mut flight.task).await {
+                Ok(f) => f,
+                Err(e) => Fetched {
+                    result: Err(format!("the fetch stopped: {e}")),
+                    pull: None,
+                },
+            };
+            out.insert(name, (flight, fetched));
         }
-        pull.checked = Instant::now();
-        match self
-            .modules
-            .registry()
-            .resolve(&pull.reference, &pull.credentials, Duration::ZERO)
-            .await
-        {
-            Ok(d) => pull.manifest.as_deref() != Some(d.as_str()),
-            Err(e) => {
+        out
+    }
+
+    /// What the reconciler is asked for resource `name` whose fetch (`flight`) finished: the
+    /// spec fetched, or its failure (a new generation's is the resource's failure; a tag asked
+    /// again that did not answer leaves what runs).
+    fn fetched(&mut self, name: &str, flight: InFlight, fetched: Fetched) -> Want {
+        let applied = self.applied.entry(name.to_owned()).or_insert(Applied {
+            generation: flight.generation,
+            failure: None,
+            pull: None,
+            shadow_kinds: Default::default(),
+        });
+        applied.generation = flight.generation;
+        match (fetched.pull, flight.recheck) {
+            (Some(p), _) => applied.pull = Some(p),
+            (None, false) => applied.pull = None,
+            // A tag asked again that failed before the registry (its pull secret): asked
+            // again after another interval, not at every pass.
+            (None, true) => {
+                if let Some(p) = applied.pull.as_mut() {
+                    p.checked = Instant::now();
+                }
+            }
+        }
+        match fetched.result {
+            Ok(spec) => Want::Load {
+                spec,
+                stamp: flight.generation.to_string(),
+            },
+            Err(e) if flight.recheck => {
                 tracing::warn!(target: LOG_TARGET,
                     "WasmController {name}: {e}; the running revision carries on");
-                false
+                Want::Keep
             }
+            Err(message) => Want::Failed {
+                step: Step::Fetch,
+                message,
+            },
         }
     }
 
-    /// The credentials of the Secret `namespace/name` (its `.dockerconfigjson`).
-    async fn pull_secret(&self, namespace: &str, name: &str) -> Result<Credentials, String> {
-        let secrets = ApiResource::new("v1", "Secret", "secrets", true);
-        let secret = self
-            .client
-            .get(&secrets, Some(namespace), name)
-            .await
-            .map_err(|e| format!("pullSecret {namespace}/{name}: {e}"))?;
-        let v: Value = serde_json::from_slice(secret.raw())
-            .map_err(|e| format!("pullSecret {namespace}/{name}: {e}"))?;
-        let data = v["data"][".dockerconfigjson"].as_str().ok_or_else(|| {
-            format!("pullSecret {namespace}/{name}: no .dockerconfigjson key (type kubernetes.io/dockerconfigjson)")
-        })?;
-        let json = base64::engine::general_purpose::STANDARD
-            .decode(data)
-            .map_err(|_| {
-                format!("pullSecret {namespace}/{name}: .dockerconfigjson is not base64")
-            })?;
-        Credentials::from_docker_config(&json)
-            .map_err(|e| format!("pullSecret {namespace}/{name}: .dockerconfigjson: {e}"))
-    }
-
-    /// Applies one resource's spec (generation `generation`).
-    async fn apply_one(
-        &mut self,
-        runtime: &mut PluginRuntime,
-        name: &str,
-        generation: i64,
-        spec: &Value,
-    ) {
-        let previous = self.applied.get(name).and_then(|a| a.plugin.clone());
+    /// Starts a fetch of resource `name`'s `spec` when its generation `generation` was not
+    /// fetched yet, or when its tag is due to be asked again; what the reconciler is asked for
+    /// it meanwhile (keep what runs; a spec that does not parse fails at once).
+    fn fetch_if_due(&mut self, name: &str, generation: i64, spec: &Value) -> Want {
+        let applied = self.applied.get(name);
+        let flying = self.fetching.get(name).map(|f| (f.generation, f.recheck));
+        let recheck = match applied {
+            Some(a) if a.generation == generation => {
+                let due = a.pull.as_ref().is_some_and(|p| {
+                    p.reference.digest.is_none() && p.checked.elapsed() >= p.interval
+                });
+                if !due || flying.is_some() {
+                    return Want::Keep;
+                }
+                true
+            }
+            _ if flying.is_some_and(|(g, _)| g == generation) => return Want::Keep,
+            _ => false,
+        };
+        // A fetch of an older generation is cancelled: its result would be stale.
+        if let Some(old) = self.fetching.remove(name) {
+            old.task.abort();
+        }
         let defaults = Defaults {
             limits: &self.limits,
             namespace: self.namespace.as_deref(),
@@ -335,162 +422,110 @@ impl ClusterPlugins {
                 .and_then(|item| plugins_file::one(item, Path::new("/"), &defaults))?;
             Ok((spec, pull))
         });
-        let (fetched, pull) = match parsed {
-            Err(e) => (Err(format!("spec: {e}")), None),
-            Ok((spec, how)) => self.fetch(name, spec, how).await,
-        };
-        let (plugin, failure) = match fetched {
+        let (spec, how) = match parsed {
+            Ok(p) => p,
             Err(e) => {
-                let kept = match &previous {
-                    Some(p) => format!("plugin {p} keeps its running revision"),
-                    None => "nothing was started".to_owned(),
+                let applied = self.applied.entry(name.to_owned()).or_insert(Applied {
+                    generation,
+                    failure: None,
+                    pull: None,
+                    shadow_kinds: Default::default(),
+                });
+                applied.generation = generation;
+                applied.pull = None;
+                return Want::Failed {
+                    step: Step::Fetch,
+                    message: format!("spec: {e}"),
                 };
-                tracing::error!(target: LOG_TARGET,
-                    "WasmController {name} generation {generation}: {e}; {kept}");
-                (previous.clone(), Some(("Fetched", e)))
-            }
-            Ok(spec) => {
-                self.start_or_upgrade(runtime, name, generation, previous.as_deref(), spec)
-                    .await
             }
         };
-        self.applied.insert(
+        let manifest = applied
+            .and_then(|a| a.pull.as_ref())
+            .and_then(|p| p.manifest.clone());
+        let (client, modules, wake) =
+            (self.client.clone(), self.modules.clone(), self.wake.clone());
+        let task = tokio::spawn(async move {
+            let fetched = fetch(&client, &modules, spec, how, manifest).await;
+            wake.notify_one();
+            fetched
+        });
+        self.fetching.insert(
             name.to_owned(),
-            Applied {
+            InFlight {
                 generation,
-                plugin,
-                failure,
-                pull,
-                shadow_kinds: self
-                    .applied
-                    .get(name)
-                    .map(|a| a.shadow_kinds.clone())
-                    .unwrap_or_default(),
+                recheck,
+                task,
             },
         );
+        Want::Keep
     }
 
-    /// The module of `spec`: a file as it is, an `oci://` reference pulled (or found in the
-    /// blob cache) with the resource's pull secret and keys, and how to ask for it again.
-    async fn fetch(
-        &self,
-        name: &str,
-        spec: kwh_plugin::PluginSpec,
-        how: PullSpec,
-    ) -> (Result<kwh_plugin::PluginSpec, String>, Option<Pull>) {
-        match spec.path.to_str().filter(|s| Reference::is_reference(s)) {
-            None => (Ok(spec), None),
-            Some(text) => {
-                let credentials = match &how.secret {
-                    Some((ns, n)) => self.pull_secret(ns, n).await,
-                    None => Ok(Credentials::none()),
-                };
-                match (Reference::parse(text), credentials) {
-                    (Err(e), _) => (Err(e.to_string()), None),
-                    (_, Err(e)) => (Err(e), None),
-                    (Ok(reference), Ok(credentials)) => {
-                        let interval = how.interval.unwrap_or(self.modules.pull_interval());
-                        let r = self
-                            .modules
-                            .fetch(spec, &credentials, Some(Duration::ZERO), how.key.as_slice())
-                            .await;
-                        // A failed pull keeps the digest running, so the tag is asked
-                        // again only when it moves.
-                        let manifest = r
-                            .as_ref()
-                            .ok()
-                            .and_then(|(_, p)| p.as_ref())
-                            .map(|p| p.manifest_digest.clone())
-                            .or_else(|| {
-                                self.applied
-                                    .get(name)
-                                    .and_then(|a| a.pull.as_ref())
-                                    .and_then(|p| p.manifest.clone())
-                            });
-                        let pull = Pull {
-                            reference,
-                            credentials,
-                            interval,
-                            manifest,
-                            checked: Instant::now(),
-                        };
-                        (r.map(|(s, _)| s).map_err(|e| e.to_string()), Some(pull))
-                    }
-                }
-            }
-        }
-    }
-
-    /// Starts the plugin of `spec`, or upgrades the one this resource runs (`previous`), unless
-    /// another source runs it. The plugin it runs after, and the failed condition if any.
-    async fn start_or_upgrade(
-        &self,
-        runtime: &mut PluginRuntime,
-        name: &str,
-        generation: i64,
-        previous: Option<&str>,
-        spec: kwh_plugin::PluginSpec,
-    ) -> (Option<String>, Option<(&'static str, String)>) {
-        let module = spec.path.clone();
-        // A plugin runs for one source only: this resource's own, or one no other
-        // resource, plugins file or `--plugin` runs.
-        let others: Vec<(String, String)> = self
-            .applied
-            .iter()
-            .filter(|(n, _)| n.as_str() != name)
-            .filter_map(|(n, a)| Some((a.plugin.clone()?, n.clone())))
-            .collect();
-        let running: Vec<String> = runtime
-            .plugins()
-            .iter()
-            .map(|p| p.name().to_owned())
-            .collect();
-        let check = |plugin: &str| match others.iter().find(|(p, _)| p == plugin) {
-            Some((_, other)) => Err(format!("already run by WasmController {other}")),
-            None if previous != Some(plugin) && running.iter().any(|r| r == plugin) => {
-                Err("already run from the plugins file or --plugin".to_owned())
-            }
-            None => Ok(()),
+    /// Notes what the reconciler did with resource `o.id` (generation `generation`), with one
+    /// line; whether a generation was applied or failed (an Event is due).
+    fn note(&mut self, o: &kwh_plugin::EntryOutcome, generation: i64) -> bool {
+        let name = &o.id;
+        let kept = match &o.plugin {
+            Some(p) => format!("plugin {p} keeps its running revision"),
+            None => "nothing was started".to_owned(),
         };
-        match runtime.apply_checked(spec, self.grace, check).await {
-            Ok((plugin, _)) => {
+        let plugin = o.plugin.as_deref().unwrap_or("-");
+        match &o.change {
+            Change::Unchanged | Change::Held { .. } => return false,
+            Change::Removed { clean } => {
+                self.applied.remove(name);
+                if let Some(f) = self.fetching.remove(name) {
+                    f.task.abort();
+                }
+                if o.plugin.is_some() {
+                    tracing::info!(target: LOG_TARGET, plugin = %plugin, clean,
+                        "WasmController {name} deleted: plugin removed");
+                }
+                return false;
+            }
+            Change::Retired { from, clean } => {
+                tracing::info!(target: LOG_TARGET, plugin = %from, clean,
+                    "WasmController {name}: plugin {from} removed: plugin {plugin} runs");
+                return false;
+            }
+            Change::Applied(_) => {
                 tracing::info!(target: LOG_TARGET, plugin = %plugin,
                     "WasmController {name} generation {generation} applied");
-                (Some(plugin), None)
             }
-            Err(e) => {
-                let message = e.to_string();
-                if let Some(p) = &previous {
-                    runtime.record_failure(p, &module, &message);
+            Change::Renamed { from, removed, .. } => {
+                tracing::info!(target: LOG_TARGET, plugin = %plugin,
+                    "WasmController {name} generation {generation} applied");
+                match removed {
+                    Some(clean) => tracing::info!(target: LOG_TARGET, plugin = %from, clean,
+                        "WasmController {name}: plugin {from} removed: generation {generation} runs plugin {plugin}"),
+                    None => tracing::info!(target: LOG_TARGET, plugin = %from,
+                        "WasmController {name}: plugin {from} runs until plugin {plugin} starts"),
                 }
-                let kept = match &previous {
-                    Some(p) => format!("plugin {p} keeps its running revision"),
-                    None => "nothing was started".to_owned(),
-                };
+            }
+            Change::Failed(e) => {
                 tracing::error!(target: LOG_TARGET,
-                    "WasmController {name} generation {generation}: {message}; {kept}");
-                let condition = if matches!(&e, kwh_plugin::UpgradeError::Load(l)
-                    if matches!(l.cause, kwh_plugin::LoadCause::Read(_)))
-                {
-                    "Fetched"
-                } else {
-                    "Compiled"
-                };
-                (previous.map(str::to_owned), Some((condition, message)))
+                    "WasmController {name} generation {generation}: {e}; {kept}");
             }
         }
+        let failure = match &o.change {
+            Change::Failed(e) => Some((condition(e.step()), e.to_string())),
+            _ => None,
+        };
+        if let Some(a) = self.applied.get_mut(name) {
+            a.failure = failure;
+        }
+        true
     }
 
     /// An Event on `obj` for each kind of difference its plugin's shadow met since the last
     /// look (the first of each kind is also an Event on the object it concerns).
-    fn shadow_events(&mut self, runtime: &PluginRuntime, obj: &Object) {
+    fn shadow_events(&mut self, runtime: &PluginRuntime, obj: &Object, plugin: Option<&str>) {
         let Some(applied) = self.applied.get_mut(obj.name()) else {
             return;
         };
-        let Some(plugin) = applied.plugin.clone() else {
+        let Some(plugin) = plugin else {
             return;
         };
-        let Some(ledger) = runtime.shadow_ledger(&plugin) else {
+        let Some(ledger) = runtime.shadow_ledger(plugin) else {
             return;
         };
         let mut new: Vec<String> = ledger
@@ -512,8 +547,8 @@ impl ClusterPlugins {
         }
     }
 
-    /// The Event of the generation just applied to `obj`.
-    fn record(&self, obj: &Object, generation: i64) {
+    /// The Event of the generation just applied to `obj`, which runs as `plugin`.
+    fn record(&self, obj: &Object, generation: i64, plugin: Option<&str>) {
         let Some(applied) = self.applied.get(obj.name()) else {
             return;
         };
@@ -523,7 +558,7 @@ impl ClusterPlugins {
                 "RevisionApplied",
                 format!(
                     "generation {generation} runs as plugin {}",
-                    applied.plugin.as_deref().unwrap_or("-")
+                    plugin.unwrap_or("-")
                 ),
             ),
             Some((_, message)) => (
@@ -535,21 +570,24 @@ impl ClusterPlugins {
         record_on(&self.events, obj, event_type, reason, "Apply", note);
     }
 
-    /// Writes the status of resource `name` (its object `v`) if it differs from what it holds.
-    async fn write_status(&self, runtime: &PluginRuntime, name: &str, v: &Value) {
+    /// Writes the status of resource `name` (its object `v`, running as `plugin`) if it
+    /// differs from what it holds.
+    async fn write_status(
+        &self,
+        runtime: &PluginRuntime,
+        name: &str,
+        plugin: Option<&str>,
+        v: &Value,
+    ) {
         let Some(applied) = self.applied.get(name) else {
             return;
         };
         if !self.ownership.is_leader() {
             return;
         }
-        let running = applied.plugin.as_deref().and_then(|p| runtime.plugin(p));
+        let running = plugin.and_then(|p| runtime.plugin(p));
         let mut status = status(applied, running.as_deref(), &v["status"]);
-        if let Some(ledger) = applied
-            .plugin
-            .as_deref()
-            .and_then(|p| runtime.shadow_ledger(p))
-        {
+        if let Some(ledger) = plugin.and_then(|p| runtime.shadow_ledger(p)) {
             status["shadow"] = shadow_status(&ledger);
         }
         if status == v["status"] {
@@ -573,6 +611,102 @@ impl ClusterPlugins {
         if let Err(e) = r {
             tracing::warn!(target: LOG_TARGET, error = %e, "WasmController {name}: status not written");
         }
+    }
+}
+
+/// The reconciler's entry for resource `name` while nothing new is known of it.
+fn keep(name: String) -> Desired {
+    Desired {
+        id: name,
+        module: PathBuf::new(),
+        want: Want::Keep,
+    }
+}
+
+/// The status condition a failed step is reported under.
+fn condition(step: Step) -> &'static str {
+    match step {
+        Step::Fetch => "Fetched",
+        Step::Load => "Compiled",
+    }
+}
+
+/// The credentials of the Secret `namespace/name` (its `.dockerconfigjson`).
+async fn pull_secret(client: &Client, namespace: &str, name: &str) -> Result<Credentials, String> {
+    let secrets = ApiResource::new("v1", "Secret", "secrets", true);
+    let secret = client
+        .get(&secrets, Some(namespace), name)
+        .await
+        .map_err(|e| format!("pullSecret {namespace}/{name}: {e}"))?;
+    let v: Value = serde_json::from_slice(secret.raw())
+        .map_err(|e| format!("pullSecret {namespace}/{name}: {e}"))?;
+    let data = v["data"][".dockerconfigjson"].as_str().ok_or_else(|| {
+        format!("pullSecret {namespace}/{name}: no .dockerconfigjson key (type kubernetes.io/dockerconfigjson)")
+    })?;
+    let json = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .map_err(|_| format!("pullSecret {namespace}/{name}: .dockerconfigjson is not base64"))?;
+    Credentials::from_docker_config(&json)
+        .map_err(|e| format!("pullSecret {namespace}/{name}: .dockerconfigjson: {e}"))
+}
+
+/// The module of `spec`: a file as it is, an `oci://` reference pulled (or found in the blob
+/// cache) with the resource's pull secret and keys, and how to ask for it again (`manifest`:
+/// the one last pulled, kept when this pull fails so the tag is asked again only when it
+/// moves). Runs on a task of its own: a registry may take its time.
+async fn fetch(
+    client: &Client,
+    modules: &Modules,
+    spec: PluginSpec,
+    how: PullSpec,
+    manifest: Option<String>,
+) -> Fetched {
+    let Some(text) = spec.path.to_str().filter(|s| Reference::is_reference(s)) else {
+        return Fetched {
+            result: Ok(spec),
+            pull: None,
+        };
+    };
+    let reference = match Reference::parse(text) {
+        Ok(r) => r,
+        Err(e) => {
+            return Fetched {
+                result: Err(e.to_string()),
+                pull: None,
+            }
+        }
+    };
+    let credentials = match &how.secret {
+        Some((ns, n)) => pull_secret(client, ns, n).await,
+        None => Ok(Credentials::none()),
+    };
+    let credentials = match credentials {
+        Ok(c) => c,
+        Err(e) => {
+            return Fetched {
+                result: Err(e),
+                pull: None,
+            }
+        }
+    };
+    let interval = how.interval.unwrap_or(modules.pull_interval());
+    let r = modules
+        .fetch(spec, &credentials, Some(Duration::ZERO), how.key.as_slice())
+        .await;
+    let manifest = r
+        .as_ref()
+        .ok()
+        .and_then(|(_, p)| p.as_ref())
+        .map(|p| p.manifest_digest.clone())
+        .or(manifest);
+    Fetched {
+        result: r.map(|(s, _)| s).map_err(|e| e.to_string()),
+        pull: Some(Pull {
+            reference,
+            interval,
+            manifest,
+            checked: Instant::now(),
+        }),
     }
 }
 

@@ -135,13 +135,4 @@ impl Modules {
             .await?;
         Ok(pulled)
     }
-
-    /// Every spec fetched, or the first failure naming its reference.
-    pub async fn fetch_all(&self, specs: Vec<PluginSpec>) -> Result<Vec<PluginSpec>, OciError> {
-        let mut out = Vec::with_capacity(specs.len());
-        for s in specs {
-            out.push(self.fetch(s, &Credentials::none(), None, &[]).await?.0);
-        }
-        Ok(out)
-    }
 }

@@ -6,23 +6,27 @@
 //! few seconds reads one small file and the modules' metadata. What a change does:
 //! - the file is read and checked whole first; a mistake is one error line and nothing
 //!   changes (the plugins running carry on);
-//! - each entry whose settings or module file changed is applied
-//!   ([`PluginRuntime::apply`]): a plugin of the name its manifest gives is upgraded in place,
-//!   else started; an entry that fails (compile, `validate-config`, instantiation) is one
-//!   error line, and the revision running for it carries on;
-//! - a running plugin that no entry names any more is removed, unless an entry failed before
-//!   its name was known (it may be that plugin's new revision): then nothing is removed, and
-//!   a line says why.
+//! - each entry's module is fetched (a registry reference pulled), and the whole file handed to
+//!   the runtime's reconciler of plugin sources ([`kwh_plugin::sources`]) as one source, each
+//!   entry identified by its module path: it upgrades, starts, renames and removes plugins by
+//!   the same rules as for every other source (a name another source runs is refused), and
+//!   holds removals while an entry failed before its plugin's name was known (a new module
+//!   path may be that plugin's next revision);
+//! - what each entry came to is one line here.
 //!
-//! Plugins given with `--plugin` or in `--config` are not managed here: they run until the
-//! host stops.
+//! Plugins given with `--plugin` or in `--config` are sources too, but not watched: they run
+//! until the host stops.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use kwh_oci::Credentials;
-use kwh_plugin::{Applied, Limits, PluginRuntime, PluginSpec};
+use kwh_plugin::sources::ids_by_module;
+use kwh_plugin::{
+    Applied, Change, Desired, Limits, PluginRuntime, PluginSources, PluginSpec, SourceId, Step,
+    Want,
+};
 
 use crate::commands::LOG_TARGET;
 use crate::modules::{self, Modules};
@@ -43,7 +47,7 @@ impl Stamp {
     }
 }
 
-/// One entry as last applied.
+/// One entry as last read, for the poll: what to look at for a change.
 struct Entry {
     /// The module as the file names it: a path, or a registry reference.
     declared: PathBuf,
@@ -52,13 +56,24 @@ struct Entry {
     /// When a reference's tag was last asked for its digest.
     pulled: Option<Instant>,
     module: Stamp,
-    /// The plugin it runs as, once known (its manifest's name).
-    name: Option<String>,
 }
 
-/// The watched plugins file and what was last applied from it.
+/// Entry `id` of a plugins file as a source hands it to the reconciler: `spec` (its module
+/// fetched) to load, a new revision also when its module file was rewritten in place.
+pub fn desired(id: String, declared: PathBuf, spec: PluginSpec) -> Desired {
+    let stamp = format!("{:?}", Stamp::of(&spec.path));
+    Desired {
+        id,
+        module: declared,
+        want: Want::Load { spec, stamp },
+    }
+}
+
+/// The watched plugins file and what was last read from it.
 pub struct PluginsWatch {
     path: PathBuf,
+    /// The file as a source of the runtime's plugins.
+    source: SourceId,
     limits: Limits,
     namespace: Option<String>,
     interval: Duration,
@@ -72,38 +87,34 @@ pub struct PluginsWatch {
 }
 
 impl PluginsWatch {
-    /// Watches `path`, whose `specs` (as read at start: each module as declared, and the spec
-    /// the runtime started with it pulled) the runtime started; `limits` and `namespace` are
-    /// what unset keys take, `grace` what a removed plugin's reconciles get.
+    /// Watches `path`, the reconciler's `source`, whose `specs` (as read at start: each module
+    /// as declared, and the spec with it pulled) were applied at start; `limits` and
+    /// `namespace` are what unset keys take, `grace` what a promotion gives the old revision.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         path: PathBuf,
+        source: SourceId,
         limits: Limits,
         namespace: Option<String>,
         interval: Duration,
         grace: Duration,
         specs: Vec<(PathBuf, PluginSpec)>,
-        runtime: &PluginRuntime,
         modules: Arc<Modules>,
         leader_only_runs: bool,
     ) -> Self {
-        let running = runtime.plugins();
         let entries = specs
             .into_iter()
             .map(|(declared, spec)| Entry {
                 pulled: modules::is_reference(&declared).then(Instant::now),
                 declared,
                 module: Stamp::of(&spec.path),
-                name: running
-                    .iter()
-                    .find(|p| p.spec() == spec.live())
-                    .map(|p| p.name().to_owned()),
                 spec,
             })
             .collect();
         PluginsWatch {
             text: std::fs::read_to_string(&path).ok(),
             path,
+            source,
             limits,
             namespace,
             interval,
@@ -141,31 +152,8 @@ impl PluginsWatch {
         }
     }
 
-    /// Entry `i` (module `declared`) failed to fetch or load: noted on the plugin it runs as,
-    /// if known, and one error line saying what carries on.
-    fn failed(
-        &self,
-        runtime: &PluginRuntime,
-        i: usize,
-        declared: &Path,
-        keeps: Option<&str>,
-        error: &str,
-    ) {
-        match keeps {
-            Some(name) => runtime.record_failure(name, declared, error),
-            // Listed as failed (`/statusz`, `plugin_failed_to_start`) rather than gone.
-            None => runtime.record_start_failure(declared, error),
-        }
-        let kept = match keeps {
-            Some(n) => format!("plugin {n} keeps its running revision"),
-            None => "nothing was started".to_owned(),
-        };
-        tracing::error!(target: LOG_TARGET,
-            "plugins file {}: plugin {i} ({}): {error}; {kept}", self.path.display(), declared.display());
-    }
-
-    /// Reads the file again and applies what changed (see the module's documentation).
-    pub async fn apply(&mut self, runtime: &mut PluginRuntime) {
+    /// Reads the file again and applies it (see the module's documentation).
+    pub async fn apply(&mut self, runtime: &mut PluginRuntime, sources: &mut PluginSources) {
         for name in runtime.promote_due(self.grace).await {
             tracing::info!(target: LOG_TARGET, plugin = %name,
                 "plugins file {}: the shadow of plugin {name} was promoted", self.path.display());
@@ -186,31 +174,23 @@ impl PluginsWatch {
                 return;
             }
         };
+        let ids = ids_by_module(specs.iter().map(|s| s.path.as_path()));
         let mut next = Vec::with_capacity(specs.len());
-        let mut unknown = Vec::new();
-        for (i, spec) in specs.into_iter().enumerate() {
-            next.push(self.apply_entry(runtime, i, spec, &mut unknown).await);
+        let mut wanted = Vec::with_capacity(specs.len());
+        for (spec, id) in specs.into_iter().zip(ids) {
+            let (entry, want) = self.fetch(spec, id).await;
+            next.push(entry);
+            wanted.push(want);
         }
-        self.remove_gone(runtime, &mut next, &unknown).await;
-        // A module that failed and is no longer listed is no longer shown as failed.
-        let listed_before: Vec<PathBuf> = self.entries.iter().map(|e| e.declared.clone()).collect();
-        runtime.forget_failed(|p| {
-            !listed_before.iter().any(|b| b == p) || next.iter().any(|e| e.declared == p)
-        });
+        let outcomes = sources.apply(runtime, self.source, wanted).await;
+        self.report(&next, &outcomes);
         self.entries = next;
     }
 
-    /// Entry `i` of the file, fetched and applied: started, upgraded or kept; one that fails
-    /// keeps its running revision (`unknown` gets its index when none runs).
-    async fn apply_entry(
-        &self,
-        runtime: &mut PluginRuntime,
-        i: usize,
-        spec: PluginSpec,
-        unknown: &mut Vec<usize>,
-    ) -> Entry {
+    /// Entry `id`'s module fetched: what the poll looks at next, and what the reconciler is
+    /// asked for (a fetch that fails is a failure before loading: the running revision stays).
+    async fn fetch(&self, spec: PluginSpec, id: String) -> (Entry, Desired) {
         let declared = spec.path.clone();
-        let before = self.entries.iter().find(|e| e.declared == declared);
         let pulled = modules::is_reference(&declared).then(Instant::now);
         let fetched = if spec.leader_only && !self.leader_only_runs {
             Err("leaderOnly: with --shards it needs --leader-elect".to_owned())
@@ -221,101 +201,105 @@ impl PluginsWatch {
                 .map(|(s, _)| s)
                 .map_err(|e| e.to_string())
         };
-        let spec = match fetched {
-            Ok(s) => s,
-            Err(e) => {
-                // As a revision that fails to load: the running one carries on.
-                let keeps = before.and_then(|b| b.name.clone());
-                self.failed(runtime, i, &declared, keeps.as_deref(), &e);
-                if keeps.is_none() {
-                    unknown.push(i);
-                }
-                let (spec, module) = match before {
+        match fetched {
+            Ok(spec) => (
+                Entry {
+                    declared: declared.clone(),
+                    spec: spec.clone(),
+                    pulled,
+                    module: Stamp::of(&spec.path),
+                },
+                desired(id, declared, spec),
+            ),
+            Err(message) => {
+                // The poll goes on looking at what was last fetched for it.
+                let (spec, module) = match self.entries.iter().find(|e| e.declared == declared) {
                     Some(b) => (b.spec.clone(), b.module.clone()),
                     None => (spec, Stamp(None)),
                 };
-                return Entry {
-                    declared,
+                let entry = Entry {
+                    declared: declared.clone(),
                     spec,
                     pulled,
                     module,
-                    name: keeps,
                 };
-            }
-        };
-        let module = Stamp::of(&spec.path);
-        if let Some(e) = before.filter(|e| e.spec == spec && e.module == module) {
-            if e.name.is_some() {
-                return Entry {
-                    declared,
-                    spec,
-                    pulled,
-                    module,
-                    name: e.name.clone(),
+                let want = Want::Failed {
+                    step: Step::Fetch,
+                    message,
                 };
+                (
+                    entry,
+                    Desired {
+                        id,
+                        module: declared,
+                        want,
+                    },
+                )
             }
-        }
-        let name = match runtime.apply(spec.clone(), self.grace).await {
-            Ok((name, how)) => {
-                let how = match how {
-                    Applied::Upgraded => "upgraded",
-                    Applied::Started(_) => "added",
-                    Applied::Kept => "kept (its shadow changed)",
-                };
-                tracing::info!(target: LOG_TARGET, plugin = %name,
-                    "plugins file {}: plugin {i} ({}) {how}", self.path.display(), declared.display());
-                runtime.forget_failed(|p| p != declared.as_path());
-                Some(name)
-            }
-            Err(e) => {
-                let keeps = before.and_then(|b| b.name.clone());
-                self.failed(runtime, i, &declared, keeps.as_deref(), &e.to_string());
-                if keeps.is_none() {
-                    unknown.push(i);
-                }
-                keeps
-            }
-        };
-        Entry {
-            declared,
-            spec,
-            pulled,
-            module,
-            name,
         }
     }
 
-    /// Removes the plugins no entry of `next` names any more, unless an entry failed to load
-    /// (its new revision may be one of them): then they are kept as entries, for a later edit.
-    async fn remove_gone(
-        &mut self,
-        runtime: &mut PluginRuntime,
-        next: &mut Vec<Entry>,
-        unknown: &[usize],
-    ) {
-        let named: Vec<&str> = next.iter().filter_map(|e| e.name.as_deref()).collect();
-        let gone: Vec<String> = self
-            .entries
-            .iter()
-            .filter_map(|e| e.name.clone())
-            .filter(|n| !named.contains(&n.as_str()))
-            .collect();
-        if !gone.is_empty() && !unknown.is_empty() {
-            tracing::warn!(target: LOG_TARGET,
-                "plugins file {}: {} not removed: entries {unknown:?} failed to load and may be \
-                 their new revisions", self.path.display(), gone.join(", "));
-            // Kept as entries, so that a later edit can still remove them.
-            next.extend(
-                self.entries
-                    .drain(..)
-                    .filter(|e| e.name.as_ref().is_some_and(|n| gone.contains(n))),
-            );
-        } else {
-            for name in gone {
-                let clean = runtime.remove(&name, self.grace).await;
-                tracing::info!(target: LOG_TARGET, plugin = %name, clean,
-                    "plugins file {}: plugin removed", self.path.display());
+    /// One line per entry that changed, failed or went, naming it by its index in the file
+    /// (`entries`, in the file's order) and module.
+    fn report(&self, entries: &[Entry], outcomes: &[kwh_plugin::EntryOutcome]) {
+        let file = self.path.display();
+        let ids = ids_by_module(entries.iter().map(|e| e.declared.as_path()));
+        let index = |id: &str| ids.iter().position(|i| i == id);
+        let mut held = Vec::new();
+        let mut unknown = Vec::new();
+        for o in outcomes {
+            // An entry taken out of the file is named by its module.
+            let entry = match index(&o.id) {
+                Some(i) => format!("plugin {i} ({})", entries[i].declared.display()),
+                None => o.id.clone(),
+            };
+            let plugin = o.plugin.as_deref().unwrap_or("-");
+            match &o.change {
+                Change::Unchanged => {}
+                Change::Applied(how) => {
+                    let how = match how {
+                        Applied::Upgraded => "upgraded",
+                        Applied::Started(_) => "added",
+                        Applied::Kept => "kept (its shadow changed)",
+                    };
+                    tracing::info!(target: LOG_TARGET, plugin = %plugin,
+                        "plugins file {file}: {entry} {how}");
+                }
+                Change::Renamed { from, removed, .. } => {
+                    let old = match removed {
+                        Some(_) => format!("plugin {from} removed"),
+                        None => format!("plugin {from} runs until plugin {plugin} starts"),
+                    };
+                    tracing::info!(target: LOG_TARGET, plugin = %plugin,
+                        "plugins file {file}: {entry} added as plugin {plugin}; {old}");
+                }
+                Change::Retired { from, clean } => {
+                    tracing::info!(target: LOG_TARGET, plugin = %from, clean,
+                        "plugins file {file}: {entry}: plugin {from} removed, plugin {plugin} runs");
+                }
+                Change::Failed(e) => {
+                    let kept = match &o.plugin {
+                        Some(n) => format!("plugin {n} keeps its running revision"),
+                        None => "nothing was started".to_owned(),
+                    };
+                    tracing::error!(target: LOG_TARGET, "plugins file {file}: {entry}: {e}; {kept}");
+                }
+                Change::Removed { clean } => {
+                    if o.plugin.is_some() {
+                        tracing::info!(target: LOG_TARGET, plugin = %plugin, clean,
+                            "plugins file {file}: plugin removed");
+                    }
+                }
+                Change::Held { waiting_for } => {
+                    held.extend(o.plugin.clone());
+                    unknown = waiting_for.iter().filter_map(|id| index(id)).collect();
+                }
             }
+        }
+        if !held.is_empty() {
+            tracing::warn!(target: LOG_TARGET,
+                "plugins file {file}: {} not removed: entries {unknown:?} failed to load and may be \
+                 their new revisions", held.join(", "));
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod process;
 pub mod rbac;
 pub mod replicas;
 pub mod scenarios;
+pub mod stalled_registry;
 pub mod user_crate;
 
 use std::path::PathBuf;

@@ -14,7 +14,8 @@
 //! recorder.
 //! [`runtime`] wires it all, each plugin by its [`spec`] (its own limits, workers, namespace
 //! and configuration): [`dispatch`] feeds informer notifications to the guest, [`reconcile`]
-//! runs the workers once [`cache_sync`] says every cache is synced, [`health`] quarantines a
+//! runs the workers once [`cache_sync`] says every cache is synced, [`sources`] decides what
+//! the plugins files, flags and resources ask to run, [`health`] quarantines a
 //! plugin that keeps failing, [`status`] and [`ops`] serve metrics and health, and [`rbac`]
 //! derives the RBAC a set of plugins needs. Whether this replica may act at all is
 //! `kwh-coordination`'s to say.
@@ -43,6 +44,7 @@ pub mod rbac;
 pub mod reconcile;
 mod revision;
 pub mod runtime;
+pub mod sources;
 pub mod spec;
 mod state;
 pub mod status;
@@ -63,5 +65,9 @@ pub use manifest::{Manifest, ManifestError};
 pub use options::RuntimeOptions;
 pub use runtime::{
     Applied, PluginRuntime, RunningPlugin, RuntimeStatus, StartError, Started, UpgradeError,
+};
+pub use sources::{
+    Change, Desired, EntryError, EntryOutcome, Label, PluginSources, SourceId, SourceOptions, Step,
+    Want,
 };
 pub use spec::{PluginSpec, PromoteAfter, ShadowSpec};

@@ -11,7 +11,9 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use clap::Args;
 use kwh_client::{Client, Config};
-use kwh_plugin::{PluginRuntime, RuntimeOptions};
+use kwh_plugin::{
+    Change, EntryError, PluginRuntime, PluginSources, RuntimeOptions, SourceId, SourceOptions,
+};
 
 use super::{engine, kube_config, run_compiler, LOG_TARGET};
 use crate::cluster_plugins::ClusterPlugins;
@@ -180,17 +182,12 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
         settings.cache_dir.as_deref(),
         &args.registry,
     )?);
-    let specs = modules
-        .fetch_all(std::mem::take(&mut settings.specs))
-        .await?;
-    let watched = match settings.watched.take() {
-        Some(w) => Some(fetch_watched(&modules, w).await?),
-        None => None,
-    };
+    let given = fetch_given(&modules, std::mem::take(&mut settings.given)).await?;
+    let specs: Vec<kwh_plugin::PluginSpec> = given.all().map(|(_, s)| s.clone()).collect();
     let (slots, max_memory) = pool_size(
         &specs,
         &settings.limits,
-        watched.is_some() || args.plugins_from_cluster,
+        settings.watched.is_some() || args.plugins_from_cluster,
     );
     let engine = engine(
         settings.cache_dir.clone(),
@@ -223,10 +220,13 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
         },
     );
     replica.record_leadership(runtime.events());
-    let given = specs.len();
-    let started = runtime.start_all_specs(specs).await;
+    let count = specs.len();
+    let mut reconciler = PluginSources::new(settings.grace);
+    let started = start_given(&mut runtime, &mut reconciler, &given, settings.fail_fast).await;
     let sources = Sources::start(
-        watched,
+        reconciler,
+        started.as_ref().ok().copied(),
+        given.file,
         args.plugins_from_cluster,
         &settings,
         &runtime,
@@ -243,7 +243,7 @@ pub async fn run(args: RunArgs, file: FileConfig) -> anyhow::Result<()> {
                 && runtime.waiting().is_empty() =>
         {
             Err(anyhow::anyhow!(
-                "no plugin could be started ({given} given)"
+                "no plugin could be started ({count} given)"
             ))
         }
         Ok(_) => {
@@ -285,24 +285,87 @@ fn require_plugins(args: &RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The watched plugins file, its poll interval, and its plugins as declared and as fetched.
-type FetchedWatch = (PathBuf, Duration, Vec<(PathBuf, kwh_plugin::PluginSpec)>);
+/// The plugins given at start, by source, each as declared and with its module fetched
+/// (pulled, or found in the blob cache).
+#[derive(Debug, Default)]
+struct FetchedGiven {
+    config: Vec<(PathBuf, kwh_plugin::PluginSpec)>,
+    file: Vec<(PathBuf, kwh_plugin::PluginSpec)>,
+    flags: Vec<(PathBuf, kwh_plugin::PluginSpec)>,
+}
 
-/// The watched plugins file's path, poll interval and plugins, each module fetched (pulled or
-/// found in the blob cache), beside the reference it was declared by.
-async fn fetch_watched(
-    modules: &crate::modules::Modules,
-    w: settings::Watched,
-) -> anyhow::Result<FetchedWatch> {
-    let mut pairs = Vec::with_capacity(w.specs.len());
-    for s in w.specs {
-        let declared = s.path.clone();
-        let (spec, ..) = modules
-            .fetch(s, &kwh_oci::Credentials::none(), None, &[])
-            .await?;
-        pairs.push((declared, spec));
+impl FetchedGiven {
+    /// Every plugin given, in start order.
+    fn all(&self) -> impl Iterator<Item = &(PathBuf, kwh_plugin::PluginSpec)> {
+        self.config.iter().chain(&self.file).chain(&self.flags)
     }
-    Ok((w.path, w.interval, pairs))
+}
+
+/// Each given plugin's module fetched, or the first failure naming its reference.
+async fn fetch_given(
+    modules: &crate::modules::Modules,
+    given: settings::Given,
+) -> anyhow::Result<FetchedGiven> {
+    let fetch = |specs: Vec<kwh_plugin::PluginSpec>| async move {
+        let mut pairs = Vec::with_capacity(specs.len());
+        for s in specs {
+            let declared = s.path.clone();
+            let (spec, ..) = modules
+                .fetch(s, &kwh_oci::Credentials::none(), None, &[])
+                .await?;
+            pairs.push((declared, spec));
+        }
+        anyhow::Ok(pairs)
+    };
+    Ok(FetchedGiven {
+        config: fetch(given.config).await?,
+        file: fetch(given.file).await?,
+        flags: fetch(given.flags).await?,
+    })
+}
+
+/// Starts the given plugins, each place they were given registered as a source of the
+/// runtime's plugins (so that a name one of them runs is refused to any other source): the
+/// config file's, the plugins file's, then `--plugin`'s. Each entry is added to its source's
+/// desired set in turn, so that a failure is one line in start order, and with `fail_fast` the
+/// first one stops the start (nothing after it starts) and is returned. The plugins file's
+/// source, for its watch.
+async fn start_given(
+    runtime: &mut PluginRuntime,
+    reconciler: &mut PluginSources,
+    given: &FetchedGiven,
+    fail_fast: bool,
+) -> Result<SourceId, EntryError> {
+    let mut file_source = None;
+    for (options, entries, is_file) in [
+        (SourceOptions::config(), &given.config, false),
+        (SourceOptions::plugins_file(), &given.file, true),
+        (SourceOptions::flags(), &given.flags, false),
+    ] {
+        let source = reconciler.add(options);
+        if is_file {
+            file_source = Some(source);
+        }
+        let ids = kwh_plugin::sources::ids_by_module(entries.iter().map(|(d, _)| d.as_path()));
+        let mut desired = Vec::with_capacity(entries.len());
+        for ((declared, spec), id) in entries.iter().zip(ids) {
+            desired.push(crate::plugins_watch::desired(
+                id.clone(),
+                declared.clone(),
+                spec.clone(),
+            ));
+            let outcomes = reconciler.apply(runtime, source, desired.clone()).await;
+            for o in outcomes.into_iter().filter(|o| o.id == id) {
+                if let Change::Failed(e) = o.change {
+                    if fail_fast {
+                        return Err(e);
+                    }
+                    tracing::error!("{e}");
+                }
+            }
+        }
+    }
+    Ok(file_source.unwrap_or_else(|| reconciler.add(SourceOptions::plugins_file())))
 }
 
 /// The instance pool's slots and per-instance memory cap. Each plugin may hold its
@@ -351,8 +414,11 @@ async fn stop_all(
     (clean, queues)
 }
 
-/// Where plugins come from while the host runs, besides those it started with.
+/// Where plugins come from while the host runs, and the reconciler they all hand their
+/// desired plugins to.
 pub struct Sources {
+    /// What every source asked for and what was applied of it.
+    pub reconciler: PluginSources,
     /// The watched `--plugins` file.
     pub watch: Option<PluginsWatch>,
     /// `WasmController` resources (`--plugins-from-cluster`).
@@ -360,32 +426,38 @@ pub struct Sources {
 }
 
 impl Sources {
-    /// Watches the plugins file (`watched`) and, with `--plugins-from-cluster`, the
-    /// `WasmController` resources, for plugins added, changed and removed while the host runs.
+    /// Watches the plugins file (its `source` in the reconciler, its plugins as given at
+    /// start) when it is watched and, with `--plugins-from-cluster`, the `WasmController`
+    /// resources, for plugins added, changed and removed while the host runs.
+    #[allow(clippy::too_many_arguments)]
     fn start(
-        watched: Option<FetchedWatch>,
+        mut reconciler: PluginSources,
+        source: Option<SourceId>,
+        file: Vec<(PathBuf, kwh_plugin::PluginSpec)>,
         from_cluster: bool,
         settings: &Settings,
         runtime: &PluginRuntime,
         modules: &std::sync::Arc<crate::modules::Modules>,
         replica: &replica::Replica,
     ) -> Sources {
-        let watch = watched.map(|(path, interval, specs)| {
-            PluginsWatch::new(
-                path,
+        let watch = match (&settings.watched, source) {
+            (Some(w), Some(source)) => Some(PluginsWatch::new(
+                w.path.clone(),
+                source,
                 settings.limits.clone(),
                 settings.namespace.clone(),
-                interval,
+                w.interval,
                 settings.grace,
-                specs,
-                runtime,
+                file,
                 modules.clone(),
                 !settings.replica.shards || settings.replica.leader_elect,
-            )
-        });
+            )),
+            _ => None,
+        };
         let cluster = from_cluster.then(|| {
             ClusterPlugins::start(
                 runtime.client(),
+                reconciler.add(SourceOptions::resources("WasmController")),
                 settings.limits.clone(),
                 settings.namespace.clone(),
                 settings.grace,
@@ -394,9 +466,17 @@ impl Sources {
                 modules.clone(),
             )
         });
-        Sources { watch, cluster }
+        Sources {
+            reconciler,
+            watch,
+            cluster,
+        }
     }
 }
+
+/// How often a rename whose new plugin waits for its kinds is looked at again, to remove the
+/// old plugin once the new one runs.
+const SETTLE: Duration = Duration::from_secs(1);
 
 /// Instance slots of a run whose plugins file is watched, at least: plugins added later need
 /// theirs (16 each by default), and an upgrade holds two revisions' for a moment.
@@ -498,17 +578,35 @@ pub async fn serve(
                 None => std::future::pending().await,
             }
         };
+        let retiring = sources.reconciler.has_retiring();
+        let settle = async {
+            if retiring {
+                tokio::time::sleep(SETTLE).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
             _ = stop.recv() => break None,
             why = replica.lost() => break Some(why),
             () = file => {
                 if let Some(w) = sources.watch.as_mut() {
-                    w.apply(runtime).await;
+                    w.apply(runtime, &mut sources.reconciler).await;
                 }
             }
             () = cluster => {
                 if let Some(c) = sources.cluster.as_mut() {
-                    c.apply(runtime).await;
+                    c.apply(runtime, &mut sources.reconciler).await;
+                }
+            }
+            () = settle => {
+                for (source, o) in sources.reconciler.settle(runtime).await {
+                    if let Change::Retired { from, clean } = &o.change {
+                        tracing::info!(target: LOG_TARGET, plugin = %from, clean,
+                            "{}: plugin {from} removed: plugin {} runs",
+                            sources.reconciler.describe(source, &o.id),
+                            o.plugin.as_deref().unwrap_or("-"));
+                    }
                 }
             }
         }

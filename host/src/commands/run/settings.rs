@@ -69,8 +69,9 @@ impl FileConfig {
 pub struct Settings {
     pub limits: Limits,
     pub namespace: Option<String>,
-    pub specs: Vec<PluginSpec>,
-    /// The `--plugins` file's share of `specs`, when it is watched for changes.
+    /// The plugins given at start, by where they were given.
+    pub given: Given,
+    /// The `--plugins` file, when it is watched for changes.
     pub watched: Option<Watched>,
     pub grace: Duration,
     pub quarantine: QuarantinePolicy,
@@ -89,18 +90,16 @@ impl Settings {
         let limits = limits(args, file)?;
         let list_page_size = in_file(args, "listPageSize", file.list_page_size, &LIST_PAGE_SIZE)?;
         let namespace = args.namespace.clone().or(file.namespace.clone());
-        let (specs, from_file) =
-            plugin_specs(args, file.plugins.clone(), &limits, namespace.as_deref())?;
+        let given = plugin_specs(args, file.plugins.clone(), &limits, namespace.as_deref())?;
         let watched = match (&args.plugins_file, args.plugins_poll_interval) {
             (Some(path), Some(interval)) if !interval.is_zero() => Some(Watched {
                 path: path.clone(),
                 interval,
-                specs: from_file,
             }),
             _ => None,
         };
         // A watched plugins file may start empty: plugins are added to it later.
-        if specs.is_empty() && watched.is_none() && !args.plugins_from_cluster {
+        if given.all().next().is_none() && watched.is_none() && !args.plugins_from_cluster {
             bail!(
                 "no plugin given: use `--plugin FILE.wasm` or `--plugins FILE` (see `host \
                  --help`), or a subcommand"
@@ -116,7 +115,7 @@ impl Settings {
         Ok(Settings {
             limits,
             namespace,
-            specs,
+            given,
             watched,
             grace: Duration::from_secs(
                 args.grace_period
@@ -304,40 +303,55 @@ pub fn wakeup_batching(args: &RunArgs, file: &FileConfig) -> anyhow::Result<Dura
 pub struct Watched {
     pub path: PathBuf,
     pub interval: Duration,
-    /// Its plugins as read at start.
-    pub specs: Vec<PluginSpec>,
 }
 
-/// Every plugin to run, in start order: the config file's `plugins:`, the `--plugins` file's,
-/// then each `--plugin` with the global settings; and the `--plugins` file's alone. Any
-/// mistake in either list is one line and nothing is returned, so nothing starts.
+/// The plugins given at start, by source (each one a source of the run's plugins, see
+/// [`kwh_plugin::sources`]), in start order: the config file's `plugins:`, the `--plugins`
+/// file's, then each `--plugin` with the global settings.
+#[derive(Debug, Default)]
+pub struct Given {
+    pub config: Vec<PluginSpec>,
+    pub file: Vec<PluginSpec>,
+    pub flags: Vec<PluginSpec>,
+}
+
+impl Given {
+    /// Every plugin given, in start order.
+    pub fn all(&self) -> impl Iterator<Item = &PluginSpec> {
+        self.config.iter().chain(&self.file).chain(&self.flags)
+    }
+}
+
+/// Every plugin to run, by where it was given. Any mistake in either list is one line and
+/// nothing is returned, so nothing starts.
 pub fn plugin_specs(
     args: &RunArgs,
     from_config: Option<yaml_serde::Value>,
     limits: &Limits,
     namespace: Option<&str>,
-) -> anyhow::Result<(Vec<PluginSpec>, Vec<PluginSpec>)> {
+) -> anyhow::Result<Given> {
     let defaults = plugins_file::Defaults { limits, namespace };
-    let mut specs = Vec::new();
+    let mut given = Given::default();
     if let (Some(value), Some(path)) = (from_config, &args.config) {
-        specs.extend(
-            plugins_file::parse(value, path, "config", &defaults).map_err(anyhow::Error::msg)?,
-        );
+        given.config =
+            plugins_file::parse(value, path, "config", &defaults).map_err(anyhow::Error::msg)?;
     }
-    let mut from_file = Vec::new();
     if let Some(path) = &args.plugins_file {
-        from_file =
+        given.file =
             plugins_file::read(path, "plugins file", &defaults).map_err(anyhow::Error::msg)?;
-        specs.extend(from_file.iter().cloned());
     }
-    specs.extend(args.plugins.iter().map(|p| PluginSpec {
-        path: p.clone(),
-        limits: limits.clone(),
-        workers: None,
-        namespace: namespace.map(str::to_owned),
-        config: std::sync::Arc::new(serde_json::Value::Null),
-        leader_only: false,
-        shadow: None,
-    }));
-    Ok((specs, from_file))
+    given.flags = args
+        .plugins
+        .iter()
+        .map(|p| PluginSpec {
+            path: p.clone(),
+            limits: limits.clone(),
+            workers: None,
+            namespace: namespace.map(str::to_owned),
+            config: std::sync::Arc::new(serde_json::Value::Null),
+            leader_only: false,
+            shadow: None,
+        })
+        .collect();
+    Ok(given)
 }
