@@ -519,15 +519,14 @@ impl PluginInstance {
         let backstop = d + self.inner.engine.config().epoch_tick;
         let mut timer = std::mem::take(&mut self.backstop);
         let r = async {
-            let (live, armed) = self.live_armed(d, Some(started)).await?;
-            let at = tokio::time::Instant::from_std(armed + backstop);
+            let (live, _) = self.live_armed(d, Some(started)).await?;
             // SAFETY: the signature was checked by `typed` in `instantiate`.
             let f: Reconcile<'_> = unsafe { TypedFunc::new_unchecked(live.reconcile) };
             let data = live.inst.store_mut().data_mut().data_mut();
             data.reconcile_key.clear();
             data.reconcile_key.push_str(key);
             data.reconciling = true;
-            let r = timer.run(live.call(f, (key,)), at).await;
+            let r = timer.run(live.call(f, (key,)), backstop).await;
             let data = live.inst.store_mut().data_mut().data_mut();
             data.reconciling = false;
             let log = if data.ctx.log.captures() {

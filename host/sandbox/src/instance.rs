@@ -170,28 +170,35 @@ impl<T: Send + 'static> Instance<T> {
     }
 }
 
-/// A wall-clock bound on a call that also waits on the host (an import doing network I/O):
-/// epoch checks only run while guest code runs, so a host call that never returns is caught
-/// here instead. Its timer is kept from call to call (a new timer per call is an insertion
-/// into and a removal from the timer wheel under the driver's lock).
+/// A bound on a call that also waits on the host (an import doing network I/O): epoch checks
+/// only run while guest code runs, so a host call that never returns is caught here instead.
+/// Counted on tokio's clock, as every wait of the host is (a simulation's clock too: a bound
+/// read off the machine's clock and compared with tokio's would pass at once there). Its timer
+/// is kept from call to call (a new timer per call is an insertion into and a removal from the
+/// timer wheel under the driver's lock).
 #[derive(Default)]
 pub struct Backstop(Option<Pin<Box<tokio::time::Sleep>>>);
 
 impl Backstop {
-    /// Runs `call`, failing it with a deadline error if it has not finished at `at`.
+    /// Runs `call`, failing it with a deadline error if it has not finished `bound` after it
+    /// first waited. The clock is read only then: a call that finishes without waiting (most
+    /// do) costs no clock read, and the time before its first wait is guest code, which the
+    /// epoch deadline bounds.
     pub async fn run<R>(
         &mut self,
         call: impl Future<Output = wasmtime::Result<R>>,
-        at: tokio::time::Instant,
+        bound: Duration,
     ) -> wasmtime::Result<R> {
-        let timer = match &mut self.0 {
-            Some(t) => t,
-            None => self.0.insert(Box::pin(tokio::time::sleep_until(at))),
-        };
-        // The timer is re-armed only when it fires before this call's bound. It is never set
-        // later than that (each call's bound is later than the last one's), and resetting it
-        // for every call cost a timer-wheel removal and insertion each.
-        let passed = async {
+        let slot = &mut self.0;
+        let passed = async move {
+            let at = tokio::time::Instant::now() + bound;
+            let timer = match slot {
+                Some(t) => t,
+                None => slot.insert(Box::pin(tokio::time::sleep_until(at))),
+            };
+            // The timer is re-armed only when it fires before this call's bound. It is never
+            // set later than that (each call's bound is later than the last one's), and
+            // resetting it for every call cost a timer-wheel removal and insertion each.
             loop {
                 timer.as_mut().await;
                 if tokio::time::Instant::now() >= at {
@@ -217,18 +224,26 @@ mod tests {
     async fn a_backstop_fails_a_call_that_outlives_it_and_lets_one_that_does_not_finish() {
         let mut b = Backstop::default();
         let start = tokio::time::Instant::now();
-        let bound = start + Duration::from_secs(2);
-        let done = b.run(async { Ok(7) }, bound).await.expect("finished");
+        let done = b
+            .run(async { Ok(7) }, Duration::from_secs(2))
+            .await
+            .expect("finished");
         assert_eq!(done, 7);
-        let stuck = b.run(std::future::pending::<wasmtime::Result<()>>(), bound);
+        let stuck = b.run(
+            std::future::pending::<wasmtime::Result<()>>(),
+            Duration::from_secs(2),
+        );
         let err = stuck.await.expect_err("bounded");
         assert!(err.is::<DeadlineExceeded>(), "{err:#}");
+        let bound = start + Duration::from_secs(2);
         assert_eq!(tokio::time::Instant::now(), bound);
         // The timer is kept, and moved for a later bound.
-        let later = bound + Duration::from_secs(5);
-        let err = b.run(std::future::pending::<wasmtime::Result<()>>(), later);
+        let err = b.run(
+            std::future::pending::<wasmtime::Result<()>>(),
+            Duration::from_secs(5),
+        );
         assert!(err.await.is_err());
-        assert_eq!(tokio::time::Instant::now(), later);
+        assert_eq!(tokio::time::Instant::now(), bound + Duration::from_secs(5));
     }
 
     #[test]

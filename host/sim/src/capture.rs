@@ -46,9 +46,7 @@ impl<S: tracing::Subscriber> Layer<S> for Capture {
         let mut m = Message::default();
         event.record(&mut m);
         let Some(msg) = m.0 else { return };
-        if *event.metadata().level() <= tracing::Level::INFO
-            && std::env::var_os("SIM_DUMP").is_some()
-        {
+        if dump() {
             eprintln!(
                 "{} {}: {msg}",
                 event.metadata().level(),
@@ -72,11 +70,20 @@ impl<S: tracing::Subscriber> Layer<S> for Capture {
     }
 }
 
+/// Whether `SIM_DUMP` asks for every line on stderr (read once).
+pub fn dump() -> bool {
+    static DUMP: OnceLock<bool> = OnceLock::new();
+    *DUMP.get_or_init(|| std::env::var_os("SIM_DUMP").is_some())
+}
+
 fn lines() -> &'static Lines {
     static LINES: OnceLock<Lines> = OnceLock::new();
     LINES.get_or_init(|| {
         let lines = Lines::default();
-        let subscriber = tracing_subscriber::registry().with(Capture(lines.clone()));
+        // Guests' lines are at info; debug and trace events are not even built.
+        let subscriber = tracing_subscriber::registry().with(
+            Capture(lines.clone()).with_filter(tracing_subscriber::filter::LevelFilter::INFO),
+        );
         // A process that installed its own subscriber first keeps it; the simulation's lines
         // are then not seen, and every check fails loudly rather than passing on nothing.
         let _ = tracing::subscriber::set_global_default(subscriber);

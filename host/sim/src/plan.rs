@@ -49,7 +49,16 @@ impl Plan {
         }
         for i in 0..rng.gen_range(1..=4) {
             let at = Duration::from_millis(rng.gen_range(3_000..ACTIVE.as_millis() as u64));
+            // A burst of updates just before and at the upgrade: notifications in flight and
+            // keys queued and held as the revisions change hands.
+            for _ in 0..rng.gen_range(10..=60) {
+                let before = Duration::from_millis(rng.gen_range(0..=20));
+                steps.push((at - before, Step::Update(rng.gen_range(0..objects))));
+            }
             steps.push((at, Step::Upgrade(format!("r{}", i + 1))));
+            for _ in 0..rng.gen_range(0..=30) {
+                steps.push((at, Step::Update(rng.gen_range(0..objects))));
+            }
         }
         // Stable: two steps at one instant keep the order they were drawn in.
         steps.sort_by_key(|(at, _)| *at);
@@ -72,18 +81,6 @@ impl Plan {
             steps,
             settle,
         }
-    }
-
-    /// The revision running once every step is done.
-    pub fn last_revision(&self) -> &str {
-        self.steps
-            .iter()
-            .rev()
-            .find_map(|(_, s)| match s {
-                Step::Upgrade(l) => Some(l.as_str()),
-                Step::Update(_) => None,
-            })
-            .unwrap_or(&self.first)
     }
 
     /// Simulated time from the start to the end of the settling.

@@ -18,7 +18,6 @@ fn seeds() -> Range<u64> {
 }
 
 #[test]
-#[ignore = "the simulation is being brought up: guest calls fail in the sandbox on simulated time (quarantine then replays), to be fixed before the oracles can judge; run with --ignored"]
 fn every_seed_keeps_every_guarantee() {
     let setup = kwh_sim::Setup::new(guests::guest("reviser")).expect("setup");
     let mut failed = Vec::new();
