@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use kwh_informer::backoff::Backoff;
 use kwh_plugin::{Limits, RuntimeOptions, StartError};
 use serde_json::json;
-use support::cluster::{cm, emulator, eventually, get_cm, http_get, runtime, runtime_with, start};
+use support::cluster::{
+    cm, emulator, eventually, get_cm, http_get, runtime, runtime_with, start, widget_crd,
+};
 use support::guests::guest;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -214,19 +216,6 @@ async fn requeue_after_is_honoured_and_errors_back_off() {
         "every reconcile finished within the grace period"
     );
     em.shutdown().await;
-}
-
-/// The CustomResourceDefinition of the `Widget` kind the badkind guest watches.
-fn widget_crd() -> serde_json::Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.com"},
-        "spec": {"group": "example.com", "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object",
-                    "x-kubernetes-preserve-unknown-fields": true}}}]}
-    })
 }
 
 /// A plugin started before its CRD is installed waits (unready, saying for what), the others

@@ -151,22 +151,7 @@ async fn wasmcontrollers_add_upgrade_and_remove_plugins_and_carry_their_status()
     let module = dir.join("reviser.wasm");
     std::fs::copy(guest("reviser"), &module).expect("copy guest");
     let crd = support::guests::repo_root().join("deploy/crds/wasmcontroller.yaml");
-    let cache = dir.join("cache");
-    let mut host = HostProcess::spawn(
-        [
-            os("--plugins-from-cluster"),
-            os("--emulator"),
-            crd.as_os_str(),
-            os("--cache-dir"),
-            cache.as_os_str(),
-            os("--grace-period"),
-            os("5"),
-        ],
-        "info",
-    );
-    let (_, kubeconfig) = host.emulator().await;
-    std::fs::copy(&kubeconfig, dir.join("kubeconfig")).expect("kubeconfig");
-    host.line("running; SIGINT or SIGTERM stops").await;
+    let (mut host, _) = spawn_cluster_host(&dir).await;
     // The CRD's printer columns, as custom columns: a real API server renders them from the
     // CRD; the emulator renders no CRD's columns, so kubectl evaluates the same paths here.
     let columns = printer_columns(&crd);
@@ -238,20 +223,7 @@ async fn a_wasmcontrollers_shadow_reports_its_differences_in_status() {
     let dir = support::temp_dir("wasmcontroller-shadow");
     let module = dir.join("reviser.wasm");
     std::fs::copy(guest("reviser"), &module).expect("copy guest");
-    let crd = support::guests::repo_root().join("deploy/crds/wasmcontroller.yaml");
-    let mut host = HostProcess::spawn(
-        [
-            os("--plugins-from-cluster"),
-            os("--emulator"),
-            crd.as_os_str(),
-            os("--cache-dir"),
-            dir.join("cache").as_os_str(),
-        ],
-        "info",
-    );
-    let (_, kubeconfig) = host.emulator().await;
-    std::fs::copy(&kubeconfig, dir.join("kubeconfig")).expect("kubeconfig");
-    host.line("running; SIGINT or SIGTERM stops").await;
+    let (mut host, _) = spawn_cluster_host(&dir).await;
     let m = module.display();
     support::kubectl::apply_yaml(
         &dir,

@@ -150,3 +150,17 @@ pub async fn get_until(
     .await
     .ok()
 }
+
+/// The CustomResourceDefinition of the `Widget` kind (`example.com/v1`) the `badkind` guest
+/// watches: a kind no server serves until it is created.
+pub fn widget_crd() -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}}]}
+    })
+}

@@ -17,7 +17,7 @@ use kwh_plugin::{
     PluginSpec, RuntimeOptions, SourceOptions, Started, Step, UpgradeError, Want,
 };
 use serde_json::json;
-use support::cluster::{emulator, eventually, runtime_with};
+use support::cluster::{emulator, eventually, runtime_with, widget_crd};
 
 const WAIT: Duration = Duration::from_secs(60);
 const GRACE: Duration = Duration::from_secs(10);
@@ -397,19 +397,6 @@ async fn a_plugin_another_entry_runs_is_refused_whatever_the_source() {
             "WasmController reviser"
         ]
     );
-}
-
-/// The CustomResourceDefinition of the `Widget` kind the `badkind` guest watches.
-fn widget_crd() -> serde_json::Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.com"},
-        "spec": {"group": "example.com", "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object",
-                    "x-kubernetes-preserve-unknown-fields": true}}}]}
-    })
 }
 
 /// A rename whose new plugin waits for a kind no server serves yet leaves the old one running

@@ -339,28 +339,38 @@ mod tests {
 
     use super::*;
 
-    #[tokio::test]
-    async fn a_confined_plugin_may_not_write_in_another_namespace() {
-        // Nothing listens there: a refused write never gets as far as a request.
-        let client = Client::new(kwh_client::Config::new(
-            "http://127.0.0.1:9".parse().unwrap(),
-        ))
-        .unwrap();
-        let mut resources = HashMap::new();
-        resources.insert(
+    /// A client of `url`'s server (nothing need listen there: a refused write never gets as
+    /// far as a request).
+    fn client_of(url: &str) -> Client {
+        Client::new(kwh_client::Config::new(url.parse().unwrap())).unwrap()
+    }
+
+    /// ConfigMaps, resolved.
+    fn configmaps() -> HashMap<(String, String), ApiResource> {
+        HashMap::from([(
             ("v1".to_string(), "ConfigMap".to_string()),
             ApiResource::new("v1", "ConfigMap", "configmaps", true),
-        );
-        let b = KubeClientBackend::new(client, "p", resources).confined_to(Some("team".into()));
-        let req = |ns: &str| WriteRequest {
+        )])
+    }
+
+    /// A create of a ConfigMap in `namespace`, made while reconciling `key` (none: a handler's).
+    fn create(namespace: &str, key: Option<&str>) -> WriteRequest {
+        WriteRequest {
             op: WriteOp::Create,
             api_version: "v1".into(),
             kind: "ConfigMap".into(),
-            namespace: Some(ns.into()),
+            namespace: Some(namespace.into()),
             name: None,
             body: b"{}".to_vec(),
-            reconciling: None,
-        };
+            reconciling: key.map(Arc::from),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_confined_plugin_may_not_write_in_another_namespace() {
+        let b = KubeClientBackend::new(client_of("http://127.0.0.1:9"), "p", configmaps())
+            .confined_to(Some("team".into()));
+        let req = |ns: &str| create(ns, None);
         let e = b.write(req("other")).await.unwrap_err();
         assert_eq!(e.code, 403);
         assert!(e.message.contains("confined to namespace \"team\""), "{e}");
@@ -374,28 +384,13 @@ mod tests {
         use kwh_coordination::leader_election::Fence;
         use kwh_coordination::ownership::Shards;
         use tokio::time::Instant;
-        let client = Client::new(kwh_client::Config::new(
-            "http://127.0.0.1:9".parse().unwrap(),
-        ))
-        .unwrap();
-        let resources = HashMap::from([(
-            ("v1".to_string(), "ConfigMap".to_string()),
-            ApiResource::new("v1", "ConfigMap", "configmaps", true),
-        )]);
         let fence = Fence::closed();
         let shards = Arc::new(Shards::new("a", fence.clone(), Duration::ZERO));
         shards.update(&["a".to_string(), "b".to_string()], Instant::now());
         let own = Ownership::new(Fence::closed(), Some(shards), None).for_plugin("p", false);
-        let b = KubeClientBackend::new(client, "p", resources).owned_by(own.clone());
-        let req = |key: Option<&str>| WriteRequest {
-            op: WriteOp::Create,
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-            namespace: Some("default".into()),
-            name: None,
-            body: b"{}".to_vec(),
-            reconciling: key.map(Arc::from),
-        };
+        let b = KubeClientBackend::new(client_of("http://127.0.0.1:9"), "p", configmaps())
+            .owned_by(own.clone());
+        let req = |key: Option<&str>| create("default", key);
         let e = b.write(req(None)).await.unwrap_err();
         assert_eq!(e.code, 503, "not a member yet: {e}");
         assert!(
@@ -424,7 +419,8 @@ mod tests {
         leader.open_until(Instant::now() + Duration::from_secs(60));
         let shards = Arc::new(Shards::new("a", fence.clone(), Duration::ZERO));
         let only = Ownership::new(leader, Some(shards), None).for_plugin("p", true);
-        let b = KubeClientBackend::new(b.client.clone(), "p", b.resources.clone()).owned_by(only);
+        let b = KubeClientBackend::new(client_of("http://127.0.0.1:9"), "p", configmaps())
+            .owned_by(only);
         let e = b.write(req(None)).await.unwrap_err();
         assert!(e.message.contains("cannot connect"), "{e}");
     }
@@ -448,14 +444,6 @@ mod tests {
                 let _ = accepted_tx.send(()).await;
             }
         });
-        let client = Client::new(kwh_client::Config::new(
-            format!("http://{addr}").parse().unwrap(),
-        ))
-        .unwrap();
-        let resources = HashMap::from([(
-            ("v1".to_string(), "ConfigMap".to_string()),
-            ApiResource::new("v1", "ConfigMap", "configmaps", true),
-        )]);
         let fence = Fence::closed();
         fence.open_until(Instant::now() + Duration::from_secs(600));
         let shards = Arc::new(Shards::new("a", fence, Duration::from_secs(15)));
@@ -472,16 +460,9 @@ mod tests {
             })
             .unwrap();
         assert_eq!(own.admit(&key), Admit::Now);
-        let b = KubeClientBackend::new(client, "p", resources).owned_by(own.clone());
-        let write = tokio::spawn(b.write(WriteRequest {
-            op: WriteOp::Create,
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-            namespace: Some("default".into()),
-            name: None,
-            body: b"{}".to_vec(),
-            reconciling: Some(Arc::from(key.as_str())),
-        }));
+        let b = KubeClientBackend::new(client_of(&format!("http://{addr}")), "p", configmaps())
+            .owned_by(own.clone());
+        let write = tokio::spawn(b.write(create("default", Some(&key))));
         // The request reached the server; it will never answer.
         accepted.recv().await.expect("the write connects");
         assert!(!write.is_finished());

@@ -1,5 +1,6 @@
 //! Says which revision of it handled what, for the tests that upgrade a running plugin
-//! (`host/plugin/tests/plugin_revisions.rs`, `tests/plugins_file_live.rs`). One line per call:
+//! (`host/plugin/tests/plugin_revisions.rs`, `tests/plugins_file.rs`, `tests/wasmcontroller.rs`,
+//! the simulation in `host/sim`). One line per call:
 //!
 //! ```text
 //! REV <revision> <add|update|delete> <key> <resourceVersion, or ->
