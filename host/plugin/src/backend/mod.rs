@@ -384,3 +384,53 @@ impl QueueBackend for Unavailable {
         tracing::debug!(%key, "queue add-after ignored: {UNAVAILABLE}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{EventRecorder, EventType, ObjectRef, RecorderConfig};
+    use kwh_coordination::leader_election::Fence;
+    use kwh_coordination::ownership::{Ownership, Shards};
+
+    fn event() -> NewEvent {
+        NewEvent {
+            regarding: ObjectRef {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: Some("default".into()),
+                name: "a".into(),
+                uid: None,
+            },
+            event_type: EventType::Normal,
+            reason: "Seen".into(),
+            action: "Look".into(),
+            note: None,
+        }
+    }
+
+    /// Under `--shards` every replica runs a sharded plugin's handlers: an Event a handler
+    /// records is dropped (it would be recorded once per replica), a reconcile's is kept; a
+    /// plugin on the leader only is not sharded, and its handlers' Events are kept.
+    #[tokio::test]
+    async fn a_sharded_plugins_handlers_record_no_events() {
+        let client = kwh_client::Client::new(kwh_client::Config::new(
+            "http://127.0.0.1:9".parse().unwrap(),
+        ))
+        .unwrap();
+        let (recorder, _writer) = EventRecorder::new(client, RecorderConfig::new("test"));
+        let shards = std::sync::Arc::new(Shards::new(
+            "a",
+            Fence::always_open(),
+            std::time::Duration::ZERO,
+        ));
+        let own = Ownership::new(Fence::always_open(), Some(shards), None);
+        let sharded = PluginEvents::new(recorder.clone(), own.for_plugin("p", false));
+        sharded.record_from("p", event(), None);
+        assert_eq!(recorder.stats().recorded, 0, "a handler's Event is dropped");
+        sharded.record_from("p", event(), Some("default/a"));
+        assert_eq!(recorder.stats().recorded, 1, "a reconcile's is recorded");
+        let leader_only = PluginEvents::new(recorder.clone(), own.for_plugin("q", true));
+        leader_only.record_from("q", event(), None);
+        assert_eq!(recorder.stats().recorded, 2, "not sharded: recorded");
+    }
+}
