@@ -1,6 +1,6 @@
-//! A seeded, deterministic simulation of the host: replicas running the real plugin runtime
-//! (informers, dispatch, workqueues, revisions, real Wasm components in wasmtime) against the
-//! real emulator, over a simulated network, on simulated time.
+#![doc = include_str!("../README.md")]
+//!
+//! ## Why turmoil
 //!
 //! Why turmoil (the tokio project's simulation crate) rather than tokio's paused clock alone:
 //! a paused clock only makes time deterministic for one runtime; the guarantees in question
