@@ -6,11 +6,11 @@ use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use kwh_informer::backoff::Backoff;
 use kwh_plugin::{Limits, RuntimeOptions, StartError};
 use serde_json::json;
 use support::cluster::{
-    cm, emulator, eventually, get_cm, http_get, runtime, runtime_with, start, widget_crd,
+    cm, emulator, eventually, get_cm, http_get, quick_retries, runtime, runtime_with, start,
+    widget_crd,
 };
 use support::guests::guest;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -224,22 +224,7 @@ async fn requeue_after_is_honoured_and_errors_back_off() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_whose_kind_is_not_served_yet_waits_and_starts_once_its_crd_is_installed() {
     let em = emulator().await;
-    let mut rt = runtime_with(
-        &em,
-        RuntimeOptions {
-            // Short retries and discovery refreshes, so the test does not sit out the
-            // production backoff (0.8 s doubling to 30 s) and the 5 s refresh floor.
-            start_retry: Backoff::new(
-                Duration::from_millis(50),
-                Duration::from_millis(400),
-                2.0,
-                0.0,
-                Duration::from_secs(120),
-            ),
-            discovery_refresh: Duration::from_millis(50),
-            ..RuntimeOptions::default()
-        },
-    );
+    let mut rt = runtime_with(&em, quick_retries(RuntimeOptions::default()));
     let bad = guest("badkind");
     let failed = tokio::time::timeout(T, rt.start_all(&[bad.clone(), guest("copier")]))
         .await

@@ -164,3 +164,32 @@ pub fn widget_crd() -> serde_json::Value {
                     "x-kubernetes-preserve-unknown-fields": true}}}]}
     })
 }
+
+/// Runtime options whose plugins log every line (no log budget): for tests that read what the
+/// guests print.
+pub fn every_line() -> RuntimeOptions {
+    RuntimeOptions {
+        limits: Limits {
+            log_lines_per_second: 0,
+            ..Limits::default()
+        },
+        ..RuntimeOptions::default()
+    }
+}
+
+/// `opts` with a plugin waiting for its kinds retried within 50-400 ms and discovery asked
+/// again after 50 ms, so that a test does not sit out the production backoff (0.8 s doubling
+/// to 30 s) and the 5 s refresh floor.
+pub fn quick_retries(opts: RuntimeOptions) -> RuntimeOptions {
+    RuntimeOptions {
+        start_retry: kwh_informer::backoff::Backoff::new(
+            Duration::from_millis(50),
+            Duration::from_millis(400),
+            2.0,
+            0.0,
+            Duration::from_secs(120),
+        ),
+        discovery_refresh: Duration::from_millis(50),
+        ..opts
+    }
+}

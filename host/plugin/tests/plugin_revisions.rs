@@ -15,23 +15,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kwh_informer::factory::InformerKey;
-use kwh_plugin::{Limits, PluginRuntime, PluginSpec, RuntimeOptions, UpgradeError};
+use kwh_plugin::{PluginRuntime, PluginSpec, RuntimeOptions, UpgradeError};
 use serde_json::json;
-use support::cluster::{cm, emulator, eventually, runtime_with};
+use support::cluster::{cm, emulator, eventually, every_line, runtime_with};
 use support::logs::Captured;
 
 const WAIT: Duration = Duration::from_secs(60);
 const GRACE: Duration = Duration::from_secs(10);
 
+/// Every line counts here: no log budget.
 fn options() -> RuntimeOptions {
-    RuntimeOptions {
-        limits: Limits {
-            // Every line counts here: no log budget.
-            log_lines_per_second: 0,
-            ..Limits::default()
-        },
-        ..RuntimeOptions::default()
-    }
+    every_line()
 }
 
 /// The `reviser` guest as revision `revision`, with `config` merged in.

@@ -11,34 +11,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kwh_informer::backoff::Backoff;
 use kwh_plugin::{
-    Applied, Change, Desired, EntryError, EntryOutcome, Limits, PluginRuntime, PluginSources,
-    PluginSpec, RuntimeOptions, SourceOptions, Started, Step, UpgradeError, Want,
+    Applied, Change, Desired, EntryError, EntryOutcome, PluginRuntime, PluginSources, PluginSpec,
+    RuntimeOptions, SourceOptions, Started, Step, UpgradeError, Want,
 };
 use serde_json::json;
-use support::cluster::{emulator, eventually, runtime_with, widget_crd};
+use support::cluster::{emulator, eventually, every_line, quick_retries, runtime_with, widget_crd};
 
 const WAIT: Duration = Duration::from_secs(60);
 const GRACE: Duration = Duration::from_secs(10);
 
 fn options() -> RuntimeOptions {
-    RuntimeOptions {
-        limits: Limits {
-            log_lines_per_second: 0,
-            ..Limits::default()
-        },
-        // A plugin waiting for its kinds is retried quickly, and discovery asked again soon.
-        start_retry: Backoff::new(
-            Duration::from_millis(50),
-            Duration::from_millis(400),
-            2.0,
-            0.0,
-            Duration::from_secs(120),
-        ),
-        discovery_refresh: Duration::from_millis(50),
-        ..RuntimeOptions::default()
-    }
+    quick_retries(every_line())
 }
 
 /// Every kind of source, with a word that keeps its plugins' names apart from the other runs'
