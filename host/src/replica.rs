@@ -2,18 +2,16 @@
 //! (`--leader-elect…`, `--shards`) or the keys of `--config`, started before the plugins and
 //! stopped after them.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::bail;
 use clap::Args;
 use serde::Deserialize;
 
 use kwh_client::duration::parse_duration;
 use kwh_client::Client;
-use kwh_coordination::leader_election::{ElectionConfig, Fence, LeaderElection, Role, Timings};
-use kwh_coordination::membership::{LeaderLink, MemberState, Membership};
-use kwh_coordination::ownership::{ElectionStatus, Gain, Ownership, Shards};
+use kwh_coordination::leader_election::{Role, Timings};
+use kwh_coordination::ownership::Ownership;
+use kwh_coordination::replica as coordination;
 use kwh_plugin::events::{EventRecorder, EventType, NewEvent, ObjectRef};
 
 /// The flags. Durations are written as kube-controller-manager's flags take them (`15s`,
@@ -129,11 +127,10 @@ impl ReplicaSettings {
 /// How often a new leader looks whether its fence opened, to record its Event.
 const FENCE_POLL: Duration = Duration::from_millis(50);
 
-/// The running election and membership of this process.
+/// The running election and membership of this process (`kwh_coordination`'s), and what the
+/// binary adds: the Event it records on the leader Lease.
 pub struct Replica {
-    ownership: Ownership,
-    election: Option<LeaderElection>,
-    membership: Option<Membership>,
+    inner: coordination::Replica,
     /// With an election: the leader Lease (its uid filled in as each Event is recorded: the
     /// Lease may not exist yet at start), and the note of this process's "became leader".
     leader_event: Option<(ObjectRef, String)>,
@@ -143,16 +140,6 @@ pub struct Replica {
 const EVENTS_CONTROLLER: &str = "kube-wasm-host";
 
 impl Replica {
-    /// Alone: owns everything.
-    pub fn single() -> Self {
-        Replica {
-            ownership: Ownership::single(),
-            election: None,
-            membership: None,
-            leader_event: None,
-        }
-    }
-
     /// Starts the election and the membership asked for, as `identity`.
     pub fn start(
         settings: &ReplicaSettings,
@@ -160,80 +147,23 @@ impl Replica {
         identity: &str,
         leader_only_plugins: &[String],
     ) -> anyhow::Result<Self> {
-        if !settings.leader_elect && !settings.shards {
-            return Ok(Replica::single());
-        }
-        if settings.shards && !settings.leader_elect && !leader_only_plugins.is_empty() {
-            bail!(
-                "plugin {} is leaderOnly: with --shards it needs --leader-elect",
-                leader_only_plugins.join(", ")
-            );
-        }
         let namespace = settings
             .namespace
             .clone()
             .unwrap_or_else(|| client.default_namespace().to_string());
-        let election = if settings.leader_elect {
-            Some(LeaderElection::spawn(
-                client.clone(),
-                ElectionConfig {
-                    namespace: namespace.clone(),
-                    name: settings.lease_name.clone(),
-                    identity: identity.to_string(),
-                    timings: settings.timings.clone(),
-                },
-            )?)
-        } else {
-            None
-        };
-        let leader_fence = match &election {
-            Some(e) => e.fence(),
-            // Sharded without an election: no plugin is leader-only (checked above).
-            None if settings.shards => Fence::closed(),
-            None => Fence::always_open(),
-        };
-        let shards = settings.shards.then(|| {
-            Arc::new(Shards::new(
-                identity,
-                Fence::closed(),
-                settings.timings.lease_duration,
-            ))
-        });
-        let status = election.as_ref().map(|e| ElectionStatus {
-            lease: format!("{namespace}/{}", settings.lease_name),
-            identity: identity.to_string(),
-            role: e.role(),
-        });
-        let ownership = Ownership::new(leader_fence, shards.clone(), status);
-        if let Some(e) = &election {
-            replay_on_leadership(e, &ownership);
-        }
-        // With an election, the leader counts as a member through its leader Lease and does
-        // not renew a membership Lease too.
-        let link = election.as_ref().map(|e| LeaderLink {
-            seen: e.leader_seen(),
-            fence: e.fence(),
-        });
-        let membership = shards.map(|s| {
-            Membership::spawn(
-                client.clone(),
-                &namespace,
-                &settings.lease_name,
-                settings.timings.clone(),
-                s,
-                ownership.clone(),
-                link,
-            )
-        });
-        tracing::info!(
+        let inner = coordination::Replica::start(
+            &coordination::Settings {
+                leader_elect: settings.leader_elect,
+                shards: settings.shards,
+                namespace: namespace.clone(),
+                lease_name: settings.lease_name.clone(),
+                timings: settings.timings.clone(),
+            },
+            client,
             identity,
-            namespace,
-            lease = %settings.lease_name,
-            leader_elect = settings.leader_elect,
-            shards = settings.shards,
-            "replica coordination started"
-        );
-        let leader_event = election.as_ref().map(|_| {
+            leader_only_plugins,
+        )?;
+        let leader_event = settings.leader_elect.then(|| {
             let lease = ObjectRef {
                 api_version: "coordination.k8s.io/v1".into(),
                 kind: "Lease".into(),
@@ -244,9 +174,7 @@ impl Replica {
             (lease, format!("{identity} became leader"))
         });
         Ok(Replica {
-            ownership,
-            election,
-            membership,
+            inner,
             leader_event,
         })
     }
@@ -257,14 +185,14 @@ impl Replica {
     /// controller-runtime managers. A process already leading when this is called records it
     /// at once. Nothing without an election.
     pub fn record_leadership(&self, events: EventRecorder) {
-        let (Some(e), Some((regarding, note))) = (&self.election, self.leader_event.clone()) else {
+        let (Some((mut role, seen)), Some((regarding, note))) =
+            (self.inner.election(), self.leader_event.clone())
+        else {
             return;
         };
-        let mut role = e.role();
-        let seen = e.leader_seen();
         // The Event writer writes behind this replica's own fence: with shards, its
         // membership's, which a new process opens only at its first membership round.
-        let fence = self.ownership.fence();
+        let fence = self.inner.ownership().fence();
         tokio::spawn(async move {
             let mut leading = false;
             loop {
@@ -309,56 +237,16 @@ impl Replica {
 
     /// Which work this process may do.
     pub fn ownership(&self) -> Ownership {
-        self.ownership.clone()
+        self.inner.ownership()
     }
 
     /// Resolves when this process lost its lease (leader or membership): it must stop.
     pub async fn lost(&self) -> &'static str {
-        let election = async {
-            match &self.election {
-                Some(e) => {
-                    let mut r = e.role();
-                    let _ = r.wait_for(|r| *r == Role::Lost).await;
-                }
-                None => std::future::pending().await,
-            }
-        };
-        let membership = async {
-            match &self.membership {
-                Some(m) => {
-                    let mut s = m.state();
-                    let _ = s.wait_for(|s| *s == MemberState::Lost).await;
-                }
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = election => "leader election lost",
-            _ = membership => "shard membership lost",
-        }
+        self.inner.lost().await
     }
 
-    /// Leaves the shard group and releases the leader Lease: after the plugins stopped, so
-    /// the next owner starts only once nothing here acts any more.
+    /// Leaves the shard group and releases the leader Lease, after the plugins stopped.
     pub async fn stop(self) {
-        if let Some(m) = self.membership {
-            m.leave().await;
-        }
-        if let Some(e) = self.election {
-            e.release().await;
-        }
+        self.inner.stop().await
     }
-}
-
-/// A new leader replays its caches to its handlers, as a controller that starts.
-fn replay_on_leadership(election: &LeaderElection, ownership: &Ownership) {
-    let mut role = election.role();
-    let own = ownership.clone();
-    tokio::spawn(async move {
-        while role.changed().await.is_ok() {
-            if *role.borrow_and_update() == Role::Leader {
-                own.gained(Gain::Leadership);
-            }
-        }
-    });
 }

@@ -165,7 +165,18 @@ fn authenticate(shared: &Shared, req: &Request<Incoming>) -> Result<Option<UserI
 
 /// Serve one request.
 pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
-    let span = tracing::debug_span!("request", method = %req.method(), path = %req.uri().path());
+    // The agent tells a simulation's replicas apart (fields are only read when the span is
+    // enabled).
+    let span = tracing::debug_span!(
+        "request",
+        method = %req.method(),
+        path = %req.uri().path(),
+        agent = req
+            .headers()
+            .get(http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    );
     async move {
         let resp = serve(shared, req).await;
         debug!(status = resp.status().as_u16(), "answered");

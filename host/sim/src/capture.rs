@@ -1,51 +1,139 @@
-//! The lines the simulated plugins print, kept in order of emission: every host runs on the
-//! simulation's one thread, so the order is the order in which things happened.
+//! What a run shows, kept in order of emission: the lines the simulated plugins print, the
+//! writes the API server answered, and the driver's notes (a crash, a restart). Every host
+//! runs on the simulation's one thread, so the order is the order in which things happened.
 
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use tracing::field::{Field, Visit};
+use tracing::span;
+use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
 
-/// One `REV <revision> <what> <key> <rv>` line of the `reviser` guest.
+/// One `REV <revision> <what> <key> <rv>[ <by>]` line of the `reviser` guest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rev {
     /// The revision label of the plugin that printed it.
     pub revision: String,
-    /// `add`, `update`, `delete` or `reconcile`.
+    /// `add`, `update`, `delete`, `reconcile` or `done` (a reconcile's end).
     pub what: String,
     /// The object's key.
     pub key: String,
     /// The resourceVersion it saw (`-` when none).
     pub rv: String,
+    /// The replica that printed it (its `mark`), when it has one.
+    pub by: Option<String>,
+}
+
+/// A request the API server answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answered {
+    /// The client's User-Agent: a simulated replica's name.
+    pub agent: String,
+    /// The HTTP method.
+    pub method: String,
+    /// The request's path.
+    pub path: String,
+    /// The answer's status code.
+    pub status: u16,
+}
+
+impl Answered {
+    /// A write the server accepted.
+    pub fn accepted_write(&self) -> bool {
+        (200..300).contains(&self.status) && !matches!(self.method.as_str(), "GET" | "HEAD")
+    }
+}
+
+/// One thing seen, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    /// A plugin's line.
+    Rev(Rev),
+    /// The API server's answer.
+    Answered(Answered),
+    /// The driver's note: `crash <replica>`, `start <replica>`, `ready <replica>`,
+    /// `lost <replica>`.
+    Note(String),
 }
 
 #[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<Rev>>>);
+struct Lines(Arc<Mutex<Vec<Seen>>>);
 
 struct Capture(Lines);
 
 #[derive(Default)]
-struct Message(Option<String>);
+struct Fields {
+    message: Option<String>,
+    method: String,
+    path: String,
+    agent: String,
+    status: u16,
+}
 
-impl Visit for Message {
+impl Visit for Fields {
     fn record_str(&mut self, field: &Field, value: &str) {
-        if field.name() == "message" {
-            self.0 = Some(value.to_owned());
+        match field.name() {
+            "message" => self.message = Some(value.to_owned()),
+            "agent" => self.agent = value.to_owned(),
+            _ => {}
+        }
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        if field.name() == "status" {
+            self.status = u16::try_from(value).unwrap_or(0);
         }
     }
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            self.0 = Some(format!("{value:?}"));
+        match field.name() {
+            "message" => self.message = Some(format!("{value:?}")),
+            "method" => self.method = format!("{value:?}"),
+            "path" => self.path = format!("{value:?}"),
+            "agent" => self.agent = format!("{value:?}"),
+            _ => {}
         }
     }
 }
 
-impl<S: tracing::Subscriber> Layer<S> for Capture {
-    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        let mut m = Message::default();
+/// The API server's request spans and their answers.
+const ROUTER: &str = "kwh_emulator::router";
+
+impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
+    fn on_new_span(&self, attrs: &span::Attributes<'_>, id: &span::Id, ctx: Context<'_, S>) {
+        if attrs.metadata().target() != ROUTER {
+            return;
+        }
+        let mut f = Fields::default();
+        attrs.record(&mut f);
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(f);
+        }
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: Context<'_, S>) {
+        let mut m = Fields::default();
         event.record(&mut m);
-        let Some(msg) = m.0 else { return };
+        let Some(msg) = m.message else { return };
+        if event.metadata().target() == ROUTER {
+            if msg != "answered" {
+                return;
+            }
+            let Some(span) = ctx.event_span(event) else {
+                return;
+            };
+            let ext = span.extensions();
+            let Some(req) = ext.get::<Fields>() else {
+                return;
+            };
+            self.0 .0.lock().push(Seen::Answered(Answered {
+                agent: req.agent.clone(),
+                method: req.method.clone(),
+                path: req.path.clone(),
+                status: m.status,
+            }));
+            return;
+        }
         if dump() {
             eprintln!(
                 "{} {}: {msg}",
@@ -60,12 +148,13 @@ impl<S: tracing::Subscriber> Layer<S> for Capture {
         if let (Some(revision), Some(what), Some(key), Some(rv)) =
             (f.next(), f.next(), f.next(), f.next())
         {
-            self.0 .0.lock().push(Rev {
+            self.0 .0.lock().push(Seen::Rev(Rev {
                 revision: revision.into(),
                 what: what.into(),
                 key: key.into(),
                 rv: rv.into(),
-            });
+                by: f.next().map(str::to_owned),
+            }));
         }
     }
 }
@@ -80,10 +169,13 @@ fn lines() -> &'static Lines {
     static LINES: OnceLock<Lines> = OnceLock::new();
     LINES.get_or_init(|| {
         let lines = Lines::default();
-        // Guests' lines are at info; debug and trace events are not even built.
-        let subscriber = tracing_subscriber::registry().with(
-            Capture(lines.clone()).with_filter(tracing_subscriber::filter::LevelFilter::INFO),
-        );
+        // Guests' lines are at info, the API server's answers at debug; nothing else below
+        // info is even built.
+        let filter = Targets::new()
+            .with_default(LevelFilter::INFO)
+            .with_target(ROUTER, LevelFilter::DEBUG);
+        let subscriber =
+            tracing_subscriber::registry().with(Capture(lines.clone()).with_filter(filter));
         // A process that installed its own subscriber first keeps it; the simulation's lines
         // are then not seen, and every check fails loudly rather than passing on nothing.
         let _ = tracing::subscriber::set_global_default(subscriber);
@@ -96,7 +188,25 @@ pub fn reset() {
     lines().0.lock().clear();
 }
 
-/// The lines captured since the last [`reset`], in order.
-pub fn take() -> Vec<Rev> {
+/// Notes something the driver did, in its place among the lines.
+pub fn note(what: String) {
+    if dump() {
+        eprintln!("NOTE {what}");
+    }
+    lines().0.lock().push(Seen::Note(what));
+}
+
+/// Everything seen since the last [`reset`], in order.
+pub fn take() -> Vec<Seen> {
     std::mem::take(&mut *lines().0.lock())
+}
+
+/// The plugins' lines alone, in order.
+pub fn revs(seen: &[Seen]) -> Vec<Rev> {
+    seen.iter()
+        .filter_map(|s| match s {
+            Seen::Rev(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect()
 }

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::capture::Rev;
+use crate::capture::{Rev, Seen};
 use crate::plan::Plan;
 
 /// A guarantee a run broke, in one line.
@@ -56,6 +56,9 @@ pub fn old_revisions_only_finish_what_they_held(lines: &[Rev], plan: &Plan) -> R
             .iter()
             .filter(|l| older.contains(&l.revision.as_str()))
         {
+            if l.what == "done" {
+                continue;
+            }
             if l.what != "reconcile" {
                 return Err(format!(
                     "{} {} {}@{} after {rev} took over",
@@ -113,6 +116,205 @@ pub fn last_versions_reconciled(lines: &[Rev], made: &[(String, String)]) -> Res
                 "{key}@{rv} never reconciled by {} or a later revision (its lines: {})",
                 order[handled],
                 seen.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The plugin's lines of each life of each replica (from one start to the next), in order.
+pub fn lives(seen: &[Seen]) -> Vec<Vec<Rev>> {
+    let mut lives: Vec<Vec<Rev>> = Vec::new();
+    let mut now: HashMap<String, usize> = HashMap::new();
+    for s in seen {
+        match s {
+            Seen::Note(n) => {
+                if let Some(r) = n.strip_prefix("start ") {
+                    now.insert(r.to_owned(), lives.len());
+                    lives.push(Vec::new());
+                }
+            }
+            Seen::Rev(l) => {
+                if let Some(i) = l.by.as_ref().and_then(|r| now.get(r)) {
+                    lives[*i].push(l.clone());
+                }
+            }
+            Seen::Answered(_) => {}
+        }
+    }
+    lives
+}
+
+/// No update reached two revisions (or one twice) in one life of a replica.
+pub fn no_update_handled_twice(life: &[Rev], made: &[(String, String)]) -> Result<(), Broken> {
+    let mut by_update: HashMap<(&str, &str), Vec<&str>> = HashMap::new();
+    for l in life.iter().filter(|l| l.what == "update") {
+        by_update
+            .entry((l.key.as_str(), l.rv.as_str()))
+            .or_default()
+            .push(l.revision.as_str());
+    }
+    for (key, rv) in made {
+        if let Some(revs) = by_update.get(&(key.as_str(), rv.as_str())) {
+            if revs.len() > 1 {
+                let by = life.first().and_then(|l| l.by.as_deref()).unwrap_or("-");
+                return Err(format!("update {key}@{rv} handled by {revs:?} on {by}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The reconciles each replica has under way, by key, as the lines go by: a reconcile line
+/// opens one, its `done` line closes it, and so does the replica's crash.
+#[derive(Default)]
+struct Underway(HashMap<String, Vec<String>>);
+
+impl Underway {
+    fn open(&mut self, key: &str, by: &str) {
+        let v = self.0.entry(key.to_owned()).or_default();
+        if !v.iter().any(|r| r == by) {
+            v.push(by.to_owned());
+        }
+    }
+    fn close(&mut self, key: &str, by: &str) {
+        if let Some(v) = self.0.get_mut(key) {
+            v.retain(|r| r != by);
+        }
+    }
+    fn crash(&mut self, by: &str) {
+        for v in self.0.values_mut() {
+            v.retain(|r| r != by);
+        }
+    }
+    fn others(&self, key: &str, by: &str) -> Vec<&str> {
+        self.0
+            .get(key)
+            .map(|v| v.iter().filter(|r| *r != by).map(String::as_str).collect())
+            .unwrap_or_default()
+    }
+    fn has(&self, key: &str, by: &str) -> bool {
+        self.0.get(key).is_some_and(|v| v.iter().any(|r| r == by))
+    }
+    /// Follows one thing seen.
+    fn see(&mut self, s: &Seen) {
+        match s {
+            Seen::Rev(l) => {
+                let Some(by) = &l.by else { return };
+                match l.what.as_str() {
+                    "reconcile" if l.rv != "-" => self.open(&l.key, by),
+                    "done" => self.close(&l.key, by),
+                    _ => {}
+                }
+            }
+            Seen::Note(n) => {
+                if let Some(r) = n.strip_prefix("crash ") {
+                    self.crash(r);
+                }
+            }
+            Seen::Answered(_) => {}
+        }
+    }
+}
+
+/// No two replicas reconciled one key at the same time.
+pub fn no_key_on_two_replicas_at_once(seen: &[Seen]) -> Result<(), Broken> {
+    let mut u = Underway::default();
+    for s in seen {
+        if let Seen::Rev(l) = s {
+            if let (Some(by), "reconcile") = (&l.by, l.what.as_str()) {
+                let others = u.others(&l.key, by);
+                if !others.is_empty() {
+                    return Err(format!(
+                        "{by} reconciled {}@{} while {others:?} still did",
+                        l.key, l.rv
+                    ));
+                }
+            }
+        }
+        u.see(s);
+    }
+    Ok(())
+}
+
+/// The key a write of the plugin's (Secret `mark-<name>`) is for.
+fn marked_key(path: &str) -> Option<String> {
+    let (_, name) = path.rsplit_once("/secrets/mark-")?;
+    let ns = path.split("/namespaces/").nth(1)?.split('/').next()?;
+    Some(format!("{ns}/{name}"))
+}
+
+/// Every write the API server accepted for a key came while its replica was reconciling that
+/// key: none after the reconcile was cut off (a lease or the key lost) or the replica died.
+pub fn writes_inside_their_reconcile(seen: &[Seen]) -> Result<(), Broken> {
+    let mut u = Underway::default();
+    for s in seen {
+        if let Seen::Answered(a) = s {
+            if let (true, Some(key)) = (a.accepted_write(), marked_key(&a.path)) {
+                if !u.has(&key, &a.agent) {
+                    return Err(format!(
+                        "the API server accepted {}'s write for {key} after its reconcile ended",
+                        a.agent
+                    ));
+                }
+            }
+        }
+        u.see(s);
+    }
+    Ok(())
+}
+
+/// Under leader election, every write the API server accepted for a key came from the
+/// replica that last wrote the leader Lease `lease`: none from a replica that lost it.
+pub fn writes_only_by_the_leader(seen: &[Seen], lease: &str) -> Result<(), Broken> {
+    let mut holder: Option<&str> = None;
+    let named = format!("/leases/{lease}");
+    for s in seen {
+        let Seen::Answered(a) = s else { continue };
+        if !a.accepted_write() {
+            continue;
+        }
+        if a.path.ends_with(&named) || (a.method == "POST" && a.path.ends_with("/leases")) {
+            holder = Some(&a.agent);
+        } else if let Some(key) = marked_key(&a.path) {
+            if holder != Some(a.agent.as_str()) {
+                return Err(format!(
+                    "the API server accepted {}'s write for {key} while {} held the lease",
+                    a.agent,
+                    holder.unwrap_or("nobody")
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// At the end, every object's mark (Secret `mark-<name>`) names its last version: the
+/// cluster's state is what the last updates ask for.
+pub fn end_state_marks_last_versions(
+    em: &kwh_emulator::EmulatorHandle,
+    made: &[(String, String)],
+) -> Result<(), Broken> {
+    let last: HashMap<&str, &str> = made
+        .iter()
+        .map(|(k, rv)| (k.as_str(), rv.as_str()))
+        .collect();
+    let mut keys: Vec<_> = last.into_iter().collect();
+    keys.sort();
+    for (key, rv) in keys {
+        let Some((ns, name)) = key.split_once('/') else {
+            continue;
+        };
+        let mark = em.get("v1", "Secret", Some(ns), &format!("mark-{name}"));
+        let marked = mark
+            .as_ref()
+            .and_then(|m| m["metadata"]["annotations"]["reviser/rv"].as_str());
+        if marked != Some(rv) {
+            let by = mark
+                .as_ref()
+                .and_then(|m| m["metadata"]["annotations"]["reviser/by"].as_str());
+            return Err(format!(
+                "at the end {key}@{rv} is marked {marked:?} (by {by:?})"
             ));
         }
     }

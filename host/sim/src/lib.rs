@@ -26,12 +26,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use kwh_coordination::leader_election::Timings;
+use kwh_coordination::replica::{self, Replica};
 use kwh_plugin::{EngineConfig, Limits, PluginEngine, PluginRuntime, PluginSpec, RuntimeOptions};
 use parking_lot::Mutex;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use plan::{Plan, Step};
+use plan::{Plan, Step, Topology};
 
 /// Where the simulated API server listens, by its simulated host name.
 const APISERVER: &str = "http://apiserver:6443";
@@ -76,11 +78,15 @@ impl Setup {
 pub struct Summary {
     /// Simulated time.
     pub simulated: Duration,
+    /// How the replicas shared the work.
+    pub topology: Option<Topology>,
     /// Updates made.
     pub updates: usize,
     /// Upgrades made.
     pub upgrades: usize,
-    /// Plugin lines judged.
+    /// Crashes and partitions.
+    pub faults: usize,
+    /// Plugin lines and server answers judged.
     pub lines: usize,
 }
 
@@ -89,6 +95,27 @@ pub struct Summary {
 enum Command {
     Upgrade(String),
 }
+
+/// What the driver asks of the simulation itself, which only the loop that steps it can do.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    Crash(usize),
+    Restart(usize),
+    Partition(usize),
+    Repair(usize),
+}
+
+/// A replica's simulated host name, also its identity and User-Agent.
+fn replica_name(i: usize) -> String {
+    format!("replica-{i}")
+}
+
+/// The namespace of the coordination Leases.
+const NAMESPACE: &str = "default";
+/// The leader Lease's (and shard group's) name.
+const LEASE: &str = "sim";
+/// How long after a replica stops on its own (a lost lease) it is started again, as a pod is.
+const RESTART_AFTER: Duration = Duration::from_secs(2);
 
 /// Runs the scenario of `seed` and judges it.
 pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
@@ -100,6 +127,7 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
         .tick_duration(Duration::from_millis(5))
         .min_message_latency(Duration::from_millis(1))
         .max_message_latency(Duration::from_millis(20))
+        .enable_random_order()
         .rng_seed(seed)
         .build();
 
@@ -120,8 +148,14 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
         }
     });
 
-    let (tx, rx) = mpsc::unbounded_channel::<Command>();
-    let rx = Arc::new(tokio::sync::Mutex::new(rx));
+    let replicas = plan.topology.replicas();
+    let mut txs = Vec::new();
+    let mut rxs = Vec::new();
+    for _ in 0..replicas {
+        let (tx, rx) = mpsc::unbounded_channel::<Command>();
+        txs.push(tx);
+        rxs.push(Arc::new(tokio::sync::Mutex::new(rx)));
+    }
     let failures: Arc<Mutex<Vec<String>>> = Arc::default();
     let opts = RuntimeOptions {
         limits: Limits {
@@ -135,57 +169,116 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
         let guest = setup.guest.clone();
         let opts = opts.clone();
         let workers = plan.workers;
-        move |revision: &str| PluginSpec {
-            config: Arc::new(json!({"revision": revision, "name": "sim", "workers": workers})),
+        move |revision: &str, mark: &str| PluginSpec {
+            config: Arc::new(json!({"revision": revision, "name": "sim",
+                                    "workers": workers, "mark": mark})),
             ..PluginSpec::with_defaults(guest.clone(), &opts)
         }
     };
-    // Set once the first revision's caches synced: the driver's clock starts there, so that
+    // The revision every replica should run: a replica started again starts with it.
+    let current = Arc::new(Mutex::new(plan.first.clone()));
+    // Set once each replica's first caches synced: the driver's clock starts there, so that
     // every update it makes is one the plugin sees as an update (before the initial list, an
     // update is folded into it).
-    let ready = Arc::new(AtomicBool::new(false));
-    sim.host("replica-0", {
-        let ready = ready.clone();
-        let engine = setup.engine.clone();
-        let failures = failures.clone();
-        let first = plan.first.clone();
-        let spec = spec.clone();
-        move || {
-            let (engine, rx, failures, opts, spec, ready) = (
+    let ready: Arc<Vec<AtomicBool>> =
+        Arc::new((0..replicas).map(|_| AtomicBool::new(false)).collect());
+    let topology = plan.topology;
+    for (i, rx) in rxs.into_iter().enumerate() {
+        let name = replica_name(i);
+        let (ready, engine, failures, current, spec, opts) = (
+            ready.clone(),
+            setup.engine.clone(),
+            failures.clone(),
+            current.clone(),
+            spec.clone(),
+            opts.clone(),
+        );
+        sim.host(replica_name(i).as_str(), move || {
+            let (engine, rx, failures, opts, spec, ready, current, name) = (
                 engine.clone(),
                 rx.clone(),
                 failures.clone(),
                 opts.clone(),
                 spec.clone(),
                 ready.clone(),
+                current.clone(),
+                name.clone(),
             );
-            let first = first.clone();
             async move {
-                let client = net::client(APISERVER)?;
-                let mut rt = PluginRuntime::new(engine, client, opts);
-                rt.start_spec(spec(&first)).await?;
+                capture::note(format!("start {name}"));
+                let client = net::client(APISERVER, &name)?;
+                let replica = match topology {
+                    Topology::Single => Replica::single(),
+                    Topology::Leader(_) | Topology::Shards(_) => Replica::start(
+                        &replica::Settings {
+                            leader_elect: true,
+                            shards: matches!(topology, Topology::Shards(_)),
+                            namespace: NAMESPACE.into(),
+                            lease_name: LEASE.into(),
+                            timings: Timings::default(),
+                        },
+                        &client,
+                        &name,
+                        &[],
+                    )?,
+                };
+                let mut rt = PluginRuntime::new(
+                    engine,
+                    client,
+                    RuntimeOptions {
+                        identity: name.clone(),
+                        ownership: replica.ownership(),
+                        ..opts
+                    },
+                );
+                // Commands left from before a crash are stale: the current revision is
+                // read after they are drained.
+                let mut rx = rx.lock().await;
+                while rx.try_recv().is_ok() {}
+                let mut running = current.lock().clone();
+                rt.start_spec(spec(&running, &name)).await?;
                 while !rt.is_ready() {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                ready.store(true, Ordering::Release);
-                let mut rx = rx.lock().await;
-                while let Some(cmd) = rx.recv().await {
-                    match cmd {
-                        Command::Upgrade(label) => {
-                            if let Err(e) = rt.upgrade("sim", spec(&label), GRACE).await {
-                                failures.lock().push(format!("upgrade to {label}: {e}"));
+                capture::note(format!("ready {name}"));
+                ready[i].store(true, Ordering::Release);
+                loop {
+                    tokio::select! {
+                        cmd = rx.recv() => match cmd {
+                            Some(Command::Upgrade(label)) if label != running => {
+                                if let Err(e) = rt.upgrade("sim", spec(&label, &name), GRACE).await {
+                                    failures.lock().push(format!("{name}: upgrade to {label}: {e}"));
+                                }
+                                running = label;
                             }
+                            Some(Command::Upgrade(_)) => {}
+                            None => break,
+                        },
+                        why = replica.lost() => {
+                            capture::note(format!("lost {name}: {why}"));
+                            break;
                         }
                     }
                 }
+                // As the binary stops: the plugins first, then the Leases.
+                rt.shutdown(GRACE).await;
+                replica.stop().await;
+                capture::note(format!("stopped {name}"));
                 Ok(())
             }
-        }
-    });
+        });
+    }
 
     let made: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let faults: Arc<Mutex<Vec<(Duration, Fault)>>> = Arc::default();
     sim.client("driver", {
-        let (em, made, plan) = (em.clone(), made.clone(), plan.clone());
+        let (em, made, plan, faults, current) = (
+            em.clone(),
+            made.clone(),
+            plan.clone(),
+            faults.clone(),
+            current.clone(),
+        );
         async move {
             let em = loop {
                 if let Some(h) = em.lock().clone() {
@@ -196,12 +289,13 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
             for i in 0..plan.objects {
                 em.create(cm(i, 0))?;
             }
-            while !ready.load(Ordering::Acquire) {
+            while !ready.iter().all(|r| r.load(Ordering::Acquire)) {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             let start = tokio::time::Instant::now();
             for (n, (at, step)) in plan.steps.iter().enumerate() {
                 tokio::time::sleep_until(start + *at).await;
+                let now = turmoil::elapsed();
                 match step {
                     Step::Update(i) => {
                         let o = em.update(cm(*i, n + 1))?;
@@ -212,7 +306,21 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
                         made.lock().push((format!("default/u-{i}"), rv));
                     }
                     Step::Upgrade(label) => {
-                        tx.send(Command::Upgrade(label.clone()))?;
+                        *current.lock() = label.clone();
+                        for tx in &txs {
+                            // A replica that is down reads the current revision as it starts.
+                            let _ = tx.send(Command::Upgrade(label.clone()));
+                        }
+                    }
+                    Step::Crash(who, down) => {
+                        let mut f = faults.lock();
+                        f.push((now, Fault::Crash(*who)));
+                        f.push((now + *down, Fault::Restart(*who)));
+                    }
+                    Step::Partition(who, down) => {
+                        let mut f = faults.lock();
+                        f.push((now, Fault::Partition(*who)));
+                        f.push((now + *down, Fault::Repair(*who)));
                     }
                 }
             }
@@ -221,32 +329,112 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
         }
     });
 
-    sim.run()
-        .map_err(|e| broken(format!("the simulation failed: {e}")))?;
-    let lines = capture::take();
+    // Step the simulation, doing what only its owner can: crash and restart hosts (also the
+    // replicas that stopped on their own, as their pods would be), cut and repair links.
+    let mut crashed = vec![false; replicas];
+    let mut restart_at: Vec<Option<Duration>> = vec![None; replicas];
+    loop {
+        let done = sim
+            .step()
+            .map_err(|e| broken(format!("the simulation failed: {e}")))?;
+        if done {
+            break;
+        }
+        let now = sim.elapsed();
+        let due: Vec<Fault> = {
+            let mut f = faults.lock();
+            let (due, later): (Vec<_>, Vec<_>) = f.drain(..).partition(|(at, _)| *at <= now);
+            *f = later;
+            due.into_iter().map(|(_, f)| f).collect()
+        };
+        for f in due {
+            match f {
+                Fault::Crash(i) if !crashed[i] => {
+                    crashed[i] = true;
+                    restart_at[i] = None;
+                    if sim.is_host_running(replica_name(i).as_str()) {
+                        capture::note(format!("crash {}", replica_name(i)));
+                        sim.crash(replica_name(i).as_str());
+                    }
+                }
+                Fault::Crash(_) => {}
+                Fault::Restart(i) => {
+                    if crashed[i] {
+                        crashed[i] = false;
+                        restart_at[i] = Some(now);
+                    }
+                }
+                Fault::Partition(i) => {
+                    capture::note(format!("partition {}", replica_name(i)));
+                    sim.partition(replica_name(i).as_str(), "apiserver");
+                }
+                Fault::Repair(i) => {
+                    capture::note(format!("repair {}", replica_name(i)));
+                    sim.repair(replica_name(i).as_str(), "apiserver");
+                }
+            }
+        }
+        for i in 0..replicas {
+            let name = replica_name(i);
+            if crashed[i] || sim.is_host_running(name.as_str()) {
+                continue;
+            }
+            match restart_at[i] {
+                None => restart_at[i] = Some(now + RESTART_AFTER),
+                Some(at) if at <= now => {
+                    restart_at[i] = None;
+                    sim.bounce(name.as_str());
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    let seen = capture::take();
     let made = made.lock().clone();
     if capture::dump() {
-        for l in &lines {
-            eprintln!("{} {} {} {}", l.revision, l.what, l.key, l.rv);
+        for s in &seen {
+            eprintln!("{s:?}");
         }
         eprintln!("made: {made:?}");
     }
     if let Some(f) = failures.lock().first() {
         return Err(broken(f.clone()));
     }
-    check::each_update_handled_once(&lines, &made).map_err(broken)?;
-    check::old_revisions_only_finish_what_they_held(&lines, &plan).map_err(broken)?;
-    check::last_versions_reconciled(&lines, &made).map_err(broken)?;
+    let lines = capture::revs(&seen);
+    if plan.topology == Topology::Single {
+        check::each_update_handled_once(&lines, &made).map_err(broken)?;
+        check::old_revisions_only_finish_what_they_held(&lines, &plan).map_err(broken)?;
+        check::last_versions_reconciled(&lines, &made).map_err(broken)?;
+    } else {
+        for life in check::lives(&seen) {
+            check::no_update_handled_twice(&life, &made).map_err(broken)?;
+            check::old_revisions_only_finish_what_they_held(&life, &plan).map_err(broken)?;
+        }
+    }
+    check::no_key_on_two_replicas_at_once(&seen).map_err(broken)?;
+    check::writes_inside_their_reconcile(&seen).map_err(broken)?;
+    if let Topology::Leader(_) = plan.topology {
+        check::writes_only_by_the_leader(&seen, LEASE).map_err(broken)?;
+    }
+    let em = em
+        .lock()
+        .clone()
+        .ok_or_else(|| broken("the API server never started".into()))?;
+    check::end_state_marks_last_versions(&em, &made).map_err(broken)?;
     Ok(Summary {
         simulated: sim.elapsed(),
+        topology: Some(plan.topology),
         updates: made.len(),
-        upgrades: plan
-            .steps
-            .iter()
-            .filter(|(_, s)| matches!(s, Step::Upgrade(_)))
-            .count(),
-        lines: lines.len(),
+        upgrades: count(&plan, |s| matches!(s, Step::Upgrade(_))),
+        faults: count(&plan, |s| {
+            matches!(s, Step::Crash(..) | Step::Partition(..))
+        }),
+        lines: seen.len(),
     })
+}
+
+fn count(plan: &Plan, f: impl Fn(&Step) -> bool) -> usize {
+    plan.steps.iter().filter(|(_, s)| f(s)).count()
 }
 
 /// How long an old revision's reconciles may run on after an upgrade.

@@ -20,13 +20,15 @@ impl Dial for Turmoil {
     }
 }
 
-/// A client of the API server at `url` (`http://apiserver:6443`) over the simulated network.
-pub fn client(url: &str) -> Result<kwh_client::Client, kwh_client::Error> {
+/// A client of the API server at `url` (`http://apiserver:6443`) over the simulated network,
+/// introducing itself as `agent` (the server's answers are told apart by it).
+pub fn client(url: &str, agent: &str) -> Result<kwh_client::Client, kwh_client::Error> {
     let uri = url
         .parse()
         .map_err(|e| kwh_client::Error::Config(format!("{url}: {e}")))?;
     let mut config = kwh_client::Config::new(uri);
     config.dialer = Some(Dialer::new(Turmoil));
+    config.user_agent = agent.to_owned();
     kwh_client::Client::new(config)
 }
 

@@ -14,6 +14,32 @@ pub enum Step {
     /// Upgrade the plugin to the revision labelled so (a rollback is an upgrade to an earlier
     /// revision's module and settings: what the host sees is the same, a switch of revisions).
     Upgrade(String),
+    /// Kill replica `n` (as kill -9: its runtime dropped with every task in it) and start it
+    /// again after the given time.
+    Crash(usize, Duration),
+    /// Cut replica `n` off the API server (both ways, messages dropped) for the given time.
+    Partition(usize, Duration),
+}
+
+/// How the replicas share the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    /// One replica, owning everything.
+    Single,
+    /// `n` replicas electing a leader; only the leader runs the plugin.
+    Leader(usize),
+    /// `n` replicas electing a leader and dividing the plugin's keys among them.
+    Shards(usize),
+}
+
+impl Topology {
+    /// How many replicas run.
+    pub fn replicas(self) -> usize {
+        match self {
+            Topology::Single => 1,
+            Topology::Leader(n) | Topology::Shards(n) => n,
+        }
+    }
 }
 
 /// One seed's scenario.
@@ -25,6 +51,8 @@ pub struct Plan {
     pub objects: usize,
     /// Reconcile workers of every revision.
     pub workers: u32,
+    /// The replicas and how they share the work.
+    pub topology: Topology,
     /// The first revision's label.
     pub first: String,
     /// The driver's changes, in time order.
@@ -42,6 +70,11 @@ impl Plan {
         let mut rng = StdRng::seed_from_u64(seed);
         let objects = rng.gen_range(3..=20);
         let workers = rng.gen_range(1..=3);
+        let topology = match rng.gen_range(0..3) {
+            0 => Topology::Single,
+            1 => Topology::Leader(rng.gen_range(2..=3)),
+            _ => Topology::Shards(rng.gen_range(2..=3)),
+        };
         let mut steps = Vec::new();
         for _ in 0..rng.gen_range(50..=250) {
             let at = Duration::from_millis(rng.gen_range(2_000..ACTIVE.as_millis() as u64));
@@ -60,6 +93,23 @@ impl Plan {
                 steps.push((at, Step::Update(rng.gen_range(0..objects))));
             }
         }
+        if topology.replicas() > 1 {
+            // Kills and partitions of any replica (the leader or a shard's owner among them),
+            // some outlasting a lease, some not.
+            for _ in 0..rng.gen_range(0..=3) {
+                let at = Duration::from_millis(rng.gen_range(3_000..ACTIVE.as_millis() as u64));
+                let who = rng.gen_range(0..topology.replicas());
+                let down = Duration::from_millis(rng.gen_range(1_000..25_000));
+                steps.push((
+                    at,
+                    if rng.gen_bool(0.5) {
+                        Step::Crash(who, down)
+                    } else {
+                        Step::Partition(who, down)
+                    },
+                ));
+            }
+        }
         // Stable: two steps at one instant keep the order they were drawn in.
         steps.sort_by_key(|(at, _)| *at);
         // Upgrades are labelled in the order they happen.
@@ -70,13 +120,25 @@ impl Plan {
                 *label = format!("r{n}");
             }
         }
-        // At least 20 s to settle, and at least a minute in all.
-        let last = steps.last().map_or(Duration::ZERO, |(at, _)| *at);
-        let settle = Duration::from_secs(20).max(Duration::from_secs(65).saturating_sub(last));
+        // At least 20 s to settle after the last step (40 s after a fault ends: a lease to
+        // expire and a new owner to catch up), and at least a minute in all.
+        let last = steps
+            .iter()
+            .map(|(at, s)| match s {
+                Step::Crash(_, d) | Step::Partition(_, d) => *at + *d + Duration::from_secs(20),
+                _ => *at,
+            })
+            .max()
+            .unwrap_or(Duration::ZERO);
+        let end = steps.last().map_or(Duration::ZERO, |(at, _)| *at);
+        let settle = (last + Duration::from_secs(20))
+            .max(Duration::from_secs(65))
+            .saturating_sub(end);
         Plan {
             seed,
             objects,
             workers,
+            topology,
             first: "r0".into(),
             steps,
             settle,
@@ -109,7 +171,7 @@ mod tests {
             .iter()
             .filter_map(|(_, s)| match s {
                 Step::Upgrade(l) => Some(l.clone()),
-                Step::Update(_) => None,
+                _ => None,
             })
             .collect();
         let want: Vec<_> = (1..=labels.len()).map(|i| format!("r{i}")).collect();

@@ -24,8 +24,8 @@ fn every_seed_keeps_every_guarantee() {
     for seed in seeds() {
         match kwh_sim::run(&setup, seed) {
             Ok(s) => eprintln!(
-                "seed {seed}: ok ({:?} simulated, {} updates, {} upgrades, {} lines)",
-                s.simulated, s.updates, s.upgrades, s.lines
+                "seed {seed}: ok ({:?}, {:?} simulated, {} updates, {} upgrades, {} faults, {} lines)",
+                s.topology, s.simulated, s.updates, s.upgrades, s.faults, s.lines
             ),
             Err(e) => {
                 eprintln!("{e}");

@@ -13,7 +13,10 @@
 //! traps, as a revision that fails while it is instantiated), `annotate` (true: each reconcile
 //! merge-patches its ConfigMap with `reviser/revision: <revision>` and `reviser/build: <BUILD>`,
 //! the build `reviser-00` unless a test renamed it in a copy), `slowKey` and `slowMs` (that
-//! key's reconcile runs on after its line, for `slowMs` milliseconds). Its handlers are its
+//! key's reconcile runs on after its line, for `slowMs` milliseconds), `mark` (for the
+//! simulation of several replicas: every line ends with ` <mark>`, each reconcile of an
+//! existing ConfigMap applies Secret `mark-<name>` annotated `reviser/by: <mark>` and `reviser/rv: <rv>` and ends with a line
+//! `REV <revision> done <key> <rv> <mark>`, whether its write succeeded or not). Its handlers are its
 //! own (never handed over to the host), so every notification is a guest call that says who
 //! took it.
 
@@ -39,6 +42,18 @@ struct Settings {
     slow_key: Option<String>,
     /// How long the reconcile of `slowKey` runs, in milliseconds (default 60,000).
     slow_ms: Option<u64>,
+    /// Who this is (a replica's name): ends every line, and each reconcile applies a Secret
+    /// saying so.
+    mark: Option<String>,
+}
+
+/// ` <mark>` when there is one.
+fn mark() -> String {
+    Reviser::config()
+        .mark
+        .as_deref()
+        .map(|m| format!(" {m}"))
+        .unwrap_or_default()
 }
 
 fn revision() -> &'static str {
@@ -48,9 +63,10 @@ fn revision() -> &'static str {
 fn say(what: &str, obj: &Object) {
     let key = obj.key();
     println!(
-        "REV {} {what} {key} {}",
+        "REV {} {what} {key} {}{}",
         revision(),
-        obj.resource_version().unwrap_or("-")
+        obj.resource_version().unwrap_or("-"),
+        mark()
     );
     kube_guest::enqueue(&key);
 }
@@ -74,6 +90,9 @@ impl Controller for Reviser {
             .workers(config.workers.unwrap_or(2));
         if config.annotate.unwrap_or(false) {
             m = m.write(Write::new("v1", "ConfigMap", &[Verb::Patch]));
+        }
+        if config.mark.is_some() {
+            m = m.write(Write::new("v1", "Secret", &[Verb::Patch]));
         }
         if config.secrets.unwrap_or(false) {
             m.watch(Watch::new("v1", "Secret"))
@@ -110,7 +129,7 @@ impl Controller for Reviser {
             .and_then(|o| o.resource_version())
             .unwrap_or("-")
             .to_string();
-        println!("REV {} reconcile {key} {rv}", revision());
+        println!("REV {} reconcile {key} {rv}{}", revision(), mark());
         if Reviser::config().slow_key.as_deref() == Some(key) {
             let ms = Reviser::config().slow_ms.unwrap_or(60_000);
             let until = std::time::Instant::now() + std::time::Duration::from_millis(ms);
@@ -126,6 +145,17 @@ impl Controller for Reviser {
             }}});
             Api::namespaced("v1", "ConfigMap", cm.namespace().unwrap_or("default"))
                 .patch(cm.name(), &Patch::Merge(patch))?;
+        }
+        if let (Some(cm), Some(by)) = (&cm, Reviser::config().mark.as_deref()) {
+            let ns = cm.namespace().unwrap_or("default");
+            let name = format!("mark-{}", cm.name());
+            let secret = Object::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": ns,
+                             "annotations": {"reviser/by": by, "reviser/rv": rv}},
+            }))?;
+            let wrote = Api::namespaced("v1", "Secret", ns).apply(&secret, true);
+            println!("REV {} done {key} {rv}{}", revision(), mark());
+            wrote?;
         }
         Ok(Action::Done)
     }
