@@ -51,6 +51,8 @@ impl Answered {
 pub enum Seen {
     /// A plugin's line.
     Rev(Rev),
+    /// A request as it reached the API server (its status not known yet: 0).
+    Arrived(Answered),
     /// The API server's answer.
     Answered(Answered),
     /// The driver's note: `crash <replica>`, `start <replica>`, `ready <replica>`,
@@ -106,6 +108,12 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
         }
         let mut f = Fields::default();
         attrs.record(&mut f);
+        self.0 .0.lock().push(Seen::Arrived(Answered {
+            agent: f.agent.clone(),
+            method: f.method.clone(),
+            path: f.path.clone(),
+            status: 0,
+        }));
         if let Some(span) = ctx.span(id) {
             span.extensions_mut().insert(f);
         }

@@ -19,6 +19,9 @@ pub enum Step {
     Crash(usize, Duration),
     /// Cut replica `n` off the API server (both ways, messages dropped) for the given time.
     Partition(usize, Duration),
+    /// The API server answers the next `n` patches (the plugin's writes) this late, as under
+    /// load: writes still in flight when their key moves to another replica.
+    SlowWrites(u64, Duration),
 }
 
 /// How the replicas share the work.
@@ -100,14 +103,21 @@ impl Plan {
                 let at = Duration::from_millis(rng.gen_range(3_000..ACTIVE.as_millis() as u64));
                 let who = rng.gen_range(0..topology.replicas());
                 let down = Duration::from_millis(rng.gen_range(1_000..25_000));
-                steps.push((
-                    at,
-                    if rng.gen_bool(0.5) {
-                        Step::Crash(who, down)
-                    } else {
-                        Step::Partition(who, down)
-                    },
-                ));
+                if rng.gen_bool(0.5) {
+                    steps.push((at, Step::Crash(who, down)));
+                    // Writes in flight as the replica comes back and its keys move back
+                    // to it.
+                    if rng.gen_bool(0.7) {
+                        let before = Duration::from_millis(rng.gen_range(0..=500));
+                        steps.push((at + down - before, slow(&mut rng)));
+                    }
+                } else {
+                    steps.push((at, Step::Partition(who, down)));
+                }
+            }
+            for _ in 0..rng.gen_range(0..=2) {
+                let at = Duration::from_millis(rng.gen_range(3_000..ACTIVE.as_millis() as u64));
+                steps.push((at, slow(&mut rng)));
             }
         }
         // Stable: two steps at one instant keep the order they were drawn in.
@@ -125,7 +135,9 @@ impl Plan {
         let last = steps
             .iter()
             .map(|(at, s)| match s {
-                Step::Crash(_, d) | Step::Partition(_, d) => *at + *d + Duration::from_secs(20),
+                Step::Crash(_, d) | Step::Partition(_, d) | Step::SlowWrites(_, d) => {
+                    *at + *d + Duration::from_secs(20)
+                }
                 _ => *at,
             })
             .max()
@@ -149,6 +161,14 @@ impl Plan {
     pub fn duration(&self) -> Duration {
         self.steps.last().map_or(Duration::ZERO, |(at, _)| *at) + self.settle
     }
+}
+
+/// A few writes answered later than a shard's hand-over wait (a lease duration).
+fn slow(rng: &mut StdRng) -> Step {
+    Step::SlowWrites(
+        rng.gen_range(1..=3),
+        Duration::from_millis(rng.gen_range(16_000..25_000)),
+    )
 }
 
 #[cfg(test)]

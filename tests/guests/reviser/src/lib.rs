@@ -15,7 +15,7 @@
 //! the build `reviser-00` unless a test renamed it in a copy), `slowKey` and `slowMs` (that
 //! key's reconcile runs on after its line, for `slowMs` milliseconds), `mark` (for the
 //! simulation of several replicas: every line ends with ` <mark>`, each reconcile of an
-//! existing ConfigMap applies Secret `mark-<name>` annotated `reviser/by: <mark>` and `reviser/rv: <rv>` and ends with a line
+//! existing ConfigMap whose mark does not name its version yet (it watches the marks) applies Secret `mark-<name>` annotated `reviser/by: <mark>` and `reviser/rv: <rv>` and ends with a line
 //! `REV <revision> done <key> <rv> <mark>`, whether its write succeeded or not). Its handlers are its
 //! own (never handed over to the host), so every notification is a guest call that says who
 //! took it.
@@ -60,7 +60,17 @@ fn revision() -> &'static str {
     Reviser::config().revision.as_deref().unwrap_or("-")
 }
 
-fn say(what: &str, obj: &Object) {
+fn say(watch: u32, what: &str, obj: &Object) {
+    // A mark (with `mark`: a Secret, never the ConfigMaps' watch 0) is its ConfigMap's
+    // business: its change queues that, silently.
+    if let (Some(_), true, Some(cm)) = (
+        Reviser::config().mark.as_ref(),
+        watch != 0,
+        obj.name().strip_prefix("mark-"),
+    ) {
+        kube_guest::enqueue(&format!("{}/{cm}", obj.namespace().unwrap_or("default")));
+        return;
+    }
     let key = obj.key();
     println!(
         "REV {} {what} {key} {}{}",
@@ -92,7 +102,11 @@ impl Controller for Reviser {
             m = m.write(Write::new("v1", "ConfigMap", &[Verb::Patch]));
         }
         if config.mark.is_some() {
-            m = m.write(Write::new("v1", "Secret", &[Verb::Patch]));
+            // It watches what it writes, as a controller that owns its outputs: a write that
+            // lands late over another's is seen and put right.
+            m = m
+                .write(Write::new("v1", "Secret", &[Verb::Patch]))
+                .watch(Watch::new("v1", "Secret"));
         }
         if config.secrets.unwrap_or(false) {
             m.watch(Watch::new("v1", "Secret"))
@@ -110,16 +124,16 @@ impl Controller for Reviser {
         }
     }
 
-    fn on_add(_watch: u32, obj: Object) {
-        say("add", &obj);
+    fn on_add(watch: u32, obj: Object) {
+        say(watch, "add", &obj);
     }
 
-    fn on_update(_watch: u32, _old: Object, new: Object) {
-        say("update", &new);
+    fn on_update(watch: u32, _old: Object, new: Object) {
+        say(watch, "update", &new);
     }
 
-    fn on_delete(_watch: u32, obj: Object, _tombstone: bool) {
-        say("delete", &obj);
+    fn on_delete(watch: u32, obj: Object, _tombstone: bool) {
+        say(watch, "delete", &obj);
     }
 
     fn reconcile(key: &str) -> Result<Action> {
@@ -149,6 +163,11 @@ impl Controller for Reviser {
         if let (Some(cm), Some(by)) = (&cm, Reviser::config().mark.as_deref()) {
             let ns = cm.namespace().unwrap_or("default");
             let name = format!("mark-{}", cm.name());
+            let marked = Api::all("v1", "Secret").get_by_key(&format!("{ns}/{name}"))?;
+            if marked.as_ref().and_then(|m| m.annotation("reviser/rv")) == Some(rv.as_str()) {
+                println!("REV {} done {key} {rv}{}", revision(), mark());
+                return Ok(Action::Done);
+            }
             let secret = Object::from_value(serde_json::json!({
                 "metadata": {"name": name, "namespace": ns,
                              "annotations": {"reviser/by": by, "reviser/rv": rv}},
