@@ -284,10 +284,12 @@ pub fn writes_only_by_the_leader(seen: &[Seen], lease: &str) -> Result<(), Broke
     let named = format!("/leases/{lease}");
     for s in seen {
         match s {
-            Seen::Answered(a) if a.accepted_write() => {
-                if a.path.ends_with(&named) || (a.method == "POST" && a.path.ends_with("/leases")) {
-                    holder = Some(&a.agent);
-                }
+            Seen::Answered(a)
+                if a.accepted_write()
+                    && (a.path.ends_with(&named)
+                        || (a.method == "POST" && a.path.ends_with("/leases"))) =>
+            {
+                holder = Some(&a.agent);
             }
             Seen::Arrived(a) => {
                 if let Some(key) = marked_key(&a.path) {
