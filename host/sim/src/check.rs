@@ -308,6 +308,21 @@ pub fn writes_only_by_the_leader(seen: &[Seen], lease: &str) -> Result<(), Broke
     Ok(())
 }
 
+/// Under shards no handler's write reaches the API server (every replica runs the handlers:
+/// N replicas, N copies): the host refuses them.
+pub fn no_handler_writes(seen: &[Seen]) -> Result<(), Broken> {
+    match seen.iter().find_map(|s| match s {
+        Seen::Arrived(a) if a.path.contains("/secrets/seen-") => Some(a),
+        _ => None,
+    }) {
+        Some(a) => Err(format!(
+            "a handler's write from {} reached the API server: {} {}",
+            a.agent, a.method, a.path
+        )),
+        None => Ok(()),
+    }
+}
+
 /// At the end, every object's mark (Secret `mark-<name>`) names its last version: the
 /// cluster's state is what the last updates ask for.
 pub fn end_state_marks_last_versions(

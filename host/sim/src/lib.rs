@@ -169,9 +169,12 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
         let guest = setup.guest.clone();
         let opts = opts.clone();
         let workers = plan.workers;
+        // Under shards its handlers also try to write, which the host must refuse.
+        let handler_writes = matches!(plan.topology, Topology::Shards(_));
         move |revision: &str, mark: &str| PluginSpec {
             config: Arc::new(json!({"revision": revision, "name": "sim",
-                                    "workers": workers, "mark": mark})),
+                                    "workers": workers, "mark": mark,
+                                    "handlerWrites": handler_writes})),
             ..PluginSpec::with_defaults(guest.clone(), &opts)
         }
     };
@@ -182,7 +185,7 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
     // update is folded into it).
     let ready: Arc<Vec<AtomicBool>> =
         Arc::new((0..replicas).map(|_| AtomicBool::new(false)).collect());
-    let topology = plan.topology;
+    let (topology, grace) = (plan.topology, plan.grace);
     for (i, rx) in rxs.into_iter().enumerate() {
         let name = replica_name(i);
         let (ready, engine, failures, current, spec, opts) = (
@@ -246,7 +249,7 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
                     tokio::select! {
                         cmd = rx.recv() => match cmd {
                             Some(Command::Upgrade(label)) if label != running => {
-                                if let Err(e) = rt.upgrade("sim", spec(&label, &name), GRACE).await {
+                                if let Err(e) = rt.upgrade("sim", spec(&label, &name), grace).await {
                                     failures.lock().push(format!("{name}: upgrade to {label}: {e}"));
                                 }
                                 running = label;
@@ -261,7 +264,7 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
                     }
                 }
                 // As the binary stops: the plugins first, then the Leases.
-                rt.shutdown(GRACE).await;
+                rt.shutdown(grace).await;
                 replica.stop().await;
                 capture::note(format!("stopped {name}"));
                 Ok(())
@@ -417,6 +420,9 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
     }
     check::no_key_on_two_replicas_at_once(&seen).map_err(broken)?;
     check::writes_follow_the_key(&seen).map_err(broken)?;
+    if let Topology::Shards(_) = plan.topology {
+        check::no_handler_writes(&seen).map_err(broken)?;
+    }
     if let Topology::Leader(_) = plan.topology {
         check::writes_only_by_the_leader(&seen, LEASE).map_err(broken)?;
     }
@@ -440,9 +446,6 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
 fn count(plan: &Plan, f: impl Fn(&Step) -> bool) -> usize {
     plan.steps.iter().filter(|(_, s)| f(s)).count()
 }
-
-/// How long an old revision's reconciles may run on after an upgrade.
-const GRACE: Duration = Duration::from_secs(10);
 
 /// ConfigMap `u-<i>` with data `n`.
 fn cm(i: usize, n: usize) -> serde_json::Value {

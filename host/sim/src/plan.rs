@@ -56,6 +56,9 @@ pub struct Plan {
     pub workers: u32,
     /// The replicas and how they share the work.
     pub topology: Topology,
+    /// How long an old revision's reconciles may run on after an upgrade: mostly 10 s, in a
+    /// quarter of the seeds a few milliseconds, so that workers are cut off mid-reconcile.
+    pub grace: Duration,
     /// The first revision's label.
     pub first: String,
     /// The driver's changes, in time order.
@@ -77,6 +80,11 @@ impl Plan {
             0 => Topology::Single,
             1 => Topology::Leader(rng.gen_range(2..=3)),
             _ => Topology::Shards(rng.gen_range(2..=3)),
+        };
+        let grace = if rng.gen_bool(0.25) {
+            Duration::from_millis(rng.gen_range(0..=40))
+        } else {
+            Duration::from_secs(10)
         };
         let mut steps = Vec::new();
         for _ in 0..rng.gen_range(50..=250) {
@@ -151,6 +159,7 @@ impl Plan {
             objects,
             workers,
             topology,
+            grace,
             first: "r0".into(),
             steps,
             settle,

@@ -16,7 +16,8 @@
 //! key's reconcile runs on after its line, for `slowMs` milliseconds), `mark` (for the
 //! simulation of several replicas: every line ends with ` <mark>`, each reconcile of an
 //! existing ConfigMap whose mark does not name its version yet (it watches the marks) applies Secret `mark-<name>` annotated `reviser/by: <mark>` and `reviser/rv: <rv>` and ends with a line
-//! `REV <revision> done <key> <rv> <mark>`, whether its write succeeded or not). Its handlers are its
+//! `REV <revision> done <key> <rv> <mark>`, whether its write succeeded or not),
+//! `handlerWrites` (with `mark`: each `on-update` applies Secret `seen-<name>`). Its handlers are its
 //! own (never handed over to the host), so every notification is a guest call that says who
 //! took it.
 
@@ -45,6 +46,9 @@ struct Settings {
     /// Who this is (a replica's name): ends every line, and each reconcile applies a Secret
     /// saying so.
     mark: Option<String>,
+    /// With `mark`: each `on-update` of a ConfigMap also applies Secret `seen-<name>` (a
+    /// handler that writes; under shards the host refuses it).
+    handler_writes: Option<bool>,
 }
 
 /// ` <mark>` when there is one.
@@ -130,6 +134,17 @@ impl Controller for Reviser {
 
     fn on_update(watch: u32, _old: Object, new: Object) {
         say(watch, "update", &new);
+        let config = Reviser::config();
+        if let (0, Some(by), Some(true)) = (watch, &config.mark, config.handler_writes) {
+            let ns = new.namespace().unwrap_or("default");
+            let seen = serde_json::json!({"metadata": {
+                "name": format!("seen-{}", new.name()), "namespace": ns,
+                "annotations": {"reviser/by": by}}});
+            // Refused under shards: what the host answers is the point, not kept.
+            if let Ok(seen) = Object::from_value(seen) {
+                let _ = Api::namespaced("v1", "Secret", ns).apply(&seen, true);
+            }
+        }
     }
 
     fn on_delete(watch: u32, obj: Object, _tombstone: bool) {
