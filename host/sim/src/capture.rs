@@ -55,6 +55,14 @@ pub enum Seen {
     Arrived(Answered),
     /// The API server's answer.
     Answered(Answered),
+    /// A reconcile of `key` on replica `by` ended without its guest's `done` line: cut off
+    /// (a deadline, a trap) or its worker dropped (an upgrade's grace period).
+    Ended {
+        /// The replica.
+        by: String,
+        /// The key.
+        key: String,
+    },
     /// The driver's note: `crash <replica>`, `start <replica>`, `ready <replica>`,
     /// `lost <replica>`.
     Note(String),
@@ -72,13 +80,17 @@ struct Fields {
     path: String,
     agent: String,
     status: u16,
+    key: Option<String>,
 }
+
+/// The simulated host a span runs on (turmoil's `node` span).
+struct Node(String);
 
 impl Visit for Fields {
     fn record_str(&mut self, field: &Field, value: &str) {
         match field.name() {
             "message" => self.message = Some(value.to_owned()),
-            "agent" => self.agent = value.to_owned(),
+            "agent" | "name" => self.agent = value.to_owned(),
             _ => {}
         }
     }
@@ -93,16 +105,39 @@ impl Visit for Fields {
             "method" => self.method = format!("{value:?}"),
             "path" => self.path = format!("{value:?}"),
             "agent" => self.agent = format!("{value:?}"),
+            "key" => self.key = Some(format!("{value:?}")),
             _ => {}
+        }
+    }
+}
+
+/// Every field but the message, ` k=v` each, for `SIM_DUMP`.
+#[derive(Default)]
+struct All(String);
+
+impl Visit for All {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() != "message" {
+            self.0.push_str(&format!(" {}={value:?}", field.name()));
         }
     }
 }
 
 /// The API server's request spans and their answers.
 const ROUTER: &str = "kwh_emulator::router";
+/// The workers' events: a reconcile cut off, a key a dropped worker held.
+const RECONCILE: &str = "kwh_plugin::reconcile";
 
 impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
     fn on_new_span(&self, attrs: &span::Attributes<'_>, id: &span::Id, ctx: Context<'_, S>) {
+        if attrs.metadata().name() == "node" && attrs.metadata().target().starts_with("turmoil") {
+            let mut f = Fields::default();
+            attrs.record(&mut f);
+            if let Some(span) = ctx.span(id) {
+                span.extensions_mut().insert(Node(f.agent));
+            }
+            return;
+        }
         if attrs.metadata().target() != ROUTER {
             return;
         }
@@ -142,11 +177,26 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
             }));
             return;
         }
+        if event.metadata().target() == RECONCILE {
+            let ended = msg.starts_with("reconcile failed in the sandbox")
+                || msg.starts_with("worker stopped holding a key");
+            let node = ctx.event_scope(event).and_then(|scope| {
+                scope
+                    .into_iter()
+                    .find_map(|s| s.extensions().get::<Node>().map(|n| n.0.clone()))
+            });
+            if let (true, Some(by), Some(key)) = (ended, node, m.key.clone()) {
+                self.0 .0.lock().push(Seen::Ended { by, key });
+            }
+        }
         if dump() {
+            let mut all = All::default();
+            event.record(&mut all);
             eprintln!(
-                "{} {}: {msg}",
+                "{} {}: {msg}{}",
                 event.metadata().level(),
-                event.metadata().target()
+                event.metadata().target(),
+                all.0
             );
         }
         let Some(rest) = msg.strip_prefix("REV ") else {
@@ -179,9 +229,19 @@ fn lines() -> &'static Lines {
         let lines = Lines::default();
         // Guests' lines are at info, the API server's answers at debug; nothing else below
         // info is even built.
-        let filter = Targets::new()
+        let mut filter = Targets::new()
             .with_default(LevelFilter::INFO)
-            .with_target(ROUTER, LevelFilter::DEBUG);
+            .with_target(ROUTER, LevelFilter::DEBUG)
+            .with_target(RECONCILE, LevelFilter::DEBUG);
+        // `SIM_LOG=kwh_coordination=debug,…` adds targets, for `SIM_DUMP` to print.
+        if let Some(more) = std::env::var("SIM_LOG")
+            .ok()
+            .and_then(|v| v.parse::<Targets>().ok())
+        {
+            for (target, level) in more.iter() {
+                filter = filter.with_target(target.to_owned(), level);
+            }
+        }
         let subscriber =
             tracing_subscriber::registry().with(Capture(lines.clone()).with_filter(filter));
         // A process that installed its own subscriber first keeps it; the simulation's lines

@@ -139,7 +139,7 @@ pub fn lives(seen: &[Seen]) -> Vec<Vec<Rev>> {
                     lives[*i].push(l.clone());
                 }
             }
-            Seen::Answered(_) | Seen::Arrived(_) => {}
+            Seen::Answered(_) | Seen::Arrived(_) | Seen::Ended { .. } => {}
         }
     }
     lives
@@ -209,6 +209,7 @@ impl Underway {
                     self.crash(r);
                 }
             }
+            Seen::Ended { by, key } => self.close(key, by),
             Seen::Answered(_) | Seen::Arrived(_) => {}
         }
     }

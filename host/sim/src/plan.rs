@@ -56,6 +56,13 @@ pub struct Plan {
     pub workers: u32,
     /// The replicas and how they share the work.
     pub topology: Topology,
+    /// Whether the simulation steps its hosts in a seeded random order each tick (else in a
+    /// fixed one): each finds schedules the other misses.
+    pub shuffle: bool,
+    /// Whether each reconcile writes (its mark, a Secret): always with several replicas, in
+    /// half the single-replica seeds (a reconcile that only prints is over in an instant, so
+    /// workers race through the queue as revisions change hands).
+    pub writes: bool,
     /// How long an old revision's reconciles may run on after an upgrade: mostly 10 s, in a
     /// quarter of the seeds a few milliseconds, so that workers are cut off mid-reconcile.
     pub grace: Duration,
@@ -81,6 +88,8 @@ impl Plan {
             1 => Topology::Leader(rng.gen_range(2..=3)),
             _ => Topology::Shards(rng.gen_range(2..=3)),
         };
+        let writes = topology != Topology::Single || rng.gen_bool(0.5);
+        let shuffle = rng.gen_bool(0.5);
         let grace = if rng.gen_bool(0.25) {
             Duration::from_millis(rng.gen_range(0..=40))
         } else {
@@ -95,19 +104,23 @@ impl Plan {
             let at = Duration::from_millis(rng.gen_range(3_000..ACTIVE.as_millis() as u64));
             // A burst of updates just before and at the upgrade: notifications in flight and
             // keys queued and held as the revisions change hands.
+            // Spread over up to a few network round trips, so that notifications are still
+            // arriving, and being delivered, as the new revision is built and switched to.
+            let spread = rng.gen_range(20..=200);
             for _ in 0..rng.gen_range(10..=60) {
-                let before = Duration::from_millis(rng.gen_range(0..=20));
+                let before = Duration::from_millis(rng.gen_range(0..=spread));
                 steps.push((at - before, Step::Update(rng.gen_range(0..objects))));
             }
             steps.push((at, Step::Upgrade(format!("r{}", i + 1))));
             for _ in 0..rng.gen_range(0..=30) {
-                steps.push((at, Step::Update(rng.gen_range(0..objects))));
+                let after = Duration::from_millis(rng.gen_range(0..=spread / 2));
+                steps.push((at + after, Step::Update(rng.gen_range(0..objects))));
             }
         }
         if topology.replicas() > 1 {
             // Kills and partitions of any replica (the leader or a shard's owner among them),
             // some outlasting a lease, some not.
-            for _ in 0..rng.gen_range(0..=3) {
+            for _ in 0..rng.gen_range(1..=3) {
                 let at = Duration::from_millis(rng.gen_range(3_000..ACTIVE.as_millis() as u64));
                 let who = rng.gen_range(0..topology.replicas());
                 let down = Duration::from_millis(rng.gen_range(1_000..25_000));
@@ -115,7 +128,7 @@ impl Plan {
                     steps.push((at, Step::Crash(who, down)));
                     // Writes in flight as the replica comes back and its keys move back
                     // to it.
-                    if rng.gen_bool(0.7) {
+                    if matches!(topology, Topology::Shards(_)) || rng.gen_bool(0.5) {
                         let before = Duration::from_millis(rng.gen_range(0..=500));
                         steps.push((at + down - before, slow(&mut rng)));
                     }
@@ -160,6 +173,8 @@ impl Plan {
             workers,
             topology,
             grace,
+            writes,
+            shuffle,
             first: "r0".into(),
             steps,
             settle,
@@ -176,7 +191,7 @@ impl Plan {
 fn slow(rng: &mut StdRng) -> Step {
     Step::SlowWrites(
         rng.gen_range(1..=3),
-        Duration::from_millis(rng.gen_range(16_000..25_000)),
+        Duration::from_millis(rng.gen_range(18_000..30_000)),
     )
 }
 
