@@ -172,14 +172,14 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
         let guest = setup.guest.clone();
         let opts = opts.clone();
         let workers = plan.workers;
-        // Under shards its handlers also try to write, which the host must refuse.
-        let handler_writes = matches!(plan.topology, Topology::Shards(_));
+        // Its handlers write too: a delivery in flight as revisions change hands (under
+        // shards the host must refuse them).
         let writes = plan.writes;
         move |revision: &str, mark: &str| {
             let mut config = json!({"revision": revision, "name": "sim", "workers": workers});
             if writes {
                 config["mark"] = json!(mark);
-                config["handlerWrites"] = json!(handler_writes);
+                config["handlerWrites"] = json!(true);
             }
             PluginSpec {
                 config: Arc::new(config),

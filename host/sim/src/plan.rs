@@ -117,6 +117,9 @@ impl Plan {
                 steps.push((at + after, Step::Update(rng.gen_range(0..objects))));
             }
         }
+        // Slow writes only where keys move between live replicas: elsewhere they only hold up
+        // handlers, which a deadline then retries (each update seen twice, as documented).
+        let sharded = matches!(topology, Topology::Shards(_));
         if topology.replicas() > 1 {
             // Kills and partitions of any replica (the leader or a shard's owner among them),
             // some outlasting a lease, some not.
@@ -128,7 +131,7 @@ impl Plan {
                     steps.push((at, Step::Crash(who, down)));
                     // Writes in flight as the replica comes back and its keys move back
                     // to it.
-                    if matches!(topology, Topology::Shards(_)) || rng.gen_bool(0.5) {
+                    if sharded {
                         let before = Duration::from_millis(rng.gen_range(0..=500));
                         steps.push((at + down - before, slow(&mut rng)));
                     }
@@ -138,7 +141,9 @@ impl Plan {
             }
             for _ in 0..rng.gen_range(0..=2) {
                 let at = Duration::from_millis(rng.gen_range(3_000..ACTIVE.as_millis() as u64));
-                steps.push((at, slow(&mut rng)));
+                if sharded {
+                    steps.push((at, slow(&mut rng)));
+                }
             }
         }
         // Stable: two steps at one instant keep the order they were drawn in.

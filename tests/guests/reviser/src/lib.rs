@@ -67,13 +67,15 @@ fn revision() -> &'static str {
 fn say(watch: u32, what: &str, obj: &Object) {
     // A mark (with `mark`: a Secret, never the ConfigMaps' watch 0) is its ConfigMap's
     // business: its change queues that, silently.
-    if let (Some(_), true, Some(cm)) = (
-        Reviser::config().mark.as_ref(),
-        watch != 0,
-        obj.name().strip_prefix("mark-"),
-    ) {
-        kube_guest::enqueue(&format!("{}/{cm}", obj.namespace().unwrap_or("default")));
-        return;
+    if let (Some(_), true) = (Reviser::config().mark.as_ref(), watch != 0) {
+        if let Some(cm) = obj.name().strip_prefix("mark-") {
+            kube_guest::enqueue(&format!("{}/{cm}", obj.namespace().unwrap_or("default")));
+            return;
+        }
+        // What its handlers write is nobody's business.
+        if obj.name().starts_with("seen-") {
+            return;
+        }
     }
     let key = obj.key();
     println!(
