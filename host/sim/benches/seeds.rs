@@ -32,10 +32,22 @@ fn main() {
     let mut simulated = Duration::ZERO;
     let mut failed = Vec::new();
     let n = seeds.end - seeds.start;
-    for seed in seeds {
+    for (i, seed) in seeds.enumerate() {
         match kwh_sim::run(&setup, seed) {
             Ok(s) => simulated += s.simulated,
-            Err(e) => failed.push(e.to_string()),
+            Err(e) => {
+                eprintln!("{e}");
+                failed.push(e.to_string());
+            }
+        }
+        // A long run says how far it got.
+        if (i + 1) % 500 == 0 {
+            eprintln!(
+                "{} seeds in {:.0} s, {} failed",
+                i + 1,
+                started.elapsed().as_secs_f64(),
+                failed.len()
+            );
         }
     }
     let took = started.elapsed();

@@ -55,6 +55,14 @@ pub enum Seen {
     Arrived(Answered),
     /// The API server's answer.
     Answered(Answered),
+    /// A plugin's write left replica `by` (its fence checked), for the reconcile of `key` (empty
+    /// for a handler's write).
+    Sent {
+        /// The replica.
+        by: String,
+        /// The key of the reconcile that wrote.
+        key: String,
+    },
     /// A reconcile of `key` on replica `by` ended without its guest's `done` line: cut off
     /// (a deadline, a trap) or its worker dropped (an upgrade's grace period).
     Ended {
@@ -127,6 +135,8 @@ impl Visit for All {
 const ROUTER: &str = "kwh_emulator::router";
 /// The workers' events: a reconcile cut off, a key a dropped worker held.
 const RECONCILE: &str = "kwh_plugin::reconcile";
+/// The plugins' writes as they leave.
+const WRITES: &str = "kwh_plugin::backend::kube";
 
 impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
     fn on_new_span(&self, attrs: &span::Attributes<'_>, id: &span::Id, ctx: Context<'_, S>) {
@@ -177,16 +187,25 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
             }));
             return;
         }
-        if event.metadata().target() == RECONCILE {
-            let ended = msg.starts_with("reconcile failed in the sandbox")
-                || msg.starts_with("worker stopped holding a key");
+        let target = event.metadata().target();
+        if target == RECONCILE || target == WRITES {
             let node = ctx.event_scope(event).and_then(|scope| {
                 scope
                     .into_iter()
                     .find_map(|s| s.extensions().get::<Node>().map(|n| n.0.clone()))
             });
-            if let (true, Some(by), Some(key)) = (ended, node, m.key.clone()) {
-                self.0 .0.lock().push(Seen::Ended { by, key });
+            let seen = match (target, msg.as_str(), node, m.key.clone()) {
+                (WRITES, "client write sent", Some(by), Some(key)) => Some(Seen::Sent { by, key }),
+                (RECONCILE, msg, Some(by), Some(key))
+                    if msg.starts_with("reconcile failed in the sandbox")
+                        || msg.starts_with("worker stopped holding a key") =>
+                {
+                    Some(Seen::Ended { by, key })
+                }
+                _ => None,
+            };
+            if let Some(seen) = seen {
+                self.0 .0.lock().push(seen);
             }
         }
         if dump() {
@@ -232,7 +251,8 @@ fn lines() -> &'static Lines {
         let mut filter = Targets::new()
             .with_default(LevelFilter::INFO)
             .with_target(ROUTER, LevelFilter::DEBUG)
-            .with_target(RECONCILE, LevelFilter::DEBUG);
+            .with_target(RECONCILE, LevelFilter::DEBUG)
+            .with_target(WRITES, LevelFilter::DEBUG);
         // `SIM_LOG=kwh_coordination=debug,…` adds targets, for `SIM_DUMP` to print.
         if let Some(more) = std::env::var("SIM_LOG")
             .ok()

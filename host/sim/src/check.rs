@@ -139,7 +139,7 @@ pub fn lives(seen: &[Seen]) -> Vec<Vec<Rev>> {
                     lives[*i].push(l.clone());
                 }
             }
-            Seen::Answered(_) | Seen::Arrived(_) | Seen::Ended { .. } => {}
+            _ => {}
         }
     }
     lives
@@ -210,7 +210,7 @@ impl Underway {
                 }
             }
             Seen::Ended { by, key } => self.close(key, by),
-            Seen::Answered(_) | Seen::Arrived(_) => {}
+            _ => {}
         }
     }
 }
@@ -235,19 +235,12 @@ pub fn no_key_on_two_replicas_at_once(seen: &[Seen]) -> Result<(), Broken> {
     Ok(())
 }
 
-/// The key a write of the plugin's (Secret `mark-<name>`) is for.
-fn marked_key(path: &str) -> Option<String> {
-    let (_, name) = path.rsplit_once("/secrets/mark-")?;
-    let ns = path.split("/namespaces/").nth(1)?.split('/').next()?;
-    Some(format!("{ns}/{name}"))
-}
-
 /// A replica sends a write for a key only while it is the last to have begun reconciling
-/// it: none after the key moved to another replica. (A write the server received before its
-/// replica lost the key may still be applied after, over the new owner's: no client can
-/// recall a request a server holds, and the host cuts its side at once — which
-/// [`no_key_on_two_replicas_at_once`] checks — but only a precondition, a resourceVersion the
-/// write names, lets the server refuse it. docs/replicas.md says so.)
+/// it: none after the key moved to another replica. (A write sent before its replica lost the
+/// key may still reach the server after, and be applied over the new owner's: no client can
+/// recall a request the network or the server holds, and the host cuts its side at once —
+/// which [`no_key_on_two_replicas_at_once`] checks — but only a precondition, a
+/// resourceVersion the write names, lets the server refuse it. docs/replicas.md says so.)
 pub fn writes_follow_the_key(seen: &[Seen]) -> Result<(), Broken> {
     let mut began: HashMap<&str, &str> = HashMap::new();
     for s in seen {
@@ -257,29 +250,23 @@ pub fn writes_follow_the_key(seen: &[Seen]) -> Result<(), Broken> {
                     began.insert(&l.key, by);
                 }
             }
-            Seen::Arrived(a) => {
-                let Some(key) = marked_key(&a.path) else {
-                    continue;
-                };
-                match began.get(key.as_str()) {
-                    Some(by) if *by == a.agent => {}
-                    other => {
-                        return Err(format!(
-                            "{} sent a write for {key} after {} began reconciling it",
-                            a.agent,
-                            other.unwrap_or(&"nobody")
-                        ))
-                    }
+            Seen::Sent { by, key } if !key.is_empty() => match began.get(key.as_str()) {
+                Some(b) if b == by => {}
+                other => {
+                    return Err(format!(
+                        "{by} sent a write for {key} after {} began reconciling it",
+                        other.unwrap_or(&"nobody")
+                    ))
                 }
-            }
+            },
             _ => {}
         }
     }
     Ok(())
 }
 
-/// Under leader election, every write for a key reached the API server from the replica that
-/// last wrote the leader Lease `lease`: none was sent by a replica that had lost it.
+/// Under leader election, every write left the replica that last wrote the leader Lease
+/// `lease` (as the API server accepted it): none was sent by a replica that had lost it.
 pub fn writes_only_by_the_leader(seen: &[Seen], lease: &str) -> Result<(), Broken> {
     let mut holder: Option<&str> = None;
     let named = format!("/leases/{lease}");
@@ -292,15 +279,12 @@ pub fn writes_only_by_the_leader(seen: &[Seen], lease: &str) -> Result<(), Broke
             {
                 holder = Some(&a.agent);
             }
-            Seen::Arrived(a) => {
-                if let Some(key) = marked_key(&a.path) {
-                    if holder != Some(a.agent.as_str()) {
-                        return Err(format!(
-                            "{} sent a write for {key} while {} held the lease",
-                            a.agent,
-                            holder.unwrap_or("nobody")
-                        ));
-                    }
+            Seen::Sent { by, key } => {
+                if holder != Some(by.as_str()) {
+                    return Err(format!(
+                        "{by} sent a write (for {key:?}) while {} held the lease",
+                        holder.unwrap_or("nobody")
+                    ));
                 }
             }
             _ => {}

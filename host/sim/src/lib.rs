@@ -380,13 +380,17 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
                         restart_at[i] = Some(now);
                     }
                 }
+                // Held, not dropped: TCP carries what was sent once the link is back (a watch
+                // resumes; a request arrives late), as after a real partition shorter than
+                // TCP's retransmission timeout. Turmoil's dropped segments are never sent
+                // again, which no real connection does.
                 Fault::Partition(i) => {
                     capture::note(format!("partition {}", replica_name(i)));
-                    sim.partition(replica_name(i).as_str(), "apiserver");
+                    sim.hold(replica_name(i).as_str(), "apiserver");
                 }
                 Fault::Repair(i) => {
                     capture::note(format!("repair {}", replica_name(i)));
-                    sim.repair(replica_name(i).as_str(), "apiserver");
+                    sim.release(replica_name(i).as_str(), "apiserver");
                 }
             }
         }

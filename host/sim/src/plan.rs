@@ -17,7 +17,8 @@ pub enum Step {
     /// Kill replica `n` (as kill -9: its runtime dropped with every task in it) and start it
     /// again after the given time.
     Crash(usize, Duration),
-    /// Cut replica `n` off the API server (both ways, messages dropped) for the given time.
+    /// Cut replica `n` off the API server (both ways, messages held until the link is back)
+    /// for the given time.
     Partition(usize, Duration),
     /// The API server answers the next `n` patches (the plugin's writes) this late, as under
     /// load: writes still in flight when their key moves to another replica.

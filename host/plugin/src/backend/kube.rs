@@ -144,6 +144,11 @@ pub(crate) async fn send(
     req: WriteRequest,
     params: WriteParams,
 ) -> Result<Option<Bytes>, ApiError> {
+    // The moment a write leaves (its fence checked): what the simulation judges ownership at.
+    tracing::debug!(
+        key = req.reconciling.as_deref().unwrap_or(""),
+        "client write sent"
+    );
     let ns = if res.namespaced {
         match req.namespace.as_deref() {
             Some(ns) => Some(ns),
