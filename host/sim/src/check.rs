@@ -279,13 +279,11 @@ pub fn writes_only_by_the_leader(seen: &[Seen], lease: &str) -> Result<(), Broke
             {
                 holder = Some(&a.agent);
             }
-            Seen::Sent { by, key } => {
-                if holder != Some(by.as_str()) {
-                    return Err(format!(
-                        "{by} sent a write (for {key:?}) while {} held the lease",
-                        holder.unwrap_or("nobody")
-                    ));
-                }
+            Seen::Sent { by, key } if holder != Some(by.as_str()) => {
+                return Err(format!(
+                    "{by} sent a write (for {key:?}) while {} held the lease",
+                    holder.unwrap_or("nobody")
+                ));
             }
             _ => {}
         }
