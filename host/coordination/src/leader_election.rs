@@ -377,9 +377,15 @@ impl Candidate {
             self.observe(l, now);
             return Ok(true);
         };
-        self.observe(old.clone(), now);
+        // Seen now, as the answer arrives, not when it was asked for: a read the network or
+        // a loaded server held for longer than the lease would otherwise date the record in
+        // the past, and a second read that finds it unchanged would take a lease its holder
+        // renewed a moment ago (found by the simulation: two leaders at once after a
+        // partition healed). client-go stamps its observed time the same way.
+        let seen_at = Instant::now();
+        self.observe(old.clone(), seen_at);
         let held_by_other = old.spec.holder().is_some_and(|h| h != self.cfg.identity);
-        if held_by_other && self.observed_expiry().is_some_and(|e| now < e) {
+        if held_by_other && self.observed_expiry().is_some_and(|e| seen_at < e) {
             return Ok(false);
         }
         let transitions = old.spec.lease_transitions.unwrap_or(0);

@@ -164,6 +164,7 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
         limits: Limits {
             // Every line counts: no log budget.
             log_lines_per_second: 0,
+            reconcile_deadline: plan.reconcile_deadline,
             ..Limits::default()
         },
         ..RuntimeOptions::default()

@@ -57,6 +57,10 @@ pub struct Plan {
     pub workers: u32,
     /// The replicas and how they share the work.
     pub topology: Topology,
+    /// How long a reconcile may take: the default 10 s, or in a third of the seeds a minute (a
+    /// deadline may be up to an hour), longer than a write the server holds while its key
+    /// moves.
+    pub reconcile_deadline: Duration,
     /// Whether the simulation steps its hosts in a seeded random order each tick (else in a
     /// fixed one): each finds schedules the other misses.
     pub shuffle: bool,
@@ -91,6 +95,11 @@ impl Plan {
         };
         let writes = topology != Topology::Single || rng.gen_bool(0.5);
         let shuffle = rng.gen_bool(0.5);
+        let reconcile_deadline = if rng.gen_bool(1.0 / 3.0) {
+            Duration::from_secs(60)
+        } else {
+            Duration::from_secs(10)
+        };
         let grace = if rng.gen_bool(0.25) {
             Duration::from_millis(rng.gen_range(0..=40))
         } else {
@@ -181,6 +190,7 @@ impl Plan {
             grace,
             writes,
             shuffle,
+            reconcile_deadline,
             first: "r0".into(),
             steps,
             settle,
