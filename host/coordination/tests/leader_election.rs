@@ -324,3 +324,52 @@ async fn a_leader_whose_acquisition_was_slow_renews_before_its_fence_closes() {
     assert!(fence.is_open());
     a.release().await;
 }
+
+/// A standby's read that the network or a loaded server holds longer than the lease does not
+/// date the record it returns in the past: the standby counts the lease from when the answer
+/// arrived, so the leader, renewing all along, keeps it. (Dated from when it was asked, the
+/// record looked expired at the standby's next read, which found it unchanged a moment after a
+/// renewal, and took it: two leaders at once, found by the simulation after a partition
+/// healed.) Whenever the standby comes to lead, the old leader's fence must already be closed:
+/// a fact read at that instant, not a timing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_held_up_longer_than_the_lease_does_not_date_the_lease_it_returns() {
+    let (h, client) = emulator().await;
+    let a = candidate(&client, "a");
+    until_role(&a, Role::Leader).await;
+    let b = candidate(&client, "b");
+    until_role(
+        &b,
+        Role::Standby {
+            leader: Some("a".into()),
+        },
+    )
+    .await;
+    // The leader renews from its cached record (PUT); the standby reads (GET): its next read
+    // is answered 3 s late, longer than the 2 s lease.
+    h.faults()
+        .delay_next(1, Duration::from_secs(3), &["get"])
+        .unwrap();
+    let fence_a = a.fence();
+    let mut role_b = b.role();
+    let watched = async {
+        loop {
+            role_b.changed().await.expect("the election runs");
+            if *role_b.borrow_and_update() == Role::Leader {
+                return fence_a.is_open();
+            }
+        }
+    };
+    // Long enough for the held read to be answered and the standby to read again a few times.
+    match tokio::time::timeout(Duration::from_secs(6), watched).await {
+        Ok(a_still_fenced_in) => assert!(
+            !a_still_fenced_in,
+            "b took the lease while a's fence was open: two leaders at once"
+        ),
+        // b never led (a kept renewing): nothing to judge.
+        Err(_) => {}
+    }
+    assert_eq!(h.faults().delivered().delayed, 1, "the read was held up");
+    b.release().await;
+    a.release().await;
+}
