@@ -171,8 +171,11 @@ impl Plan {
         let last = steps
             .iter()
             .map(|(at, s)| match s {
-                Step::Crash(_, d) | Step::Partition(_, d) | Step::SlowWrites(_, d) => {
-                    *at + *d + Duration::from_secs(20)
+                Step::Crash(_, d) | Step::Partition(_, d) => *at + *d + Duration::from_secs(20),
+                // The delays fall on the next patches, which may come a hand-over wait
+                // later (a replica that just joined), one after the other on one worker.
+                Step::SlowWrites(n, d) => {
+                    *at + Duration::from_secs(15) + *d * (*n as u32) + Duration::from_secs(20)
                 }
                 _ => *at,
             })
