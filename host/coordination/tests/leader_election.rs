@@ -54,6 +54,21 @@ async fn until_role(e: &LeaderElection, want: Role) {
         .unwrap();
 }
 
+/// Candidate `a`, once it leads, and candidate `b`, once it stands by for `a`.
+async fn leader_and_standby(client: &Client) -> (LeaderElection, LeaderElection) {
+    let a = candidate(client, "a");
+    until_role(&a, Role::Leader).await;
+    let b = candidate(client, "b");
+    until_role(
+        &b,
+        Role::Standby {
+            leader: Some("a".into()),
+        },
+    )
+    .await;
+    (a, b)
+}
+
 /// Waits until exactly one of `es` leads; returns its index.
 async fn leader_of(es: &[&LeaderElection]) -> usize {
     let deadline = Instant::now() + LIMIT;
@@ -113,16 +128,7 @@ async fn one_candidate_leads_and_a_release_hands_over_with_a_transition_counted(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_leaders_lease_is_taken_only_once_it_expired_as_observed() {
     let (_h, client) = emulator().await;
-    let a = candidate(&client, "a");
-    until_role(&a, Role::Leader).await;
-    let b = candidate(&client, "b");
-    until_role(
-        &b,
-        Role::Standby {
-            leader: Some("a".into()),
-        },
-    )
-    .await;
+    let (a, b) = leader_and_standby(&client).await;
     // A renews at most one retry period before it stops, so B may not lead sooner than a
     // lease duration less one retry period after the crash.
     let crashed = Instant::now();
@@ -335,16 +341,7 @@ async fn a_leader_whose_acquisition_was_slow_renews_before_its_fence_closes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_held_up_longer_than_the_lease_does_not_date_the_lease_it_returns() {
     let (h, client) = emulator().await;
-    let a = candidate(&client, "a");
-    until_role(&a, Role::Leader).await;
-    let b = candidate(&client, "b");
-    until_role(
-        &b,
-        Role::Standby {
-            leader: Some("a".into()),
-        },
-    )
-    .await;
+    let (a, b) = leader_and_standby(&client).await;
     // The leader renews from its cached record (PUT); the standby reads (GET): its next read
     // is answered 3 s late, longer than the 2 s lease.
     h.faults()

@@ -8,8 +8,8 @@ use crate::plan::Plan;
 /// A guarantee a run broke, in one line.
 pub type Broken = String;
 
-/// Every update the driver made (`key`, `rv`) reached exactly one revision's `on-update`.
-pub fn each_update_handled_once(lines: &[Rev], made: &[(String, String)]) -> Result<(), Broken> {
+/// Which revisions handled each update (`key`, `rv`), in order.
+fn revisions_by_update(lines: &[Rev]) -> HashMap<(&str, &str), Vec<&str>> {
     let mut by_update: HashMap<(&str, &str), Vec<&str>> = HashMap::new();
     for l in lines.iter().filter(|l| l.what == "update") {
         by_update
@@ -17,6 +17,12 @@ pub fn each_update_handled_once(lines: &[Rev], made: &[(String, String)]) -> Res
             .or_default()
             .push(l.revision.as_str());
     }
+    by_update
+}
+
+/// Every update the driver made (`key`, `rv`) reached exactly one revision's `on-update`.
+pub fn each_update_handled_once(lines: &[Rev], made: &[(String, String)]) -> Result<(), Broken> {
+    let by_update = revisions_by_update(lines);
     for (key, rv) in made {
         match by_update.get(&(key.as_str(), rv.as_str())) {
             Some(revs) if revs.len() == 1 => {}
@@ -147,13 +153,7 @@ pub fn lives(seen: &[Seen]) -> Vec<Vec<Rev>> {
 
 /// No update reached two revisions (or one twice) in one life of a replica.
 pub fn no_update_handled_twice(life: &[Rev], made: &[(String, String)]) -> Result<(), Broken> {
-    let mut by_update: HashMap<(&str, &str), Vec<&str>> = HashMap::new();
-    for l in life.iter().filter(|l| l.what == "update") {
-        by_update
-            .entry((l.key.as_str(), l.rv.as_str()))
-            .or_default()
-            .push(l.revision.as_str());
-    }
+    let by_update = revisions_by_update(life);
     for (key, rv) in made {
         if let Some(revs) = by_update.get(&(key.as_str(), rv.as_str())) {
             if revs.len() > 1 {
