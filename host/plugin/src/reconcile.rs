@@ -275,7 +275,13 @@ impl<'a> Held<'a> {
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
-        if self.settled || self.queue.shutting_down() {
+        if self.settled {
+            return;
+        }
+        if self.queue.shutting_down() {
+            // Said all the same: the key's reconcile ended here, which whoever judges who
+            // held a key when (the simulation) must see.
+            tracing::debug!(key = %clip(self.key), "worker stopped holding a key; the queue is shutting down");
             return;
         }
         tracing::debug!(key = %clip(self.key), "worker stopped holding a key; queued again for the running revision");

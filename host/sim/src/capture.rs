@@ -99,6 +99,7 @@ impl Visit for Fields {
         match field.name() {
             "message" => self.message = Some(value.to_owned()),
             "agent" | "name" => self.agent = value.to_owned(),
+            "key" => self.key = Some(value.to_owned()),
             _ => {}
         }
     }
@@ -188,13 +189,17 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
             return;
         }
         let target = event.metadata().target();
-        if target == RECONCILE || target == WRITES {
-            let node = ctx.event_scope(event).and_then(|scope| {
+        let judged = target == RECONCILE || target == WRITES;
+        let node = (judged || dump())
+            .then(|| ctx.event_scope(event))
+            .flatten()
+            .and_then(|scope| {
                 scope
                     .into_iter()
                     .find_map(|s| s.extensions().get::<Node>().map(|n| n.0.clone()))
             });
-            let seen = match (target, msg.as_str(), node, m.key.clone()) {
+        if judged {
+            let seen = match (target, msg.as_str(), node.clone(), m.key.clone()) {
                 (WRITES, "client write sent", Some(by), Some(key)) => Some(Seen::Sent { by, key }),
                 (RECONCILE, msg, Some(by), Some(key))
                     if msg.starts_with("reconcile failed in the sandbox")
@@ -212,8 +217,9 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
             let mut all = All::default();
             event.record(&mut all);
             eprintln!(
-                "{} {}: {msg}{}",
+                "{} {} {}: {msg}{}",
                 event.metadata().level(),
+                node.as_deref().unwrap_or("-"),
                 event.metadata().target(),
                 all.0
             );

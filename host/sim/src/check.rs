@@ -215,6 +215,25 @@ impl Underway {
     }
 }
 
+/// Each kind of line the other checks judge was seen at all: a capture that lost one (a
+/// field recorded in a way it did not read) would let the checks that read it pass on nothing.
+pub fn every_kind_of_line_seen(seen: &[Seen], writes: bool) -> Result<(), Broken> {
+    let reconciled = seen
+        .iter()
+        .any(|s| matches!(s, Seen::Rev(l) if l.what == "reconcile"));
+    let answered = seen.iter().any(|s| matches!(s, Seen::Answered(_)));
+    let sent = seen
+        .iter()
+        .any(|s| matches!(s, Seen::Sent { by, key } if !by.is_empty() && !key.is_empty()));
+    match (reconciled, answered, sent || !writes) {
+        (true, true, true) => Ok(()),
+        _ => Err(format!(
+            "the capture missed a kind of line: reconciles {reconciled}, answers {answered}, \
+             writes sent {sent} (writes planned: {writes})"
+        )),
+    }
+}
+
 /// No two replicas reconciled one key at the same time.
 pub fn no_key_on_two_replicas_at_once(seen: &[Seen]) -> Result<(), Broken> {
     let mut u = Underway::default();

@@ -421,6 +421,7 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
     if let Some(f) = failures.lock().first() {
         return Err(broken(f.clone()));
     }
+    check::every_kind_of_line_seen(&seen, plan.writes).map_err(broken)?;
     if let Topology::Shards(_) = plan.topology {
         check::no_handler_writes(&seen).map_err(broken)?;
     }
