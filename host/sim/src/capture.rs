@@ -62,6 +62,8 @@ pub enum Seen {
         by: String,
         /// The key of the reconcile that wrote.
         key: String,
+        /// The plugin that wrote.
+        plugin: String,
     },
     /// A reconcile of `key` on replica `by` ended without its guest's `done` line: cut off
     /// (a deadline, a trap) or its worker dropped (an upgrade's grace period).
@@ -89,6 +91,7 @@ struct Fields {
     agent: String,
     status: u16,
     key: Option<String>,
+    plugin: String,
 }
 
 /// The simulated host a span runs on (turmoil's `node` span).
@@ -100,6 +103,7 @@ impl Visit for Fields {
             "message" => self.message = Some(value.to_owned()),
             "agent" | "name" => self.agent = value.to_owned(),
             "key" => self.key = Some(value.to_owned()),
+            "plugin" => self.plugin = value.to_owned(),
             _ => {}
         }
     }
@@ -200,7 +204,11 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
             });
         if judged {
             let seen = match (target, msg.as_str(), node.clone(), m.key.clone()) {
-                (WRITES, "client write sent", Some(by), Some(key)) => Some(Seen::Sent { by, key }),
+                (WRITES, "client write sent", Some(by), Some(key)) => Some(Seen::Sent {
+                    by,
+                    key,
+                    plugin: m.plugin.clone(),
+                }),
                 (RECONCILE, msg, Some(by), Some(key))
                     if msg.starts_with("reconcile failed in the sandbox")
                         || msg.starts_with("worker stopped holding a key") =>

@@ -84,9 +84,9 @@ pub fn old_revisions_only_finish_what_they_held(lines: &[Rev], plan: &Plan) -> R
     Ok(())
 }
 
-/// Every object's last version was reconciled, by the revision that handled that update or a
-/// later one (an upgrade replays nothing: a key an earlier revision reconciled at its last
-/// version need not be reconciled again).
+/// Every object's last version was reconciled, by the revision that handled that update (or
+/// listed it) or a later one (an upgrade replays nothing: a key an earlier revision reconciled
+/// at its last version need not be reconciled again).
 pub fn last_versions_reconciled(lines: &[Rev], made: &[(String, String)]) -> Result<(), Broken> {
     let mut order: Vec<&str> = Vec::new();
     for l in lines {
@@ -100,9 +100,10 @@ pub fn last_versions_reconciled(lines: &[Rev], made: &[(String, String)]) -> Res
         .map(|(k, rv)| (k.as_str(), rv.as_str()))
         .collect();
     for (key, rv) in last {
+        // An update made while no plugin ran reaches the next one as an `add`.
         let Some(handled) = lines
             .iter()
-            .find(|l| l.what == "update" && l.key == key && l.rv == rv)
+            .find(|l| (l.what == "update" || l.what == "add") && l.key == key && l.rv == rv)
             .and_then(|l| rank(&l.revision))
         else {
             return Err(format!("update {key}@{rv} handled by no revision"));
@@ -165,31 +166,25 @@ pub fn no_update_handled_twice(life: &[Rev], made: &[(String, String)]) -> Resul
     Ok(())
 }
 
-/// The reconciles each replica has under way, by key, as the lines go by: a reconcile line
-/// opens one, its `done` line closes it, and so does the replica's crash.
-#[derive(Default)]
-struct Underway(HashMap<String, Vec<String>>);
+/// The reconciles each replica has under way, by plugin and key, as the lines go by: a
+/// reconcile line opens one, its `done` line closes it, and so does the replica's crash. A
+/// reconcile the host cut off ([`Seen::Ended`], which names no plugin) closes the key for every
+/// plugin of its replica: at worst a pair missed, never one made up.
+struct Underway<'p> {
+    plan: &'p Plan,
+    open: HashMap<(String, String), Vec<String>>,
+}
 
-impl Underway {
-    fn open(&mut self, key: &str, by: &str) {
-        let v = self.0.entry(key.to_owned()).or_default();
-        if !v.iter().any(|r| r == by) {
-            v.push(by.to_owned());
+impl<'p> Underway<'p> {
+    fn new(plan: &'p Plan) -> Self {
+        Underway {
+            plan,
+            open: HashMap::new(),
         }
     }
-    fn close(&mut self, key: &str, by: &str) {
-        if let Some(v) = self.0.get_mut(key) {
-            v.retain(|r| r != by);
-        }
-    }
-    fn crash(&mut self, by: &str) {
-        for v in self.0.values_mut() {
-            v.retain(|r| r != by);
-        }
-    }
-    fn others(&self, key: &str, by: &str) -> Vec<&str> {
-        self.0
-            .get(key)
+    fn others(&self, plugin: &str, key: &str, by: &str) -> Vec<&str> {
+        self.open
+            .get(&(plugin.to_owned(), key.to_owned()))
             .map(|v| v.iter().filter(|r| *r != by).map(String::as_str).collect())
             .unwrap_or_default()
     }
@@ -198,18 +193,36 @@ impl Underway {
         match s {
             Seen::Rev(l) => {
                 let Some(by) = &l.by else { return };
+                let at = (self.plan.plugin_of(&l.revision), l.key.clone());
                 match l.what.as_str() {
-                    "reconcile" if l.rv != "-" => self.open(&l.key, by),
-                    "done" => self.close(&l.key, by),
+                    "reconcile" if l.rv != "-" => {
+                        let v = self.open.entry(at).or_default();
+                        if !v.contains(by) {
+                            v.push(by.clone());
+                        }
+                    }
+                    "done" => {
+                        if let Some(v) = self.open.get_mut(&at) {
+                            v.retain(|r| r != by);
+                        }
+                    }
                     _ => {}
                 }
             }
             Seen::Note(n) => {
                 if let Some(r) = n.strip_prefix("crash ") {
-                    self.crash(r);
+                    for v in self.open.values_mut() {
+                        v.retain(|x| x != r);
+                    }
                 }
             }
-            Seen::Ended { by, key } => self.close(key, by),
+            Seen::Ended { by, key } => {
+                for ((_, k), v) in self.open.iter_mut() {
+                    if k == key {
+                        v.retain(|r| r != by);
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -224,7 +237,7 @@ pub fn every_kind_of_line_seen(seen: &[Seen], writes: bool) -> Result<(), Broken
     let answered = seen.iter().any(|s| matches!(s, Seen::Answered(_)));
     let sent = seen
         .iter()
-        .any(|s| matches!(s, Seen::Sent { by, key } if !by.is_empty() && !key.is_empty()));
+        .any(|s| matches!(s, Seen::Sent { by, key, .. } if !by.is_empty() && !key.is_empty()));
     match (reconciled, answered, sent || !writes) {
         (true, true, true) => Ok(()),
         _ => Err(format!(
@@ -234,16 +247,19 @@ pub fn every_kind_of_line_seen(seen: &[Seen], writes: bool) -> Result<(), Broken
     }
 }
 
-/// No two replicas reconciled one key at the same time.
-pub fn no_key_on_two_replicas_at_once(seen: &[Seen]) -> Result<(), Broken> {
-    let mut u = Underway::default();
+/// No two replicas reconciled one key of one plugin at the same time. (Two plugins may: a
+/// rename starts the new one before the old one goes, as a new controller is deployed before
+/// the old one is deleted.)
+pub fn no_key_on_two_replicas_at_once(seen: &[Seen], plan: &Plan) -> Result<(), Broken> {
+    let mut u = Underway::new(plan);
     for s in seen {
         if let Seen::Rev(l) = s {
             if let (Some(by), "reconcile") = (&l.by, l.what.as_str()) {
-                let others = u.others(&l.key, by);
+                let plugin = plan.plugin_of(&l.revision);
+                let others = u.others(&plugin, &l.key, by);
                 if !others.is_empty() {
                     return Err(format!(
-                        "{by} reconciled {}@{} while {others:?} still did",
+                        "{by} reconciled {}@{} ({plugin}) while {others:?} still did",
                         l.key, l.rv
                     ));
                 }
@@ -254,35 +270,125 @@ pub fn no_key_on_two_replicas_at_once(seen: &[Seen]) -> Result<(), Broken> {
     Ok(())
 }
 
-/// A replica sends a write for a key only while it is the last to have begun reconciling
-/// it: none after the key moved to another replica. (A write sent before its replica lost the
-/// key may still reach the server after, and be applied over the new owner's: no client can
-/// recall a request the network or the server holds, and the host cuts its side at once —
-/// which [`no_key_on_two_replicas_at_once`] checks — but only a precondition, a
-/// resourceVersion the write names, lets the server refuse it. docs/replicas.md says so.)
-pub fn writes_follow_the_key(seen: &[Seen]) -> Result<(), Broken> {
-    let mut began: HashMap<&str, &str> = HashMap::new();
+/// A replica sends a write for a plugin's key only while it is the last to have begun
+/// reconciling that key for that plugin: none after the key moved to another replica. (A
+/// write sent before its replica lost the key may still reach the server after, and be
+/// applied over the new owner's: no client can recall a request the network or the server
+/// holds, and the host cuts its side at once — which [`no_key_on_two_replicas_at_once`]
+/// checks — but only a precondition, a resourceVersion the write names, lets the server
+/// refuse it. docs/replicas.md says so.)
+pub fn writes_follow_the_key(seen: &[Seen], plan: &Plan) -> Result<(), Broken> {
+    let mut began: HashMap<(String, &str), &str> = HashMap::new();
     for s in seen {
         match s {
             Seen::Rev(l) if l.what == "reconcile" => {
                 if let Some(by) = &l.by {
-                    began.insert(&l.key, by);
+                    began.insert((plan.plugin_of(&l.revision), &l.key), by);
                 }
             }
-            Seen::Sent { by, key } if !key.is_empty() => match began.get(key.as_str()) {
-                Some(b) if b == by => {}
-                other => {
-                    return Err(format!(
-                        "{by} sent a write for {key} after {} began reconciling it",
-                        other.unwrap_or(&"nobody")
-                    ))
+            Seen::Sent { by, key, plugin } if !key.is_empty() => {
+                match began.get(&(plugin.clone(), key.as_str())) {
+                    Some(b) if b == by => {}
+                    other => {
+                        return Err(format!(
+                            "{by} sent a write for {key} ({plugin}) after {} began reconciling it",
+                            other.unwrap_or(&"nobody")
+                        ))
+                    }
                 }
-            },
+            }
             _ => {}
         }
     }
     Ok(())
 }
+
+/// Each plugin's lines apart (a rename's old and new plugin, each with its revisions), in
+/// order.
+pub fn by_plugin(lines: &[Rev], plan: &Plan) -> Vec<Vec<Rev>> {
+    let mut apart: Vec<(String, Vec<Rev>)> = Vec::new();
+    for l in lines {
+        let plugin = plan.plugin_of(&l.revision);
+        match apart.iter_mut().find(|(p, _)| *p == plugin) {
+            Some((_, v)) => v.push(l.clone()),
+            None => apart.push((plugin, vec![l.clone()])),
+        }
+    }
+    apart.into_iter().map(|(_, v)| v).collect()
+}
+
+/// A revision the guest refuses to start never printed a line: the one running carried on.
+pub fn refused_revisions_never_run(lines: &[Rev], refused: &str) -> Result<(), Broken> {
+    match lines.iter().find(|l| l.revision == refused) {
+        Some(l) => Err(format!(
+            "the refused revision ran: {} {}@{}",
+            l.what, l.key, l.rv
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Once a replica removed a plugin (the entry taken out, or renamed and the new plugin
+/// running: the note `retired <plugin> on <replica>`), no revision of it that ran there
+/// before prints another line there: nothing of the old plugin reconciles on.
+pub fn retired_plugins_stay_retired(seen: &[Seen], plan: &Plan) -> Result<(), Broken> {
+    // The labels each replica has run, and those retired there.
+    let mut ran: HashMap<(&str, &str), ()> = HashMap::new();
+    let mut retired: HashMap<(String, String), ()> = HashMap::new();
+    for s in seen {
+        match s {
+            Seen::Rev(l) => {
+                let by = l.by.as_deref().unwrap_or(SINGLE);
+                if retired.contains_key(&(by.to_owned(), l.revision.clone())) {
+                    return Err(format!(
+                        "{} of retired plugin {} went on: {} {}@{} on {by}",
+                        l.revision,
+                        plan.plugin_of(&l.revision),
+                        l.what,
+                        l.key,
+                        l.rv
+                    ));
+                }
+                ran.insert((by, &l.revision), ());
+            }
+            Seen::Note(n) => {
+                let Some((plugin, on)) = n
+                    .strip_prefix("retired ")
+                    .and_then(|r| r.split_once(" on "))
+                else {
+                    continue;
+                };
+                for (by, label) in ran.keys() {
+                    if *by == on && plan.plugin_of(label) == plugin {
+                        retired.insert((on.to_owned(), (*label).to_owned()), ());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// At the end every replica runs the entry's plugin and nothing else: a rename left no old
+/// plugin behind, a removal and a refused revision nothing.
+pub fn the_entry_is_what_runs(
+    running: &std::collections::BTreeMap<String, Vec<String>>,
+    plugin: Option<&str>,
+) -> Result<(), Broken> {
+    let want: Vec<&str> = plugin.into_iter().collect();
+    for (replica, names) in running {
+        if names.iter().map(String::as_str).ne(want.iter().copied()) {
+            return Err(format!(
+                "at the end {replica} runs {names:?}, where the entry asks for {want:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The replica of a single-replica run, whose lines name none.
+const SINGLE: &str = "replica-0";
 
 /// Under leader election, every write left the replica that last wrote the leader Lease
 /// `lease` (as the API server accepted it): none was sent by a replica that had lost it.
@@ -298,7 +404,7 @@ pub fn writes_only_by_the_leader(seen: &[Seen], lease: &str) -> Result<(), Broke
             {
                 holder = Some(&a.agent);
             }
-            Seen::Sent { by, key } if holder != Some(by.as_str()) => {
+            Seen::Sent { by, key, .. } if holder != Some(by.as_str()) => {
                 return Err(format!(
                     "{by} sent a write (for {key:?}) while {} held the lease",
                     holder.unwrap_or("nobody")

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use kwh_coordination::leader_election::Timings;
 use kwh_coordination::replica::{self, Replica};
+use kwh_plugin::sources::{Change, Desired, EntryOutcome, PluginSources, SourceOptions, Want};
 use kwh_plugin::{EngineConfig, Limits, PluginEngine, PluginRuntime, PluginSpec, RuntimeOptions};
 use parking_lot::Mutex;
 use serde_json::json;
@@ -66,6 +67,11 @@ impl Setup {
         let engine = PluginEngine::new(EngineConfig {
             cache_dir: Some(std::env::temp_dir().join("kube-wasm-host-sim-cache")),
             max_instances: 64,
+            // The epoch ticks in the machine's time, and a guest call running past a tick
+            // yields to the other tasks: with the default 1 ms, how busy the machine was
+            // would reorder a run. The simulation's guest never computes for long; a second
+            // keeps a seed's run the same from one run to the next.
+            epoch_tick: Duration::from_secs(1),
             ..EngineConfig::default()
         })
         .map_err(|e| SimError::Engine(e.to_string()))?;
@@ -90,11 +96,23 @@ pub struct Summary {
     pub lines: usize,
 }
 
-/// A command the driver sends a replica.
+/// What the plugin's entry asks for: the revision labelled so, of the plugin named so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Wanted {
+    label: String,
+    plugin: String,
+}
+
+/// A command the driver sends a replica: the entry as it is now (`None`: taken out).
 #[derive(Debug)]
 enum Command {
-    Upgrade(String),
+    Set(Option<Wanted>),
 }
+
+/// The one entry of the one source the replicas' plugin comes from (a `WasmController`).
+const ENTRY: &str = "sim";
+/// The revision label the test guest refuses to start with.
+const REFUSED: &str = "bad";
 
 /// What the driver asks of the simulation itself, which only the loop that steps it can do.
 #[derive(Debug, Clone, Copy)]
@@ -176,8 +194,8 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
         // Its handlers write too: a delivery in flight as revisions change hands (under
         // shards the host must refuse them).
         let writes = plan.writes;
-        move |revision: &str, mark: &str| {
-            let mut config = json!({"revision": revision, "name": "sim", "workers": workers});
+        move |w: &Wanted, mark: &str| {
+            let mut config = json!({"revision": w.label, "name": w.plugin, "workers": workers});
             if writes {
                 config["mark"] = json!(mark);
                 config["handlerWrites"] = json!(true);
@@ -188,8 +206,13 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
             }
         }
     };
-    // The revision every replica should run: a replica started again starts with it.
-    let current = Arc::new(Mutex::new(plan.first.clone()));
+    // The plugins each replica runs, as of its last change: what the end is judged on.
+    let running: Arc<Mutex<std::collections::BTreeMap<String, Vec<String>>>> = Arc::default();
+    // What the entry asks for now: a replica started again starts with it.
+    let current = Arc::new(Mutex::new(Some(Wanted {
+        label: plan.first.clone(),
+        plugin: plan.plugin_of(&plan.first),
+    })));
     // Set once each replica's first caches synced: the driver's clock starts there, so that
     // every update it makes is one the plugin sees as an update (before the initial list, an
     // update is folded into it).
@@ -198,16 +221,17 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
     let (topology, grace) = (plan.topology, plan.grace);
     for (i, rx) in rxs.into_iter().enumerate() {
         let name = replica_name(i);
-        let (ready, engine, failures, current, spec, opts) = (
+        let (ready, engine, failures, current, spec, opts, running) = (
             ready.clone(),
             setup.engine.clone(),
             failures.clone(),
             current.clone(),
             spec.clone(),
             opts.clone(),
+            running.clone(),
         );
         sim.host(replica_name(i).as_str(), move || {
-            let (engine, rx, failures, opts, spec, ready, current, name) = (
+            let (engine, rx, failures, opts, spec, ready, current, name, running) = (
                 engine.clone(),
                 rx.clone(),
                 failures.clone(),
@@ -216,8 +240,10 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
                 ready.clone(),
                 current.clone(),
                 name.clone(),
+                running.clone(),
             );
             async move {
+                running.lock().remove(&name);
                 capture::note(format!("start {name}"));
                 let client = net::client(APISERVER, &name)?;
                 let replica = match topology {
@@ -244,27 +270,54 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
                         ..opts
                     },
                 );
-                // Commands left from before a crash are stale: the current revision is
-                // read after they are drained.
+                // Commands left from before a crash are stale: the current entry is read
+                // after they are drained.
                 let mut rx = rx.lock().await;
                 while rx.try_recv().is_ok() {}
-                let mut running = current.lock().clone();
-                rt.start_spec(spec(&running, &name)).await?;
-                while !rt.is_ready() {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                capture::note(format!("ready {name}"));
-                ready[i].store(true, Ordering::Release);
+                let mut sources = PluginSources::new(grace);
+                let src = sources.add(SourceOptions::resources("WasmController"));
+                let first = current.lock().clone();
+                let entry = |w: &Option<Wanted>| -> Vec<Desired> {
+                    w.iter()
+                        .map(|w| Desired {
+                            id: ENTRY.into(),
+                            module: PathBuf::from(ENTRY),
+                            want: Want::Load {
+                                spec: spec(w, &name),
+                                stamp: String::new(),
+                            },
+                        })
+                        .collect()
+                };
+                let outcomes = sources.apply(&mut rt, src, entry(&first)).await;
+                judge(&outcomes, &first, &name, &failures);
+                // Running, or waiting for the API server to answer (a replica started while
+                // cut off): held either way.
+                let names = |rt: &PluginRuntime| {
+                    let mut names: Vec<String> =
+                        rt.plugins().iter().map(|p| p.name().to_owned()).collect();
+                    names.extend(rt.waiting().into_iter().map(|(name, _)| name));
+                    names
+                };
+                running.lock().insert(name.clone(), names(&rt));
+                // Ready once its caches synced; the entry's changes are taken meanwhile (a
+                // replica started while a refused revision was asked for runs nothing, and is
+                // not ready, until the rollback).
+                let mut noted = false;
                 loop {
+                    if !noted && rt.is_ready() {
+                        capture::note(format!("ready {name}"));
+                        ready[i].store(true, Ordering::Release);
+                        noted = true;
+                    }
                     tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(100)), if !noted => {}
                         cmd = rx.recv() => match cmd {
-                            Some(Command::Upgrade(label)) if label != running => {
-                                if let Err(e) = rt.upgrade("sim", spec(&label, &name), grace).await {
-                                    failures.lock().push(format!("{name}: upgrade to {label}: {e}"));
-                                }
-                                running = label;
+                            Some(Command::Set(wanted)) => {
+                                let outcomes = sources.apply(&mut rt, src, entry(&wanted)).await;
+                                judge(&outcomes, &wanted, &name, &failures);
+                                running.lock().insert(name.clone(), names(&rt));
                             }
-                            Some(Command::Upgrade(_)) => {}
                             None => break,
                         },
                         why = replica.lost() => {
@@ -274,6 +327,7 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
                     }
                 }
                 // As the binary stops: the plugins first, then the Leases.
+                running.lock().remove(&name);
                 rt.shutdown(grace).await;
                 replica.stop().await;
                 capture::note(format!("stopped {name}"));
@@ -306,6 +360,8 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             let start = tokio::time::Instant::now();
+            // The last entry that is not a refused revision: what a rollback asks for again.
+            let mut good = current.lock().clone();
             for (n, (at, step)) in plan.steps.iter().enumerate() {
                 tokio::time::sleep_until(start + *at).await;
                 let now = turmoil::elapsed();
@@ -318,11 +374,34 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
                             .to_owned();
                         made.lock().push((format!("default/u-{i}"), rv));
                     }
-                    Step::Upgrade(label) => {
-                        *current.lock() = label.clone();
+                    Step::Upgrade(_)
+                    | Step::Rename(_)
+                    | Step::Refuse
+                    | Step::Rollback
+                    | Step::Remove
+                    | Step::Restore(_) => {
+                        let wanted = match step {
+                            Step::Upgrade(label) | Step::Rename(label) | Step::Restore(label) => {
+                                Some(Wanted {
+                                    label: label.clone(),
+                                    plugin: plan.plugin_of(label),
+                                })
+                            }
+                            Step::Refuse => good.clone().map(|w| Wanted {
+                                label: REFUSED.into(),
+                                ..w
+                            }),
+                            Step::Rollback => good.clone(),
+                            _ => None,
+                        };
+                        if !matches!(step, Step::Refuse | Step::Rollback) {
+                            good = wanted.clone();
+                        }
+                        capture::note(format!("set {wanted:?}"));
+                        *current.lock() = wanted.clone();
                         for tx in &txs {
-                            // A replica that is down reads the current revision as it starts.
-                            let _ = tx.send(Command::Upgrade(label.clone()));
+                            // A replica that is down reads the current entry as it starts.
+                            let _ = tx.send(Command::Set(wanted.clone()));
                         }
                     }
                     Step::Crash(who, down) => {
@@ -371,6 +450,7 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
                     restart_at[i] = None;
                     if sim.is_host_running(replica_name(i).as_str()) {
                         capture::note(format!("crash {}", replica_name(i)));
+                        running.lock().remove(&replica_name(i));
                         sim.crash(replica_name(i).as_str());
                     }
                 }
@@ -426,21 +506,35 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
         check::no_handler_writes(&seen).map_err(broken)?;
     }
     let lines = capture::revs(&seen);
+    check::refused_revisions_never_run(&lines, REFUSED).map_err(broken)?;
     if plan.topology == Topology::Single {
-        check::each_update_handled_once(&lines, &made).map_err(broken)?;
-        check::old_revisions_only_finish_what_they_held(&lines, &plan).map_err(broken)?;
+        // Exactly once while one plugin runs throughout; a rename or a removal lets an update
+        // reach both plugins, or neither (the next one lists it).
+        if !plan.changes_plugins() {
+            check::each_update_handled_once(&lines, &made).map_err(broken)?;
+        }
+        for one in check::by_plugin(&lines, &plan) {
+            check::no_update_handled_twice(&one, &made).map_err(broken)?;
+            check::old_revisions_only_finish_what_they_held(&one, &plan).map_err(broken)?;
+        }
         check::last_versions_reconciled(&lines, &made).map_err(broken)?;
     } else {
         for life in check::lives(&seen) {
-            check::no_update_handled_twice(&life, &made).map_err(broken)?;
-            check::old_revisions_only_finish_what_they_held(&life, &plan).map_err(broken)?;
+            for one in check::by_plugin(&life, &plan) {
+                check::no_update_handled_twice(&one, &made).map_err(broken)?;
+                check::old_revisions_only_finish_what_they_held(&one, &plan).map_err(broken)?;
+            }
         }
     }
-    check::no_key_on_two_replicas_at_once(&seen).map_err(broken)?;
-    check::writes_follow_the_key(&seen).map_err(broken)?;
+    check::retired_plugins_stay_retired(&seen, &plan).map_err(broken)?;
+    check::no_key_on_two_replicas_at_once(&seen, &plan).map_err(broken)?;
+    check::writes_follow_the_key(&seen, &plan).map_err(broken)?;
     if let Topology::Leader(_) = plan.topology {
         check::writes_only_by_the_leader(&seen, LEASE).map_err(broken)?;
     }
+    let last = current.lock().clone();
+    check::the_entry_is_what_runs(&running.lock(), last.as_ref().map(|w| w.plugin.as_str()))
+        .map_err(broken)?;
     let em = em
         .lock()
         .clone()
@@ -452,12 +546,54 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
         simulated: sim.elapsed(),
         topology: Some(plan.topology),
         updates: made.len(),
-        upgrades: count(&plan, |s| matches!(s, Step::Upgrade(_))),
+        upgrades: count(&plan, |s| {
+            matches!(
+                s,
+                Step::Upgrade(_)
+                    | Step::Rename(_)
+                    | Step::Refuse
+                    | Step::Rollback
+                    | Step::Remove
+                    | Step::Restore(_)
+            )
+        }),
         faults: count(&plan, |s| {
             matches!(s, Step::Crash(..) | Step::Partition(..))
         }),
         lines: seen.len(),
     })
+}
+
+/// Notes what the reconciler of plugin sources did with the entry, where the oracles read it
+/// (a plugin removed or retired by a rename, on which replica), and records as a failure
+/// anything but what was asked: only the refused revision may fail, and nothing may wait.
+fn judge(
+    outcomes: &[EntryOutcome],
+    wanted: &Option<Wanted>,
+    on: &str,
+    failures: &Mutex<Vec<String>>,
+) {
+    let refused = wanted.as_ref().is_some_and(|w| w.label == REFUSED);
+    for o in outcomes {
+        match &o.change {
+            Change::Unchanged | Change::Applied(_) => {}
+            Change::Renamed {
+                from,
+                removed: Some(_),
+                ..
+            }
+            | Change::Retired { from, .. } => capture::note(format!("retired {from} on {on}")),
+            Change::Removed { .. } => {
+                if let Some(p) = &o.plugin {
+                    capture::note(format!("retired {p} on {on}"));
+                }
+            }
+            Change::Failed(_) if refused => capture::note(format!("refused on {on}")),
+            other => failures
+                .lock()
+                .push(format!("{on}: the entry as {wanted:?} came to {other:?}")),
+        }
+    }
 }
 
 fn count(plan: &Plan, f: impl Fn(&Step) -> bool) -> usize {

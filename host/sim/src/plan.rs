@@ -11,9 +11,22 @@ use rand::{Rng, SeedableRng};
 pub enum Step {
     /// Update ConfigMap `u-<n>`.
     Update(usize),
-    /// Upgrade the plugin to the revision labelled so (a rollback is an upgrade to an earlier
-    /// revision's module and settings: what the host sees is the same, a switch of revisions).
+    /// The plugin's entry (one `WasmController`, through the runtime's one reconciler of plugin
+    /// sources) asks for the revision labelled so, of the same plugin: an upgrade.
     Upgrade(String),
+    /// The entry's next revision, labelled so, names another plugin ([`Plan::plugin_of`]): the
+    /// new plugin starts, and the old one is removed once it runs.
+    Rename(String),
+    /// The entry asks for a revision that fails to start: the one running carries on.
+    Refuse,
+    /// The entry asks again for the revision that runs, as an operator rolls back a refused
+    /// one: nothing is switched.
+    Rollback,
+    /// The entry is taken out: its plugin is removed.
+    Remove,
+    /// The entry is back, as the revision labelled so: the plugin of the last name, started
+    /// afresh.
+    Restore(String),
     /// Kill replica `n` (as kill -9: its runtime dropped with every task in it) and start it
     /// again after the given time.
     Crash(usize, Duration),
@@ -57,9 +70,9 @@ pub struct Plan {
     pub workers: u32,
     /// The replicas and how they share the work.
     pub topology: Topology,
-    /// How long a reconcile may take: the default 10 s, or in a third of the seeds a minute (a
-    /// deadline may be up to an hour), longer than a write the server holds while its key
-    /// moves.
+    /// How long a reconcile may take: the default 10 s, or in a third of the seeds (two thirds
+    /// under shards) a minute (a deadline may be up to an hour), longer than a write the server
+    /// holds while its key moves.
     pub reconcile_deadline: Duration,
     /// Whether the simulation steps its hosts in a seeded random order each tick (else in a
     /// fixed one): each finds schedules the other misses.
@@ -95,7 +108,14 @@ impl Plan {
         };
         let writes = topology != Topology::Single || rng.gen_bool(0.5);
         let shuffle = rng.gen_bool(0.5);
-        let reconcile_deadline = if rng.gen_bool(1.0 / 3.0) {
+        // Under shards in two thirds: a write the server holds past a key's hand-over is cut
+        // by the move, not first by the deadline, only when the deadline outlasts it.
+        let long = if matches!(topology, Topology::Shards(_)) {
+            2.0 / 3.0
+        } else {
+            1.0 / 3.0
+        };
+        let reconcile_deadline = if rng.gen_bool(long) {
             Duration::from_secs(60)
         } else {
             Duration::from_secs(10)
@@ -110,7 +130,10 @@ impl Plan {
             let at = Duration::from_millis(rng.gen_range(2_000..ACTIVE.as_millis() as u64));
             steps.push((at, Step::Update(rng.gen_range(0..objects))));
         }
-        for i in 0..rng.gen_range(1..=4) {
+        // Whether the plugin changes hands by name too (renames, removals) in this seed: in
+        // half of them, so that the other half still judges every update handled exactly once.
+        let lifecycle = rng.gen_bool(0.5);
+        for _ in 0..rng.gen_range(1..=4) {
             let at = Duration::from_millis(rng.gen_range(3_000..ACTIVE.as_millis() as u64));
             // A burst of updates just before and at the upgrade: notifications in flight and
             // keys queued and held as the revisions change hands.
@@ -121,7 +144,21 @@ impl Plan {
                 let before = Duration::from_millis(rng.gen_range(0..=spread));
                 steps.push((at - before, Step::Update(rng.gen_range(0..objects))));
             }
-            steps.push((at, Step::Upgrade(format!("r{}", i + 1))));
+            let change = if lifecycle { rng.gen_range(0..10) } else { 0 };
+            match change {
+                0..=4 => steps.push((at, Step::Upgrade(String::new()))),
+                5..=6 => steps.push((at, Step::Rename(String::new()))),
+                7 => {
+                    steps.push((at, Step::Refuse));
+                    let later = Duration::from_millis(rng.gen_range(500..5_000));
+                    steps.push((at + later, Step::Rollback));
+                }
+                _ => {
+                    steps.push((at, Step::Remove));
+                    let later = Duration::from_millis(rng.gen_range(500..8_000));
+                    steps.push((at + later, Step::Restore(String::new())));
+                }
+            }
             for _ in 0..rng.gen_range(0..=30) {
                 let after = Duration::from_millis(rng.gen_range(0..=spread / 2));
                 steps.push((at + after, Step::Update(rng.gen_range(0..objects))));
@@ -136,17 +173,29 @@ impl Plan {
             for _ in 0..rng.gen_range(1..=3) {
                 let at = Duration::from_millis(rng.gen_range(3_000..ACTIVE.as_millis() as u64));
                 let who = rng.gen_range(0..topology.replicas());
-                let down = Duration::from_millis(rng.gen_range(1_000..25_000));
+                // Under shards, half of them outlast the membership Lease (15 s), so that the
+                // replica's keys move to the others and, as it comes back, back to it.
+                let down = if sharded && rng.gen_bool(0.5) {
+                    Duration::from_millis(rng.gen_range(17_000..28_000))
+                } else {
+                    Duration::from_millis(rng.gen_range(1_000..25_000))
+                };
                 if rng.gen_bool(0.5) {
                     steps.push((at, Step::Crash(who, down)));
-                    // Writes in flight as the replica comes back and its keys move back
-                    // to it.
-                    if sharded {
-                        let before = Duration::from_millis(rng.gen_range(0..=500));
-                        steps.push((at + down - before, slow(&mut rng)));
-                    }
                 } else {
                     steps.push((at, Step::Partition(who, down)));
+                }
+                // Writes in flight as the replica comes back and its keys move back to it,
+                // with a few updates, so that the late writes are the live owners' (of keys
+                // some of which move), not the returning replica's own.
+                if sharded {
+                    let before = Duration::from_millis(rng.gen_range(0..=500));
+                    let armed = at + down - before;
+                    steps.push((armed, slow(&mut rng)));
+                    for _ in 0..rng.gen_range(3..=8) {
+                        let after = Duration::from_millis(rng.gen_range(1..=200));
+                        steps.push((armed + after, Step::Update(rng.gen_range(0..objects))));
+                    }
                 }
             }
             for _ in 0..rng.gen_range(0..=2) {
@@ -158,10 +207,12 @@ impl Plan {
         }
         // Stable: two steps at one instant keep the order they were drawn in.
         steps.sort_by_key(|(at, _)| *at);
-        // Upgrades are labelled in the order they happen.
+        // Revisions are labelled in the order they start. Two changes drawn close together
+        // may land out of the order drawn (a rollback after a later upgrade, a restore after
+        // another removal): each still does what it says to what runs then.
         let mut n = 0;
         for (_, s) in &mut steps {
-            if let Step::Upgrade(label) = s {
+            if let Step::Upgrade(label) | Step::Rename(label) | Step::Restore(label) = s {
                 n += 1;
                 *label = format!("r{n}");
             }
@@ -200,6 +251,36 @@ impl Plan {
         }
     }
 
+    /// The plugin that revision `label` belongs to: `sim` until the first rename, then
+    /// `sim-<label>` of the last rename at or before it.
+    pub fn plugin_of(&self, label: &str) -> String {
+        let mut name = "sim".to_owned();
+        if label == self.first {
+            return name;
+        }
+        for (_, s) in &self.steps {
+            match s {
+                Step::Rename(l) => {
+                    name = format!("sim-{l}");
+                    if l == label {
+                        return name;
+                    }
+                }
+                Step::Upgrade(l) | Step::Restore(l) if l == label => return name,
+                _ => {}
+            }
+        }
+        name
+    }
+
+    /// Whether the plugin changes by name (a rename, a removal): an update made then may reach
+    /// two plugins, or none.
+    pub fn changes_plugins(&self) -> bool {
+        self.steps
+            .iter()
+            .any(|(_, s)| matches!(s, Step::Rename(_) | Step::Remove))
+    }
+
     /// Simulated time from the start to the end of the settling.
     pub fn duration(&self) -> Duration {
         self.steps.last().map_or(Duration::ZERO, |(at, _)| *at) + self.settle
@@ -233,11 +314,43 @@ mod tests {
             .steps
             .iter()
             .filter_map(|(_, s)| match s {
-                Step::Upgrade(l) => Some(l.clone()),
+                Step::Upgrade(l) | Step::Rename(l) | Step::Restore(l) => Some(l.clone()),
                 _ => None,
             })
             .collect();
         let want: Vec<_> = (1..=labels.len()).map(|i| format!("r{i}")).collect();
         assert_eq!(labels, want);
+    }
+
+    #[test]
+    fn a_rename_names_the_plugin_of_every_revision_after_it() {
+        let plan = (0..200)
+            .map(Plan::of)
+            .find(|p| {
+                let renames = p
+                    .steps
+                    .iter()
+                    .position(|(_, s)| matches!(s, Step::Rename(_)));
+                let upgrade_after = renames.is_some_and(|i| {
+                    p.steps[i..]
+                        .iter()
+                        .any(|(_, s)| matches!(s, Step::Upgrade(_) | Step::Restore(_)))
+                });
+                upgrade_after
+            })
+            .expect("a seed of 0..200 renames, then upgrades");
+        let mut name = "sim".to_owned();
+        for (_, s) in &plan.steps {
+            match s {
+                Step::Rename(l) => {
+                    name = format!("sim-{l}");
+                    assert_eq!(plan.plugin_of(l), name);
+                }
+                Step::Upgrade(l) | Step::Restore(l) => assert_eq!(plan.plugin_of(l), name),
+                _ => {}
+            }
+        }
+        assert_eq!(plan.plugin_of("r0"), "sim");
+        assert!(plan.changes_plugins());
     }
 }

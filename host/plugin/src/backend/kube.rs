@@ -146,6 +146,7 @@ pub(crate) async fn send(
 ) -> Result<Option<Bytes>, ApiError> {
     // The moment a write leaves (its fence checked): what the simulation judges ownership at.
     tracing::debug!(
+        plugin = params.field_manager.as_deref().unwrap_or(""),
         key = req.reconciling.as_deref().unwrap_or(""),
         "client write sent"
     );
