@@ -227,9 +227,11 @@ impl Discovery {
         }
         let due = last.is_none_or(|t| t.elapsed() >= self.min_refresh_interval);
         if due {
-            // Only an answer counts as a refresh: after a failed request (server unreachable)
-            // the next caller asks again instead of reading the stale miss as a 404.
-            let previous = last.replace(Instant::now());
+            // Only an answer counts as a refresh, and it is recorded only once it has come:
+            // after a failed request (server unreachable), or one whose caller gave up waiting
+            // (a timeout, an aborted task: the future dropped at the await), the next caller
+            // asks again instead of reading the stale miss as a 404.
+            let asked = Instant::now();
             match self.fetch_gv(api_version).await {
                 Ok(list) => {
                     self.cache
@@ -240,11 +242,9 @@ impl Discovery {
                 Err(e) if e.code() == Some(404) => {
                     self.cache.write().by_gv.remove(api_version);
                 }
-                Err(e) => {
-                    *last = previous;
-                    return Err(e);
-                }
+                Err(e) => return Err(e),
             }
+            *last = Some(asked);
         }
         drop(last);
         self.cached(api_version, kind).ok_or_else(|| {

@@ -5,7 +5,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -1349,6 +1349,49 @@ async fn discovery_resolves_kinds_and_finds_crds_installed_later() {
         d.refresh().await.unwrap();
         assert!(d.cached("example.com/v1", "Widget").is_none());
         assert!(d.cached("apps/v1", "Deployment").is_some());
+    })
+    .await
+}
+
+/// A resolve given up while its fetch was in flight (a caller's timeout, an aborted task) is no
+/// answer: the next caller fetches, instead of reading the miss as "the server doesn't have a
+/// resource type" for the whole refresh interval. Found by the simulation: a replica started
+/// while cut off from its API server reported a 404 for ConfigMaps once the link was back.
+#[tokio::test]
+async fn a_resolve_given_up_mid_fetch_leaves_the_next_caller_free_to_fetch() {
+    bounded(async {
+        let asked = Arc::new(AtomicUsize::new(0));
+        let n = asked.clone();
+        let s = serve(
+            None,
+            Arc::new(move |r: &Seen| match r.uri.as_str() {
+                // The first request is never answered; the ones after are.
+                "/api/v1" if n.fetch_add(1, Ordering::SeqCst) == 0 => Reply::Hang,
+                "/api/v1" => Reply::Full(StatusCode::OK, sample("discovery-api-v1.json")),
+                _ => Reply::Full(StatusCode::NOT_FOUND, sample("error-404-notfound.json")),
+            }),
+        )
+        .await;
+        let d = Arc::new(
+            Discovery::new(Client::new(plain_config(&s)).unwrap())
+                .with_min_refresh_interval(Duration::from_secs(3600)),
+        );
+        let first = tokio::spawn({
+            let d = d.clone();
+            async move { d.resolve("v1", "ConfigMap").await }
+        });
+        // Given up once the server holds its request.
+        while asked.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        first.abort();
+        assert!(first.await.is_err(), "aborted, not answered");
+        let cm = d
+            .resolve("v1", "ConfigMap")
+            .await
+            .expect("fetched again, not read as a miss");
+        assert_eq!(cm.plural, "configmaps");
+        assert_eq!(asked.load(Ordering::SeqCst), 2);
     })
     .await
 }

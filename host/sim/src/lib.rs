@@ -310,8 +310,17 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
                         ready[i].store(true, Ordering::Release);
                         noted = true;
                     }
+                    // As the binary does: a rename whose new plugin waits for the API server
+                    // keeps the old one until the new one runs, looked at again each second.
+                    let retiring = sources.has_retiring();
                     tokio::select! {
                         _ = tokio::time::sleep(Duration::from_millis(100)), if !noted => {}
+                        _ = tokio::time::sleep(Duration::from_secs(1)), if retiring => {
+                            let outcomes: Vec<EntryOutcome> =
+                                sources.settle(&rt).await.into_iter().map(|(_, o)| o).collect();
+                            judge(&outcomes, &current.lock().clone(), &name, &failures);
+                            running.lock().insert(name.clone(), names(&rt));
+                        }
                         cmd = rx.recv() => match cmd {
                             Some(Command::Set(wanted)) => {
                                 let outcomes = sources.apply(&mut rt, src, entry(&wanted)).await;
@@ -566,7 +575,7 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
 
 /// Notes what the reconciler of plugin sources did with the entry, where the oracles read it
 /// (a plugin removed or retired by a rename, on which replica), and records as a failure
-/// anything but what was asked: only the refused revision may fail, and nothing may wait.
+/// anything but what was asked: only the refused revision may fail.
 fn judge(
     outcomes: &[EntryOutcome],
     wanted: &Option<Wanted>,
@@ -583,6 +592,12 @@ fn judge(
                 ..
             }
             | Change::Retired { from, .. } => capture::note(format!("retired {from} on {on}")),
+            // The new plugin waits (this replica cut off): the old one runs on until it runs.
+            Change::Renamed {
+                from,
+                removed: None,
+                ..
+            } => capture::note(format!("retiring {from} on {on}")),
             Change::Removed { .. } => {
                 if let Some(p) = &o.plugin {
                     capture::note(format!("retired {p} on {on}"));
