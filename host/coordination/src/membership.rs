@@ -296,7 +296,14 @@ async fn run(m: Member, state: watch::Sender<MemberState>, mut stop: watch::Rece
                         _ = stopped(&mut stop) => break,
                     }
                 };
+                // Closed since the last read (the read came after the renew deadline) and
+                // open again: the keys dropped meanwhile come back, as on joining.
+                let reopened = *state.borrow() == MemberState::Member && !shards.fence.is_open();
                 shards.fence.open_until(until);
+                if reopened && shards.fence.is_open() {
+                    tracing::warn!("shard membership renewed after its fence closed; rejoining");
+                    shards.rejoin();
+                }
                 for l in observed.stale(&list, &name, now, stale_after(t.lease_duration)) {
                     match leases.delete(l).await {
                         Ok(()) => {

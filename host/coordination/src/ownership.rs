@@ -405,6 +405,15 @@ impl Shards {
             .collect()
     }
 
+    /// This member's fence closed (no read within its renew deadline) and a read came after
+    /// all: the next [`Shards::update`] counts as a first read again. Meanwhile its workers
+    /// dropped the keys they were handed (not this replica's to act on) and the others may
+    /// have counted it gone and taken its keys: like a replica that just joined, it replays
+    /// every key it owns, each after the others' lease has run out.
+    pub fn rejoin(&self) {
+        self.state.write().first = true;
+    }
+
     /// Takes a new membership read at `now`; returns the change when there is one. The first
     /// read counts as a change from the same members without this one: they may have been
     /// working on the keys this replica now owns.
@@ -609,6 +618,52 @@ mod tests {
         assert!(b.update(&names(&["b"]), Instant::now()).is_some());
         assert_eq!(b.admit("p", &key), Admit::Now);
         assert_eq!(b.hand_over_wait(), None, "nobody left to wait for");
+    }
+
+    /// Found by the simulation (seed 848): a member whose fence closed for a moment (its read
+    /// answered after its renew deadline) dropped the keys its workers were handed, and its
+    /// fence opened again with the same members: nothing gave the dropped keys back. Taken
+    /// again as a first read, the rejoin is a gain of every key it owns, each after the
+    /// others' lease.
+    #[test]
+    fn a_member_whose_fence_closed_and_opened_again_replays_its_keys() {
+        let lease = Duration::from_secs(15);
+        let fence = open();
+        let a = Shards::new("a", fence.clone(), lease);
+        let t0 = Instant::now();
+        a.update(&names(&["a", "b"]), t0);
+        let later = t0 + 2 * lease;
+        assert!(
+            a.update(&names(&["a", "b"]), later).is_none(),
+            "the same members"
+        );
+        let key = (0..)
+            .map(|i| format!("default/k{i}"))
+            .find(|k| owner(&[Arc::from("a"), Arc::from("b")], "p", k).map(|o| &**o) == Some("a"))
+            .unwrap();
+        assert_eq!(a.admit_at("p", &key, later), Admit::Now);
+        fence.close();
+        assert_eq!(
+            a.admit_at("p", &key, later),
+            Admit::No,
+            "dropped while closed"
+        );
+        fence.open_until(Instant::now() + Duration::from_secs(3600));
+        a.rejoin();
+        match a.update(&names(&["a", "b"]), later) {
+            Some(Gain::Shards { before, after }) => {
+                assert!(
+                    can_gain(&Arc::from("a"), &before, &after),
+                    "{before:?} {after:?}"
+                );
+                assert!(!before.iter().any(|m| &**m == "a"));
+            }
+            other => panic!("{other:?}"),
+        }
+        match a.admit_at("p", &key, later) {
+            Admit::After(d) => assert!(d > lease - Duration::from_secs(1), "{d:?}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

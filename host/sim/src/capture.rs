@@ -224,8 +224,9 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
         if dump() {
             let mut all = All::default();
             event.record(&mut all);
+            let at = turmoil::sim_elapsed().map_or(-1.0, |d| d.as_secs_f64());
             eprintln!(
-                "{} {} {}: {msg}{}",
+                "{at:9.3} {} {} {}: {msg}{}",
                 event.metadata().level(),
                 node.as_deref().unwrap_or("-"),
                 event.metadata().target(),
@@ -293,7 +294,8 @@ pub fn reset() {
 /// Notes something the driver did, in its place among the lines.
 pub fn note(what: String) {
     if dump() {
-        eprintln!("NOTE {what}");
+        let at = turmoil::sim_elapsed().map_or(-1.0, |d| d.as_secs_f64());
+        eprintln!("{at:9.3} NOTE {what}");
     }
     lines().0.lock().push(Seen::Note(what));
 }
