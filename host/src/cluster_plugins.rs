@@ -40,11 +40,11 @@ use kwh_informer::processor::ResourceEventHandler;
 use kwh_informer::shared::{InformerOptions, SharedIndexInformer};
 use kwh_informer::tombstone::ObjOrTombstone;
 use kwh_plugin::events::{EventRecorder, EventType, NewEvent, ObjectRef};
+use kwh_plugin::fetches::{Done, Fetches};
 use kwh_plugin::{
     Change, Desired, Limits, PluginRuntime, PluginSources, PluginSpec, SourceId, Step, Want,
 };
 use serde_json::{json, Value};
-use tokio::task::JoinHandle;
 
 use crate::commands::LOG_TARGET;
 use crate::modules::Modules;
@@ -111,14 +111,6 @@ struct Applied {
     pull: Option<Pull>,
     /// The kinds of shadow difference already recorded as Events on it.
     shadow_kinds: std::collections::HashSet<String>,
-}
-
-/// A fetch on its task, for one generation of a resource.
-struct InFlight {
-    generation: i64,
-    /// Only the tag asked again (the generation ran already): a failure keeps what runs.
-    recheck: bool,
-    task: JoinHandle<Fetched>,
 }
 
 /// What a fetch came to: the spec with its module a file, and how to ask for it again.
@@ -197,17 +189,10 @@ pub struct ClusterPlugins {
     /// The runtime's recorder (written behind the same fence as the plugins' Events).
     events: EventRecorder,
     applied: HashMap<String, Applied>,
-    /// The fetches running, by resource.
-    fetching: HashMap<String, InFlight>,
+    /// The fetches running, by resource (a recheck: only the tag asked again, the generation
+    /// ran already, so a failure keeps what runs).
+    fetching: Fetches<Fetched>,
     modules: Arc<Modules>,
-}
-
-impl Drop for ClusterPlugins {
-    fn drop(&mut self) {
-        for f in self.fetching.values() {
-            f.task.abort();
-        }
-    }
 }
 
 impl ClusterPlugins {
@@ -241,7 +226,6 @@ impl ClusterPlugins {
         ClusterPlugins {
             client: client.clone(),
             informer,
-            wake,
             source,
             limits,
             namespace,
@@ -249,7 +233,8 @@ impl ClusterPlugins {
             ownership,
             events,
             applied: HashMap::new(),
-            fetching: HashMap::new(),
+            fetching: Fetches::new(wake.clone()),
+            wake,
             modules,
         }
     }
@@ -273,14 +258,9 @@ impl ClusterPlugins {
         }
         let objects = self.informer.indexer().list();
         // Deleted: a fetch of theirs is cancelled.
-        self.fetching.retain(|name, f| {
-            let present = objects.iter().any(|o| o.name() == name);
-            if !present {
-                f.task.abort();
-            }
-            present
-        });
-        let mut finished = self.finished().await;
+        self.fetching
+            .retain(|name| objects.iter().any(|o| o.name() == name));
+        let mut finished = self.fetching.finished().await;
         let mut desired = Vec::with_capacity(objects.len());
         let mut generations = HashMap::with_capacity(objects.len());
         for obj in &objects {
@@ -292,9 +272,7 @@ impl ClusterPlugins {
             let generation = v["metadata"]["generation"].as_i64().unwrap_or(0);
             generations.insert(name.clone(), generation);
             let want = match finished.remove(&name) {
-                Some((flight, fetched)) if flight.generation == generation => {
-                    self.fetched(&name, flight, fetched)
-                }
+                Some(done) if done.generation == generation => self.fetched(&name, done),
                 _ => self.fetch_if_due(&name, generation, &v["spec"]),
             };
             let module = PathBuf::from(v["spec"]["module"].as_str().unwrap_or_default());
@@ -324,44 +302,22 @@ impl ClusterPlugins {
         }
     }
 
-    /// The fetches that finished, taken out of the running ones.
-    async fn finished(&mut self) -> HashMap<String, (InFlight, Fetched)> {
-        let done: Vec<String> = self
-            .fetching
-            .iter()
-            .filter(|(_, f)| f.task.is_finished())
-            .map(|(n, _)| n.clone())
-            .collect();
-        let mut out = HashMap::with_capacity(done.len());
-        for name in done {
-            let Some(mut flight) = self.fetching.remove(&name) else {
-                continue;
-            };
-            // Finished: this await does not wait.
-            let fetched = match (&mut flight.task).await {
-                Ok(f) => f,
-                Err(e) => Fetched {
-                    result: Err(format!("the fetch stopped: {e}")),
-                    pull: None,
-                },
-            };
-            out.insert(name, (flight, fetched));
-        }
-        out
-    }
-
-    /// What the reconciler is asked for resource `name` whose fetch (`flight`) finished: the
+    /// What the reconciler is asked for resource `name` whose fetch (`done`) finished: the
     /// spec fetched, or its failure (a new generation's is the resource's failure; a tag asked
     /// again that did not answer leaves what runs).
-    fn fetched(&mut self, name: &str, flight: InFlight, fetched: Fetched) -> Want {
+    fn fetched(&mut self, name: &str, done: Done<Fetched>) -> Want {
+        let fetched = done.result.unwrap_or_else(|e| Fetched {
+            result: Err(e),
+            pull: None,
+        });
         let applied = self.applied.entry(name.to_owned()).or_insert(Applied {
-            generation: flight.generation,
+            generation: done.generation,
             failure: None,
             pull: None,
             shadow_kinds: Default::default(),
         });
-        applied.generation = flight.generation;
-        match (fetched.pull, flight.recheck) {
+        applied.generation = done.generation;
+        match (fetched.pull, done.recheck) {
             (Some(p), _) => applied.pull = Some(p),
             (None, false) => applied.pull = None,
             // A tag asked again that failed before the registry (its pull secret): asked
@@ -375,9 +331,9 @@ impl ClusterPlugins {
         match fetched.result {
             Ok(spec) => Want::Load {
                 spec,
-                stamp: flight.generation.to_string(),
+                stamp: done.generation.to_string(),
             },
-            Err(e) if flight.recheck => {
+            Err(e) if done.recheck => {
                 tracing::warn!(target: LOG_TARGET,
                     "WasmController {name}: {e}; the running revision carries on");
                 Want::Keep
@@ -394,7 +350,7 @@ impl ClusterPlugins {
     /// it meanwhile (keep what runs; a spec that does not parse fails at once).
     fn fetch_if_due(&mut self, name: &str, generation: i64, spec: &Value) -> Want {
         let applied = self.applied.get(name);
-        let flying = self.fetching.get(name).map(|f| (f.generation, f.recheck));
+        let flying = self.fetching.in_flight(name);
         let recheck = match applied {
             Some(a) if a.generation == generation => {
                 let due = a.pull.as_ref().is_some_and(|p| {
@@ -408,10 +364,6 @@ impl ClusterPlugins {
             _ if flying.is_some_and(|(g, _)| g == generation) => return Want::Keep,
             _ => false,
         };
-        // A fetch of an older generation is cancelled: its result would be stale.
-        if let Some(old) = self.fetching.remove(name) {
-            old.task.abort();
-        }
         let defaults = Defaults {
             limits: &self.limits,
             namespace: self.namespace.as_deref(),
@@ -442,21 +394,11 @@ impl ClusterPlugins {
         let manifest = applied
             .and_then(|a| a.pull.as_ref())
             .and_then(|p| p.manifest.clone());
-        let (client, modules, wake) =
-            (self.client.clone(), self.modules.clone(), self.wake.clone());
-        let task = tokio::spawn(async move {
-            let fetched = fetch(&client, &modules, spec, how, manifest).await;
-            wake.notify_one();
-            fetched
+        let (client, modules) = (self.client.clone(), self.modules.clone());
+        // A fetch of an older generation is cancelled: its result would be stale.
+        self.fetching.start(name, generation, recheck, async move {
+            fetch(&client, &modules, spec, how, manifest).await
         });
-        self.fetching.insert(
-            name.to_owned(),
-            InFlight {
-                generation,
-                recheck,
-                task,
-            },
-        );
         Want::Keep
     }
 
@@ -473,9 +415,7 @@ impl ClusterPlugins {
             Change::Unchanged | Change::Held { .. } => return false,
             Change::Removed { clean } => {
                 self.applied.remove(name);
-                if let Some(f) = self.fetching.remove(name) {
-                    f.task.abort();
-                }
+                self.fetching.cancel(name);
                 if o.plugin.is_some() {
                     tracing::info!(target: LOG_TARGET, plugin = %plugin, clean,
                         "WasmController {name} deleted: plugin removed");

@@ -188,6 +188,7 @@ impl Route {
             let _in_flight_done = previous.instance.lock().await;
             previous.retired.store(true, Ordering::Release);
         }
+        crate::perturb::at(crate::perturb::Point::RouteSwitched).await;
         if previous.missed.swap(false, Ordering::AcqRel) {
             next.hold_back_noted();
         }
@@ -411,6 +412,7 @@ impl WatchHandler {
                 Routed::Handled => return,
                 Routed::Guest(d, watch) => (d, watch),
             };
+            crate::perturb::at(crate::perturb::Point::Routed).await;
             match d.deliver(watch, call).await {
                 Delivery::Done => return,
                 Delivery::Retired => continue,

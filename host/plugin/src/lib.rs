@@ -15,9 +15,11 @@
 //! [`runtime`] wires it all, each plugin by its [`spec`] (its own limits, workers, namespace
 //! and configuration): [`dispatch`] feeds informer notifications to the guest, [`reconcile`]
 //! runs the workers once [`cache_sync`] says every cache is synced, [`sources`] decides what
-//! the plugins files, flags and resources ask to run, [`health`] quarantines a
+//! the plugins files, flags and resources ask to run ([`fetches`]: each entry's module fetched
+//! on a task of its own), [`health`] quarantines a
 //! plugin that keeps failing, [`status`] and [`ops`] serve metrics and health, and [`rbac`]
-//! derives the RBAC a set of plugins needs. Whether this replica may act at all is
+//! derives the RBAC a set of plugins needs; [`perturb`] marks where the simulation may hold
+//! a task back. Whether this replica may act at all is
 //! `kwh-coordination`'s to say.
 
 pub mod backend;
@@ -28,6 +30,7 @@ pub mod contract;
 pub mod dispatch;
 pub mod engine;
 pub mod events;
+pub mod fetches;
 pub mod follow;
 pub mod guest_log;
 pub mod health;
@@ -40,6 +43,7 @@ pub mod manifest;
 pub mod ops;
 pub mod options;
 pub mod own_keys;
+pub mod perturb;
 pub mod rbac;
 pub mod reconcile;
 mod revision;

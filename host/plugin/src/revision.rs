@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
@@ -125,9 +125,40 @@ struct Running {
     status: Arc<RunningStatus>,
     workers: Vec<JoinHandle<()>>,
     sync_task: JoinHandle<()>,
-    replay_task: JoinHandle<()>,
+    replay: ReplayTask,
     /// Turned true when a newer revision takes over; dropping it retires the workers too.
     retire: watch::Sender<bool>,
+}
+
+/// A revision's task replaying gained keys ([`replay_on_gain`]).
+struct ReplayTask {
+    /// Dropped to stop the task at its next wait.
+    stop: Option<oneshot::Sender<()>>,
+    /// Ends with the task's subscription to gains, and the gains it has not read yet.
+    task: JoinHandle<broadcast::Receiver<Gain>>,
+}
+
+impl ReplayTask {
+    /// Stops the task once the replay it may be doing is done, and returns its subscription
+    /// for the next revision: a gain published before the next revision subscribed, and not
+    /// yet read here, is still in it (an abort would lose it).
+    async fn hand_over(&mut self) -> Gains {
+        self.stop.take();
+        match (&mut self.task).await {
+            Ok(gains) => Gains::Handed(gains),
+            Err(_) => Gains::Lost,
+        }
+    }
+}
+
+/// Which subscription to gains a revision's replay task reads.
+enum Gains {
+    /// Its own, subscribed as it was built: the plugin's first revision.
+    Own,
+    /// The previous revision's, handed over by an upgrade.
+    Handed(broadcast::Receiver<Gain>),
+    /// The previous revision's task failed, and what it had not read with it.
+    Lost,
 }
 
 /// What the plugin keeps across revisions, taken apart only when it stops.
@@ -294,7 +325,7 @@ impl RunningPlugin {
         );
         let mut regs = Vec::new();
         register(env, &route, &plan, &mut regs).inspect_err(|_| built.synced.close())?;
-        let revision = built.run(&shared, &plan, &regs);
+        let revision = built.run(&shared, &plan, &regs, Gains::Own);
         let current = Mutex::new(revision.status.clone());
         Ok(RunningPlugin {
             name,
@@ -378,7 +409,7 @@ impl RunningPlugin {
         let _ = parts.revision.retire.send(true);
         let old = self.route.switch(built.dispatcher.clone()).await;
         parts.revision.sync_task.abort();
-        parts.revision.replay_task.abort();
+        let gains = parts.revision.replay.hand_over().await;
         // Registered after the switch, so that their initial adds reach the new revision.
         let registered = register(env, &self.route, &plan, &mut parts.regs);
         parts.regs.retain(|r| plan.iter().any(|p| p.id == r.id));
@@ -387,7 +418,7 @@ impl RunningPlugin {
             // failed, as a plugin whose informer stopped would.
             tracing::error!(plugin = %self.name, error = %e, "upgrade: a new watch could not be registered");
         }
-        let revision = built.run(&shared, &plan, &parts.regs);
+        let revision = built.run(&shared, &plan, &parts.regs, gains);
         let old_revision = std::mem::replace(&mut parts.revision, revision);
         let status = parts.revision.status.clone();
         drop(guard);
@@ -429,7 +460,7 @@ impl RunningPlugin {
         };
         let Parts { regs, revision, .. } = parts;
         revision.sync_task.abort();
-        revision.replay_task.abort();
+        revision.replay.task.abort();
         drop(regs);
         let mut clean = tokio::time::timeout_at(deadline, self.queue.shutdown_with_drain())
             .await
@@ -578,8 +609,8 @@ struct Built {
     lister: Arc<InformerLister>,
     workers: Vec<JoinHandle<()>>,
     retire: watch::Sender<bool>,
-    /// Subscribed as the revision is built, before the previous revision's replay task is
-    /// stopped: a gain in between reaches this one (at worst both replay it).
+    /// Subscribed as the revision is built. An upgrade gives the new revision the previous
+    /// one's subscription instead (see [`ReplayTask::hand_over`]).
     gains: broadcast::Receiver<Gain>,
 }
 
@@ -705,8 +736,14 @@ impl Built {
     }
 
     /// Starts the revision on `regs`: the lister reads their caches, the gate opens once every
-    /// planned watch has synced, and the replay task runs.
-    fn run(self, shared: &Shared<'_>, plan: &[Planned], regs: &[Registered]) -> Running {
+    /// planned watch has synced, and the replay task runs, reading `gains`.
+    fn run(
+        self,
+        shared: &Shared<'_>,
+        plan: &[Planned],
+        regs: &[Registered],
+        gains: Gains,
+    ) -> Running {
         let name = self.plugin.name().to_owned();
         let mut watches = Vec::new();
         let mut replays = Vec::new();
@@ -738,12 +775,25 @@ impl Built {
             });
             history.truncate(HISTORY);
         }
-        let replay_task = tokio::spawn(
+        let (gains, replay_all) = match gains {
+            Gains::Own => (self.gains, false),
+            Gains::Handed(handed) => (handed, false),
+            Gains::Lost => {
+                // What the previous revision had not read yet is lost with it: every key.
+                tracing::error!(plugin = %name,
+                    "the previous revision's replay task failed; replaying every key");
+                (self.gains, true)
+            }
+        };
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(
             replay_on_gain(
                 shared.own.clone(),
-                self.gains,
+                gains,
                 self.dispatcher.clone(),
                 replays,
+                replay_all,
+                stopped,
             )
             .instrument(tracing::info_span!("replay", plugin = %name)),
         );
@@ -767,7 +817,10 @@ impl Built {
             }),
             workers: self.workers,
             sync_task,
-            replay_task,
+            replay: ReplayTask {
+                stop: Some(stop),
+                task,
+            },
             retire: self.retire,
         }
     }
@@ -782,23 +835,44 @@ impl Built {
 ///   needs the latest state, not each step).
 ///
 /// Replays go through each handler's own queue, in order with its live notifications
-/// ([`SharedIndexInformer::replay`]).
+/// ([`SharedIndexInformer::replay`]). `replay_all`: every object first. Ends when `stop`'s
+/// sender is dropped, returning `gains` with what it has not read.
 async fn replay_on_gain(
     own: PluginOwnership,
     mut gains: broadcast::Receiver<Gain>,
     dispatcher: Arc<Dispatcher>,
     watches: Vec<(SharedIndexInformer<CountingLw>, HandlerRegistration)>,
-) {
+    replay_all: bool,
+    mut stop: oneshot::Receiver<()>,
+) -> broadcast::Receiver<Gain> {
     use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+    tokio::select! {
+        _ = &mut stop => return gains,
+        () = crate::perturb::at(crate::perturb::Point::ReplayStarts) => {}
+    }
+    let replay = |keys: &GainedKeys, why: &str| {
+        if keys.is_none() || !own.active() {
+            return;
+        }
+        let mut n = 0;
+        for (informer, reg) in &watches {
+            n += informer.replay(reg, |o| o.with_key(|k| keys.contains(k)));
+        }
+        tracing::debug!(objects = n, why, "caches replayed to the handlers");
+    };
+    if replay_all {
+        replay(&GainedKeys::All, "a lost subscription");
+    }
     loop {
         let (keys, why) = tokio::select! {
+            _ = &mut stop => return gains,
             r = gains.recv() => {
                 let mut got = Vec::new();
                 let mut lagged = false;
                 match r {
                     Ok(g) => got.push(g),
                     Err(RecvError::Lagged(_)) => lagged = true,
-                    Err(RecvError::Closed) => return,
+                    Err(RecvError::Closed) => return gains,
                 }
                 loop {
                     match gains.try_recv() {
@@ -812,13 +886,6 @@ async fn replay_on_gain(
             }
             () = dispatcher.missed() => (GainedKeys::All, "back from quarantine"),
         };
-        if keys.is_none() || !own.active() {
-            continue;
-        }
-        let mut n = 0;
-        for (informer, reg) in &watches {
-            n += informer.replay(reg, |o| o.with_key(|k| keys.contains(k)));
-        }
-        tracing::debug!(objects = n, why, "caches replayed to the handlers");
+        replay(&keys, why);
     }
 }

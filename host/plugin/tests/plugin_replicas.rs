@@ -514,6 +514,115 @@ async fn a_join_replays_nothing_and_a_leave_replays_only_the_keys_that_moved() {
     rt_a.shutdown(Duration::from_secs(5)).await;
 }
 
+thread_local! {
+    /// How many replay tasks polled on this thread the perturbation hook still holds back.
+    static HOLD_REPLAYS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Holds back the next `n` replay tasks started on this thread (a current-thread runtime's
+/// test) for an hour: as a busy runtime may leave a spawned task unpolled. Other tests' runtimes
+/// run on their own threads, which the hook leaves alone.
+fn hold_replays(n: u32) {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        kwh_plugin::perturb::install(|p| {
+            (p == kwh_plugin::perturb::Point::ReplayStarts
+                && HOLD_REPLAYS.with(|h| {
+                    let left = h.get();
+                    h.set(left.saturating_sub(1));
+                    left > 0
+                }))
+            .then_some(Duration::from_secs(3600))
+        });
+    });
+    HOLD_REPLAYS.with(|h| h.set(n));
+}
+
+/// Issue "Revisions change hands exactly" 3 (found by the simulation, seed 37 of 0..48): a
+/// gain published while a revision's replay task had not read it yet, then an upgrade. The
+/// upgrade used to abort that task, and the gain went with it: the keys moved to this replica
+/// were replayed by nobody, each waiting for its next event. The new revision now reads the
+/// old one's subscription, with what it had not read.
+#[tokio::test]
+async fn a_gain_not_yet_read_when_an_upgrade_lands_is_replayed_by_the_new_revision() {
+    const NS: &str = "handover";
+    const N: usize = 40;
+    support::logs::capture_global();
+    let em = emulator().await;
+    em.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}))
+        .expect("namespace");
+    for i in 0..N {
+        em.create(ns_cm(NS, &format!("cm-{i}"), 0)).expect("seed");
+    }
+    let open = Fence::closed();
+    open.open_until(Instant::now() + Duration::from_secs(3600));
+    let shards = Arc::new(Shards::new("a", open, Duration::ZERO));
+    let own = Ownership::new(Fence::closed(), Some(shards.clone()), None);
+    let both = ["a".to_string(), "b".to_string()];
+    own.gained(shards.update(&both, Instant::now()).expect("first view"));
+    let mut rt = runtime_with(
+        &em,
+        RuntimeOptions {
+            ownership: own.clone(),
+            ..RuntimeOptions::default()
+        },
+    );
+    // The first revision's replay task is not polled until it is stopped.
+    hold_replays(1);
+    tokio::time::timeout(T, rt.start_spec(journal_spec("handover", NS)))
+        .await
+        .expect("in time")
+        .expect("starts");
+    let adds = || {
+        let mut m = std::collections::BTreeMap::<String, usize>::new();
+        for (what, key, _) in journal("handover") {
+            if what == "add" {
+                *m.entry(key).or_default() += 1;
+            }
+        }
+        m
+    };
+    assert!(
+        eventually(T, || adds().len() == N).await,
+        "the initial list"
+    );
+    // B's keys: those this replica does not own with B a member.
+    let b_keys: std::collections::BTreeSet<String> = (0..N)
+        .map(|i| format!("{NS}/cm-{i}"))
+        .filter(|k| shards.admit("journal", k) == kwh_coordination::ownership::Admit::No)
+        .collect();
+    assert!(!b_keys.is_empty() && b_keys.len() < N, "B owns {b_keys:?}");
+    // B leaves: the gain waits in the first revision's subscription, unread.
+    own.gained(
+        shards
+            .update(&["a".to_string()], Instant::now())
+            .expect("a change"),
+    );
+    tokio::time::timeout(
+        T,
+        rt.upgrade(
+            "journal",
+            journal_spec("handover", NS),
+            Duration::from_secs(5),
+        ),
+    )
+    .await
+    .expect("in time")
+    .expect("upgrades");
+    assert!(
+        eventually(T, || b_keys.iter().all(|k| adds().get(k) == Some(&2))).await,
+        "B's keys replayed once by the new revision: {:?}",
+        adds()
+    );
+    let a = adds();
+    for i in 0..N {
+        let k = format!("{NS}/cm-{i}");
+        let want = if b_keys.contains(&k) { 2 } else { 1 };
+        assert_eq!(a.get(&k), Some(&want), "{k}: {a:?}");
+    }
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 /// Issue "Safe under faults" 1.4: a write is bounded by the fence, not by the client's 30 s
 /// timeout. Behind a partition (a frozen proxy), a plugin's write and an Event write issued
 /// while the fence is open are abandoned when it closes (its renew deadline, 2 s here),

@@ -20,6 +20,7 @@ pub mod capture;
 pub mod check;
 pub mod net;
 pub mod plan;
+mod schedule;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +29,7 @@ use std::time::Duration;
 
 use kwh_coordination::leader_election::Timings;
 use kwh_coordination::replica::{self, Replica};
+use kwh_plugin::fetches::Fetches;
 use kwh_plugin::sources::{Change, Desired, EntryOutcome, PluginSources, SourceOptions, Want};
 use kwh_plugin::{EngineConfig, Limits, PluginEngine, PluginRuntime, PluginSpec, RuntimeOptions};
 use parking_lot::Mutex;
@@ -111,6 +113,8 @@ enum Command {
 
 /// The one entry of the one source the replicas' plugin comes from (a `WasmController`).
 const ENTRY: &str = "sim";
+/// A second entry of the source, whose registry never answers ([`Plan::silent_registry`]).
+const SILENT: &str = "silent";
 /// The revision label the test guest refuses to start with.
 const REFUSED: &str = "bad";
 
@@ -132,6 +136,8 @@ fn replica_name(i: usize) -> String {
 const NAMESPACE: &str = "default";
 /// The leader Lease's (and shard group's) name.
 const LEASE: &str = "sim";
+/// How long every replica's first caches may take to sync after the start.
+const READY_WITHIN: Duration = Duration::from_secs(60);
 /// How long after a replica stops on its own (a lost lease) it is started again, as a pod is.
 const RESTART_AFTER: Duration = Duration::from_secs(2);
 
@@ -140,6 +146,7 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
     let plan = Plan::of(seed);
     let broken = |broken: String| SimError::Broken { seed, broken };
     capture::reset();
+    let _draws = schedule::Draws::begin(seed);
     let mut builder = turmoil::Builder::new();
     builder
         .simulation_duration(plan.duration() + Duration::from_secs(60))
@@ -218,7 +225,7 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
     // update is folded into it).
     let ready: Arc<Vec<AtomicBool>> =
         Arc::new((0..replicas).map(|_| AtomicBool::new(false)).collect());
-    let (topology, grace) = (plan.topology, plan.grace);
+    let (topology, grace, silent_registry) = (plan.topology, plan.grace, plan.silent_registry);
     for (i, rx) in rxs.into_iter().enumerate() {
         let name = replica_name(i);
         let (ready, engine, failures, current, spec, opts, running) = (
@@ -276,21 +283,50 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
                 while rx.try_recv().is_ok() {}
                 let mut sources = PluginSources::new(grace);
                 let src = sources.add(SourceOptions::resources("WasmController"));
-                let first = current.lock().clone();
-                let entry = |w: &Option<Wanted>| -> Vec<Desired> {
-                    w.iter()
-                        .map(|w| Desired {
+                // As the binary fetches each resource's module: on a task of its own, the
+                // entry kept as it runs until its fetch finishes. A fetch takes a few network
+                // round trips; the silent registry's never ends.
+                let wake = Arc::new(tokio::sync::Notify::new());
+                let mut fetches: Fetches<Wanted> = Fetches::new(wake.clone());
+                let mut generation = 0;
+                let mut fetch = |fetches: &mut Fetches<Wanted>, w: Wanted| {
+                    generation += 1;
+                    let took = Duration::from_millis(generation as u64 * 53 % 200);
+                    fetches.start(ENTRY, generation, false, async move {
+                        tokio::time::sleep(took).await;
+                        w
+                    });
+                };
+                if silent_registry {
+                    fetches.start(SILENT, 1, false, std::future::pending());
+                }
+                // The source's entries: the plugin's, as fetched (`load`) or kept while its
+                // fetch runs (absent once taken out), and the silent one, kept.
+                let entries = |asked: &Option<Wanted>, load: Option<&Wanted>| -> Vec<Desired> {
+                    let mut entries = Vec::new();
+                    if asked.is_some() {
+                        entries.push(Desired {
                             id: ENTRY.into(),
                             module: PathBuf::from(ENTRY),
-                            want: Want::Load {
+                            want: load.map_or(Want::Keep, |w| Want::Load {
                                 spec: spec(w, &name),
                                 stamp: String::new(),
-                            },
-                        })
-                        .collect()
+                            }),
+                        });
+                    }
+                    if silent_registry {
+                        entries.push(Desired {
+                            id: SILENT.into(),
+                            module: PathBuf::from(SILENT),
+                            want: Want::Keep,
+                        });
+                    }
+                    entries
                 };
-                let outcomes = sources.apply(&mut rt, src, entry(&first)).await;
-                judge(&outcomes, &first, &name, &failures);
+                let mut asked = current.lock().clone();
+                if let Some(w) = asked.clone() {
+                    fetch(&mut fetches, w);
+                }
                 // Running, or waiting for the API server to answer (a replica started while
                 // cut off): held either way.
                 let names = |rt: &PluginRuntime| {
@@ -321,11 +357,28 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
                             judge(&outcomes, &current.lock().clone(), &name, &failures);
                             running.lock().insert(name.clone(), names(&rt));
                         }
+                        () = wake.notified() => {
+                            let mut done = fetches.finished().await;
+                            if let Some(Ok(w)) = done.remove(ENTRY).map(|d| d.result) {
+                                let outcomes =
+                                    sources.apply(&mut rt, src, entries(&asked, Some(&w))).await;
+                                judge(&outcomes, &Some(w), &name, &failures);
+                                running.lock().insert(name.clone(), names(&rt));
+                            }
+                        }
                         cmd = rx.recv() => match cmd {
                             Some(Command::Set(wanted)) => {
-                                let outcomes = sources.apply(&mut rt, src, entry(&wanted)).await;
-                                judge(&outcomes, &wanted, &name, &failures);
-                                running.lock().insert(name.clone(), names(&rt));
+                                asked = wanted.clone();
+                                match wanted {
+                                    Some(w) => fetch(&mut fetches, w),
+                                    None => {
+                                        fetches.cancel(ENTRY);
+                                        let outcomes =
+                                            sources.apply(&mut rt, src, entries(&asked, None)).await;
+                                        judge(&outcomes, &None, &name, &failures);
+                                        running.lock().insert(name.clone(), names(&rt));
+                                    }
+                                }
                             }
                             None => break,
                         },
@@ -365,7 +418,20 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
             for i in 0..plan.objects {
                 em.create(cm(i, 0))?;
             }
+            // A replica whose plugin never starts (its entry held up, say) fails the run here,
+            // saying which.
+            let deadline = tokio::time::Instant::now() + READY_WITHIN;
             while !ready.iter().all(|r| r.load(Ordering::Acquire)) {
+                if tokio::time::Instant::now() >= deadline {
+                    let late: Vec<String> = (0..ready.len())
+                        .filter(|i| !ready[*i].load(Ordering::Acquire))
+                        .map(replica_name)
+                        .collect();
+                    return Err(format!(
+                        "{late:?} not ready {READY_WITHIN:?} after the start: their plugin never ran"
+                    )
+                    .into());
+                }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             let start = tokio::time::Instant::now();
@@ -414,18 +480,20 @@ pub fn run(setup: &Setup, seed: u64) -> Result<Summary, SimError> {
                         }
                     }
                     Step::Crash(who, down) => {
+                        let who = resolve(&em, *who);
                         let mut f = faults.lock();
-                        f.push((now, Fault::Crash(*who)));
-                        f.push((now + *down, Fault::Restart(*who)));
+                        f.push((now, Fault::Crash(who)));
+                        f.push((now + *down, Fault::Restart(who)));
                     }
                     Step::SlowWrites(n, by) => {
                         capture::note(format!("slow writes {n} {by:?}"));
                         em.faults().delay_next(*n, *by, &["patch"])?;
                     }
                     Step::Partition(who, down) => {
+                        let who = resolve(&em, *who);
                         let mut f = faults.lock();
-                        f.push((now, Fault::Partition(*who)));
-                        f.push((now + *down, Fault::Repair(*who)));
+                        f.push((now, Fault::Partition(who)));
+                        f.push((now + *down, Fault::Repair(who)));
                     }
                 }
             }
@@ -609,6 +677,22 @@ fn judge(
                 .push(format!("{on}: the entry as {wanted:?} came to {other:?}")),
         }
     }
+}
+
+/// The replica a fault hits: `who`, or for [`plan::LEADER`] the leader Lease's holder (replica
+/// 0 while none holds it).
+fn resolve(em: &kwh_emulator::EmulatorHandle, who: usize) -> usize {
+    if who != plan::LEADER {
+        return who;
+    }
+    em.get("coordination.k8s.io/v1", "Lease", Some(NAMESPACE), LEASE)
+        .and_then(|l| {
+            l["spec"]["holderIdentity"]
+                .as_str()
+                .and_then(|h| h.strip_prefix("replica-"))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 fn count(plan: &Plan, f: impl Fn(&Step) -> bool) -> usize {

@@ -27,11 +27,11 @@ pub enum Step {
     /// The entry is back, as the revision labelled so: the plugin of the last name, started
     /// afresh.
     Restore(String),
-    /// Kill replica `n` (as kill -9: its runtime dropped with every task in it) and start it
-    /// again after the given time.
+    /// Kill replica `n` ([`LEADER`]: the one leading then; as kill -9: its runtime dropped
+    /// with every task in it) and start it again after the given time.
     Crash(usize, Duration),
-    /// Cut replica `n` off the API server (both ways, messages held until the link is back)
-    /// for the given time.
+    /// Cut replica `n` ([`LEADER`]: the one leading then) off the API server (both ways,
+    /// messages held until the link is back) for the given time.
     Partition(usize, Duration),
     /// The API server answers the next `n` patches (the plugin's writes) this late, as under
     /// load: writes still in flight when their key moves to another replica.
@@ -84,6 +84,9 @@ pub struct Plan {
     /// How long an old revision's reconciles may run on after an upgrade: mostly 10 s, in a
     /// quarter of the seeds a few milliseconds, so that workers are cut off mid-reconcile.
     pub grace: Duration,
+    /// Whether a second entry of the source names a module on a registry that never answers:
+    /// its fetch never finishes, and must hold up nothing of the plugin's entry.
+    pub silent_registry: bool,
     /// The first revision's label.
     pub first: String,
     /// The driver's changes, in time order.
@@ -91,6 +94,10 @@ pub struct Plan {
     /// How long after the last step the simulation runs on before it is judged.
     pub settle: Duration,
 }
+
+/// The replica a fault hits when the plan names no one: whichever holds the leader Lease at
+/// the fault's instant.
+pub const LEADER: usize = usize::MAX;
 
 /// Updates are drawn over this much simulated time.
 const ACTIVE: Duration = Duration::from_secs(45);
@@ -172,10 +179,16 @@ impl Plan {
             // some outlasting a lease, some not.
             for _ in 0..rng.gen_range(1..=3) {
                 let at = Duration::from_millis(rng.gen_range(3_000..ACTIVE.as_millis() as u64));
-                let who = rng.gen_range(0..topology.replicas());
-                // Under shards, half of them outlast the membership Lease (15 s), so that the
+                // Half of them hit whichever replica leads then (a takeover, its keys or the
+                // lease gained by the others), the others any replica.
+                let who = if rng.gen_bool(0.5) {
+                    LEADER
+                } else {
+                    rng.gen_range(0..topology.replicas())
+                };
+                // Under shards, three in four outlast the membership Lease (15 s), so that the
                 // replica's keys move to the others and, as it comes back, back to it.
-                let down = if sharded && rng.gen_bool(0.5) {
+                let down = if sharded && rng.gen_bool(0.75) {
                     Duration::from_millis(rng.gen_range(17_000..28_000))
                 } else {
                     Duration::from_millis(rng.gen_range(1_000..25_000))
@@ -185,14 +198,37 @@ impl Plan {
                 } else {
                     steps.push((at, Step::Partition(who, down)));
                 }
+                // In half of them an upgrade just before the others take over (a lease runs out
+                // 15 s after its last renewal, up to 2 s before the fault, and is seen as
+                // expired at the next read): the new revision's replay task may not have run
+                // yet as keys or leadership are gained.
+                if rng.gen_bool(0.5) {
+                    let taken = Duration::from_millis(rng.gen_range(11_000..=16_000));
+                    steps.push((at + taken, Step::Upgrade(String::new())));
+                }
+                // And in half an upgrade as the replica comes back: its first revision's
+                // replay task may not have run yet as it gains keys or the lease.
+                if rng.gen_bool(0.5) {
+                    let back = Duration::from_millis(rng.gen_range(0..=2_500));
+                    steps.push((at + down + back, Step::Upgrade(String::new())));
+                }
                 // Writes in flight as the replica comes back and its keys move back to it,
                 // with a few updates, so that the late writes are the live owners' (of keys
                 // some of which move), not the returning replica's own.
                 if sharded {
-                    let before = Duration::from_millis(rng.gen_range(0..=500));
-                    let armed = at + down - before;
-                    steps.push((armed, slow(&mut rng)));
-                    for _ in 0..rng.gen_range(3..=8) {
+                    // Just after it is back: a partitioned replica's held requests have come
+                    // through, so the late writes are the live owners'.
+                    let after = Duration::from_millis(rng.gen_range(0..=300));
+                    let armed = at + down + after;
+                    // Several, so that some fall on keys that move back.
+                    steps.push((
+                        armed,
+                        Step::SlowWrites(
+                            rng.gen_range(2..=4),
+                            Duration::from_millis(rng.gen_range(18_000..30_000)),
+                        ),
+                    ));
+                    for _ in 0..rng.gen_range(4..=10) {
                         let after = Duration::from_millis(rng.gen_range(1..=200));
                         steps.push((armed + after, Step::Update(rng.gen_range(0..objects))));
                     }
@@ -205,6 +241,8 @@ impl Plan {
                 }
             }
         }
+        // Drawn last, so that the draws above make the same scenario as before it was.
+        let silent_registry = rng.gen_bool(0.5);
         // Stable: two steps at one instant keep the order they were drawn in.
         steps.sort_by_key(|(at, _)| *at);
         // Revisions are labelled in the order they start. Two changes drawn close together
@@ -245,6 +283,7 @@ impl Plan {
             writes,
             shuffle,
             reconcile_deadline,
+            silent_registry,
             first: "r0".into(),
             steps,
             settle,

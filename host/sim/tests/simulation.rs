@@ -1,4 +1,4 @@
-//! The simulation over a short range of seeds (`SIM_SEEDS`, default 0..48): each seed a
+//! The simulation over a short range of seeds (`SIM_SEEDS`, default 0..128): each seed a
 //! scenario of at least a simulated minute, upgrades of a running plugin among a stream of
 //! updates, judged by every oracle. A failure names its seed; `SIM_SEEDS=<seed>..<seed+1>`
 //! replays it (`SIM_REPEAT=n` runs each seed n times: what is left of the machine's time can
@@ -11,7 +11,7 @@ mod guests;
 use std::ops::Range;
 
 fn seeds() -> Range<u64> {
-    let text = std::env::var("SIM_SEEDS").unwrap_or_else(|_| "0..48".into());
+    let text = std::env::var("SIM_SEEDS").unwrap_or_else(|_| "0..128".into());
     let (a, b) = text
         .split_once("..")
         .expect("SIM_SEEDS is a range such as 0..16");
